@@ -1,0 +1,46 @@
+# evstore — build, test, benchmark.
+#
+#   make test    install what is missing, build, run every test
+#   make run     install what is missing, build release, run evstored in the foreground
+#   make bench   release-build the benchmark and run it on the shared field workload
+
+SWIFT        ?= swift
+DEBIAN_PKGS  := liblmdb-dev libzstd-dev
+SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+WORKLOAD     ?= $(firstword $(wildcard ../shared/workload/fieldops.py) $(wildcard shared/workload/fieldops.py))
+BENCH_EVENTS ?= 100000
+BENCH_SINGLE ?= 5000
+BENCH_OUT    ?= .build/bench
+
+.PHONY: all deps build test bench clean format
+
+all: build
+
+# Installs the Debian packages the build links against, only when pkg-config cannot find them.
+deps:
+	@if ! pkg-config --exists lmdb libzstd 2>/dev/null; then \
+		echo "installing $(DEBIAN_PKGS)"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $(DEBIAN_PKGS) pkg-config; \
+	fi
+
+build: deps
+	$(SWIFT) build
+
+test: deps
+	$(SWIFT) build --build-tests
+	$(SWIFT) test --skip-build
+
+bench: deps
+	$(SWIFT) build -c release --product evstore-bench
+	@mkdir -p $(BENCH_OUT)
+	@test -n "$(WORKLOAD)" || { echo "fieldops.py not found: set WORKLOAD=path/to/fieldops.py"; exit 1; }
+	python3 $(WORKLOAD) --events $(BENCH_EVENTS) > $(BENCH_OUT)/workload.ndjson
+	.build/release/evstore-bench --workload $(BENCH_OUT)/workload.ndjson --single $(BENCH_SINGLE) \
+		--dir $(BENCH_OUT)/stores --json $(BENCH_OUT)/results.json
+
+format:
+	$(SWIFT) format --in-place --recursive Sources Tests Benchmarks
+
+clean:
+	rm -rf .build

@@ -1,0 +1,42 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "evstore",
+    products: [
+        .library(name: "EventStore", targets: ["EventStore"]),
+        .library(name: "Projections", targets: ["Projections"]),
+        .executable(name: "evstore-bench", targets: ["Bench"]),
+    ],
+    targets: [
+        .systemLibrary(
+            name: "CLMDB",
+            pkgConfig: "lmdb",
+            providers: [.apt(["liblmdb-dev"])]
+        ),
+        .systemLibrary(
+            name: "CZstd",
+            pkgConfig: "libzstd",
+            providers: [.apt(["libzstd-dev"])]
+        ),
+        .target(name: "Projections"),
+        .target(
+            name: "EventStore",
+            dependencies: ["CLMDB", "CZstd", "Projections"]
+        ),
+        .executableTarget(
+            name: "Bench",
+            dependencies: ["EventStore", "Projections", "CLMDB", "CZstd"],
+            path: "Benchmarks/Bench"
+        ),
+        // A child process for crash tests: appends batches, prints each acknowledged one.
+        .executableTarget(
+            name: "evstore-append-child",
+            dependencies: ["EventStore"],
+            path: "Tests/Helpers/AppendChild"
+        ),
+        .testTarget(name: "ProjectionsTests", dependencies: ["Projections"]),
+        .testTarget(name: "EventStoreTests", dependencies: ["EventStore", "Projections"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,250 @@
+import CZstd
+
+/// Every call into libzstd goes through here.
+///
+/// Each wrapper checks the `size_t` result with `ZSTD_isError` and throws `ZstdError`, so
+/// nothing above this file sees a raw result or a C buffer struct.
+enum Zstd {
+    /// What a decoding failure usually means, for the message.
+    static let decodeHint = "the stored frame is damaged or truncated, or needs a different dictionary (or none)"
+
+    /// Returns `result` when it is not an error code.
+    @discardableResult
+    static func check(_ result: Int, _ operation: String, hint: String) throws(ZstdError) -> Int {
+        guard ZSTD_isError(result) != 0 else { return result }
+        let name = String(cString: ZSTD_getErrorName(result))
+        throw ZstdError(operation: operation, code: -result, message: "\(name): \(hint).")
+    }
+
+    // MARK: Compression
+
+    /// A compression context writing standard frames with the content size, no checksum and
+    /// no dictionary ID.
+    static func makeCompressionContext(level: Int32) -> OpaquePointer {
+        guard let context = ZSTD_createCCtx() else { fatalError("ZSTD_createCCtx: out of memory") }
+        for (parameter, value) in [
+            (ZSTD_c_compressionLevel, level),  // clamped by zstd to its valid range
+            (ZSTD_c_contentSizeFlag, 1),
+            (ZSTD_c_checksumFlag, 0),
+            (ZSTD_c_dictIDFlag, 0),
+        ] {
+            let result = ZSTD_CCtx_setParameter(context, parameter, value)
+            precondition(ZSTD_isError(result) == 0, "ZSTD_CCtx_setParameter failed for a constant parameter")
+        }
+        return context
+    }
+
+    static func freeCompressionContext(_ context: OpaquePointer) {
+        ZSTD_freeCCtx(context)
+    }
+
+    /// Compresses `input` into one frame, with `dictionary` (a `ZSTD_CDict`) when given.
+    static func compress(
+        _ context: OpaquePointer, _ input: [UInt8], dictionary: OpaquePointer?
+    ) throws(ZstdError) -> [UInt8] {
+        let hint = "the input could not be compressed"
+        try check(ZSTD_CCtx_reset(context, ZSTD_reset_session_only), "ZSTD_CCtx_reset", hint: hint)
+        try check(ZSTD_CCtx_refCDict(context, dictionary), "ZSTD_CCtx_refCDict", hint: hint)
+        defer { endCompressionSession(context) }
+        let bound = try check(ZSTD_compressBound(input.count), "ZSTD_compressBound", hint: "the input is too large")
+        var result = 0
+        let frame = [UInt8](unsafeUninitializedCapacity: bound) { buffer, count in
+            result = input.withUnsafeBytes { input in
+                ZSTD_compress2(context, buffer.baseAddress, bound, input.baseAddress, input.count)
+            }
+            count = ZSTD_isError(result) != 0 ? 0 : result
+        }
+        try check(result, "ZSTD_compress2", hint: hint)
+        return frame
+    }
+
+    /// Drops the dictionary reference so the context never points at a freed dictionary.
+    private static func endCompressionSession(_ context: OpaquePointer) {
+        let reset = ZSTD_CCtx_reset(context, ZSTD_reset_session_only)
+        let unref = ZSTD_CCtx_refCDict(context, nil)
+        precondition(ZSTD_isError(reset) == 0 && ZSTD_isError(unref) == 0, "ZSTD_CCtx_reset failed")
+    }
+
+    // MARK: Dictionaries
+
+    static func makeCompressionDictionary(_ bytes: [UInt8], level: Int32) throws(ZstdError) -> OpaquePointer {
+        let dictionary = bytes.withUnsafeBytes { ZSTD_createCDict($0.baseAddress, $0.count, level) }
+        guard let dictionary else {
+            throw ZstdError(
+                operation: "ZSTD_createCDict", code: ZstdError.invalidDictionary.code,
+                message: "zstd could not load the \(bytes.count)-byte dictionary; it is damaged or memory ran out."
+            )
+        }
+        return dictionary
+    }
+
+    static func makeDecompressionDictionary(_ bytes: [UInt8]) throws(ZstdError) -> OpaquePointer {
+        let dictionary = bytes.withUnsafeBytes { ZSTD_createDDict($0.baseAddress, $0.count) }
+        guard let dictionary else {
+            throw ZstdError(
+                operation: "ZSTD_createDDict", code: ZstdError.invalidDictionary.code,
+                message: "zstd could not load the \(bytes.count)-byte dictionary; it is damaged or memory ran out."
+            )
+        }
+        return dictionary
+    }
+
+    static func freeCompressionDictionary(_ dictionary: OpaquePointer) {
+        ZSTD_freeCDict(dictionary)
+    }
+
+    static func freeDecompressionDictionary(_ dictionary: OpaquePointer) {
+        ZSTD_freeDDict(dictionary)
+    }
+
+    /// Trains a dictionary of at most `capacity` bytes from `samples`.
+    static func trainDictionary(samples: [[UInt8]], capacity: Int) throws(ZstdError) -> [UInt8] {
+        let joined = Array(samples.joined())
+        let sizes = samples.map(\.count)
+        var result = 0
+        let dictionary = [UInt8](unsafeUninitializedCapacity: capacity) { buffer, count in
+            result = joined.withUnsafeBytes { joined in
+                sizes.withUnsafeBufferPointer { sizes in
+                    ZDICT_trainFromBuffer(
+                        buffer.baseAddress, capacity, joined.baseAddress, sizes.baseAddress, UInt32(sizes.count)
+                    )
+                }
+            }
+            count = ZDICT_isError(result) != 0 ? 0 : result
+        }
+        guard ZDICT_isError(result) == 0 else {
+            let name = String(cString: ZDICT_getErrorName(result))
+            throw ZstdError(
+                operation: "ZDICT_trainFromBuffer", code: -result,
+                message: "\(name): the samples do not make a useful dictionary; train with more samples "
+                    + "(a few thousand, about 100 times the capacity in total) or compress without one."
+            )
+        }
+        return dictionary
+    }
+
+    // MARK: Decompression
+
+    static func makeDecompressionContext(windowLogMax: Int32) -> OpaquePointer {
+        guard let context = ZSTD_createDCtx() else { fatalError("ZSTD_createDCtx: out of memory") }
+        let result = ZSTD_DCtx_setParameter(context, ZSTD_d_windowLogMax, windowLogMax)
+        precondition(ZSTD_isError(result) == 0, "windowLogMax \(windowLogMax) is outside zstd's bounds")
+        return context
+    }
+
+    static func freeDecompressionContext(_ context: OpaquePointer) {
+        ZSTD_freeDCtx(context)
+    }
+
+    /// The size of the first frame in `input`; throws when it is not a complete frame.
+    static func frameSize(_ input: [UInt8]) throws(ZstdError) -> Int {
+        let result = input.withUnsafeBytes { ZSTD_findFrameCompressedSize($0.baseAddress, $0.count) }
+        return try check(result, "ZSTD_findFrameCompressedSize", hint: decodeHint)
+    }
+
+    /// The content size a frame declares, or nil when it does not declare one.
+    static func declaredContentSize(_ frame: [UInt8]) throws(ZstdError) -> UInt64? {
+        let size = frame.withUnsafeBytes { ZSTD_getFrameContentSize($0.baseAddress, $0.count) }
+        switch size {
+        case ZSTD_CONTENTSIZE_UNKNOWN:
+            return nil
+        case ZSTD_CONTENTSIZE_ERROR:
+            throw ZstdError(
+                operation: "ZSTD_getFrameContentSize", code: ZstdError.notAFrame.code,
+                message: "The input is not a zstd frame; \(decodeHint)."
+            )
+        default:
+            return size
+        }
+    }
+
+    /// Decompresses a frame that declares `contentSize` bytes into exactly that many.
+    static func decompress(
+        _ context: OpaquePointer, _ frame: [UInt8], dictionary: OpaquePointer?, contentSize: Int
+    ) throws(ZstdError) -> [UInt8] {
+        var result = 0
+        let content = [UInt8](unsafeUninitializedCapacity: max(contentSize, 1)) { buffer, count in
+            result = frame.withUnsafeBytes { frame in
+                ZSTD_decompress_usingDDict(
+                    context, buffer.baseAddress, contentSize, frame.baseAddress, frame.count, dictionary
+                )
+            }
+            count = ZSTD_isError(result) != 0 ? 0 : result
+        }
+        try check(result, "ZSTD_decompress_usingDDict", hint: decodeHint)
+        guard result == contentSize else {
+            throw ZstdError(
+                operation: "ZSTD_decompress_usingDDict", code: ZstdError.truncatedFrame.code,
+                message: "The frame declares \(contentSize) bytes but holds \(result); \(decodeHint)."
+            )
+        }
+        return content
+    }
+
+    /// Decompresses one frame of undeclared size, failing as soon as it exceeds `limit` bytes.
+    ///
+    /// Memory stays within `limit` plus one output chunk, and the context's `windowLogMax`
+    /// bounds the window the frame may ask for.
+    static func decompressStream(
+        _ context: OpaquePointer, _ frame: [UInt8], dictionary: OpaquePointer?, limit: Int
+    ) throws(ZstdError) -> [UInt8] {
+        try check(ZSTD_DCtx_reset(context, ZSTD_reset_session_only), "ZSTD_DCtx_reset", hint: decodeHint)
+        try check(ZSTD_DCtx_refDDict(context, dictionary), "ZSTD_DCtx_refDDict", hint: decodeHint)
+        defer { endDecompressionSession(context) }
+
+        enum Outcome {
+            case finished
+            case failed(Int)
+            case tooLarge
+            case truncated
+            case trailingData
+        }
+        var content: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: ZSTD_DStreamOutSize())
+        let outcome: Outcome = frame.withUnsafeBytes { frame in
+            var input = ZSTD_inBuffer(src: frame.baseAddress, size: frame.count, pos: 0)
+            return chunk.withUnsafeMutableBytes { chunk in
+                while true {
+                    // Room for one byte past the limit, to tell "fits exactly" from "too large".
+                    let room = min(chunk.count, limit + 1 - content.count)
+                    var output = ZSTD_outBuffer(dst: chunk.baseAddress, size: room, pos: 0)
+                    let result = ZSTD_decompressStream(context, &output, &input)
+                    if ZSTD_isError(result) != 0 { return .failed(result) }
+                    content.append(contentsOf: chunk[..<output.pos])
+                    if content.count > limit { return .tooLarge }
+                    if result == 0 { return input.pos == input.size ? .finished : .trailingData }
+                    if input.pos == input.size && output.pos < room { return .truncated }
+                }
+            }
+        }
+        switch outcome {
+        case .finished:
+            return content
+        case .failed(let result):
+            try check(result, "ZSTD_decompressStream", hint: decodeHint)
+            preconditionFailure("ZSTD_decompressStream reported an error that is not one")
+        case .tooLarge:
+            throw ZstdError(
+                operation: "ZSTD_decompressStream", code: ZstdError.contentTooLarge.code,
+                message: "The frame (of undeclared size) decompresses to more than the \(limit) bytes allowed."
+            )
+        case .truncated:
+            throw ZstdError(
+                operation: "ZSTD_decompressStream", code: ZstdError.truncatedFrame.code,
+                message: "The frame ends early; \(decodeHint)."
+            )
+        case .trailingData:
+            throw ZstdError(
+                operation: "ZSTD_decompressStream", code: ZstdError.trailingData.code,
+                message: "Bytes follow the end of the frame; \(decodeHint)."
+            )
+        }
+    }
+
+    /// Drops the dictionary reference so the context never points at a freed dictionary.
+    private static func endDecompressionSession(_ context: OpaquePointer) {
+        let reset = ZSTD_DCtx_reset(context, ZSTD_reset_session_only)
+        let unref = ZSTD_DCtx_refDDict(context, nil)
+        precondition(ZSTD_isError(reset) == 0 && ZSTD_isError(unref) == 0, "ZSTD_DCtx_reset failed")
+    }
+}
