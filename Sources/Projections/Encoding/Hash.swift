@@ -1,0 +1,146 @@
+/// XXH64 (Yann Collet's xxHash, 64-bit), for digests that must be equal across machines.
+/// Not a cryptographic hash: the state digest detects divergence, it does not authenticate.
+public enum XXH64 {
+    static let prime1: UInt64 = 0x9E37_79B1_85EB_CA87
+    static let prime2: UInt64 = 0xC2B2_AE3D_27D4_EB4F
+    static let prime3: UInt64 = 0x1656_67B1_9E37_79F9
+    static let prime4: UInt64 = 0x85EB_CA77_C2B2_AE63
+    static let prime5: UInt64 = 0x27D4_EB2F_1656_67C5
+
+    @inline(__always)
+    static func round(_ acc: UInt64, _ input: UInt64) -> UInt64 {
+        var acc = acc &+ input &* prime2
+        acc = (acc << 31) | (acc >> 33)
+        return acc &* prime1
+    }
+
+    @inline(__always)
+    static func merge(_ acc: UInt64, _ value: UInt64) -> UInt64 {
+        let acc = acc ^ round(0, value)
+        return acc &* prime1 &+ prime4
+    }
+
+    @inline(__always)
+    static func read64(_ b: [UInt8], _ i: Int) -> UInt64 {
+        var v: UInt64 = 0
+        for k in (0..<8).reversed() { v = v << 8 | UInt64(b[i + k]) }
+        return v
+    }
+
+    @inline(__always)
+    static func read32(_ b: [UInt8], _ i: Int) -> UInt64 {
+        var v: UInt64 = 0
+        for k in (0..<4).reversed() { v = v << 8 | UInt64(b[i + k]) }
+        return v
+    }
+
+    public static func hash(_ input: [UInt8], seed: UInt64 = 0) -> UInt64 {
+        let length = input.count
+        var i = 0
+        var h: UInt64
+        if length >= 32 {
+            var v1 = seed &+ prime1 &+ prime2
+            var v2 = seed &+ prime2
+            var v3 = seed
+            var v4 = seed &- prime1
+            while i + 32 <= length {
+                v1 = round(v1, read64(input, i))
+                v2 = round(v2, read64(input, i + 8))
+                v3 = round(v3, read64(input, i + 16))
+                v4 = round(v4, read64(input, i + 24))
+                i += 32
+            }
+            h = ((v1 << 1) | (v1 >> 63)) &+ ((v2 << 7) | (v2 >> 57)) &+ ((v3 << 12) | (v3 >> 52))
+                &+ ((v4 << 18) | (v4 >> 46))
+            h = merge(h, v1)
+            h = merge(h, v2)
+            h = merge(h, v3)
+            h = merge(h, v4)
+        } else {
+            h = seed &+ prime5
+        }
+        h = h &+ UInt64(length)
+        while i + 8 <= length {
+            h ^= round(0, read64(input, i))
+            h = ((h << 27) | (h >> 37)) &* prime1 &+ prime4
+            i += 8
+        }
+        if i + 4 <= length {
+            h ^= read32(input, i) &* prime1
+            h = ((h << 23) | (h >> 41)) &* prime2 &+ prime3
+            i += 4
+        }
+        while i < length {
+            h ^= UInt64(input[i]) &* prime5
+            h = ((h << 11) | (h >> 53)) &* prime1
+            i += 1
+        }
+        h ^= h >> 33
+        h = h &* prime2
+        h ^= h >> 29
+        h = h &* prime3
+        h ^= h >> 32
+        return h
+    }
+}
+
+/// A 128-bit fingerprint of one entity's state.
+public struct StateHash: Equatable, Sendable {
+    public var high: UInt64
+    public var low: UInt64
+
+    public init(high: UInt64, low: UInt64) {
+        self.high = high
+        self.low = low
+    }
+
+    /// The hash of an entity's canonical JSON state.
+    public init(canonicalState: [UInt8]) {
+        self.high = XXH64.hash(canonicalState, seed: 0x6576_7374_6F72_6531)  // "evstore1"
+        self.low = XXH64.hash(canonicalState, seed: 0x6576_7374_6F72_6532)  // "evstore2"
+    }
+}
+
+/// The store-wide state digest: the sum, lane by lane modulo 2^64, of every entity's
+/// `StateHash`. A sum does not depend on order and updates in O(1) when one entity
+/// changes (subtract its old hash, add the new one), so two stores holding the same
+/// events — hence the same states — have the same digest however they got there.
+public struct StateDigest: Equatable, Sendable, CustomStringConvertible {
+    public private(set) var high: UInt64
+    public private(set) var low: UInt64
+
+    public init(high: UInt64 = 0, low: UInt64 = 0) {
+        self.high = high
+        self.low = low
+    }
+
+    public mutating func add(_ hash: StateHash) {
+        high = high &+ hash.high
+        low = low &+ hash.low
+    }
+
+    public mutating func remove(_ hash: StateHash) {
+        high = high &- hash.high
+        low = low &- hash.low
+    }
+
+    public var bytes: [UInt8] {
+        var out: [UInt8] = []
+        ULID(high: high, low: low).append(to: &out)
+        return out
+    }
+
+    public init?(bytes: [UInt8]) {
+        guard bytes.count == 16, let raw = ULID(bytes: bytes) else { return nil }
+        self.init(high: raw.high, low: raw.low)
+    }
+
+    /// 32 lower-case hex digits.
+    public var description: String {
+        func hex(_ value: UInt64) -> String {
+            let digits = String(value, radix: 16)
+            return String(repeating: "0", count: 16 - digits.count) + digits
+        }
+        return hex(high) + hex(low)
+    }
+}

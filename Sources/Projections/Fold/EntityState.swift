@@ -1,0 +1,155 @@
+/// One head of a field register: an edit of that field that no other edit supersedes.
+public struct FieldHead: Equatable, Sendable {
+    public var id: ULID
+    public var origin: ULID
+    /// The value set, `null` when the edit cleared the field.
+    public var value: JSONBytes
+}
+
+/// A field: its heads in id order. A register exists only while it has a head.
+public struct FieldRegister: Equatable, Sendable {
+    public var name: String
+    public var heads: [FieldHead]
+
+    /// The head with the greatest id decides the value.
+    public var winner: FieldHead { heads[heads.count - 1] }
+}
+
+public struct StatusEntry: Equatable, Sendable {
+    public var id: ULID
+    public var origin: ULID
+    public var status: String
+}
+
+/// One element of an OR-set with its live add events (those no remove has observed).
+public struct SetElement: Equatable, Sendable {
+    public var element: JSONBytes
+    public var adds: [ULID]
+}
+
+/// An OR-set: elements with at least one live add, sorted by canonical element bytes.
+public struct SetState: Equatable, Sendable {
+    public var name: String
+    public var elements: [SetElement]
+}
+
+/// The folded state of one entity.
+///
+/// It holds exactly what is needed to fold further events in without reading the old
+/// ones: register heads, the status history, live adds per set element, live deletes,
+/// and `dangling` — ids named by folded events that are not (yet) among them. Every
+/// collection is kept sorted, so equal event sets give equal values and equal encodings.
+public struct EntityState: Equatable, Sendable {
+    public let entity: EntityKey
+    /// The greatest event id folded in.
+    public internal(set) var version: ULID?
+    public internal(set) var eventCount: Int
+    /// Field registers sorted by name.
+    public internal(set) var fields: [FieldRegister]
+    /// Every status event, in id order.
+    public internal(set) var statusHistory: [StatusEntry]
+    /// Ids of the status events no other status event supersedes, in id order.
+    public internal(set) var statusHeads: [ULID]
+    /// Sets sorted by name.
+    public internal(set) var sets: [SetState]
+    /// Delete events no restore has named, in id order.
+    public internal(set) var liveDeletes: [ULID]
+    /// Ids named in some folded event's causal context that are not folded here, in order.
+    public internal(set) var dangling: [ULID]
+
+    public init(entity: EntityKey) {
+        self.entity = entity
+        self.version = nil
+        self.eventCount = 0
+        self.fields = []
+        self.statusHistory = []
+        self.statusHeads = []
+        self.sets = []
+        self.liveDeletes = []
+        self.dangling = []
+    }
+
+    public var isDeleted: Bool { !liveDeletes.isEmpty }
+    public var exists: Bool { eventCount > 0 }
+
+    /// The status event that is current: the head with the greatest id.
+    public var currentStatus: StatusEntry? {
+        guard let id = statusHeads.last else { return nil }
+        return statusHistory.first { $0.id == id }
+    }
+
+    public var statusHeadEntries: [StatusEntry] {
+        statusHeads.compactMap { id in statusHistory.first { $0.id == id } }
+    }
+
+    /// Names of fields with more than one head.
+    public var conflictingFields: [String] {
+        fields.filter { $0.heads.count > 1 }.map(\.name)
+    }
+
+    public var hasStatusConflict: Bool { statusHeads.count > 1 }
+    public var hasConflicts: Bool { hasStatusConflict || fields.contains { $0.heads.count > 1 } }
+
+    public func field(_ name: String) -> FieldRegister? {
+        fields.first { $0.name == name }
+    }
+
+    /// Current heads of a field (the `base` for an edit of it).
+    public func heads(ofField name: String) -> [ULID] {
+        field(name)?.heads.map(\.id) ?? []
+    }
+
+    /// Live add events of an element (the `observed` for a remove of it).
+    public func liveAdds(set name: String, element: JSONBytes) -> [ULID] {
+        guard let set = sets.first(where: { $0.name == name }) else { return [] }
+        return set.elements.first { $0.element == element }?.adds ?? []
+    }
+
+    /// Elements of a set in presentation order: by the smallest id among their live adds.
+    public func elements(ofSet set: SetState) -> [JSONBytes] {
+        set.elements.sorted { $0.adds[0] < $1.adds[0] }.map(\.element)
+    }
+}
+
+// MARK: - Sorted-array helpers
+
+extension Array {
+    /// Index of the first element not ordered before `key` (binary search).
+    func partitioningIndex(where isBefore: (Element) -> Bool) -> Int {
+        var low = 0
+        var high = count
+        while low < high {
+            let mid = (low + high) / 2
+            if isBefore(self[mid]) { low = mid + 1 } else { high = mid }
+        }
+        return low
+    }
+}
+
+extension Array where Element == ULID {
+    /// Inserts keeping order; returns false when already present.
+    @discardableResult
+    mutating func insertSorted(_ id: ULID) -> Bool {
+        if let last, last < id {
+            append(id)
+            return true
+        }
+        let index = partitioningIndex { $0 < id }
+        if index < count, self[index] == id { return false }
+        insert(id, at: index)
+        return true
+    }
+
+    @discardableResult
+    mutating func removeSorted(_ id: ULID) -> Bool {
+        let index = partitioningIndex { $0 < id }
+        guard index < count, self[index] == id else { return false }
+        remove(at: index)
+        return true
+    }
+
+    func containsSorted(_ id: ULID) -> Bool {
+        let index = partitioningIndex { $0 < id }
+        return index < count && self[index] == id
+    }
+}

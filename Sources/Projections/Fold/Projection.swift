@@ -1,0 +1,190 @@
+/// The fold: from an entity's events to its state. Pure — no I/O, no clocks.
+///
+/// The state is a function of the SET of events; arrival order never matters:
+/// - a register (each field; the status) has heads: its events that no other event of the
+///   same register names in its `base`; the head with the greatest id gives the value,
+///   more than one head is a conflict;
+/// - a set element is present while one of its add events is named by no remove's
+///   `observed` (add wins);
+/// - the entity is deleted while a delete event is named by no restore's `base`
+///   (delete wins over concurrent edits, which are still folded);
+/// - `version` is the greatest id; the status history is every status event in id order.
+public enum Projection {
+    /// Folds a whole set of events (in any order) of one entity. Duplicates are ignored.
+    public static func fold(_ entity: EntityKey, _ events: some Sequence<Event>) -> EntityState {
+        var state = EntityState(entity: entity)
+        var byID: [ULID: Event] = [:]
+        for event in events where event.entity == entity { byID[event.id] = event }
+        let ordered = byID.values.sorted { $0.id < $1.id }
+
+        // What each register's events are named by.
+        var namedByField: [String: Set<ULID>] = [:]
+        var namedByStatus = Set<ULID>()
+        var observed = Set<ULID>()
+        var restored = Set<ULID>()
+        var named = Set<ULID>()
+        for event in ordered {
+            switch event.body {
+            case .edit(_, let base):
+                for entry in base { namedByField[entry.field, default: []].formUnion(entry.heads) }
+            case .status(_, let base): namedByStatus.formUnion(base)
+            case .remove(_, _, let ids): observed.formUnion(ids)
+            case .restore(let base): restored.formUnion(base)
+            case .add, .delete: break
+            }
+            named.formUnion(event.body.namedIDs)
+        }
+
+        var fields: [String: [FieldHead]] = [:]
+        var sets: [String: [JSONBytes: [ULID]]] = [:]
+        for event in ordered {
+            state.eventCount += 1
+            state.version = event.id
+            switch event.body {
+            case .edit(let changes, _):
+                for change in changes where !(namedByField[change.name]?.contains(event.id) ?? false) {
+                    fields[change.name, default: []].append(
+                        FieldHead(id: event.id, origin: event.origin, value: change.value))
+                }
+            case .status(let status, _):
+                state.statusHistory.append(StatusEntry(id: event.id, origin: event.origin, status: status))
+                if !namedByStatus.contains(event.id) { state.statusHeads.append(event.id) }
+            case .add(let set, let element):
+                if !observed.contains(event.id) { sets[set, default: [:]][element, default: []].append(event.id) }
+            case .delete:
+                if !restored.contains(event.id) { state.liveDeletes.append(event.id) }
+            case .remove, .restore:
+                break
+            }
+        }
+        // `ordered` is in id order, so every list built above is already sorted.
+        state.fields = fields.map { FieldRegister(name: $0.key, heads: $0.value) }.sorted { $0.name < $1.name }
+        state.sets = sets.map { name, elements in
+            SetState(
+                name: name,
+                elements: elements.map { SetElement(element: $0.key, adds: $0.value) }.sorted { $0.element < $1.element })
+        }.sorted { $0.name < $1.name }
+        state.dangling = named.subtracting(byID.keys).sorted()
+        return state
+    }
+}
+
+/// What `EntityState.apply` did.
+public enum ApplyOutcome: Equatable, Sendable {
+    case applied
+    /// The event is already named by a folded one (it arrived after an event that
+    /// supersedes it): fold the entity again from all its events.
+    case needsRefold
+}
+
+extension EntityState {
+    /// Folds one more event in, giving the same state as `Projection.fold` over the set
+    /// with that event added.
+    ///
+    /// - Parameters:
+    ///   - event: an event of this entity that is not folded in yet.
+    ///   - isFolded: whether an id is among this entity's folded events; asked only about
+    ///     ids the event names that are not current heads (rare: replicated events whose
+    ///     context is older than ours, or events naming ids we never received).
+    /// - Returns: `.needsRefold`, leaving the state untouched, when a folded event already
+    ///   names this one.
+    public mutating func apply(_ event: Event, isFolded: (ULID) -> Bool) -> ApplyOutcome {
+        precondition(event.entity == entity, "event of \(event.entity) applied to \(entity)")
+        if dangling.containsSorted(event.id) { return .needsRefold }
+
+        eventCount += 1
+        if version.map({ $0 < event.id }) ?? true { version = event.id }
+
+        // Insert the event first, then remove what it names: an event naming itself
+        // (only a hostile peer makes one) ends up superseded, as in the full fold.
+        var unmatched: [ULID] = []
+        switch event.body {
+        case .edit(let changes, let base):
+            for change in changes {
+                insertHead(FieldHead(id: event.id, origin: event.origin, value: change.value), field: change.name)
+            }
+            for entry in base {
+                for id in entry.heads where !removeHead(id, field: entry.field) { unmatched.append(id) }
+            }
+        case .status(let status, let base):
+            let entry = StatusEntry(id: event.id, origin: event.origin, status: status)
+            let index = statusHistory.partitioningIndex { $0.id < event.id }
+            statusHistory.insert(entry, at: index)
+            statusHeads.insertSorted(event.id)
+            for id in base where !statusHeads.removeSorted(id) { unmatched.append(id) }
+        case .add(let set, let element):
+            insertAdd(event.id, set: set, element: element)
+        case .remove(let set, let element, let observed):
+            for id in observed where !removeAdd(id, preferring: set, element: element) { unmatched.append(id) }
+        case .delete:
+            liveDeletes.insertSorted(event.id)
+        case .restore(let base):
+            for id in base where !liveDeletes.removeSorted(id) { unmatched.append(id) }
+        }
+        for id in unmatched where id != event.id && !isFolded(id) {
+            dangling.insertSorted(id)
+        }
+        return .applied
+    }
+
+    mutating func insertHead(_ head: FieldHead, field name: String) {
+        let index = fields.partitioningIndex { $0.name < name }
+        if index < fields.count, fields[index].name == name {
+            let at = fields[index].heads.partitioningIndex { $0.id < head.id }
+            fields[index].heads.insert(head, at: at)
+        } else {
+            fields.insert(FieldRegister(name: name, heads: [head]), at: index)
+        }
+    }
+
+    mutating func removeHead(_ id: ULID, field name: String) -> Bool {
+        let index = fields.partitioningIndex { $0.name < name }
+        guard index < fields.count, fields[index].name == name else { return false }
+        guard let at = fields[index].heads.firstIndex(where: { $0.id == id }) else { return false }
+        fields[index].heads.remove(at: at)
+        if fields[index].heads.isEmpty { fields.remove(at: index) }
+        return true
+    }
+
+    mutating func insertAdd(_ id: ULID, set name: String, element: JSONBytes) {
+        let setIndex = sets.partitioningIndex { $0.name < name }
+        if setIndex == sets.count || sets[setIndex].name != name {
+            sets.insert(SetState(name: name, elements: []), at: setIndex)
+        }
+        let elementIndex = sets[setIndex].elements.partitioningIndex { $0.element < element }
+        if elementIndex < sets[setIndex].elements.count, sets[setIndex].elements[elementIndex].element == element {
+            sets[setIndex].elements[elementIndex].adds.insertSorted(id)
+        } else {
+            sets[setIndex].elements.insert(SetElement(element: element, adds: [id]), at: elementIndex)
+        }
+    }
+
+    /// Removes a live add by id, looking first where the remove says it is.
+    mutating func removeAdd(_ id: ULID, preferring name: String, element: JSONBytes) -> Bool {
+        let setIndex = sets.partitioningIndex { $0.name < name }
+        if setIndex < sets.count, sets[setIndex].name == name {
+            let elementIndex = sets[setIndex].elements.partitioningIndex { $0.element < element }
+            if elementIndex < sets[setIndex].elements.count, sets[setIndex].elements[elementIndex].element == element,
+                removeAdd(id, setIndex: setIndex, elementIndex: elementIndex)
+            {
+                return true
+            }
+        }
+        // A remove may name any add of the entity; look everywhere else.
+        for s in sets.indices {
+            for e in sets[s].elements.indices where sets[s].elements[e].adds.containsSorted(id) {
+                return removeAdd(id, setIndex: s, elementIndex: e)
+            }
+        }
+        return false
+    }
+
+    mutating func removeAdd(_ id: ULID, setIndex: Int, elementIndex: Int) -> Bool {
+        guard sets[setIndex].elements[elementIndex].adds.removeSorted(id) else { return false }
+        if sets[setIndex].elements[elementIndex].adds.isEmpty {
+            sets[setIndex].elements.remove(at: elementIndex)
+            if sets[setIndex].elements.isEmpty { sets.remove(at: setIndex) }
+        }
+        return true
+    }
+}

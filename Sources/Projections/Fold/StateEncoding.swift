@@ -1,0 +1,209 @@
+/// The two encodings of an entity's state: a compact binary one that the store keeps and
+/// folds further events into, and the canonical JSON that `get` returns.
+extension EntityState {
+    static let formatVersion: UInt8 = 1
+
+    /// Compact, deterministic binary encoding (varints, 16-byte ids, sorted collections).
+    public func encoded() -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(256)
+        out.append(EntityState.formatVersion)
+        out.appendVarint(eventCount)
+        (version ?? .zero).append(to: &out)
+        out.appendVarint(fields.count)
+        for field in fields {
+            out.appendLengthPrefixed(field.name)
+            out.appendVarint(field.heads.count)
+            for head in field.heads {
+                head.id.append(to: &out)
+                head.origin.append(to: &out)
+                out.appendLengthPrefixed(head.value.bytes)
+            }
+        }
+        out.appendVarint(statusHistory.count)
+        for entry in statusHistory {
+            entry.id.append(to: &out)
+            entry.origin.append(to: &out)
+            out.appendLengthPrefixed(entry.status)
+        }
+        out.appendULIDs(statusHeads)
+        out.appendVarint(sets.count)
+        for set in sets {
+            out.appendLengthPrefixed(set.name)
+            out.appendVarint(set.elements.count)
+            for element in set.elements {
+                out.appendLengthPrefixed(element.element.bytes)
+                out.appendULIDs(element.adds)
+            }
+        }
+        out.appendULIDs(liveDeletes)
+        out.appendULIDs(dangling)
+        return out
+    }
+
+    /// Decodes what `encoded()` wrote; corrupt or truncated bytes are an error.
+    public init(entity: EntityKey, decoding bytes: [UInt8]) throws(CorruptDataError) {
+        var reader = ByteReader(bytes)
+        let format = try reader.byte()
+        guard format == EntityState.formatVersion else {
+            throw CorruptDataError("projection format \(format) is not known (this version reads \(EntityState.formatVersion))")
+        }
+        self.init(entity: entity)
+        eventCount = Int(try reader.varint())
+        let version = try reader.ulid()
+        self.version = eventCount == 0 ? nil : version
+        for _ in 0..<(try reader.count()) {
+            let name = try reader.string()
+            var heads: [FieldHead] = []
+            for _ in 0..<(try reader.count(minimumElementSize: 33)) {
+                let id = try reader.ulid()
+                let origin = try reader.ulid()
+                heads.append(FieldHead(id: id, origin: origin, value: JSONBytes(canonical: try reader.lengthPrefixed())))
+            }
+            fields.append(FieldRegister(name: name, heads: heads))
+        }
+        for _ in 0..<(try reader.count(minimumElementSize: 33)) {
+            let id = try reader.ulid()
+            let origin = try reader.ulid()
+            statusHistory.append(StatusEntry(id: id, origin: origin, status: try reader.string()))
+        }
+        statusHeads = try reader.ulids()
+        for _ in 0..<(try reader.count()) {
+            let name = try reader.string()
+            var elements: [SetElement] = []
+            for _ in 0..<(try reader.count(minimumElementSize: 2)) {
+                let element = JSONBytes(canonical: try reader.lengthPrefixed())
+                elements.append(SetElement(element: element, adds: try reader.ulids()))
+            }
+            sets.append(SetState(name: name, elements: elements))
+        }
+        liveDeletes = try reader.ulids()
+        dangling = try reader.ulids()
+        guard reader.isAtEnd else { throw CorruptDataError("trailing bytes after projection state") }
+    }
+
+    /// The state as `get` returns it: canonical JSON (keys sorted, no whitespace).
+    ///
+    /// ```
+    /// {"conflicts":{"fields":{F:[{"id","origin","value"}]},"status":[{"id","origin","status"}]},
+    ///  "deleted":false,"entity":"job/42","events":17,"fields":{...},"sets":{S:[...]},
+    ///  "status":{"current":S,"history":[{"id","origin","status"}],"id":ID} or null,"version":ID}
+    /// ```
+    public func canonicalJSON() -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(512)
+        out.append(UInt8(ascii: "{"))
+
+        CanonicalWriter.appendKey("conflicts", to: &out)
+        out.append(UInt8(ascii: "{"))
+        CanonicalWriter.appendKey("fields", to: &out)
+        out.append(UInt8(ascii: "{"))
+        var first = true
+        for field in fields where field.heads.count > 1 {
+            if !first { out.append(UInt8(ascii: ",")) }
+            first = false
+            CanonicalWriter.appendString(field.name, to: &out)
+            out.append(UInt8(ascii: ":"))
+            out.append(UInt8(ascii: "["))
+            for (index, head) in field.heads.enumerated() {
+                if index > 0 { out.append(UInt8(ascii: ",")) }
+                out.append(UInt8(ascii: "{"))
+                Self.appendIDAndOrigin(head.id, head.origin, to: &out)
+                out.append(UInt8(ascii: ","))
+                CanonicalWriter.appendKey("value", to: &out)
+                out.append(contentsOf: head.value.bytes)
+                out.append(UInt8(ascii: "}"))
+            }
+            out.append(UInt8(ascii: "]"))
+        }
+        out.append(contentsOf: Array("},".utf8))
+        CanonicalWriter.appendKey("status", to: &out)
+        Self.appendStatusEntries(statusHeads.count > 1 ? statusHeadEntries : [], to: &out)
+        out.append(contentsOf: Array("},".utf8))
+
+        CanonicalWriter.appendKey("deleted", to: &out)
+        CanonicalWriter.appendBool(isDeleted, to: &out)
+        out.append(UInt8(ascii: ","))
+        CanonicalWriter.appendKey("entity", to: &out)
+        CanonicalWriter.appendString(utf8: entity.bytes, to: &out)
+        out.append(UInt8(ascii: ","))
+        CanonicalWriter.appendKey("events", to: &out)
+        CanonicalWriter.appendInteger(eventCount, to: &out)
+        out.append(UInt8(ascii: ","))
+
+        CanonicalWriter.appendKey("fields", to: &out)
+        out.append(UInt8(ascii: "{"))
+        first = true
+        for field in fields where !field.winner.value.isNull {
+            if !first { out.append(UInt8(ascii: ",")) }
+            first = false
+            CanonicalWriter.appendString(field.name, to: &out)
+            out.append(UInt8(ascii: ":"))
+            out.append(contentsOf: field.winner.value.bytes)
+        }
+        out.append(contentsOf: Array("},".utf8))
+
+        CanonicalWriter.appendKey("sets", to: &out)
+        out.append(UInt8(ascii: "{"))
+        for (index, set) in sets.enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            CanonicalWriter.appendString(set.name, to: &out)
+            out.append(contentsOf: Array(":[".utf8))
+            for (position, element) in elements(ofSet: set).enumerated() {
+                if position > 0 { out.append(UInt8(ascii: ",")) }
+                out.append(contentsOf: element.bytes)
+            }
+            out.append(UInt8(ascii: "]"))
+        }
+        out.append(contentsOf: Array("},".utf8))
+
+        CanonicalWriter.appendKey("status", to: &out)
+        if let current = currentStatus {
+            out.append(UInt8(ascii: "{"))
+            CanonicalWriter.appendKey("current", to: &out)
+            CanonicalWriter.appendString(current.status, to: &out)
+            out.append(UInt8(ascii: ","))
+            CanonicalWriter.appendKey("history", to: &out)
+            Self.appendStatusEntries(statusHistory, to: &out)
+            out.append(UInt8(ascii: ","))
+            CanonicalWriter.appendKey("id", to: &out)
+            Self.appendID(current.id, to: &out)
+            out.append(UInt8(ascii: "}"))
+        } else {
+            CanonicalWriter.appendNull(to: &out)
+        }
+        out.append(UInt8(ascii: ","))
+        CanonicalWriter.appendKey("version", to: &out)
+        if let version { Self.appendID(version, to: &out) } else { CanonicalWriter.appendNull(to: &out) }
+        out.append(UInt8(ascii: "}"))
+        return out
+    }
+
+    static func appendID(_ id: ULID, to out: inout [UInt8]) {
+        out.append(UInt8(ascii: "\""))
+        id.appendText(to: &out)
+        out.append(UInt8(ascii: "\""))
+    }
+
+    static func appendIDAndOrigin(_ id: ULID, _ origin: ULID, to out: inout [UInt8]) {
+        CanonicalWriter.appendKey("id", to: &out)
+        appendID(id, to: &out)
+        out.append(UInt8(ascii: ","))
+        CanonicalWriter.appendKey("origin", to: &out)
+        appendID(origin, to: &out)
+    }
+
+    static func appendStatusEntries(_ entries: [StatusEntry], to out: inout [UInt8]) {
+        out.append(UInt8(ascii: "["))
+        for (index, entry) in entries.enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            out.append(UInt8(ascii: "{"))
+            appendIDAndOrigin(entry.id, entry.origin, to: &out)
+            out.append(UInt8(ascii: ","))
+            CanonicalWriter.appendKey("status", to: &out)
+            CanonicalWriter.appendString(entry.status, to: &out)
+            out.append(UInt8(ascii: "}"))
+        }
+        out.append(UInt8(ascii: "]"))
+    }
+}

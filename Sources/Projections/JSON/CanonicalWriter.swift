@@ -1,0 +1,81 @@
+/// Writes canonical JSON bytes directly: the encoder on every hot path.
+///
+/// Canonical means: object keys in ascending order of their UTF-8 bytes (the caller
+/// writes them in that order), no whitespace, and strings escaped minimally — `"` and `\`
+/// and the C0 controls, with `\b \f \n \r \t` short forms and `\u00xx` (lowercase) for the
+/// rest; every other character is written as raw UTF-8.
+public enum CanonicalWriter {
+    public static func appendString(_ value: String, to out: inout [UInt8]) {
+        out.append(UInt8(ascii: "\""))
+        // Most strings need no escaping: copy them in one go.
+        let copied = value.utf8.withContiguousStorageIfAvailable { raw -> Bool in
+            guard !raw.contains(where: { $0 < 0x20 || $0 == 0x22 || $0 == 0x5C }) else { return false }
+            out.append(contentsOf: raw)
+            return true
+        }
+        if copied != true {
+            for byte in value.utf8 { appendEscaped(byte, to: &out) }
+        }
+        out.append(UInt8(ascii: "\""))
+    }
+
+    /// Appends raw UTF-8 string content (already validated) as a canonical JSON string.
+    public static func appendString(utf8 bytes: some Collection<UInt8>, to out: inout [UInt8]) {
+        out.append(UInt8(ascii: "\""))
+        for byte in bytes { appendEscaped(byte, to: &out) }
+        out.append(UInt8(ascii: "\""))
+    }
+
+    static func appendEscaped(_ byte: UInt8, to out: inout [UInt8]) {
+        switch byte {
+        case 0x22: out.append(0x5C); out.append(0x22)
+        case 0x5C: out.append(0x5C); out.append(0x5C)
+        case 0x08: out.append(0x5C); out.append(UInt8(ascii: "b"))
+        case 0x0C: out.append(0x5C); out.append(UInt8(ascii: "f"))
+        case 0x0A: out.append(0x5C); out.append(UInt8(ascii: "n"))
+        case 0x0D: out.append(0x5C); out.append(UInt8(ascii: "r"))
+        case 0x09: out.append(0x5C); out.append(UInt8(ascii: "t"))
+        case 0..<0x20:
+            let hex: [UInt8] = Array("0123456789abcdef".utf8)
+            out.append(contentsOf: [0x5C, UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0")])
+            out.append(hex[Int(byte >> 4)])
+            out.append(hex[Int(byte & 0xF)])
+        default: out.append(byte)
+        }
+    }
+
+    /// Appends `"key":` — the key must already be in canonical order relative to its siblings.
+    public static func appendKey(_ key: StaticString, to out: inout [UInt8]) {
+        out.append(UInt8(ascii: "\""))
+        key.withUTF8Buffer { out.append(contentsOf: $0) }
+        out.append(UInt8(ascii: "\""))
+        out.append(UInt8(ascii: ":"))
+    }
+
+    public static func appendInteger(_ value: Int, to out: inout [UInt8]) {
+        if value == 0 {
+            out.append(UInt8(ascii: "0"))
+            return
+        }
+        var digits: [UInt8] = []
+        var rest = value.magnitude
+        while rest > 0 {
+            digits.append(UInt8(ascii: "0") + UInt8(rest % 10))
+            rest /= 10
+        }
+        if value < 0 { out.append(UInt8(ascii: "-")) }
+        out.append(contentsOf: digits.reversed())
+    }
+
+    public static func appendBool(_ value: Bool, to out: inout [UInt8]) {
+        if value {
+            out.append(contentsOf: [0x74, 0x72, 0x75, 0x65])  // true
+        } else {
+            out.append(contentsOf: [0x66, 0x61, 0x6C, 0x73, 0x65])  // false
+        }
+    }
+
+    public static func appendNull(to out: inout [UInt8]) {
+        out.append(contentsOf: [0x6E, 0x75, 0x6C, 0x6C])
+    }
+}

@@ -1,0 +1,108 @@
+/// An entity name, `TYPE/ID`, held as its UTF-8 bytes.
+///
+/// Bytes, not `String`, decide identity: Swift's `String` equality folds canonically
+/// equivalent Unicode, but two different byte sequences are two different entities.
+public struct EntityKey: Hashable, Comparable, Sendable, CustomStringConvertible {
+    public let bytes: [UInt8]
+    /// Length of TYPE in bytes (the `/` follows it).
+    public let typeLength: Int
+
+    /// Wraps bytes that have already been validated as `TYPE/ID`.
+    public init(validated bytes: [UInt8]) {
+        self.bytes = bytes
+        self.typeLength = bytes.firstIndex(of: UInt8(ascii: "/")) ?? bytes.count
+    }
+
+    public var type: String { String(decoding: bytes[..<typeLength], as: UTF8.self) }
+    public var description: String { String(decoding: bytes, as: UTF8.self) }
+
+    public static func < (lhs: EntityKey, rhs: EntityKey) -> Bool {
+        lhs.bytes.lexicographicallyPrecedes(rhs.bytes)
+    }
+}
+
+/// One field set by an `edit`; a `null` value clears the field.
+public struct FieldChange: Equatable, Sendable {
+    public var name: String
+    public var value: JSONBytes
+
+    public init(name: String, value: JSONBytes) {
+        self.name = name
+        self.value = value
+    }
+}
+
+/// The heads of one field that an `edit` supersedes.
+public struct FieldBase: Equatable, Sendable {
+    public var field: String
+    public var heads: [ULID]
+
+    public init(field: String, heads: [ULID]) {
+        self.field = field
+        self.heads = heads
+    }
+}
+
+/// What an event does, with the causal context the appending node saw.
+public enum EventBody: Equatable, Sendable {
+    /// Fields sorted by name; `base` sorted by field, holding only fields that had heads.
+    case edit(fields: [FieldChange], base: [FieldBase])
+    case status(String, base: [ULID])
+    case add(set: String, element: JSONBytes)
+    case remove(set: String, element: JSONBytes, observed: [ULID])
+    case delete
+    case restore(base: [ULID])
+
+    public var kind: EventKind {
+        switch self {
+        case .edit: .edit
+        case .status: .status
+        case .add: .add
+        case .remove: .remove
+        case .delete: .delete
+        case .restore: .restore
+        }
+    }
+
+    /// Every id this event names in its causal context.
+    public var namedIDs: [ULID] {
+        switch self {
+        case .edit(_, let base): base.flatMap(\.heads)
+        case .status(_, let base), .restore(let base): base
+        case .remove(_, _, let observed): observed
+        case .add, .delete: []
+        }
+    }
+}
+
+public enum EventKind: String, CaseIterable, Sendable {
+    case edit, status, add, remove, delete, restore
+}
+
+/// An event in its stored form: the client's input plus the id, origin and causal context
+/// the appending node gave it.
+public struct Event: Equatable, Sendable {
+    public var id: ULID
+    public var origin: ULID
+    public var entity: EntityKey
+    public var body: EventBody
+    /// Client idempotency key (kept for the record; deduplication is per node).
+    public var key: String?
+    /// The actor, free text.
+    public var by: String?
+    /// Client wall time, informational only.
+    public var at: JSONBytes?
+
+    public init(
+        id: ULID, origin: ULID, entity: EntityKey, body: EventBody,
+        key: String? = nil, by: String? = nil, at: JSONBytes? = nil
+    ) {
+        self.id = id
+        self.origin = origin
+        self.entity = entity
+        self.body = body
+        self.key = key
+        self.by = by
+        self.at = at
+    }
+}

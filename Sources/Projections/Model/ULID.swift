@@ -1,0 +1,145 @@
+/// A ULID: 48 bits of Unix milliseconds, then 80 bits that order events within a
+/// millisecond. Held as two big-endian halves, so comparing values compares time first;
+/// its 16-byte binary form sorts the same way byte by byte (LMDB keys).
+public struct ULID: Hashable, Comparable, Sendable, CustomStringConvertible {
+    public var high: UInt64
+    public var low: UInt64
+
+    public static let byteCount = 16
+    public static let textLength = 26
+    public static let maxTimestamp: UInt64 = (1 << 48) - 1
+    public static let zero = ULID(high: 0, low: 0)
+    public static let max = ULID(high: .max, low: .max)
+
+    public init(high: UInt64, low: UInt64) {
+        self.high = high
+        self.low = low
+    }
+
+    /// The first id of a millisecond followed by `random`'s 80 low bits.
+    public init(timestamp: UInt64, random: (high: UInt16, low: UInt64)) {
+        precondition(timestamp <= ULID.maxTimestamp, "ULID timestamps are 48 bits")
+        self.high = timestamp << 16 | UInt64(random.high)
+        self.low = random.low
+    }
+
+    /// Milliseconds since the Unix epoch.
+    public var timestamp: UInt64 { high >> 16 }
+
+    /// The smallest id of the given millisecond.
+    public static func lowerBound(timestamp: UInt64) -> ULID {
+        ULID(high: Swift.min(timestamp, maxTimestamp) << 16, low: 0)
+    }
+
+    /// The next id in order, or nil when the 80 random bits are exhausted in this millisecond.
+    public func incremented() -> ULID? {
+        let (low, carry) = low.addingReportingOverflow(1)
+        if !carry { return ULID(high: high, low: low) }
+        guard high & 0xFFFF != 0xFFFF else { return nil }
+        return ULID(high: high + 1, low: 0)
+    }
+
+    public static func < (lhs: ULID, rhs: ULID) -> Bool {
+        lhs.high != rhs.high ? lhs.high < rhs.high : lhs.low < rhs.low
+    }
+
+    // MARK: Binary
+
+    public var bytes: [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(16)
+        append(to: &out)
+        return out
+    }
+
+    public func append(to out: inout [UInt8]) {
+        for shift in stride(from: 56, through: 0, by: -8) { out.append(UInt8(truncatingIfNeeded: high >> UInt64(shift))) }
+        for shift in stride(from: 56, through: 0, by: -8) { out.append(UInt8(truncatingIfNeeded: low >> UInt64(shift))) }
+    }
+
+    /// Reads 16 big-endian bytes starting at `offset`; nil when there are fewer.
+    public init?(bytes: some RandomAccessCollection<UInt8>, at offset: Int = 0) {
+        guard bytes.count >= offset + 16 else { return nil }
+        var start = bytes.index(bytes.startIndex, offsetBy: offset)
+        var high: UInt64 = 0
+        var low: UInt64 = 0
+        for _ in 0..<8 {
+            high = high << 8 | UInt64(bytes[start])
+            start = bytes.index(after: start)
+        }
+        for _ in 0..<8 {
+            low = low << 8 | UInt64(bytes[start])
+            start = bytes.index(after: start)
+        }
+        self.init(high: high, low: low)
+    }
+
+    // MARK: Text (Crockford base32)
+
+    static let alphabet: [UInt8] = Array("0123456789ABCDEFGHJKMNPQRSTVWXYZ".utf8)
+
+    /// Symbol values for ASCII bytes, upper and lower case; 0xFF marks bytes outside the alphabet.
+    static let decoding: [UInt8] = {
+        var table = [UInt8](repeating: 0xFF, count: 256)
+        for (value, symbol) in alphabet.enumerated() {
+            table[Int(symbol)] = UInt8(value)
+            if symbol >= UInt8(ascii: "A") { table[Int(symbol) + 32] = UInt8(value) }
+        }
+        return table
+    }()
+
+    /// The canonical 26-character upper-case form.
+    public var description: String {
+        var text: [UInt8] = []
+        appendText(to: &text)
+        return String(decoding: text, as: UTF8.self)
+    }
+
+    public func appendText(to out: inout [UInt8]) {
+        // 130 bits of text for 128 bits of value: the first symbol carries the top 3 bits.
+        out.append(ULID.alphabet[Int(high >> 61)])
+        for index in 1..<26 {
+            let bit = 130 - 5 * (index + 1)  // lowest bit of this symbol within the 128-bit value
+            let symbol: UInt64
+            if bit >= 64 {
+                symbol = (high >> UInt64(bit - 64)) & 31
+            } else if bit > 59 {
+                symbol = ((high << UInt64(64 - bit)) | (low >> UInt64(bit))) & 31
+            } else {
+                symbol = (low >> UInt64(bit)) & 31
+            }
+            out.append(ULID.alphabet[Int(symbol)])
+        }
+    }
+
+    /// Parses the 26-character form; lower case is accepted, the excluded letters
+    /// I, L, O and U are not (they are not ULID symbols), and the first symbol must be ≤ 7.
+    public init?(_ text: some StringProtocol) {
+        self.init(utf8: Array(text.utf8))
+    }
+
+    public init?(utf8 text: [UInt8]) {
+        guard text.count == 26 else { return nil }
+        var high: UInt64 = 0
+        var low: UInt64 = 0
+        for byte in text {
+            let value = ULID.decoding[Int(byte)]
+            guard value != 0xFF else { return nil }
+            // Shift the 128-bit (high, low) left by 5 and add the symbol.
+            guard high >> 59 == 0 else { return nil }  // would overflow 128 bits
+            high = high << 5 | low >> 59
+            low = low << 5 | UInt64(value)
+        }
+        self.init(high: high, low: low)
+    }
+
+    /// Why `text` is not a ULID, in words a person can act on; nil when it is one.
+    public static func problem(with text: [UInt8]) -> String? {
+        guard text.count == 26 else { return "a ULID has 26 characters, this has \(text.count)" }
+        for byte in text where decoding[Int(byte)] == 0xFF {
+            return "'\(String(decoding: [byte], as: UTF8.self))' is not a Crockford base32 symbol"
+        }
+        if ULID(utf8: text) == nil { return "the first character of a ULID must be 0-7" }
+        return nil
+    }
+}

@@ -1,0 +1,82 @@
+import Testing
+@testable import Projections
+
+@Suite("Fold properties")
+struct FoldPropertyTests {
+    @Test("any arrival order gives byte-identical state", arguments: 1...40)
+    func orderIndependence(seed: UInt64) {
+        let events = simulate(seed: seed, replicas: 3, steps: 120)
+        let reference = Projection.fold(job, events)
+        var rng = SeededGenerator(seed: seed * 7919)
+        for _ in 0..<5 {
+            let shuffled = events.shuffled(using: &rng)
+            let state = Projection.fold(job, shuffled)
+            #expect(state.canonicalJSON() == reference.canonicalJSON())
+            #expect(state.encoded() == reference.encoded())
+        }
+    }
+
+    @Test("incremental apply in any order equals the full fold", arguments: 1...40)
+    func incrementalEqualsFold(seed: UInt64) {
+        let events = simulate(seed: seed, replicas: 4, steps: 150)
+        let reference = Projection.fold(job, events)
+        var rng = SeededGenerator(seed: seed &* 104_729)
+        var refolds = 0
+        for _ in 0..<5 {
+            var state = EntityState(entity: job)
+            var applied: [Event] = []
+            var appliedIDs = Set<ULID>()
+            for event in events.shuffled(using: &rng) {
+                let outcome = state.apply(event) { appliedIDs.contains($0) }
+                applied.append(event)
+                appliedIDs.insert(event.id)
+                if outcome == .needsRefold {
+                    refolds += 1
+                    state = Projection.fold(job, applied)
+                }
+                // Every prefix agrees with the fold of that prefix, not only the end.
+                if applied.count % 37 == 0 {
+                    #expect(state.encoded() == Projection.fold(job, applied).encoded())
+                }
+            }
+            #expect(state.encoded() == reference.encoded())
+            #expect(state.canonicalJSON() == reference.canonicalJSON())
+        }
+        _ = refolds
+    }
+
+    @Test("replicas that exchanged everything agree", arguments: 1...10)
+    func convergence(seed: UInt64) {
+        let events = simulate(seed: seed, replicas: 3, steps: 200)
+        var rng = SeededGenerator(seed: seed)
+        var a = Replica(origin: ULID(high: 1, low: 1), entity: job, clockMs: 0)
+        var b = Replica(origin: ULID(high: 1, low: 2), entity: job, clockMs: 0)
+        for event in events.shuffled(using: &rng) { a.learn(event) }
+        for event in events.shuffled(using: &rng) { b.learn(event) }
+        #expect(a.state.canonicalJSON() == b.state.canonicalJSON())
+        #expect(a.state == Projection.fold(job, events))
+    }
+
+    @Test("the compact encoding round-trips", arguments: 1...20)
+    func encodingRoundTrip(seed: UInt64) throws {
+        let state = Projection.fold(job, simulate(seed: seed, replicas: 3, steps: 100))
+        let decoded = try EntityState(entity: job, decoding: state.encoded())
+        #expect(decoded == state)
+    }
+
+    @Test("corrupt encodings are errors, never crashes", arguments: 1...20)
+    func corruptEncoding(seed: UInt64) {
+        let bytes = Projection.fold(job, simulate(seed: seed, replicas: 2, steps: 60)).encoded()
+        var rng = SeededGenerator(seed: seed)
+        for cut in [1, bytes.count / 3, bytes.count - 1] {
+            #expect(throws: CorruptDataError.self) { try EntityState(entity: job, decoding: Array(bytes.prefix(cut))) }
+        }
+        for _ in 0..<50 {
+            var mutated = bytes
+            mutated[Int.random(in: 0..<mutated.count, using: &rng)] = UInt8.random(in: 0...255, using: &rng)
+            // Either decodes to something or throws; must not trap.
+            _ = try? EntityState(entity: job, decoding: mutated)
+        }
+        #expect(throws: CorruptDataError.self) { try EntityState(entity: job, decoding: bytes + [0]) }
+    }
+}

@@ -1,0 +1,73 @@
+import Testing
+@testable import Projections
+
+@Suite("Canonical JSON")
+struct JSONTests {
+    @Test(arguments: [
+        (#" { "b" : 1 , "a" : [ true , false , null ] } "#, #"{"a":[true,false,null],"b":1}"#),
+        (#""\u00e9\/\n\u0001\"""#, "\"é/\\n\\u0001\\\"\""),
+        (#""\ud83d\ude00""#, "\"😀\""),
+        (#"{"é":1,"e":2,"z":3,"A":4}"#, #"{"A":4,"e":2,"z":3,"é":1}"#),
+        ("-0.5e+10", "-0.5e+10"),
+        ("[]", "[]"),
+        ("{}", "{}"),
+        (#""\u007f""#, "\"\u{7f}\""),
+    ])
+    func canonicalForm(input: String, expected: String) throws {
+        #expect(try JSONBytes(parsing: input).description == expected)
+    }
+
+    @Test(arguments: [
+        "", "{", "[1,]", "{\"a\":1,}", "01", "1.", ".5", "1e", "+1", "tru", "nul", "\"abc", "\"\\x\"",
+        "\"\\ud800\"", "\"\\udc00\"", "{\"a\":1,\"a\":2}", "{a:1}", "[1] 2", "\"\u{1}\"", "NaN", "'a'",
+    ])
+    func rejects(input: String) {
+        #expect(throws: JSONError.self) { try JSONBytes(parsing: input) }
+    }
+
+    @Test func rejectsInvalidUTF8() {
+        for bytes: [UInt8] in [[0x22, 0xFF, 0x22], [0x22, 0xC0, 0xAF, 0x22], [0x22, 0xED, 0xA0, 0x80, 0x22], [0x22, 0xE2, 0x82, 0x22]] {
+            #expect(throws: JSONError.self) { try JSONBytes(parsing: bytes) }
+        }
+    }
+
+    @Test func boundsNesting() throws {
+        let deep = String(repeating: "[", count: 65) + String(repeating: "]", count: 65)
+        #expect(throws: JSONError.self) { try JSONBytes(parsing: deep) }
+        let fine = String(repeating: "[", count: 64) + String(repeating: "]", count: 64)
+        _ = try JSONBytes(parsing: fine)
+    }
+
+    @Test func errorsSayWhere() {
+        do {
+            _ = try JSONBytes(parsing: "[1, x]")
+            Issue.record("expected an error")
+        } catch {
+            #expect(error.offset == 4)
+            #expect(error.description.contains("'x'"))
+        }
+    }
+}
+
+@Suite("Hashes and digests")
+struct DigestTests {
+    @Test func xxh64ReferenceValues() {
+        #expect(XXH64.hash([]) == 0xEF46_DB37_51D8_E999)
+        #expect(XXH64.hash(Array("abc".utf8)) == 0x44BC_2CF5_AD77_0999)
+        #expect(XXH64.hash(Array("Nobody inspects the spammish repetition".utf8)) == 0xFBCE_A83C_8A37_8BF1)
+    }
+
+    @Test func digestIgnoresOrderAndUndoes() {
+        let hashes = (0..<10).map { StateHash(canonicalState: Array("state \($0)".utf8)) }
+        var forward = StateDigest()
+        var backward = StateDigest()
+        for hash in hashes { forward.add(hash) }
+        for hash in hashes.reversed() { backward.add(hash) }
+        #expect(forward == backward)
+        forward.remove(hashes[3])
+        forward.add(hashes[3])
+        #expect(forward == backward)
+        #expect(StateDigest(bytes: forward.bytes) == forward)
+        #expect(forward.description.count == 32)
+    }
+}
