@@ -1,0 +1,369 @@
+import Projections
+
+/// Decoding of the input form and the stored form, and the canonical JSON encoding of
+/// stored events. Each input is decoded once; canonical bytes are written directly.
+public enum EventCodec {
+    static let inputKeys = "entity, kind, status, fields, set, element, key, by, at, if_match"
+
+    /// Everything an event object may carry, as read off the wire, before the kind is known.
+    struct Members {
+        var entity: [UInt8]?
+        var kind: [UInt8]?
+        var status: [UInt8]?
+        var fields: [FieldChange]?
+        var set: [UInt8]?
+        var element: JSONBytes?
+        var key: [UInt8]?
+        var by: [UInt8]?
+        var at: JSONBytes?
+        var ifMatch: [UInt8]?
+        // Stored form only.
+        var id: [UInt8]?
+        var origin: [UInt8]?
+        var base: JSONBytes?
+        var observed: JSONBytes?
+    }
+
+    // MARK: - Input form
+
+    /// Decodes and validates one event in the input form.
+    public static func decodeInput(_ line: [UInt8]) throws(EventStoreError) -> InputEvent {
+        var scanner = JSONScanner(line)
+        let event = try decodeInput(&scanner)
+        do { try scanner.expectEnd() } catch { throw .invalid("invalid JSON: \(error)") }
+        return event
+    }
+
+    /// Decodes one input event at the scanner's position (an element of `append`'s `events`).
+    public static func decodeInput(_ scanner: inout JSONScanner) throws(EventStoreError) -> InputEvent {
+        let members = try readMembers(&scanner, stored: false)
+        return try input(from: members)
+    }
+
+    static func input(from m: Members) throws(EventStoreError) -> InputEvent {
+        guard let entityBytes = m.entity else {
+            throw .invalid("\"entity\" is required: TYPE/ID, for example job/01JD3Q8R5N8X6ZK2W7Y4V9B3TQ")
+        }
+        let entity = try Validation.entity(entityBytes)
+        let change = try change(from: m)
+        var event = InputEvent(entity: entity, change: change)
+        if let key = m.key { event.key = try Validation.text(key, what: "\"key\"", limit: Validation.maxKeyBytes) }
+        if let by = m.by { event.by = try Validation.text(by, what: "\"by\"", limit: Validation.maxByBytes, allowEmpty: true) }
+        event.at = m.at
+        if let ifMatch = m.ifMatch {
+            guard let version = ULID(utf8: ifMatch) else {
+                throw .invalid("\"if_match\" must be an entity version (a ULID): \(ULID.problem(with: ifMatch) ?? "invalid")")
+            }
+            event.ifMatch = version
+        }
+        return event
+    }
+
+    static func change(from m: Members) throws(EventStoreError) -> InputEvent.Change {
+        guard let kindBytes = m.kind else {
+            throw .invalid("\"kind\" is required: one of edit, status, add, remove, delete, restore")
+        }
+        guard let kind = EventKind(rawValue: String(decoding: kindBytes, as: UTF8.self)) else {
+            throw .invalid(
+                "kind \"\(String(decoding: kindBytes.prefix(40), as: UTF8.self))\" is not one of edit, status, add, remove, delete, restore")
+        }
+        // Members that belong to another kind are errors, not silently ignored.
+        let present: [(String, Bool)] = [
+            ("status", m.status != nil), ("fields", m.fields != nil), ("set", m.set != nil),
+            ("element", m.element != nil),
+        ]
+        let allowed: Set<String> =
+            switch kind {
+            case .edit: ["fields"]
+            case .status: ["status"]
+            case .add, .remove: ["set", "element"]
+            case .delete, .restore: []
+            }
+        for (name, isPresent) in present where isPresent && !allowed.contains(name) {
+            throw .invalid("\"\(name)\" is not allowed on a \"\(kind.rawValue)\" event")
+        }
+        switch kind {
+        case .edit:
+            guard let fields = m.fields else {
+                throw .invalid("an edit needs \"fields\": an object of field names to values (null clears a field)")
+            }
+            guard !fields.isEmpty else { throw .invalid("\"fields\" must set at least one field") }
+            return .edit(fields)
+        case .status:
+            guard let status = m.status else { throw .invalid("a status event needs \"status\": a string") }
+            return .status(try Validation.text(status, what: "\"status\"", limit: Validation.maxStatusBytes))
+        case .add, .remove:
+            guard let set = m.set else { throw .invalid("an \(kind.rawValue) event needs \"set\": the set's name") }
+            let name = try Validation.name(set, what: "set name")
+            guard let element = m.element else {
+                throw .invalid("an \(kind.rawValue) event needs \"element\": any JSON value")
+            }
+            return kind == .add ? .add(set: name, element: element) : .remove(set: name, element: element)
+        case .delete: return .delete
+        case .restore: return .restore
+        }
+    }
+
+    static func readMembers(_ scanner: inout JSONScanner, stored: Bool) throws(EventStoreError) -> Members {
+        var m = Members()
+        guard scanner.peek() == UInt8(ascii: "{") else { throw .invalid("an event must be a JSON object") }
+        do {
+            try scanner.readObject { (key, s) throws(JSONError) in
+                switch String(decoding: key, as: UTF8.self) {
+                case "entity": m.entity = try stringMember(&s, "entity")
+                case "kind": m.kind = try stringMember(&s, "kind")
+                case "status": m.status = try stringMember(&s, "status")
+                case "set": m.set = try stringMember(&s, "set")
+                case "key": m.key = try stringMember(&s, "key")
+                case "by": m.by = try stringMember(&s, "by")
+                case "element": m.element = try canonical(&s)
+                case "at":
+                    let at = try canonical(&s)
+                    guard let first = at.bytes.first, first == UInt8(ascii: "\"") || first == UInt8(ascii: "-") || (0x30...0x39).contains(first) else {
+                        throw JSONError(meaning: "\"at\" must be a string or a number (the client's wall time)", at: s.offset)
+                    }
+                    m.at = at
+                case "fields": m.fields = try fieldsMember(&s)
+                case "if_match" where !stored: m.ifMatch = try stringMember(&s, "if_match")
+                case "id" where stored: m.id = try stringMember(&s, "id")
+                case "origin" where stored: m.origin = try stringMember(&s, "origin")
+                case "base" where stored: m.base = try canonical(&s)
+                case "observed" where stored: m.observed = try canonical(&s)
+                case let other:
+                    let shown = String(other.prefix(40))
+                    let allowed = stored ? "entity, kind, id, origin, base, observed, status, fields, set, element, key, by, at" : inputKeys
+                    throw JSONError(meaning: "unknown member \"\(shown)\" (an event has \(allowed))", at: s.offset)
+                }
+            }
+        } catch {
+            throw .invalid(error.isSyntax ? "invalid JSON: \(error)" : error.message)
+        }
+        return m
+    }
+
+    static func stringMember(_ s: inout JSONScanner, _ name: String) throws(JSONError) -> [UInt8] {
+        guard s.peek() == UInt8(ascii: "\"") else { throw JSONError(meaning: "\"\(name)\" must be a string", at: s.offset) }
+        return try s.readStringBytes()
+    }
+
+    static func canonical(_ s: inout JSONScanner) throws(JSONError) -> JSONBytes {
+        var out: [UInt8] = []
+        try s.canonicalValue(into: &out)
+        return JSONBytes(canonical: out)
+    }
+
+    static func fieldsMember(_ s: inout JSONScanner) throws(JSONError) -> [FieldChange] {
+        guard s.peek() == UInt8(ascii: "{") else {
+            throw JSONError(meaning: "\"fields\" must be an object of field names to values", at: s.offset)
+        }
+        var fields: [FieldChange] = []
+        try s.readObject { (name, s) throws(JSONError) in
+            let valid: String
+            do throws(EventStoreError) { valid = try Validation.name(name, what: "field name") } catch {
+                throw JSONError(meaning: error.message, at: s.offset)
+            }
+            fields.append(FieldChange(name: valid, value: try canonical(&s)))
+        }
+        fields.sort { $0.name < $1.name }
+        return fields
+    }
+
+    // MARK: - Stored form
+
+    /// Decodes a stored event's canonical JSON (from disk, or from a peer), validating it as
+    /// strictly as an input. `id` supplies the id when the bytes omit it (on disk the id is
+    /// the key).
+    public static func decodeStored(_ bytes: [UInt8], id knownID: ULID? = nil) throws(EventStoreError) -> Event {
+        var scanner = JSONScanner(bytes)
+        let m = try readMembers(&scanner, stored: true)
+        do { try scanner.expectEnd() } catch { throw .invalid("invalid JSON: \(error)") }
+        let input = try input(from: m)
+        let id: ULID
+        if let idBytes = m.id {
+            guard let parsed = ULID(utf8: idBytes) else {
+                throw .invalid("\"id\" is not a ULID: \(ULID.problem(with: idBytes) ?? "invalid")")
+            }
+            if let knownID, knownID != parsed { throw .invalid("\"id\" \(parsed) does not match its key \(knownID)") }
+            id = parsed
+        } else if let knownID {
+            id = knownID
+        } else {
+            throw .invalid("a stored event needs \"id\"")
+        }
+        guard let originBytes = m.origin else { throw .invalid("a stored event needs \"origin\"") }
+        guard let origin = ULID(utf8: originBytes) else {
+            throw .invalid("\"origin\" is not a node id (a ULID): \(ULID.problem(with: originBytes) ?? "invalid")")
+        }
+        let body: EventBody
+        switch input.change {
+        case .edit(let fields):
+            var base: [FieldBase] = []
+            if let raw = m.base {
+                var s = JSONScanner(raw.bytes)
+                guard s.peek() == UInt8(ascii: "{") else { throw .invalid("an edit's \"base\" must be an object of field names to id lists") }
+                do {
+                    try s.readObject { (name, s) throws(JSONError) in
+                        let field = String(decoding: name, as: UTF8.self)
+                        guard fields.contains(where: { $0.name == field }) else {
+                            throw JSONError(meaning: "\"base\" names field \"\(field.prefix(40))\" that the edit does not set", at: s.offset)
+                        }
+                        base.append(FieldBase(field: field, heads: try idList(&s, "base")))
+                    }
+                } catch { throw .invalid(error.isSyntax ? "invalid JSON: \(error)" : error.message) }
+                base.sort { $0.field < $1.field }
+                base.removeAll { $0.heads.isEmpty }
+            }
+            body = .edit(fields: fields, base: base)
+        case .status(let status):
+            body = .status(status, base: try ids(m.base, "base"))
+        case .add(let set, let element):
+            guard m.base == nil, m.observed == nil else { throw .invalid("an add event has no causal context") }
+            body = .add(set: set, element: element)
+        case .remove(let set, let element):
+            guard m.base == nil else { throw .invalid("\"base\" is not allowed on a remove event (it has \"observed\")") }
+            body = .remove(set: set, element: element, observed: try ids(m.observed, "observed"))
+        case .delete:
+            guard m.base == nil, m.observed == nil else { throw .invalid("a delete event has no causal context") }
+            body = .delete
+        case .restore:
+            body = .restore(base: try ids(m.base, "base"))
+        }
+        if case .remove = body {} else if m.observed != nil {
+            throw .invalid("\"observed\" is only allowed on a remove event")
+        }
+        if input.ifMatch != nil { throw .invalid("\"if_match\" is not part of a stored event") }
+        return Event(id: id, origin: origin, entity: input.entity, body: body, key: input.key, by: input.by, at: input.at)
+    }
+
+    static func ids(_ raw: JSONBytes?, _ what: String) throws(EventStoreError) -> [ULID] {
+        guard let raw else { return [] }
+        var s = JSONScanner(raw.bytes)
+        do { return try idList(&s, what) } catch { throw .invalid(error.isSyntax ? "invalid JSON: \(error)" : error.message) }
+    }
+
+    /// A JSON array of ULID strings, returned sorted and without duplicates.
+    static func idList(_ s: inout JSONScanner, _ what: String) throws(JSONError) -> [ULID] {
+        guard s.peek() == UInt8(ascii: "[") else { throw JSONError(meaning: "\"\(what)\" must be an array of event ids", at: s.offset) }
+        var ids: [ULID] = []
+        try s.readArray { (s) throws(JSONError) in
+            let text = try stringMember(&s, what)
+            guard let id = ULID(utf8: text) else {
+                throw JSONError(meaning: "\"\(what)\" holds \"\(String(decoding: text.prefix(40), as: UTF8.self))\", not an event id: \(ULID.problem(with: text) ?? "")", at: s.offset)
+            }
+            ids.append(id)
+        }
+        return Array(Set(ids)).sorted()
+    }
+
+    /// The canonical JSON of a stored event: keys sorted, no whitespace. Without `id` when
+    /// `includeID` is false (on disk the id is the key, and storing it twice costs bytes).
+    public static func encodeStored(_ event: Event, includeID: Bool = true) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(256)
+        encodeStored(event, includeID: includeID, into: &out)
+        return out
+    }
+
+    public static func encodeStored(_ event: Event, includeID: Bool, into out: inout [UInt8]) {
+        out.append(UInt8(ascii: "{"))
+        // Keys in byte order: at base by element entity fields id key kind observed origin set status
+        if let at = event.at {
+            CanonicalWriter.appendKey("at", to: &out)
+            out.append(contentsOf: at.bytes)
+            out.append(UInt8(ascii: ","))
+        }
+        switch event.body {
+        case .edit(_, let base) where !base.isEmpty:
+            CanonicalWriter.appendKey("base", to: &out)
+            out.append(UInt8(ascii: "{"))
+            for (index, entry) in base.enumerated() {
+                if index > 0 { out.append(UInt8(ascii: ",")) }
+                CanonicalWriter.appendString(entry.field, to: &out)
+                out.append(UInt8(ascii: ":"))
+                appendIDs(entry.heads, to: &out)
+            }
+            out.append(contentsOf: [UInt8(ascii: "}"), UInt8(ascii: ",")])
+        case .status(_, let base) where !base.isEmpty, .restore(let base) where !base.isEmpty:
+            CanonicalWriter.appendKey("base", to: &out)
+            appendIDs(base, to: &out)
+            out.append(UInt8(ascii: ","))
+        default: break
+        }
+        if let by = event.by {
+            CanonicalWriter.appendKey("by", to: &out)
+            CanonicalWriter.appendString(by, to: &out)
+            out.append(UInt8(ascii: ","))
+        }
+        switch event.body {
+        case .add(_, let element), .remove(_, let element, _):
+            CanonicalWriter.appendKey("element", to: &out)
+            out.append(contentsOf: element.bytes)
+            out.append(UInt8(ascii: ","))
+        default: break
+        }
+        CanonicalWriter.appendKey("entity", to: &out)
+        CanonicalWriter.appendString(utf8: event.entity.bytes, to: &out)
+        out.append(UInt8(ascii: ","))
+        if case .edit(let fields, _) = event.body {
+            CanonicalWriter.appendKey("fields", to: &out)
+            out.append(UInt8(ascii: "{"))
+            for (index, field) in fields.enumerated() {
+                if index > 0 { out.append(UInt8(ascii: ",")) }
+                CanonicalWriter.appendString(field.name, to: &out)
+                out.append(UInt8(ascii: ":"))
+                out.append(contentsOf: field.value.bytes)
+            }
+            out.append(contentsOf: [UInt8(ascii: "}"), UInt8(ascii: ",")])
+        }
+        if includeID {
+            CanonicalWriter.appendKey("id", to: &out)
+            appendID(event.id, to: &out)
+            out.append(UInt8(ascii: ","))
+        }
+        if let key = event.key {
+            CanonicalWriter.appendKey("key", to: &out)
+            CanonicalWriter.appendString(key, to: &out)
+            out.append(UInt8(ascii: ","))
+        }
+        CanonicalWriter.appendKey("kind", to: &out)
+        CanonicalWriter.appendString(event.body.kind.rawValue, to: &out)
+        out.append(UInt8(ascii: ","))
+        if case .remove(_, _, let observed) = event.body, !observed.isEmpty {
+            CanonicalWriter.appendKey("observed", to: &out)
+            appendIDs(observed, to: &out)
+            out.append(UInt8(ascii: ","))
+        }
+        CanonicalWriter.appendKey("origin", to: &out)
+        appendID(event.origin, to: &out)
+        switch event.body {
+        case .add(let set, _), .remove(let set, _, _):
+            out.append(UInt8(ascii: ","))
+            CanonicalWriter.appendKey("set", to: &out)
+            CanonicalWriter.appendString(set, to: &out)
+        case .status(let status, _):
+            out.append(UInt8(ascii: ","))
+            CanonicalWriter.appendKey("status", to: &out)
+            CanonicalWriter.appendString(status, to: &out)
+        default: break
+        }
+        out.append(UInt8(ascii: "}"))
+    }
+
+    static func appendID(_ id: ULID, to out: inout [UInt8]) {
+        out.append(UInt8(ascii: "\""))
+        id.appendText(to: &out)
+        out.append(UInt8(ascii: "\""))
+    }
+
+    static func appendIDs(_ ids: [ULID], to out: inout [UInt8]) {
+        out.append(UInt8(ascii: "["))
+        for (index, id) in ids.enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            appendID(id, to: &out)
+        }
+        out.append(UInt8(ascii: "]"))
+    }
+
+    /// Bytes that the `"id":"…",` member adds to an encoding without it.
+    static let idMemberBytes = 6 + ULID.textLength + 2
+}

@@ -1,0 +1,68 @@
+import Projections
+
+/// An error the store reports to its callers: a stable machine reason plus a sentence a
+/// person can act on. The reasons are the API's `data.reason` strings.
+public struct EventStoreError: Error, Equatable, Sendable, CustomStringConvertible {
+    public struct Reason: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+        public let rawValue: String
+        public init(rawValue: String) { self.rawValue = rawValue }
+        public var description: String { rawValue }
+
+        public static let notFound = Reason(rawValue: "not_found")
+        public static let conflict = Reason(rawValue: "conflict")
+        public static let deleted = Reason(rawValue: "deleted")
+        public static let tooLarge = Reason(rawValue: "too_large")
+        public static let invalidEvent = Reason(rawValue: "invalid_event")
+        public static let storageFull = Reason(rawValue: "storage_full")
+        public static let unavailable = Reason(rawValue: "unavailable")
+        public static let forbidden = Reason(rawValue: "forbidden")
+        /// The store's own data is unreadable (corruption, a format this version does not know).
+        public static let corrupt = Reason(rawValue: "corrupt")
+    }
+
+    public var reason: Reason
+    public var message: String
+    /// The position of the offending event in its batch, when there is one.
+    public var index: Int?
+
+    public init(_ reason: Reason, _ message: String, index: Int? = nil) {
+        self.reason = reason
+        self.message = message
+        self.index = index
+    }
+
+    public func at(index: Int) -> EventStoreError {
+        var copy = self
+        copy.index = index
+        return copy
+    }
+
+    public var description: String {
+        if let index { return "\(reason): event \(index): \(message)" }
+        return "\(reason): \(message)"
+    }
+
+    static func invalid(_ message: String) -> EventStoreError {
+        EventStoreError(.invalidEvent, message)
+    }
+}
+
+extension EventStoreError {
+    /// Translates storage-layer errors into the API's reasons.
+    static func from(_ error: any Error) -> EventStoreError {
+        switch error {
+        case let error as EventStoreError:
+            return error
+        case let error as LMDBError where error.isStorageFull:
+            return EventStoreError(.storageFull, "storage is full: \(error.message) Nothing of this request was written; free disk space or raise map_max_bytes, then retry.")
+        case let error as LMDBError:
+            return EventStoreError(.unavailable, "storage error in \(error.operation): \(error.name): \(error.message)")
+        case let error as ZstdError:
+            return EventStoreError(.corrupt, "compression error: \(error)")
+        case let error as CorruptDataError:
+            return EventStoreError(.corrupt, "stored data is unreadable: \(error.message)")
+        default:
+            return EventStoreError(.unavailable, "\(error)")
+        }
+    }
+}

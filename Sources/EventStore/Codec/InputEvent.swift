@@ -1,0 +1,44 @@
+import Projections
+
+/// An event as a client sends it, validated: the input form of the spec.
+public struct InputEvent: Equatable, Sendable {
+    public enum Change: Equatable, Sendable {
+        case edit([FieldChange])
+        case status(String)
+        case add(set: String, element: JSONBytes)
+        case remove(set: String, element: JSONBytes)
+        case delete
+        case restore
+
+        public var kind: EventKind {
+            switch self {
+            case .edit: .edit
+            case .status: .status
+            case .add: .add
+            case .remove: .remove
+            case .delete: .delete
+            case .restore: .restore
+            }
+        }
+    }
+
+    public var entity: EntityKey
+    public var change: Change
+    public var key: String?
+    public var by: String?
+    public var at: JSONBytes?
+    /// The entity version the client last read; a mismatch rejects the batch.
+    public var ifMatch: ULID?
+
+    public init(
+        entity: EntityKey, change: Change, key: String? = nil, by: String? = nil, at: JSONBytes? = nil,
+        ifMatch: ULID? = nil
+    ) {
+        self.entity = entity
+        self.change = change
+        self.key = key
+        self.by = by
+        self.at = at
+        self.ifMatch = ifMatch
+    }
+}

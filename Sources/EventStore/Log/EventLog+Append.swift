@@ -1,0 +1,279 @@
+import Projections
+
+extension EventLog {
+    /// Appends a batch of client events in ONE write transaction: ids, causal context from
+    /// the current projection, the event, its entity and origin index entries, the
+    /// idempotency key and the updated projection. All or nothing: an invalid event, an
+    /// `if_match` mismatch or a deleted entity aborts the whole batch and writes nothing.
+    public func append(_ inputs: [InputEvent]) throws(EventStoreError) -> AppendResult {
+        guard !inputs.isEmpty else { return AppendResult(ids: [], versions: [:], appended: 0) }
+        let result: AppendResult
+        do {
+            result = try writer.withLock { writer throws -> AppendResult in
+                let now = options.wallClock()
+                let (result, clock) = try environment.write { txn -> (AppendResult, HybridClock) in
+                    var batch = try WriteBatch(log: self, txn: txn, clock: writer.clock, now: now)
+                    var ids: [ULID] = []
+                    ids.reserveCapacity(inputs.count)
+                    var appended = 0
+                    for (index, input) in inputs.enumerated() {
+                        do {
+                            if let id = try batch.append(input, txn: &txn, writer: &writer) {
+                                ids.append(id)
+                                appended += 1
+                            }
+                        } catch let error as EventStoreError {
+                            throw error.at(index: index)
+                        } catch let error as EventLog.KeySeen {
+                            ids.append(error.id)
+                        }
+                    }
+                    let versions = try batch.finish(txn: &txn)
+                    return (AppendResult(ids: ids, versions: versions, appended: appended), batch.clock)
+                }
+                writer.clock = clock
+                return result
+            }
+        } catch {
+            throw EventStoreError.from(error)
+        }
+        if options.trainsDictionaryAutomatically, result.appended > 0 {
+            // Training failing never fails the append that is already committed.
+            _ = try? trainDictionaryIfDue()
+        }
+        return result
+    }
+
+    /// Thrown (internally) for an event whose idempotency key was seen before.
+    struct KeySeen: Error {
+        let id: ULID
+    }
+}
+
+/// The state of one write transaction in progress: the entities it touched, in memory,
+/// so each is read from LMDB at most once per batch and written back once at the end.
+struct WriteBatch {
+    let log: EventLog
+    var clock: HybridClock
+    let now: UInt64
+    /// The greatest key in `events`: ids above it go in with MDB_APPEND.
+    var lastEventKey: ULID?
+    var touched: [EntityKey: Touched] = [:]
+    var keysInBatch: [String: ULID] = [:]
+    var skews: [ULID: UInt64] = [:]
+
+    struct Touched {
+        var state: EntityState
+        /// Whether an event was folded in during this batch.
+        var changed = false
+        /// The entity as it was when the batch first read it (nil: new entity).
+        let before: Before?
+        var versionAtStart: ULID? { before?.version }
+    }
+
+    struct Before {
+        let version: ULID?
+        let hash: StateHash
+        let statusKey: [UInt8]?
+    }
+
+    init(log: EventLog, txn: borrowing WriteTransaction, clock: HybridClock, now: UInt64) throws {
+        self.log = log
+        self.clock = clock
+        self.now = now
+        try EventLog.observeStoredIDs(&self.clock, txn: txn, events: log.tables.events, now: now)
+        self.lastEventKey = try txn.withCursor(log.tables.events) { try $0.last() }.flatMap { ULID(bytes: $0.key) }
+    }
+
+    // MARK: Local appends
+
+    /// Appends one input. Returns its new id; throws `KeySeen` when its key was seen before.
+    mutating func append(_ input: InputEvent, txn: inout WriteTransaction, writer: inout EventLog.Writer) throws -> ULID? {
+        let tables = log.tables
+        if let key = input.key {
+            if let id = keysInBatch[key] { throw EventLog.KeySeen(id: id) }
+            if let stored = try txn.get(tables.keys, Array(key.utf8)), let id = ULID(bytes: stored) {
+                _ = try load(input.entity, txn: txn)
+                throw EventLog.KeySeen(id: id)
+            }
+        }
+        var entry = try load(input.entity, txn: txn)
+        let entity = input.entity
+        if let expected = input.ifMatch, expected != entry.versionAtStart {
+            let actual = entry.versionAtStart.map { "is at version \($0)" } ?? "does not exist yet"
+            throw EventStoreError(.conflict, "\(entity) \(actual), not \(expected) (if_match): read it again and retry")
+        }
+        let state = entry.state
+        let body: EventBody
+        switch input.change {
+        case .restore:
+            guard state.isDeleted else {
+                throw EventStoreError(.conflict, "\(entity) is not deleted: there is nothing to restore")
+            }
+            body = .restore(base: state.liveDeletes)
+        case _ where state.isDeleted:
+            throw EventStoreError(.deleted, "\(entity) is deleted: restore it first (kind \"restore\"), then \(input.change.kind.rawValue) it")
+        case .edit(let fields):
+            let base = fields.compactMap { field -> FieldBase? in
+                let heads = state.heads(ofField: field.name)
+                return heads.isEmpty ? nil : FieldBase(field: field.name, heads: heads)
+            }
+            body = .edit(fields: fields, base: base)
+        case .status(let status):
+            body = .status(status, base: state.statusHeads)
+        case .add(let set, let element):
+            body = .add(set: set, element: element)
+        case .remove(let set, let element):
+            body = .remove(set: set, element: element, observed: state.liveAdds(set: set, element: element))
+        case .delete:
+            body = .delete
+        }
+        let id = clock.next(now: now, using: &writer.random)
+        let event = Event(id: id, origin: log.nodeID, entity: entity, body: body, key: input.key, by: input.by, at: input.at)
+        try write(event, txn: &txn, writer: &writer)
+        if let key = input.key {
+            try txn.put(tables.keys, Array(key.utf8), id.bytes)
+            keysInBatch[key] = id
+        }
+        try fold(event, into: &entry, txn: txn)
+        touched[entity] = entry
+        return id
+    }
+
+    // MARK: Shared by append and ingest
+
+    /// The entity as this batch sees it, read from `projections` on first use.
+    mutating func load(_ entity: EntityKey, txn: borrowing WriteTransaction) throws -> Touched {
+        if let entry = touched[entity] { return entry }
+        let entry: Touched
+        if let record = try txn.get(log.tables.projections, entity.bytes) {
+            let (hash, state) = try EventLog.decodeProjection(record, entity: entity)
+            entry = Touched(
+                state: state, before: Before(version: state.version, hash: hash, statusKey: EventLog.statusKey(state)))
+        } else {
+            entry = Touched(state: EntityState(entity: entity), before: nil)
+        }
+        touched[entity] = entry
+        return entry
+    }
+
+    /// Writes an event and its index entries (not the projection).
+    mutating func write(_ event: Event, txn: inout WriteTransaction, writer: inout EventLog.Writer) throws {
+        let tables = log.tables
+        let payload = EventCodec.encodeStored(event, includeID: false)
+        let storedSize = payload.count + EventCodec.idMemberBytes
+        guard storedSize <= log.options.maxEventBytes else {
+            throw EventStoreError(
+                .tooLarge,
+                "the event is \(storedSize) bytes in its stored form; the limit is \(log.options.maxEventBytes) (max_event_bytes): split it or store large content elsewhere"
+            )
+        }
+        let value = try StoredValue.encode(
+            payload: payload, dictionaryVersion: writer.dictionaryVersion, dictionary: writer.dictionary,
+            compressor: writer.compressor)
+        let key = event.id.bytes
+        if lastEventKey.map({ $0 < event.id }) ?? true {
+            try txn.put(tables.events, key, value, flags: .append)
+            lastEventKey = event.id
+        } else {
+            try txn.put(tables.events, key, value, flags: .noOverwrite)
+        }
+        try txn.put(tables.entityIndex, event.entity.bytes, key)
+        try txn.put(tables.originIndex, event.origin.bytes, key)
+    }
+
+    /// Folds an event (already written) into its entity's state.
+    func fold(_ event: Event, into entry: inout Touched, txn: borrowing WriteTransaction) throws {
+        let tables = log.tables
+        var isFoldedError: (any Error)?
+        let outcome = entry.state.apply(event) { id in
+            do {
+                return try txn.withCursor(tables.entityIndex) { cursor in
+                    try cursor.seekBoth(event.entity.bytes, id.bytes)?.value == id.bytes
+                }
+            } catch {
+                isFoldedError = error
+                return false
+            }
+        }
+        if let isFoldedError { throw isFoldedError }
+        if outcome == .needsRefold {
+            entry.state = try log.refold(event.entity, txn: txn)
+        }
+        entry.changed = true
+    }
+
+    /// Writes every touched projection back, with the status index, the conflicts table
+    /// and the digest; returns each entity's version.
+    mutating func finish(txn: inout WriteTransaction) throws -> [EntityKey: ULID] {
+        let tables = log.tables
+        var digest = try txn.get(tables.meta, EventLog.Meta.digest).flatMap(StateDigest.init(bytes:)) ?? StateDigest()
+        var versions: [EntityKey: ULID] = [:]
+        for (entity, entry) in touched {
+            let state = entry.state
+            if let version = state.version { versions[entity] = version }
+            guard entry.changed else { continue }
+            let canonical = state.canonicalJSON()
+            let hash = StateHash(canonicalState: canonical)
+            if let before = entry.before { digest.remove(before.hash) }
+            digest.add(hash)
+            try txn.put(tables.projections, entity.bytes, EventLog.encodeProjection(state, hash: hash))
+
+            let statusKey = EventLog.statusKey(state)
+            if statusKey != entry.before?.statusKey {
+                if let old = entry.before?.statusKey { _ = try txn.delete(tables.statusIndex, old, value: entity.bytes) }
+                if let statusKey { try txn.put(tables.statusIndex, statusKey, entity.bytes) }
+            }
+            if state.hasConflicts {
+                try txn.put(tables.conflicts, entity.bytes, EventLog.conflictRecord(state))
+            } else if entry.before != nil {
+                _ = try txn.delete(tables.conflicts, entity.bytes)
+            }
+        }
+        try txn.put(tables.meta, EventLog.Meta.digest, digest.bytes)
+        for (origin, lead) in skews {
+            let previous = try txn.get(tables.skew, origin.bytes).map(uint64(bigEndian:)) ?? 0
+            if lead > previous { try txn.put(tables.skew, origin.bytes, bigEndian(lead)) }
+        }
+        return versions
+    }
+}
+
+extension EventLog {
+    static func encodeProjection(_ state: EntityState, hash: StateHash) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(16 + 256)
+        ULID(high: hash.high, low: hash.low).append(to: &out)
+        out.append(contentsOf: state.encoded())
+        return out
+    }
+
+    static func decodeProjection(_ record: [UInt8], entity: EntityKey) throws -> (StateHash, EntityState) {
+        guard record.count > 16, let raw = ULID(bytes: record) else {
+            throw CorruptDataError("projection record of \(entity) is truncated")
+        }
+        let state = try EntityState(entity: entity, decoding: Array(record[16...]))
+        return (StateHash(high: raw.high, low: raw.low), state)
+    }
+
+    /// `TYPE 0x00 STATUS`, the status index key of an entity, or nil without a status.
+    static func statusKey(_ state: EntityState) -> [UInt8]? {
+        guard let current = state.currentStatus else { return nil }
+        var key = Array(state.entity.bytes[..<state.entity.typeLength])
+        key.append(0)
+        key.append(contentsOf: current.status.utf8)
+        return key
+    }
+
+    static func conflictRecord(_ state: EntityState) -> [UInt8] {
+        var out = Array("{\"fields\":[".utf8)
+        for (index, name) in state.conflictingFields.enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            CanonicalWriter.appendString(name, to: &out)
+        }
+        out.append(contentsOf: Array("],\"status\":".utf8))
+        CanonicalWriter.appendBool(state.hasStatusConflict, to: &out)
+        out.append(UInt8(ascii: "}"))
+        return out
+    }
+}

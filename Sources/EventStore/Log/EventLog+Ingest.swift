@@ -1,0 +1,152 @@
+import Foundation
+import Projections
+
+extension EventLog {
+    /// Takes events replicated from a peer, in their stored form (canonical JSON with id
+    /// and origin), in ONE write transaction.
+    ///
+    /// Ids and origins are kept. Events already held are skipped (deduplicated by id, not
+    /// by idempotency key). An event that fails validation goes to the dead-letter table
+    /// with the reason and never blocks the valid ones around it.
+    public func ingest(_ rawEvents: [[UInt8]], from peer: String? = nil) throws(EventStoreError) -> IngestResult {
+        guard !rawEvents.isEmpty else { return IngestResult() }
+        do {
+            return try writer.withLock { writer throws -> IngestResult in
+                let now = options.wallClock()
+                let (result, clock) = try environment.write { txn -> (IngestResult, HybridClock) in
+                    var batch = try WriteBatch(log: self, txn: txn, clock: writer.clock, now: now)
+                    var result = IngestResult()
+                    var seen = Set<ULID>()
+                    for raw in rawEvents {
+                        let event: Event
+                        do {
+                            event = try EventCodec.decodeStored(raw)
+                            let size = EventCodec.encodeStored(event).count
+                            guard size <= options.maxEventBytes else {
+                                throw EventStoreError(.tooLarge, "the event is \(size) bytes in its stored form; the limit is \(options.maxEventBytes) (max_event_bytes)")
+                            }
+                        } catch let error as EventStoreError {
+                            result.deadLettered.append(try batch.deadLetter(raw, reason: error, peer: peer, txn: &txn))
+                            continue
+                        }
+                        if try seen.contains(event.id) || txn.get(tables.events, event.id.bytes) != nil {
+                            result.skipped += 1
+                            continue
+                        }
+                        seen.insert(event.id)
+                        if let lead = batch.clock.observe(event.id, now: now) {
+                            batch.skews[event.origin] = max(batch.skews[event.origin] ?? 0, lead)
+                        }
+                        try batch.write(event, txn: &txn, writer: &writer)
+                        var entry = try batch.load(event.entity, txn: txn)
+                        try batch.fold(event, into: &entry, txn: txn)
+                        batch.touched[event.entity] = entry
+                        result.ingested.append(event.id)
+                    }
+                    _ = try batch.finish(txn: &txn)
+                    return (result, batch.clock)
+                }
+                writer.clock = clock
+                return result
+            }
+        } catch {
+            throw EventStoreError.from(error)
+        }
+    }
+}
+
+extension WriteBatch {
+    /// Keeps an event that failed validation, with why, where it came from and when.
+    mutating func deadLetter(_ raw: [UInt8], reason: EventStoreError, peer: String?, txn: inout WriteTransaction) throws -> DeadLetter {
+        let (id, origin) = EventCodec.identity(of: raw)
+        // From the hybrid clock, so dead letters keep the order they arrived in.
+        let key = clock.next(now: now)
+        let kept = Array(raw.prefix(DeadLetter.maxRawBytes))
+        let letter = DeadLetter(
+            key: key, id: id, origin: origin, peer: peer, reason: "\(reason.reason): \(reason.message)", receivedAt: now,
+            raw: kept)
+        try txn.put(log.tables.deadLetters, key.bytes, letter.canonicalJSON(), flags: .noOverwrite)
+        return letter
+    }
+}
+
+extension DeadLetter {
+    /// Raw bytes kept per dead letter; the rest is cut (the reason says what was wrong).
+    public static let maxRawBytes = 64 * 1024
+
+    /// `{"id","origin","peer","raw","reason","received_at"}` as canonical JSON.
+    public func canonicalJSON() -> [UInt8] {
+        var out = Array("{".utf8)
+        func optional(_ key: StaticString, _ value: String?) {
+            CanonicalWriter.appendKey(key, to: &out)
+            if let value { CanonicalWriter.appendString(value, to: &out) } else { CanonicalWriter.appendNull(to: &out) }
+            out.append(UInt8(ascii: ","))
+        }
+        optional("id", id)
+        optional("key", key.description)
+        optional("origin", origin)
+        optional("peer", peer)
+        // Raw bytes as text; invalid UTF-8 shows as U+FFFD.
+        optional("raw", String(decoding: raw, as: UTF8.self))
+        optional("reason", reason)
+        CanonicalWriter.appendKey("received_at", to: &out)
+        CanonicalWriter.appendString(EventLog.timestamp(milliseconds: receivedAt), to: &out)
+        out.append(UInt8(ascii: "}"))
+        return out
+    }
+
+    init(key: ULID, decoding record: [UInt8]) throws {
+        var scanner = JSONScanner(record)
+        var letter = DeadLetter(key: key, id: nil, origin: nil, peer: nil, reason: "", receivedAt: 0, raw: [])
+        try scanner.readObject { (name, s) throws(JSONError) in
+            let value: String? = s.readNull() ? nil : try s.readString()
+            switch String(decoding: name, as: UTF8.self) {
+            case "id": letter.id = value
+            case "origin": letter.origin = value
+            case "peer": letter.peer = value
+            case "raw": letter.raw = Array((value ?? "").utf8)
+            case "reason": letter.reason = value ?? ""
+            case "received_at": letter.receivedAt = EventLog.milliseconds(fromTimestamp: value ?? "") ?? 0
+            default: break
+            }
+        }
+        self = letter
+    }
+}
+
+extension EventCodec {
+    /// The `id` and `origin` strings of an event that may not be valid, when they can be read.
+    static func identity(of raw: [UInt8]) -> (id: String?, origin: String?) {
+        var scanner = JSONScanner(raw)
+        var id: String?
+        var origin: String?
+        try? scanner.readObject { (key, s) throws(JSONError) in
+            let name = String(decoding: key, as: UTF8.self)
+            if (name == "id" || name == "origin"), s.peek() == UInt8(ascii: "\"") {
+                let value = String(try s.readString().prefix(64))
+                if name == "id" { id = value } else { origin = value }
+            } else {
+                try s.skipValue()
+            }
+        }
+        return (id, origin)
+    }
+}
+
+extension EventLog {
+    /// RFC 3339 UTC with milliseconds.
+    static func timestamp(milliseconds: UInt64) -> String {
+        let date = Date(timeIntervalSince1970: Double(milliseconds) / 1000)
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        formatter.timeZone = TimeZone(identifier: "UTC")
+        return formatter.string(from: date)
+    }
+
+    static func milliseconds(fromTimestamp text: String) -> UInt64? {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        guard let date = formatter.date(from: text) else { return nil }
+        return UInt64(max(0, date.timeIntervalSince1970 * 1000).rounded())
+    }
+}

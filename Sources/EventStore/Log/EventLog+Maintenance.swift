@@ -1,0 +1,146 @@
+import Projections
+
+/// What `EventLog.rebuild(verify:)` found.
+public struct RebuildReport: Equatable, Sendable {
+    public var entities: Int = 0
+    public var events: Int = 0
+    /// Entities whose stored projection differed from a fold of their events.
+    public var mismatched: [EntityKey] = []
+    /// Whether the stored digest differed from the digest of the folded states.
+    public var digestMismatch = false
+}
+
+extension EventLog {
+    /// Folds every entity again from the log. With `verify`, compares against the stored
+    /// projections and changes nothing; otherwise replaces projections, the status index,
+    /// the conflicts table and the digest.
+    @discardableResult
+    public func rebuild(verify: Bool = false) throws(EventStoreError) -> RebuildReport {
+        do {
+            return try writer.withLock { _ throws -> RebuildReport in
+                try environment.write { txn -> RebuildReport in
+                    var report = RebuildReport()
+                    var digest = StateDigest()
+                    var entities: [EntityKey] = []
+                    try txn.withCursor(tables.entityIndex) { cursor in
+                        var item = try cursor.first()
+                        while let current = item {
+                            entities.append(EntityKey(validated: current.key))
+                            item = try cursor.nextNoDup()
+                        }
+                    }
+                    if !verify {
+                        try txn.drop(tables.projections)
+                        try txn.drop(tables.statusIndex)
+                        try txn.drop(tables.conflicts)
+                    }
+                    for entity in entities {
+                        let state = try refold(entity, txn: txn)
+                        let hash = StateHash(canonicalState: state.canonicalJSON())
+                        digest.add(hash)
+                        report.entities += 1
+                        report.events += state.eventCount
+                        let record = EventLog.encodeProjection(state, hash: hash)
+                        if verify {
+                            if try txn.get(tables.projections, entity.bytes) != record { report.mismatched.append(entity) }
+                            continue
+                        }
+                        try txn.put(tables.projections, entity.bytes, record)
+                        if let key = EventLog.statusKey(state) { try txn.put(tables.statusIndex, key, entity.bytes) }
+                        if state.hasConflicts { try txn.put(tables.conflicts, entity.bytes, EventLog.conflictRecord(state)) }
+                    }
+                    let stored = try txn.get(tables.meta, Meta.digest).flatMap(StateDigest.init(bytes:)) ?? StateDigest()
+                    report.digestMismatch = stored != digest
+                    if verify {
+                        report.mismatched.append(contentsOf: try projectionsWithoutEvents(txn: txn, known: Set(entities)))
+                        throw VerifyOnly(report: report)
+                    }
+                    try txn.put(tables.meta, Meta.digest, digest.bytes)
+                    return report
+                }
+            }
+        } catch let verified as VerifyOnly {
+            return verified.report
+        } catch {
+            throw EventStoreError.from(error)
+        }
+    }
+
+    /// Aborts a verifying rebuild's transaction (it must change nothing) and carries its report.
+    struct VerifyOnly: Error {
+        let report: RebuildReport
+    }
+
+    func projectionsWithoutEvents(txn: borrowing WriteTransaction, known: Set<EntityKey>) throws -> [EntityKey] {
+        try txn.withCursor(tables.projections) { cursor in
+            var orphans: [EntityKey] = []
+            var item = try cursor.first()
+            while let current = item {
+                let entity = EntityKey(validated: current.key)
+                if !known.contains(entity) { orphans.append(entity) }
+                item = try cursor.next()
+            }
+            return orphans
+        }
+    }
+
+    // MARK: - Compression dictionary
+
+    /// Whether the store has grown enough since the last training to train a dictionary.
+    public func dictionaryTrainingDue() throws(EventStoreError) -> Bool {
+        try reading { txn in
+            let count = try txn.stat(tables.events).entries
+            let trainedAt = try txn.get(tables.meta, Meta.dictionaryTrainedAt).map(uint64(bigEndian:)) ?? 0
+            let next = max(UInt64(options.dictionaryTrainingThreshold), trainedAt.multipliedReportingOverflow(by: 10).partialValue)
+            return UInt64(count) >= next
+        }
+    }
+
+    /// Trains a new dictionary from the newest events when due, stores it under the next
+    /// version and makes it current. Events written before keep their own dictionary.
+    /// - Returns: the new version, or nil when training was not due.
+    @discardableResult
+    public func trainDictionaryIfDue() throws(EventStoreError) -> UInt32? {
+        guard try dictionaryTrainingDue() else { return nil }
+        return try trainDictionary()
+    }
+
+    /// Trains and installs a new dictionary now.
+    @discardableResult
+    public func trainDictionary() throws(EventStoreError) -> UInt32 {
+        // Sample outside the writer: a read transaction does not block appends.
+        let (samples, count) = try reading { txn -> ([[UInt8]], Int) in
+            let count = try txn.stat(tables.events).entries
+            let samples = try txn.withCursor(tables.events) { cursor in
+                var samples: [[UInt8]] = []
+                var item = try cursor.last()
+                while let current = item, samples.count < options.dictionarySampleCount {
+                    samples.append(try payload(of: current.value, txn: txn))
+                    item = try cursor.prev()
+                }
+                return samples
+            }
+            return (samples, count)
+        }
+        do {
+            let bytes = try DictionaryTrainer.train(samples: samples, capacity: options.dictionaryCapacity)
+            let dictionary = try CompressionDictionary(bytes: bytes, level: options.compressionLevel)
+            return try writer.withLock { writer throws -> UInt32 in
+                let version = try environment.write { txn -> UInt32 in
+                    let current = try txn.get(tables.meta, Meta.dictionaryVersion).map { $0.reduce(UInt32(0)) { $0 << 8 | UInt32($1) } } ?? 0
+                    let version = current + 1
+                    try txn.put(tables.dictionaries, bigEndian(version), bytes)
+                    try txn.put(tables.meta, Meta.dictionaryVersion, bigEndian(version))
+                    try txn.put(tables.meta, Meta.dictionaryTrainedAt, bigEndian(UInt64(count)))
+                    return version
+                }
+                dictionaries.withLock { $0[version] = dictionary }
+                writer.dictionaryVersion = version
+                writer.dictionary = dictionary
+                return version
+            }
+        } catch {
+            throw EventStoreError.from(error)
+        }
+    }
+}

@@ -1,0 +1,204 @@
+import Projections
+
+extension EventLog {
+    /// Runs `body` in a read transaction, translating storage errors.
+    func reading<R>(_ body: (borrowing ReadTransaction) throws -> R) throws(EventStoreError) -> R {
+        do {
+            return try environment.read(body)
+        } catch {
+            throw EventStoreError.from(error)
+        }
+    }
+
+    /// One event by id, or nil.
+    public func event(_ id: ULID) throws(EventStoreError) -> Event? {
+        try reading { txn in try readEvent(id, txn: txn) }
+    }
+
+    /// Events in id order after `after` (exclusive), at most `limit`, and the cursor for
+    /// the next page (nil at the end).
+    public func events(after: ULID? = nil, limit: Int = 1000) throws(EventStoreError) -> (events: [Event], next: ULID?) {
+        try reading { txn in
+            try txn.withCursor(tables.events) { cursor in
+                var out: [Event] = []
+                var item = try after.map { after in
+                    try cursor.seek(after.bytes).flatMap { $0.key == after.bytes ? try cursor.next() : $0 }
+                } ?? cursor.first()
+                while let current = item, out.count < limit {
+                    guard let id = ULID(bytes: current.key) else { throw CorruptDataError("event key is not an id") }
+                    out.append(try decodeValue(current.value, id: id, txn: txn))
+                    item = try cursor.next()
+                }
+                return (out, item == nil ? nil : out.last?.id)
+            }
+        }
+    }
+
+    /// The events of one entity in id order, after `after`, at most `limit`.
+    public func events(ofEntity entity: EntityKey, after: ULID? = nil, limit: Int = 1000) throws(EventStoreError) -> (events: [Event], next: ULID?) {
+        try reading { txn in
+            let (ids, more) = try eventIDs(in: tables.entityIndex, key: entity.bytes, after: after, limit: limit, txn: txn)
+            let events = try ids.map { id in
+                guard let event = try readEvent(id, txn: txn) else { throw CorruptDataError("index names a missing event \(id)") }
+                return event
+            }
+            return (events, more ? ids.last : nil)
+        }
+    }
+
+    /// The events created by one node, in id order, after `after`, at most `limit`.
+    public func events(ofOrigin origin: ULID, after: ULID? = nil, limit: Int = 1000) throws(EventStoreError) -> (events: [Event], next: ULID?) {
+        try reading { txn in
+            let (ids, more) = try eventIDs(in: tables.originIndex, key: origin.bytes, after: after, limit: limit, txn: txn)
+            let events = try ids.map { id in
+                guard let event = try readEvent(id, txn: txn) else { throw CorruptDataError("index names a missing event \(id)") }
+                return event
+            }
+            return (events, more ? ids.last : nil)
+        }
+    }
+
+    /// Ids of one origin's events after `after`, at most `limit` (no decoding).
+    public func eventIDs(ofOrigin origin: ULID, after: ULID? = nil, limit: Int = 1000) throws(EventStoreError) -> [ULID] {
+        try reading { txn in try eventIDs(in: tables.originIndex, key: origin.bytes, after: after, limit: limit, txn: txn).ids }
+    }
+
+    /// The version vector: for each origin, the greatest id held.
+    public func versionVector() throws(EventStoreError) -> [ULID: ULID] {
+        try reading { txn in
+            try txn.withCursor(tables.originIndex) { cursor in
+                var vector: [ULID: ULID] = [:]
+                var item = try cursor.first()
+                while let current = item {
+                    if let origin = ULID(bytes: current.key), let last = try cursor.lastDup(), let id = ULID(bytes: last.value) {
+                        vector[origin] = id
+                    }
+                    item = try cursor.nextNoDup()
+                }
+                return vector
+            }
+        }
+    }
+
+    /// The current state of an entity, or nil when no event of it is held.
+    public func state(of entity: EntityKey) throws(EventStoreError) -> EntityState? {
+        try reading { txn in
+            try txn.get(tables.projections, entity.bytes).map { try EventLog.decodeProjection($0, entity: entity).1 }
+        }
+    }
+
+    /// Counts and fingerprints for `status`.
+    public func statistics() throws(EventStoreError) -> StoreStatistics {
+        let info = environment.info()
+        return try reading { txn in
+            var skewed: [ULID: UInt64] = [:]
+            try txn.withCursor(tables.skew) { cursor in
+                var item = try cursor.first()
+                while let current = item {
+                    if let origin = ULID(bytes: current.key) { skewed[origin] = uint64(bigEndian: current.value) }
+                    item = try cursor.next()
+                }
+            }
+            return StoreStatistics(
+                events: try txn.stat(tables.events).entries,
+                entities: try txn.stat(tables.projections).entries,
+                conflicts: try txn.stat(tables.conflicts).entries,
+                deadLetters: try txn.stat(tables.deadLetters).entries,
+                bytesUsed: info.usedBytes,
+                mapSize: info.mapSize,
+                digest: try txn.get(tables.meta, Meta.digest).flatMap(StateDigest.init(bytes:)) ?? StateDigest(),
+                dictionaryVersion: try txn.get(tables.meta, Meta.dictionaryVersion).map { $0.reduce(UInt32(0)) { $0 << 8 | UInt32($1) } } ?? 0,
+                skewedOrigins: skewed)
+        }
+    }
+
+    /// Dead letters in the order received, after `after`, at most `limit`.
+    public func deadLetters(after: ULID? = nil, limit: Int = 100) throws(EventStoreError) -> [DeadLetter] {
+        try reading { txn in
+            try txn.withCursor(tables.deadLetters) { cursor in
+                var out: [DeadLetter] = []
+                var item = try after.map { after in
+                    try cursor.seek(after.bytes).flatMap { $0.key == after.bytes ? try cursor.next() : $0 }
+                } ?? cursor.first()
+                while let current = item, out.count < limit {
+                    guard let key = ULID(bytes: current.key) else { break }
+                    out.append(try DeadLetter(key: key, decoding: current.value))
+                    item = try cursor.next()
+                }
+                return out
+            }
+        }
+    }
+
+    // MARK: - Inside a transaction
+
+    func eventIDs(in index: Database, key: [UInt8], after: ULID?, limit: Int, txn: borrowing some TransactionReading & ~Copyable) throws -> (ids: [ULID], more: Bool) {
+        try txn.withCursor(index) { cursor in
+            var ids: [ULID] = []
+            var item: (key: [UInt8], value: [UInt8])?
+            if let after {
+                item = try cursor.seekBoth(key, after.bytes)
+                if let found = item, found.value == after.bytes { item = try cursor.nextDup() }
+            } else {
+                item = try cursor.seekExact(key)
+            }
+            while let current = item, ids.count < limit {
+                guard let id = ULID(bytes: current.value) else { throw CorruptDataError("index value is not an id") }
+                ids.append(id)
+                item = try cursor.nextDup()
+            }
+            return (ids, item != nil)
+        }
+    }
+
+    func readEvent(_ id: ULID, txn: borrowing some TransactionReading & ~Copyable) throws -> Event? {
+        guard let value = try txn.get(tables.events, id.bytes) else { return nil }
+        return try decodeValue(value, id: id, txn: txn)
+    }
+
+    /// The canonical JSON payload (without id) of a stored value.
+    func payload(of value: [UInt8], txn: borrowing some TransactionReading & ~Copyable) throws -> [UInt8] {
+        let (version, frame) = try StoredValue.decode(value)
+        let dictionary = try dictionary(version, txn: txn)
+        return try decompressors.withDecompressor { decompressor in
+            try decompressor.decompress(frame, dictionary: dictionary, maxSize: StoreOptions.absoluteMaxEventBytes)
+        }
+    }
+
+    func decodeValue(_ value: [UInt8], id: ULID, txn: borrowing some TransactionReading & ~Copyable) throws -> Event {
+        let payload = try payload(of: value, txn: txn)
+        do {
+            return try EventCodec.decodeStored(payload, id: id)
+        } catch {
+            throw EventStoreError(.corrupt, "stored event \(id) does not decode: \(error.message)")
+        }
+    }
+
+    func dictionary(_ version: UInt32, txn: borrowing some TransactionReading & ~Copyable) throws -> CompressionDictionary? {
+        guard version != 0 else { return nil }
+        if let cached = dictionaries.withLock({ $0[version] }) { return cached }
+        guard let bytes = try txn.get(tables.dictionaries, bigEndian(version)) else {
+            throw EventStoreError(.corrupt, "compression dictionary \(version) is missing from the store")
+        }
+        let loaded = try CompressionDictionary(bytes: bytes, level: options.compressionLevel)
+        dictionaries.withLock { $0[version] = loaded }
+        return loaded
+    }
+
+    /// Folds an entity again from all its events (the rare path: an event arrived that a
+    /// folded one already names).
+    func refold(_ entity: EntityKey, txn: borrowing some TransactionReading & ~Copyable) throws -> EntityState {
+        var events: [Event] = []
+        var after: ULID?
+        while true {
+            let (ids, more) = try eventIDs(in: tables.entityIndex, key: entity.bytes, after: after, limit: 4096, txn: txn)
+            for id in ids {
+                guard let event = try readEvent(id, txn: txn) else { throw CorruptDataError("index names a missing event \(id)") }
+                events.append(event)
+            }
+            guard more, let last = ids.last else { break }
+            after = last
+        }
+        return Projection.fold(entity, events)
+    }
+}

@@ -1,0 +1,187 @@
+import Foundation
+import Projections
+import Synchronization
+
+/// The event log: one LMDB environment holding every event, its indices and the
+/// projections, all updated in the same write transaction.
+///
+/// - Important: One writer at a time (`writer` serializes them); any number of readers
+///   run in parallel on their own read transactions and never wait for the writer.
+public final class EventLog: Sendable {
+    public let directory: String
+    public let options: StoreOptions
+    /// This node's id: the `origin` of every event appended here.
+    public let nodeID: ULID
+
+    let environment: Environment
+    let tables: Tables
+    /// Held for the whole of each write: the clock, the compressor and the current
+    /// dictionary belong to whoever writes.
+    let writer: Mutex<Writer>
+    /// Dictionaries by version, for decoding; filled lazily from the `dictionaries` table.
+    let dictionaries: Mutex<[UInt32: CompressionDictionary]>
+    let decompressors = DecompressorPool()
+
+    struct Writer: ~Copyable {
+        var clock: HybridClock
+        let compressor: Compressor
+        var dictionaryVersion: UInt32
+        var dictionary: CompressionDictionary?
+        var random = SystemRandomNumberGenerator()
+    }
+
+    /// The named databases of the environment.
+    struct Tables: Sendable {
+        /// ULID (16 bytes) → stored value (header + zstd frame).
+        let events: Database
+        /// entity bytes → event ids (dupsort, 16-byte values).
+        let entityIndex: Database
+        /// origin (16 bytes) → event ids (dupsort, 16-byte values).
+        let originIndex: Database
+        /// entity bytes → state hash (16 bytes) + compact state.
+        let projections: Database
+        /// idempotency key → event id.
+        let keys: Database
+        /// TYPE 0x00 STATUS → entity bytes (dupsort).
+        let statusIndex: Database
+        /// entity bytes → {"fields":[...],"status":bool} for entities with conflicts.
+        let conflicts: Database
+        /// local ULID → dead letter as canonical JSON.
+        let deadLetters: Database
+        /// peer name → peer record (used by replication).
+        let peers: Database
+        /// version (4 bytes, big-endian) → zstd dictionary.
+        let dictionaries: Database
+        /// origin (16 bytes) → largest lead over our clock seen, ms (8 bytes, big-endian).
+        let skew: Database
+        /// small named values: format, node id, digest, dictionary version.
+        let meta: Database
+    }
+
+    enum Meta {
+        static let format = Array("format".utf8)
+        static let nodeID = Array("node_id".utf8)
+        static let digest = Array("digest".utf8)
+        static let dictionaryVersion = Array("dictionary_version".utf8)
+        static let dictionaryTrainedAt = Array("dictionary_trained_at".utf8)
+    }
+
+    /// The store format this version writes and reads.
+    public static let formatVersion: UInt32 = 1
+
+    /// Opens (creating when needed) the store in `directory`.
+    public static func open(directory: String, options: StoreOptions = StoreOptions()) throws(EventStoreError) -> EventLog {
+        do {
+            return try EventLog(directory: directory, options: options)
+        } catch {
+            throw EventStoreError.from(error)
+        }
+    }
+
+    private init(directory: String, options: StoreOptions) throws {
+        self.directory = directory
+        self.options = options
+        let environment = try Environment(directory: directory, options: options.environment)
+        self.environment = environment
+        self.tables = Tables(
+            events: try environment.openDatabase("events", flags: [.create]),
+            entityIndex: try environment.openDatabase("entity_index", flags: [.create, .dupSort, .dupFixed]),
+            originIndex: try environment.openDatabase("origin_index", flags: [.create, .dupSort, .dupFixed]),
+            projections: try environment.openDatabase("projections", flags: [.create]),
+            keys: try environment.openDatabase("idempotency_keys", flags: [.create]),
+            statusIndex: try environment.openDatabase("status_index", flags: [.create, .dupSort]),
+            conflicts: try environment.openDatabase("conflicts", flags: [.create]),
+            deadLetters: try environment.openDatabase("dead_letters", flags: [.create]),
+            peers: try environment.openDatabase("peers", flags: [.create]),
+            dictionaries: try environment.openDatabase("dictionaries", flags: [.create]),
+            skew: try environment.openDatabase("clock_skew", flags: [.create]),
+            meta: try environment.openDatabase("meta", flags: [.create])
+        )
+        let tables = self.tables
+        let now = options.wallClock()
+        let (nodeID, dictionaryVersion, dictionaryBytes, clock) = try environment.write { txn in
+            if let format = try txn.get(tables.meta, Meta.format) {
+                guard format.count == 4 else { throw EventStoreError(.corrupt, "the store's format marker is unreadable") }
+                let version = format.reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
+                guard version <= EventLog.formatVersion else {
+                    throw EventStoreError(.corrupt, "this store was written by a newer evstore (format \(version)); this version reads format \(EventLog.formatVersion) and older. Upgrade evstore.")
+                }
+            } else {
+                guard try txn.stat(tables.events).entries == 0 else {
+                    throw EventStoreError(.corrupt, "the store holds events but no format marker; it was not made by evstore")
+                }
+                try txn.put(tables.meta, Meta.format, bigEndian(EventLog.formatVersion))
+            }
+            let nodeID: ULID
+            if let stored = try txn.get(tables.meta, Meta.nodeID), let id = ULID(bytes: stored), stored.count == 16 {
+                nodeID = id
+            } else {
+                var clock = HybridClock(maxSkewMilliseconds: options.maxClockSkewMilliseconds)
+                nodeID = clock.next(now: now)
+                try txn.put(tables.meta, Meta.nodeID, nodeID.bytes)
+            }
+            let version = try txn.get(tables.meta, Meta.dictionaryVersion).map { $0.reduce(UInt32(0)) { $0 << 8 | UInt32($1) } } ?? 0
+            let dictionary = version == 0 ? nil : try txn.get(tables.dictionaries, bigEndian(version))
+            var clock = HybridClock(maxSkewMilliseconds: options.maxClockSkewMilliseconds)
+            // Our own ids always count, however far ahead a past wall clock put them.
+            if let lastLocal = try txn.withCursor(tables.originIndex, { cursor in
+                try cursor.seekExact(nodeID.bytes) == nil ? nil : try cursor.lastDup()
+            }), let id = ULID(bytes: lastLocal.value) {
+                if clock.last < id { clock = HybridClock(maxSkewMilliseconds: options.maxClockSkewMilliseconds, last: id) }
+            }
+            try EventLog.observeStoredIDs(&clock, txn: txn, events: tables.events, now: now)
+            return (nodeID, version, dictionary, clock)
+        }
+        self.nodeID = nodeID
+        var dictionary: CompressionDictionary?
+        var cache: [UInt32: CompressionDictionary] = [:]
+        if let dictionaryBytes {
+            let loaded = try CompressionDictionary(bytes: dictionaryBytes, level: options.compressionLevel)
+            dictionary = loaded
+            cache[dictionaryVersion] = loaded
+        }
+        self.dictionaries = Mutex(cache)
+        self.writer = Mutex(
+            Writer(
+                clock: clock, compressor: Compressor(level: options.compressionLevel),
+                dictionaryVersion: dictionaryVersion, dictionary: dictionary))
+    }
+
+    /// Moves the clock past the greatest stored id that is within the allowed skew of now
+    /// (ids further ahead are stored but do not drag the clock).
+    static func observeStoredIDs(_ clock: inout HybridClock, txn: borrowing some TransactionReading & ~Copyable, events: Database, now: UInt64) throws {
+        let limit = now.addingReportingOverflow(clock.maxSkewMilliseconds + 1)
+        let bound = ULID.lowerBound(timestamp: limit.overflow ? ULID.maxTimestamp : min(limit.partialValue, ULID.maxTimestamp))
+        let greatest = try txn.withCursor(events) { cursor -> [UInt8]? in
+            if try cursor.seek(bound.bytes) != nil {
+                return try cursor.prev()?.key
+            }
+            return try cursor.last()?.key
+        }
+        if let greatest, let id = ULID(bytes: greatest) {
+            clock.observe(id, now: now)
+        }
+    }
+
+    /// Flushes buffered commits to disk (only needed with `durable: false`).
+    public func sync() throws(EventStoreError) {
+        do { try environment.sync(force: true) } catch { throw EventStoreError.from(error) }
+    }
+
+    /// Copies the whole store, consistent, to `directory` while it keeps serving.
+    public func backup(to directory: String, compact: Bool = true) throws(EventStoreError) {
+        do { try environment.copy(to: directory, compact: compact) } catch { throw EventStoreError.from(error) }
+    }
+}
+
+func bigEndian(_ value: UInt32) -> [UInt8] {
+    [UInt8(value >> 24), UInt8(value >> 16 & 0xFF), UInt8(value >> 8 & 0xFF), UInt8(value & 0xFF)]
+}
+
+func bigEndian(_ value: UInt64) -> [UInt8] {
+    (0..<8).reversed().map { UInt8(value >> UInt64($0 * 8) & 0xFF) }
+}
+
+func uint64(bigEndian bytes: [UInt8]) -> UInt64 {
+    bytes.prefix(8).reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+}

@@ -1,0 +1,82 @@
+import Foundation
+import Projections
+
+/// How a store behaves. Defaults follow the spec's configuration defaults.
+public struct StoreOptions: Sendable {
+    /// Largest stored event, as canonical JSON before compression (`max_event_bytes`).
+    public var maxEventBytes: Int = 65_536
+    /// How far ahead of the local wall clock an id may be and still move the clock.
+    public var maxClockSkewMilliseconds: UInt64 = 3_600_000
+    /// Train the first compression dictionary once the store holds this many events; train
+    /// again each time the count has grown tenfold since the last training.
+    public var dictionaryTrainingThreshold: Int = 10_000
+    /// Train inline after an append that makes training due (the daemon may do it itself).
+    public var trainsDictionaryAutomatically: Bool = true
+    /// Size of a trained dictionary in bytes.
+    public var dictionaryCapacity: Int = 32 * 1024
+    /// Events sampled for training, newest first.
+    public var dictionarySampleCount: Int = 20_000
+    /// zstd level for event values.
+    public var compressionLevel: Int32 = 3
+    public var environment = EnvironmentOptions()
+    /// Milliseconds since the Unix epoch; tests inject their own.
+    public var wallClock: @Sendable () -> UInt64 = StoreOptions.systemMilliseconds
+
+    /// The hard ceiling on a stored event, whatever `maxEventBytes` says; decoding never
+    /// inflates a value beyond it.
+    public static let absoluteMaxEventBytes = 16 * 1024 * 1024
+
+    public init() {}
+
+    public static let systemMilliseconds: @Sendable () -> UInt64 = {
+        UInt64(max(0, Date().timeIntervalSince1970 * 1000))
+    }
+}
+
+/// The outcome of `EventLog.append(_:)`.
+public struct AppendResult: Equatable, Sendable {
+    /// One id per input event, in order; for an event whose idempotency key was seen
+    /// before, the id of the event first appended with that key.
+    public var ids: [ULID]
+    /// The version of each entity the batch touched, after the batch.
+    public var versions: [EntityKey: ULID]
+    /// How many events were actually written (keys seen before write nothing).
+    public var appended: Int
+}
+
+/// The outcome of `EventLog.ingest(_:from:)`.
+public struct IngestResult: Equatable, Sendable {
+    /// Ids of the events written, in the order received.
+    public var ingested: [ULID] = []
+    /// Events already held (deduplicated by id).
+    public var skipped: Int = 0
+    /// Events that failed validation, with the reason, now in the dead-letter table.
+    public var deadLettered: [DeadLetter] = []
+}
+
+/// An event received from a peer that failed validation.
+public struct DeadLetter: Equatable, Sendable {
+    /// The local id under which it is kept (time of receipt order).
+    public var key: ULID
+    public var id: String?
+    public var origin: String?
+    public var peer: String?
+    public var reason: String
+    public var receivedAt: UInt64
+    public var raw: [UInt8]
+}
+
+/// Counts and fingerprints of a store: what `status` shows.
+public struct StoreStatistics: Equatable, Sendable {
+    public var events: Int
+    public var entities: Int
+    public var conflicts: Int
+    public var deadLetters: Int
+    /// Bytes the environment uses (pages in use × page size).
+    public var bytesUsed: Int
+    public var mapSize: Int
+    public var digest: StateDigest
+    public var dictionaryVersion: UInt32
+    /// Origins whose ids were seen too far ahead of the local clock: the largest lead, in ms.
+    public var skewedOrigins: [ULID: UInt64]
+}

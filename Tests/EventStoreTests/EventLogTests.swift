@@ -1,0 +1,188 @@
+import Foundation
+import Testing
+@testable import EventStore
+import Projections
+
+@Suite("Event log")
+struct EventLogTests {
+    @Test func appendFillsCausalContextAndFolds() throws {
+        let store = try TempStore()
+        let first = try store.log.append(inputs(
+            #"{"entity":"job/42","kind":"edit","fields":{"address":"12 Main St","floor":3}}"#,
+            #"{"entity":"job/42","kind":"status","status":"assigned"}"#,
+            #"{"entity":"job/42","kind":"add","set":"parts","element":"valve-3"}"#))
+        #expect(first.ids.count == 3)
+        #expect(first.ids == first.ids.sorted())
+        #expect(first.versions[entity("job/42")] == first.ids[2])
+
+        let second = try store.log.append(inputs(
+            #"{"entity":"job/42","kind":"edit","fields":{"address":"14 Main St"}}"#,
+            #"{"entity":"job/42","kind":"status","status":"en_route"}"#,
+            #"{"entity":"job/42","kind":"remove","set":"parts","element":"valve-3"}"#))
+        let edit = try #require(try store.log.event(second.ids[0]))
+        #expect(edit.body == .edit(fields: [FieldChange(name: "address", value: .string("14 Main St"))], base: [FieldBase(field: "address", heads: [first.ids[0]])]))
+        #expect(edit.origin == store.log.nodeID)
+        #expect(try store.log.event(second.ids[1])?.body == .status("en_route", base: [first.ids[1]]))
+        #expect(try store.log.event(second.ids[2])?.body == .remove(set: "parts", element: .string("valve-3"), observed: [first.ids[2]]))
+
+        let state = try #require(try stateJSON(store.log, "job/42"))
+        #expect(state.contains(#""fields":{"address":"14 Main St","floor":3}"#))
+        #expect(state.contains(#""sets":{}"#))
+        #expect(state.contains(#""current":"en_route""#))
+        #expect(state.contains(#""events":6"#))
+        #expect(try store.log.state(of: entity("job/none")) == nil)
+        try store.check()
+    }
+
+    @Test func aFailingEventAbortsTheWholeBatch() throws {
+        let store = try TempStore { $0.maxEventBytes = 2048 }
+        _ = try store.log.append(inputs(#"{"entity":"job/1","kind":"edit","fields":{"a":1}}"#, #"{"entity":"job/2","kind":"delete"}"#))
+        let before = try store.log.statistics()
+        let stateBefore = try stateJSON(store.log, "job/1")
+        let big = String(repeating: "x", count: 3000)
+        let failing: [(String, EventStoreError.Reason, Int)] = [
+            (#"{"entity":"job/2","kind":"status","status":"on_site"}"#, .deleted, 2),
+            (#"{"entity":"job/1","kind":"restore"}"#, .conflict, 2),
+            (#"{"entity":"job/1","kind":"edit","fields":{"a":"\#(big)"}}"#, .tooLarge, 2),
+            (#"{"entity":"job/1","kind":"delete","if_match":"01JD3Q8R5N8X6ZK2W7Y4V9B3TQ"}"#, .conflict, 2),
+        ]
+        for (bad, reason, index) in failing {
+            do {
+                _ = try store.log.append(inputs(
+                    #"{"entity":"job/1","kind":"edit","fields":{"a":2}}"#,
+                    #"{"entity":"job/3","kind":"add","set":"s","element":1,"key":"never"}"#,
+                    bad))
+                Issue.record("batch with \(bad) was accepted")
+            } catch let error as EventStoreError {
+                #expect(error.reason == reason)
+                #expect(error.index == index)
+            }
+            let after = try store.log.statistics()
+            #expect(after.events == before.events)
+            #expect(after.entities == before.entities)
+            #expect(after.digest == before.digest)
+            #expect(try stateJSON(store.log, "job/1") == stateBefore)
+        }
+        // The key of the aborted batch was not kept either.
+        let again = try store.log.append(inputs(#"{"entity":"job/3","kind":"add","set":"s","element":1,"key":"never"}"#))
+        #expect(again.appended == 1)
+        try store.check()
+    }
+
+    @Test func idempotencyKeysReturnTheOriginalID() throws {
+        let store = try TempStore()
+        let line = #"{"entity":"job/1","kind":"status","status":"done","key":"visit-77"}"#
+        let first = try store.log.append([try input(line)])
+        let second = try store.log.append([try input(line), try input(#"{"entity":"job/1","kind":"edit","fields":{"a":1},"key":"k2"}"#), try input(#"{"entity":"job/1","kind":"edit","fields":{"a":9},"key":"k2"}"#)])
+        #expect(second.ids[0] == first.ids[0])
+        #expect(second.ids[1] == second.ids[2])
+        #expect(second.appended == 1)
+        try store.reopen()
+        let third = try store.log.append([try input(line)])
+        #expect(third.ids == first.ids)
+        #expect(third.appended == 0)
+        #expect(try store.log.statistics().events == 2)
+        #expect(try stateJSON(store.log, "job/1")?.contains(#""a":1"#) == true)
+        try store.check()
+    }
+
+    @Test func ifMatchComparesWithTheVersionBeforeTheBatch() throws {
+        let store = try TempStore()
+        let created = try store.log.append(inputs(#"{"entity":"job/1","kind":"edit","fields":{"a":1}}"#))
+        let version = created.ids[0]
+        let ok = try store.log.append(inputs(
+            #"{"entity":"job/1","kind":"edit","fields":{"a":2},"if_match":"\#(version)"}"#,
+            #"{"entity":"job/1","kind":"edit","fields":{"b":2},"if_match":"\#(version)"}"#))
+        #expect(ok.appended == 2)
+        #expect(throws: EventStoreError.self) {
+            try store.log.append(inputs(#"{"entity":"job/1","kind":"edit","fields":{"a":3},"if_match":"\#(version)"}"#))
+        }
+        do {
+            _ = try store.log.append(inputs(#"{"entity":"job/new","kind":"edit","fields":{"a":3},"if_match":"\#(version)"}"#))
+            Issue.record("if_match on a new entity accepted")
+        } catch let error as EventStoreError {
+            #expect(error.reason == .conflict)
+            #expect(error.message.contains("does not exist yet"))
+        }
+        try store.check()
+    }
+
+    @Test func deleteRejectsEditsUntilRestored() throws {
+        let store = try TempStore()
+        _ = try store.log.append(inputs(#"{"entity":"job/1","kind":"edit","fields":{"a":1}}"#, #"{"entity":"job/1","kind":"delete"}"#))
+        do {
+            _ = try store.log.append(inputs(#"{"entity":"job/1","kind":"edit","fields":{"a":2}}"#))
+            Issue.record("edit of a deleted entity accepted")
+        } catch let error as EventStoreError {
+            #expect(error.reason == .deleted)
+            #expect(error.message.contains("restore it first"))
+        }
+        let restored = try store.log.append(inputs(#"{"entity":"job/1","kind":"restore"}"#, #"{"entity":"job/1","kind":"edit","fields":{"a":2}}"#))
+        let restore = try #require(try store.log.event(restored.ids[0]))
+        if case .restore(let base) = restore.body { #expect(base.count == 1) } else { Issue.record("not a restore") }
+        #expect(try stateJSON(store.log, "job/1")?.contains(#""deleted":false"#) == true)
+        try store.check()
+    }
+
+    @Test func readsPageThroughTheLog() throws {
+        let store = try TempStore()
+        let events = workload(seed: 3, count: 700, jobs: 10)
+        var ids: [ULID] = []
+        for chunk in stride(from: 0, to: events.count, by: 100) {
+            ids += try store.log.append(Array(events[chunk..<min(chunk + 100, events.count)])).ids
+        }
+        var paged: [ULID] = []
+        var after: ULID?
+        repeat {
+            let page = try store.log.events(after: after, limit: 64)
+            paged += page.events.map(\.id)
+            after = page.next
+        } while after != nil
+        #expect(paged == ids)
+        let job = events[0].entity
+        let ofJob = try store.log.events(ofEntity: job, limit: 10_000).events
+        #expect(ofJob.map(\.id) == ofJob.map(\.id).sorted())
+        #expect(ofJob.allSatisfy { $0.entity == job })
+        #expect(try store.log.state(of: job)?.eventCount == ofJob.count)
+        let half = try store.log.events(ofEntity: job, after: ofJob[2].id, limit: 3)
+        #expect(half.events.map(\.id) == Array(ofJob[3..<6].map(\.id)))
+        #expect(try store.log.events(ofOrigin: store.log.nodeID, after: ids[99], limit: 5).events.map(\.id) == Array(ids[100..<105]))
+        #expect(try store.log.versionVector() == [store.log.nodeID: ids.last!])
+        try store.check()
+    }
+
+    @Test func reopeningKeepsTheNodeAndTheClock() throws {
+        let store = try TempStore()
+        let first = try store.log.append(inputs(#"{"entity":"job/1","kind":"delete"}"#)).ids[0]
+        let node = store.log.nodeID
+        try store.reopen()
+        #expect(store.log.nodeID == node)
+        #expect(try store.log.append(inputs(#"{"entity":"job/2","kind":"delete"}"#)).ids[0] > first)
+        try store.check()
+    }
+
+    @Test func theWallClockGoingBackADayKeepsIDsMonotonic() throws {
+        let wall = WallClock(1_764_400_000_000)
+        let store = try TempStore { $0.wallClock = { wall.now } }
+        var last = ULID.zero
+        for step in 0..<20 {
+            if step == 10 { wall.now -= 86_400_000 }
+            let id = try store.log.append(inputs(#"{"entity":"job/\#(step)","kind":"delete"}"#)).ids[0]
+            #expect(id > last)
+            last = id
+        }
+        try store.reopen()
+        #expect(try store.log.append(inputs(#"{"entity":"job/x","kind":"delete"}"#)).ids[0] > last)
+    }
+}
+
+/// A wall clock the test moves by hand.
+final class WallClock: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value: UInt64
+    init(_ value: UInt64) { self.value = value }
+    var now: UInt64 {
+        get { lock.withLock { value } }
+        set { lock.withLock { value = newValue } }
+    }
+}

@@ -1,0 +1,120 @@
+import Foundation
+import Testing
+@testable import EventStore
+import Projections
+
+/// A store in a fresh temp directory. `check()` asserts the invariants every store must
+/// keep — projections equal a rebuild from the log, the digest matches, every event is in
+/// its entity's and origin's index — and `remove()` deletes the directory.
+final class TempStore {
+    let directory: String
+    var log: EventLog!
+    var options: StoreOptions
+
+    init(_ configure: (inout StoreOptions) -> Void = { _ in }) throws {
+        directory = FileManager.default.temporaryDirectory.appendingPathComponent("evstore-test-\(UUID().uuidString)").path
+        var options = StoreOptions()
+        options.environment.initialMapSize = 4 << 20
+        configure(&options)
+        self.options = options
+        log = try EventLog.open(directory: directory, options: options)
+    }
+
+    func reopen() throws {
+        log = nil
+        log = try EventLog.open(directory: directory, options: options)
+    }
+
+    func check(sourceLocation: SourceLocation = #_sourceLocation) throws {
+        let report = try log.rebuild(verify: true)
+        #expect(report.mismatched.isEmpty, "projections differ from a rebuild: \(report.mismatched)", sourceLocation: sourceLocation)
+        #expect(!report.digestMismatch, "digest differs from a rebuild", sourceLocation: sourceLocation)
+        let stats = try log.statistics()
+        #expect(report.events == stats.events, sourceLocation: sourceLocation)
+        var after: ULID?
+        var seen = 0
+        while true {
+            let page = try log.events(after: after, limit: 500)
+            for event in page.events {
+                seen += 1
+                let byEntity = try log.events(ofEntity: event.entity, after: nil, limit: 100_000).events.map(\.id)
+                #expect(byEntity.contains(event.id), sourceLocation: sourceLocation)
+            }
+            guard let next = page.next else { break }
+            after = next
+        }
+        #expect(seen == stats.events, sourceLocation: sourceLocation)
+        let vector = try log.versionVector()
+        for (origin, last) in vector {
+            #expect(try log.eventIDs(ofOrigin: origin, after: last, limit: 1).isEmpty, sourceLocation: sourceLocation)
+        }
+    }
+
+    deinit {
+        log = nil
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+}
+
+func input(_ text: String) throws -> InputEvent {
+    try EventCodec.decodeInput(Array(text.utf8))
+}
+
+func inputs(_ lines: String...) throws -> [InputEvent] {
+    try lines.map(input)
+}
+
+func entity(_ text: String) -> EntityKey { EntityKey(validated: Array(text.utf8)) }
+
+func stateJSON(_ log: EventLog, _ name: String) throws -> String? {
+    try log.state(of: entity(name)).map { String(decoding: $0.canonicalJSON(), as: UTF8.self) }
+}
+
+/// The workload's field-service events, generated in-process (same shape as fieldops.py).
+func workload(seed: UInt64, count: Int, jobs: Int = 50, actor: String = "tech-0") -> [InputEvent] {
+    var rng = SeededGenerator(seed: seed)
+    let statuses = ["assigned", "en_route", "on_site", "paused", "done"]
+    let parts = ["valve-3", "gasket-12", "pump-seal", "filter-a", "fuse-10a"]
+    var out: [InputEvent] = []
+    let entities = (0..<jobs).map { "job/J\(seed)-\($0)" }
+    while out.count < count {
+        let e = entities.randomElement(using: &rng)!
+        let line: String
+        switch Int.random(in: 0..<10, using: &rng) {
+        case 0..<4:
+            line = #"{"entity":"\#(e)","kind":"edit","by":"\#(actor)","fields":{"address":"\#(Int.random(in: 1...480, using: &rng)) Main St","phone":"+1555\#(Int.random(in: 1_000_000...9_999_999, using: &rng))"}}"#
+        case 4..<7:
+            line = #"{"entity":"\#(e)","kind":"status","status":"\#(statuses.randomElement(using: &rng)!)","by":"\#(actor)"}"#
+        case 7..<9:
+            line = #"{"entity":"\#(e)","kind":"add","set":"parts","element":"\#(parts.randomElement(using: &rng)!)"}"#
+        default:
+            line = #"{"entity":"\#(e)","kind":"remove","set":"parts","element":"\#(parts.randomElement(using: &rng)!)"}"#
+        }
+        out.append(try! input(line))
+    }
+    return out
+}
+
+struct SeededGenerator: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+/// Every event of a store in its stored form, for feeding another store's `ingest`.
+func allStoredEvents(_ log: EventLog) throws -> [[UInt8]] {
+    var out: [[UInt8]] = []
+    var after: ULID?
+    while true {
+        let page = try log.events(after: after, limit: 1000)
+        out.append(contentsOf: page.events.map { EventCodec.encodeStored($0) })
+        guard let next = page.next else { return out }
+        after = next
+    }
+}

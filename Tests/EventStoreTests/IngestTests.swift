@@ -1,0 +1,129 @@
+import Foundation
+import Testing
+@testable import EventStore
+import Projections
+
+@Suite("Ingest of replicated events")
+struct IngestTests {
+    @Test("two stores that take each other's events converge", arguments: [UInt64(1), 2, 3])
+    func convergence(seed: UInt64) throws {
+        let a = try TempStore()
+        let b = try TempStore()
+        var rng = SeededGenerator(seed: seed)
+        // Both work on the same jobs offline, then exchange in random batches and orders.
+        let shared = workload(seed: seed, count: 400, jobs: 15, actor: "a")
+        let other = workload(seed: seed, count: 400, jobs: 15, actor: "b")
+        for chunk in stride(from: 0, to: 400, by: 50) {
+            _ = try a.log.append(Array(shared[chunk..<chunk + 50]))
+            _ = try b.log.append(Array(other[chunk..<chunk + 50]))
+        }
+        // Mid-way exchange of part of the log, so later events carry remote context.
+        _ = try b.log.ingest(Array(try allStoredEvents(a.log).prefix(150)), from: "a")
+        _ = try b.log.append(workload(seed: seed + 100, count: 100, jobs: 15, actor: "b"))
+
+        for (from, to) in [(a, b), (b, a)] {
+            let events = try allStoredEvents(from.log).shuffled(using: &rng)
+            var index = 0
+            while index < events.count {
+                let size = Int.random(in: 1...120, using: &rng)
+                _ = try to.log.ingest(Array(events[index..<min(index + size, events.count)]), from: "peer")
+                index += size
+            }
+        }
+        let statsA = try a.log.statistics()
+        let statsB = try b.log.statistics()
+        #expect(statsA.events == statsB.events)
+        #expect(statsA.digest == statsB.digest)
+        #expect(try a.log.versionVector() == b.log.versionVector())
+        for event in workload(seed: seed, count: 400, jobs: 15) {
+            #expect(try stateJSON(a.log, event.entity.description) == stateJSON(b.log, event.entity.description))
+        }
+        #expect(statsA.conflicts > 0, "concurrent edits of the same jobs should conflict")
+        try a.check()
+        try b.check()
+    }
+
+    @Test func alreadyHeldEventsAreSkipped() throws {
+        let a = try TempStore()
+        let b = try TempStore()
+        _ = try a.log.append(workload(seed: 9, count: 50))
+        let events = try allStoredEvents(a.log)
+        let first = try b.log.ingest(events)
+        #expect(first.ingested.count == 50)
+        let again = try b.log.ingest(events + events)
+        #expect(again.ingested.isEmpty)
+        #expect(again.skipped == 100)
+        // Its own events sent back to it change nothing either.
+        #expect(try a.log.ingest(events).skipped == 50)
+        #expect(try a.log.statistics().digest == b.log.statistics().digest)
+        try b.check()
+    }
+
+    @Test func invalidEventsGoToDeadLettersAndDoNotBlockTheRest() throws {
+        let a = try TempStore()
+        let b = try TempStore { $0.maxEventBytes = 1024 }
+        _ = try a.log.append(workload(seed: 4, count: 20))
+        var events = try allStoredEvents(a.log)
+        let garbage: [[UInt8]] = [
+            Array("<html><body>Sign in to the hotel Wi-Fi</body></html>".utf8),
+            [0xFF, 0x00, 0x13, 0x37],
+            Array(#"{"entity":"Job/1","kind":"delete","id":"01JD3Q8R5N8X6ZK2W7Y4V9B3TQ","origin":"01JD3Q8R5N8X6ZK2W7Y4V9B3TQ"}"#.utf8),
+            Array(#"{"entity":"job/1","kind":"edit","fields":{"a":"\#(String(repeating: "x", count: 2000))"},"id":"01JD3Q8R5N8X6ZK2W7Y4V9B3TR","origin":"01JD3Q8R5N8X6ZK2W7Y4V9B3TQ"}"#.utf8),
+        ]
+        events.insert(contentsOf: garbage, at: 10)
+        let result = try b.log.ingest(events, from: "north-gateway")
+        #expect(result.ingested.count == 20)
+        #expect(result.deadLettered.count == 4)
+        let letters = try b.log.deadLetters()
+        #expect(letters.count == 4)
+        #expect(letters.allSatisfy { $0.peer == "north-gateway" })
+        #expect(letters[0].reason.contains("invalid_event"))
+        #expect(letters[2].id == "01JD3Q8R5N8X6ZK2W7Y4V9B3TQ")
+        #expect(letters[2].reason.contains("entity type"))
+        #expect(letters[3].reason.contains("too_large"))
+        #expect(String(decoding: letters[0].raw, as: UTF8.self).contains("hotel Wi-Fi"))
+        #expect(try b.log.statistics().deadLetters == 4)
+        try b.check()
+    }
+
+    @Test func aPeerDaysAheadDoesNotDragTheClock() throws {
+        let now: UInt64 = 1_764_400_000_000
+        let wall = WallClock(now)
+        let store = try TempStore { $0.wallClock = { wall.now } }
+        let farOrigin = ULID(timestamp: now, random: (1, 1))
+        let far = ULID(timestamp: now + 3 * 86_400_000, random: (0, 5))
+        let near = ULID(timestamp: now + 60_000, random: (0, 5))
+        func raw(_ id: ULID, _ e: String) -> [UInt8] {
+            Array(#"{"entity":"\#(e)","id":"\#(id)","kind":"delete","origin":"\#(farOrigin)"}"#.utf8)
+        }
+        _ = try store.log.ingest([raw(far, "job/far"), raw(near, "job/near")], from: "drifter")
+        let local = try store.log.append(inputs(#"{"entity":"job/1","kind":"delete"}"#)).ids[0]
+        #expect(local > near)
+        #expect(local < far)
+        #expect(local.timestamp == near.timestamp)
+        let skew = try store.log.statistics().skewedOrigins
+        #expect(skew[farOrigin] == 3 * 86_400_000)
+        // Time passes: once the far id is within the skew window, it counts.
+        wall.now = now + 3 * 86_400_000 - 1_000
+        #expect(try store.log.append(inputs(#"{"entity":"job/2","kind":"delete"}"#)).ids[0] > far)
+        try store.check()
+    }
+
+    @Test func eventsArrivingBeforeWhatTheyDependOnFoldCorrectly() throws {
+        let a = try TempStore()
+        let b = try TempStore()
+        _ = try a.log.append(inputs(
+            #"{"entity":"job/1","kind":"edit","fields":{"x":1}}"#,
+            #"{"entity":"job/1","kind":"add","set":"s","element":"e"}"#,
+            #"{"entity":"job/1","kind":"delete"}"#))
+        _ = try a.log.append(inputs(
+            #"{"entity":"job/1","kind":"restore"}"#,
+            #"{"entity":"job/1","kind":"edit","fields":{"x":2}}"#,
+            #"{"entity":"job/1","kind":"remove","set":"s","element":"e"}"#))
+        // Newest first: every event names one that has not arrived yet.
+        for event in try allStoredEvents(a.log).reversed() { _ = try b.log.ingest([event]) }
+        #expect(try stateJSON(a.log, "job/1") == stateJSON(b.log, "job/1"))
+        #expect(try a.log.statistics().digest == b.log.statistics().digest)
+        try b.check()
+    }
+}

@@ -1,0 +1,108 @@
+import Foundation
+import Testing
+@testable import EventStore
+import Projections
+
+@Suite("Storage: dictionaries, map growth, full storage")
+struct StorageTests {
+    @Test func dictionaryChangesKeepOldEventsReadable() throws {
+        let store = try TempStore {
+            $0.dictionaryTrainingThreshold = 400
+            $0.dictionaryCapacity = 8 * 1024
+        }
+        let events = workload(seed: 11, count: 3000, jobs: 200)
+        var ids: [ULID] = []
+        for chunk in stride(from: 0, to: 1000, by: 100) { ids += try store.log.append(Array(events[chunk..<chunk + 100])).ids }
+        #expect(try store.log.statistics().dictionaryVersion == 1)
+        for chunk in stride(from: 1000, to: 3000, by: 100) { ids += try store.log.append(Array(events[chunk..<chunk + 100])).ids }
+        #expect(try store.log.statistics().dictionaryVersion == 1)
+        #expect(try store.log.trainDictionary() == 2)
+        ids += try store.log.append(Array(workload(seed: 12, count: 200))).ids
+        try store.reopen()
+        for id in ids { #expect(try store.log.event(id) != nil) }
+        #expect(try store.log.trainDictionaryIfDue() == nil)
+        try store.check()
+    }
+
+    @Test func theDictionaryMakesValuesSmaller() throws {
+        let events = workload(seed: 5, count: 2000, jobs: 300)
+        func valueBytes(_ store: TempStore) throws -> Int {
+            try store.log.environment.read { txn in
+                try txn.withCursor(store.log.tables.events) { cursor in
+                    var total = 0
+                    var item = try cursor.seek(Array(repeating: 0, count: 1))
+                    var skipped = 0
+                    while let current = item {
+                        skipped += 1
+                        if skipped > 1000 { total += current.value.count }
+                        item = try cursor.next()
+                    }
+                    return total
+                }
+            }
+        }
+        let plain = try TempStore { $0.trainsDictionaryAutomatically = false }
+        let trained = try TempStore { $0.dictionaryTrainingThreshold = 1000 }
+        for chunk in stride(from: 0, to: 2000, by: 500) {
+            _ = try plain.log.append(Array(events[chunk..<chunk + 500]))
+            _ = try trained.log.append(Array(events[chunk..<chunk + 500]))
+        }
+        #expect(try valueBytes(trained) < valueBytes(plain) * 8 / 10)
+    }
+
+    @Test func theMapGrowsByItself() throws {
+        let store = try TempStore { $0.environment.initialMapSize = 1 << 20 }
+        let before = try store.log.statistics().mapSize
+        let events = workload(seed: 2, count: 6000, jobs: 500)
+        for chunk in stride(from: 0, to: 6000, by: 2000) { _ = try store.log.append(Array(events[chunk..<chunk + 2000])) }
+        let after = try store.log.statistics()
+        #expect(after.mapSize > before)
+        #expect(after.events == 6000)
+        try store.check()
+    }
+
+    @Test func pastTheMaximumAppendsFailWithStorageFullAndNothingIsLost() throws {
+        let store = try TempStore {
+            $0.environment.initialMapSize = 1 << 20
+            $0.environment.maxMapSize = 2 << 20
+            $0.trainsDictionaryAutomatically = false
+        }
+        var acknowledged: [ULID] = []
+        var failure: EventStoreError?
+        for round in 0..<200 {
+            do {
+                acknowledged += try store.log.append(workload(seed: UInt64(round), count: 200, jobs: 200)).ids
+            } catch {
+                failure = error
+                break
+            }
+        }
+        let error = try #require(failure)
+        #expect(error.reason == .storageFull)
+        #expect(error.message.contains("map_max_bytes"))
+        // Reads keep working and every acknowledged event is there.
+        for id in acknowledged { #expect(try store.log.event(id) != nil) }
+        #expect(try store.log.statistics().events == acknowledged.count)
+        try store.reopen()
+        #expect(try store.log.statistics().events == acknowledged.count)
+        // More room: it works again without anything else done.
+        store.options.environment.maxMapSize = 64 << 20
+        try store.reopen()
+        _ = try store.log.append(workload(seed: 999, count: 200))
+        try store.check()
+    }
+
+    @Test func aNewerFormatIsRefusedNotMisread() throws {
+        let store = try TempStore()
+        try store.log.environment.write { txn in
+            try txn.put(store.log.tables.meta, EventLog.Meta.format, bigEndian(UInt32(99)))
+        }
+        store.log = nil
+        do {
+            _ = try EventLog.open(directory: store.directory, options: store.options)
+            Issue.record("a format-99 store opened")
+        } catch {
+            #expect(error.message.contains("newer evstore"))
+        }
+    }
+}
