@@ -24,6 +24,15 @@ public enum EventCodec {
         var observed: JSONBytes?
     }
 
+    /// The members an event object may have, found by their bytes without making strings.
+    enum Member: String, CaseIterable {
+        case entity, kind, status, fields, set, element, key, by, at, id, origin, base, observed
+        case ifMatch = "if_match"
+
+        static let kinds: [[UInt8]: EventKind] = Dictionary(uniqueKeysWithValues: EventKind.allCases.map { (Array($0.rawValue.utf8), $0) })
+        static let named: [[UInt8]: Member] = Dictionary(uniqueKeysWithValues: allCases.map { (Array($0.rawValue.utf8), $0) })
+    }
+
     // MARK: - Input form
 
     /// Decodes and validates one event in the input form.
@@ -63,7 +72,7 @@ public enum EventCodec {
         guard let kindBytes = m.kind else {
             throw .invalid("\"kind\" is required: one of edit, status, add, remove, delete, restore")
         }
-        guard let kind = EventKind(rawValue: String(decoding: kindBytes, as: UTF8.self)) else {
+        guard let kind = Member.kinds[kindBytes] else {
             throw .invalid(
                 "kind \"\(String(decoding: kindBytes.prefix(40), as: UTF8.self))\" is not one of edit, status, add, remove, delete, restore")
         }
@@ -109,28 +118,28 @@ public enum EventCodec {
         guard scanner.peek() == UInt8(ascii: "{") else { throw .invalid("an event must be a JSON object") }
         do {
             try scanner.readObject { (key, s) throws(JSONError) in
-                switch String(decoding: key, as: UTF8.self) {
-                case "entity": m.entity = try stringMember(&s, "entity")
-                case "kind": m.kind = try stringMember(&s, "kind")
-                case "status": m.status = try stringMember(&s, "status")
-                case "set": m.set = try stringMember(&s, "set")
-                case "key": m.key = try stringMember(&s, "key")
-                case "by": m.by = try stringMember(&s, "by")
-                case "element": m.element = try canonical(&s)
-                case "at":
+                switch Member.named[key] {
+                case .entity: m.entity = try stringMember(&s, "entity")
+                case .kind: m.kind = try stringMember(&s, "kind")
+                case .status: m.status = try stringMember(&s, "status")
+                case .set: m.set = try stringMember(&s, "set")
+                case .key: m.key = try stringMember(&s, "key")
+                case .by: m.by = try stringMember(&s, "by")
+                case .element: m.element = try canonical(&s)
+                case .at:
                     let at = try canonical(&s)
                     guard let first = at.bytes.first, first == UInt8(ascii: "\"") || first == UInt8(ascii: "-") || (0x30...0x39).contains(first) else {
                         throw JSONError(meaning: "\"at\" must be a string or a number (the client's wall time)", at: s.offset)
                     }
                     m.at = at
-                case "fields": m.fields = try fieldsMember(&s)
-                case "if_match" where !stored: m.ifMatch = try stringMember(&s, "if_match")
-                case "id" where stored: m.id = try stringMember(&s, "id")
-                case "origin" where stored: m.origin = try stringMember(&s, "origin")
-                case "base" where stored: m.base = try canonical(&s)
-                case "observed" where stored: m.observed = try canonical(&s)
-                case let other:
-                    let shown = String(other.prefix(40))
+                case .fields: m.fields = try fieldsMember(&s)
+                case .ifMatch where !stored: m.ifMatch = try stringMember(&s, "if_match")
+                case .id where stored: m.id = try stringMember(&s, "id")
+                case .origin where stored: m.origin = try stringMember(&s, "origin")
+                case .base where stored: m.base = try canonical(&s)
+                case .observed where stored: m.observed = try canonical(&s)
+                default:
+                    let shown = String(String(decoding: key, as: UTF8.self).prefix(40))
                     let allowed = stored ? "entity, kind, id, origin, base, observed, status, fields, set, element, key, by, at" : inputKeys
                     throw JSONError(meaning: "unknown member \"\(shown)\" (an event has \(allowed))", at: s.offset)
                 }

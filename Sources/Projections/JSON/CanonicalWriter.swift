@@ -20,9 +20,13 @@ public enum CanonicalWriter {
     }
 
     /// Appends raw UTF-8 string content (already validated) as a canonical JSON string.
-    public static func appendString(utf8 bytes: some Collection<UInt8>, to out: inout [UInt8]) {
+    public static func appendString(utf8 bytes: [UInt8], to out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
-        for byte in bytes { appendEscaped(byte, to: &out) }
+        if bytes.contains(where: { $0 < 0x20 || $0 == 0x22 || $0 == 0x5C }) {
+            for byte in bytes { appendEscaped(byte, to: &out) }
+        } else {
+            out.append(contentsOf: bytes)
+        }
         out.append(UInt8(ascii: "\""))
     }
 

@@ -68,12 +68,23 @@ public struct JSONScanner {
             position += 1
             return
         }
-        var seen = Set<[UInt8]>()
+        // Duplicate keys: a linear scan while objects are small (the common case), a set
+        // beyond, so a hostile object with many keys costs O(n), not O(n²).
+        var seen: [[UInt8]] = []
+        var seenSet: Set<[UInt8]> = []
         while true {
             guard peek() == UInt8(ascii: "\"") else { throw unexpected(expecting: "a string key") }
             let keyStart = position
             let key = try readStringBytes()
-            guard seen.insert(key).inserted else {
+            let duplicate: Bool
+            if seen.count < 16 {
+                duplicate = seen.contains(key)
+                seen.append(key)
+                if seen.count == 16 { seenSet = Set(seen) }
+            } else {
+                duplicate = !seenSet.insert(key).inserted
+            }
+            if duplicate {
                 throw JSONError("duplicate key \"\(String(decoding: key, as: UTF8.self))\"", at: keyStart)
             }
             try expect(UInt8(ascii: ":"), "':'")
