@@ -1,7 +1,7 @@
 # evstore — build, test, benchmark.
 #
 #   make test    install what is missing, build, run every test
-#   make run     install what is missing, build release, run evstored in the foreground
+#   make run     install what is missing, build release
 #   make bench   release-build the benchmark and run it on the shared field workload
 
 SWIFT        ?= swift
@@ -12,7 +12,7 @@ BENCH_EVENTS ?= 100000
 BENCH_SINGLE ?= 5000
 BENCH_OUT    ?= .build/bench
 
-.PHONY: all deps build test bench clean format
+.PHONY: all deps build release run test bench clean format
 
 all: build
 
@@ -26,6 +26,15 @@ deps:
 
 build: deps
 	$(SWIFT) build
+
+release: deps
+	$(SWIFT) build -c release
+
+# The storage library has no daemon of its own in this version: `run` builds the release
+# products and says what there is to run.
+run: release
+	@echo "built: .build/release/evstore-bench (storage benchmark); the EventStore library is in Sources/EventStore."
+	@echo "try:   make bench"
 
 test: deps
 	$(SWIFT) build --build-tests

@@ -21,7 +21,8 @@ struct Arguments {
             case "--dir": directory = args.next() ?? directory
             case "--json": json = args.next()
             default:
-                FileHandle.standardError.write(Data("usage: evstore-bench --workload FILE [--single N] [--dir DIR] [--json FILE]\n".utf8))
+                FileHandle.standardError.write(
+                    Data("usage: evstore-bench --workload FILE [--single N] [--dir DIR] [--json FILE]\n".utf8))
                 exit(64)
             }
         }
@@ -86,7 +87,8 @@ func batchedAppend(directory: String, trainAt: Int?) throws -> (log: EventLog, r
     return (log, Double(count) / seconds(appending), seconds(training))
 }
 
-let (log, batchedRate, trainingSeconds) = try batchedAppend(directory: arguments.directory + "/batched", trainAt: 10_000)
+let (log, batchedRate, trainingSeconds) = try batchedAppend(
+    directory: arguments.directory + "/batched", trainAt: 10_000)
 rows.append(Row(name: "append, 1000 per txn (dictionary from 10k)", value: batchedRate, unit: "events/s"))
 rows.append(Row(name: "dictionary training (once, 20k samples)", value: trainingSeconds * 1000, unit: "ms"))
 let (plainLog, plainRate, _) = try batchedAppend(directory: arguments.directory + "/plain", trainAt: nil)
@@ -100,7 +102,8 @@ do {
     let elapsed = try clock.measure {
         for input in inputs { _ = try single.append([input]) }
     }
-    rows.append(Row(name: "append, 1 per txn (durable), first \(n)", value: Double(n) / seconds(elapsed), unit: "events/s"))
+    rows.append(
+        Row(name: "append, 1 per txn (durable), first \(n)", value: Double(n) / seconds(elapsed), unit: "events/s"))
 }
 
 // 3. Full rebuild of every projection from the log.
@@ -114,15 +117,32 @@ let breakdown = try log.storageBreakdown()
 let plainBreakdown = try plainLog.storageBreakdown()
 let dataFile = fileSize(arguments.directory + "/batched/data.mdb")
 let usedBytes = breakdown.tables.reduce(0) { $0 + $1.bytes }
-rows.append(Row(name: "bytes on disk per event (pages in use)", value: Double(usedBytes) / Double(count), unit: "B", note: "data.mdb file: \(dataFile / count) B/event"))
-rows.append(Row(name: "event value per event, with dictionary", value: Double(breakdown.eventValueBytes) / Double(count), unit: "B"))
-rows.append(Row(name: "event value per event, no dictionary", value: Double(plainBreakdown.eventValueBytes) / Double(count), unit: "B"))
-rows.append(Row(name: "canonical JSON per event", value: Double(breakdown.canonicalJSONBytes) / Double(count), unit: "B"))
+rows.append(
+    Row(
+        name: "bytes on disk per event (pages in use)", value: Double(usedBytes) / Double(count), unit: "B",
+        note: "data.mdb file: \(dataFile / count) B/event"))
+rows.append(
+    Row(
+        name: "event value per event, with dictionary", value: Double(breakdown.eventValueBytes) / Double(count),
+        unit: "B"))
+rows.append(
+    Row(
+        name: "event value per event, no dictionary", value: Double(plainBreakdown.eventValueBytes) / Double(count),
+        unit: "B"))
+rows.append(
+    Row(name: "canonical JSON per event", value: Double(breakdown.canonicalJSONBytes) / Double(count), unit: "B"))
 let ratio = Double(breakdown.eventValueBytes) / Double(breakdown.canonicalJSONBytes)
-rows.append(Row(name: "event values / canonical JSON, with dictionary", value: ratio * 100, unit: "%", note: "goal ≤ 50 %"))
-rows.append(Row(name: "event values / canonical JSON, no dictionary", value: Double(plainBreakdown.eventValueBytes) / Double(plainBreakdown.canonicalJSONBytes) * 100, unit: "%"))
+rows.append(
+    Row(name: "event values / canonical JSON, with dictionary", value: ratio * 100, unit: "%", note: "goal ≤ 50 %"))
+rows.append(
+    Row(
+        name: "event values / canonical JSON, no dictionary",
+        value: Double(plainBreakdown.eventValueBytes) / Double(plainBreakdown.canonicalJSONBytes) * 100, unit: "%"))
 for table in breakdown.tables where table.bytes > 0 {
-    rows.append(Row(name: "  table \(table.name)", value: Double(table.bytes) / Double(count), unit: "B/event", note: "\(table.entries) entries"))
+    rows.append(
+        Row(
+            name: "  table \(table.name)", value: Double(table.bytes) / Double(count), unit: "B/event",
+            note: "\(table.entries) entries"))
 }
 
 // 5. The ceiling: the same events' canonical JSON, zstd with a dictionary, under
@@ -136,7 +156,8 @@ do {
         after = page.next
     } while after != nil
     let dictionary = try CompressionDictionary(
-        bytes: try DictionaryTrainer.train(samples: Array(canonical.suffix(20_000).map(\.json)), capacity: 32 * 1024), level: 3)
+        bytes: try DictionaryTrainer.train(samples: Array(canonical.suffix(20_000).map(\.json)), capacity: 32 * 1024),
+        level: 3)
     let compressor = Compressor(level: 3)
     let environment = try Environment(directory: fresh(arguments.directory + "/ceiling"), options: EnvironmentOptions())
     let db = try environment.openDatabase("events", flags: [.create])
@@ -157,7 +178,8 @@ do {
     }
     let ceilingRate = Double(canonical.count) / seconds(elapsed)
     rows.append(Row(name: "ceiling: bare LMDB + zstd dictionary, 1000 per txn", value: ceilingRate, unit: "events/s"))
-    rows.append(Row(name: "batched append / ceiling", value: batchedRate / ceilingRate * 100, unit: "%", note: "goal ≥ 25 %"))
+    rows.append(
+        Row(name: "batched append / ceiling", value: batchedRate / ceilingRate * 100, unit: "%", note: "goal ≥ 25 %"))
     rows.append(Row(name: "ceiling value per event", value: Double(ceilingBytes) / Double(canonical.count), unit: "B"))
 }
 
@@ -165,14 +187,19 @@ print("")
 let width = rows.map(\.name.count).max() ?? 40
 for row in rows {
     let value = row.value >= 100 ? String(format: "%.0f", row.value) : String(format: "%.1f", row.value)
-    print(row.name.padding(toLength: width + 2, withPad: " ", startingAt: 0) + value.leftPadded(12) + " " + row.unit + (row.note.isEmpty ? "" : "   (\(row.note))"))
+    print(
+        row.name.padding(toLength: width + 2, withPad: " ", startingAt: 0) + value.leftPadded(12) + " " + row.unit
+            + (row.note.isEmpty ? "" : "   (\(row.note))"))
 }
 if let path = arguments.json {
     let object: [String: Any] = [
         "events": count,
-        "results": rows.map { ["name": $0.name.trimmingCharacters(in: .whitespaces), "value": $0.value, "unit": $0.unit, "note": $0.note] },
+        "results": rows.map {
+            ["name": $0.name.trimmingCharacters(in: .whitespaces), "value": $0.value, "unit": $0.unit, "note": $0.note]
+        },
     ]
-    try JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys]).write(to: URL(fileURLWithPath: path))
+    try JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys]).write(
+        to: URL(fileURLWithPath: path))
     print("\nwrote \(path)")
 }
 

@@ -1,6 +1,7 @@
-import Testing
-@testable import EventStore
 import Projections
+import Testing
+
+@testable import EventStore
 
 @Suite("Event codec")
 struct CodecTests {
@@ -12,11 +13,22 @@ struct CodecTests {
         let e = "job/01JD3Q8R5N8X6ZK2W7Y4V9B3TQ"
         #expect(try decode(#"{"entity":"\#(e)","kind":"status","status":"en_route"}"#).change == .status("en_route"))
         let edit = try decode(#"{"entity":"\#(e)","kind":"edit","fields":{"phone":null,"address":"12 Main St"}}"#)
-        #expect(edit.change == .edit([FieldChange(name: "address", value: .string("12 Main St")), FieldChange(name: "phone", value: .null)]))
-        #expect(try decode(#"{"entity":"\#(e)","kind":"add","set":"parts","element":"valve-3"}"#).change == .add(set: "parts", element: .string("valve-3")))
-        #expect(try decode(#"{"entity":"\#(e)","kind":"remove","set":"parts","element":{"b":1,"a":2}}"#).change == .remove(set: "parts", element: try JSONBytes(parsing: #"{"a":2,"b":1}"#)))
+        #expect(
+            edit.change
+                == .edit([
+                    FieldChange(name: "address", value: .string("12 Main St")),
+                    FieldChange(name: "phone", value: .null),
+                ]))
+        #expect(
+            try decode(#"{"entity":"\#(e)","kind":"add","set":"parts","element":"valve-3"}"#).change
+                == .add(set: "parts", element: .string("valve-3")))
+        #expect(
+            try decode(#"{"entity":"\#(e)","kind":"remove","set":"parts","element":{"b":1,"a":2}}"#).change
+                == .remove(set: "parts", element: try JSONBytes(parsing: #"{"a":2,"b":1}"#)))
         #expect(try decode(#"{"entity":"\#(e)","kind":"delete"}"#).change == .delete)
-        let restore = try decode(#"{"entity":"\#(e)","kind":"restore","key":"k-1","by":"tech-0","at":"2026-11-29T10:00:00Z","if_match":"01JD3Q8R5N8X6ZK2W7Y4V9B3TQ"}"#)
+        let restore = try decode(
+            #"{"entity":"\#(e)","kind":"restore","key":"k-1","by":"tech-0","at":"2026-11-29T10:00:00Z","if_match":"01JD3Q8R5N8X6ZK2W7Y4V9B3TQ"}"#
+        )
         #expect(restore.change == .restore)
         #expect(restore.key == "k-1")
         #expect(restore.by == "tech-0")
@@ -25,57 +37,64 @@ struct CodecTests {
     }
 
     @Test func entityIDsMayHoldSlashesAndUnicode() throws {
-        #expect(try decode(#"{"entity":"site/north/pump 3 — é","kind":"delete"}"#).entity.description == "site/north/pump 3 — é")
+        #expect(
+            try decode(#"{"entity":"site/north/pump 3 — é","kind":"delete"}"#).entity.description
+                == "site/north/pump 3 — é")
         let longest = String(repeating: "x", count: 200)
         #expect(try decode(#"{"entity":"a/\#(longest)","kind":"delete"}"#).entity.bytes.count == 202)
         let longestType = String(repeating: "t", count: 64)
         _ = try decode(#"{"entity":"\#(longestType)/1","kind":"delete"}"#)
     }
 
-    @Test("every validation error says what is wrong", arguments: [
-        ("[]", "must be a JSON object"),
-        (#"{"entity":"job/1","kind":"delete""#, "invalid JSON"),
-        (#"{"kind":"delete"}"#, "\"entity\" is required"),
-        (#"{"entity":7,"kind":"delete"}"#, "\"entity\" must be a string"),
-        (#"{"entity":"job42","kind":"delete"}"#, "has no '/'"),
-        (#"{"entity":"Job/1","kind":"delete"}"#, "entity type \"Job\""),
-        (#"{"entity":"1job/1","kind":"delete"}"#, "entity type"),
-        (#"{"entity":"/1","kind":"delete"}"#, "entity type"),
-        (#"{"entity":"\#(String(repeating: "t", count: 65))/1","kind":"delete"}"#, "entity type"),
-        (#"{"entity":"job/","kind":"delete"}"#, "empty ID"),
-        (#"{"entity":"job/\#(String(repeating: "x", count: 201))","kind":"delete"}"#, "at most 200"),
-        (#"{"entity":"job/a\u0001","kind":"delete"}"#, "control character U+0001"),
-        (#"{"entity":"job/a\u007f","kind":"delete"}"#, "control character U+007F"),
-        (#"{"entity":"job/a\u0085","kind":"delete"}"#, "control character U+0085"),
-        (#"{"entity":"job/1"}"#, "\"kind\" is required"),
-        (#"{"entity":"job/1","kind":"rename"}"#, "kind \"rename\" is not one of"),
-        (#"{"entity":"job/1","kind":"status"}"#, "needs \"status\""),
-        (#"{"entity":"job/1","kind":"status","status":""}"#, "\"status\" must not be empty"),
-        (#"{"entity":"job/1","kind":"status","status":3}"#, "\"status\" must be a string"),
-        (#"{"entity":"job/1","kind":"status","status":"\#(String(repeating: "s", count: 129))"}"#, "at most 128"),
-        (#"{"entity":"job/1","kind":"status","status":"a\nb"}"#, "control character"),
-        (#"{"entity":"job/1","kind":"edit"}"#, "needs \"fields\""),
-        (#"{"entity":"job/1","kind":"edit","fields":[]}"#, "\"fields\" must be an object"),
-        (#"{"entity":"job/1","kind":"edit","fields":{}}"#, "at least one field"),
-        (#"{"entity":"job/1","kind":"edit","fields":{"1st":1}}"#, "field name \"1st\""),
-        (#"{"entity":"job/1","kind":"edit","fields":{"a b":1}}"#, "field name \"a b\""),
-        (#"{"entity":"job/1","kind":"edit","fields":{"\#(String(repeating: "f", count: 129))":1}}"#, "field name"),
-        (#"{"entity":"job/1","kind":"edit","fields":{"a":1,"a":2}}"#, "duplicate key"),
-        (#"{"entity":"job/1","kind":"add","element":1}"#, "needs \"set\""),
-        (#"{"entity":"job/1","kind":"add","set":"9x","element":1}"#, "set name"),
-        (#"{"entity":"job/1","kind":"remove","set":"parts"}"#, "needs \"element\""),
-        (#"{"entity":"job/1","kind":"edit","fields":{"a":1},"status":"x"}"#, "\"status\" is not allowed on a \"edit\" event"),
-        (#"{"entity":"job/1","kind":"delete","set":"parts"}"#, "\"set\" is not allowed"),
-        (#"{"entity":"job/1","kind":"delete","key":""}"#, "\"key\" must not be empty"),
-        (#"{"entity":"job/1","kind":"delete","key":"\#(String(repeating: "k", count: 129))"}"#, "at most 128"),
-        (#"{"entity":"job/1","kind":"delete","key":5}"#, "\"key\" must be a string"),
-        (#"{"entity":"job/1","kind":"delete","by":"\#(String(repeating: "b", count: 129))"}"#, "at most 128"),
-        (#"{"entity":"job/1","kind":"delete","at":{"t":1}}"#, "\"at\" must be a string or a number"),
-        (#"{"entity":"job/1","kind":"delete","if_match":"nope"}"#, "\"if_match\" must be an entity version"),
-        (#"{"entity":"job/1","kind":"delete","colour":"red"}"#, "unknown member \"colour\""),
-        (#"{"entity":"job/1","kind":"delete","id":"01JD3Q8R5N8X6ZK2W7Y4V9B3TQ"}"#, "unknown member \"id\""),
-        (#"{"entity":"job/1","kind":"delete"} x"#, "invalid JSON"),
-    ])
+    @Test(
+        "every validation error says what is wrong",
+        arguments: [
+            ("[]", "must be a JSON object"),
+            (#"{"entity":"job/1","kind":"delete""#, "invalid JSON"),
+            (#"{"kind":"delete"}"#, "\"entity\" is required"),
+            (#"{"entity":7,"kind":"delete"}"#, "\"entity\" must be a string"),
+            (#"{"entity":"job42","kind":"delete"}"#, "has no '/'"),
+            (#"{"entity":"Job/1","kind":"delete"}"#, "entity type \"Job\""),
+            (#"{"entity":"1job/1","kind":"delete"}"#, "entity type"),
+            (#"{"entity":"/1","kind":"delete"}"#, "entity type"),
+            (#"{"entity":"\#(String(repeating: "t", count: 65))/1","kind":"delete"}"#, "entity type"),
+            (#"{"entity":"job/","kind":"delete"}"#, "empty ID"),
+            (#"{"entity":"job/\#(String(repeating: "x", count: 201))","kind":"delete"}"#, "at most 200"),
+            (#"{"entity":"job/a\u0001","kind":"delete"}"#, "control character U+0001"),
+            (#"{"entity":"job/a\u007f","kind":"delete"}"#, "control character U+007F"),
+            (#"{"entity":"job/a\u0085","kind":"delete"}"#, "control character U+0085"),
+            (#"{"entity":"job/1"}"#, "\"kind\" is required"),
+            (#"{"entity":"job/1","kind":"rename"}"#, "kind \"rename\" is not one of"),
+            (#"{"entity":"job/1","kind":"status"}"#, "needs \"status\""),
+            (#"{"entity":"job/1","kind":"status","status":""}"#, "\"status\" must not be empty"),
+            (#"{"entity":"job/1","kind":"status","status":3}"#, "\"status\" must be a string"),
+            (#"{"entity":"job/1","kind":"status","status":"\#(String(repeating: "s", count: 129))"}"#, "at most 128"),
+            (#"{"entity":"job/1","kind":"status","status":"a\nb"}"#, "control character"),
+            (#"{"entity":"job/1","kind":"edit"}"#, "needs \"fields\""),
+            (#"{"entity":"job/1","kind":"edit","fields":[]}"#, "\"fields\" must be an object"),
+            (#"{"entity":"job/1","kind":"edit","fields":{}}"#, "at least one field"),
+            (#"{"entity":"job/1","kind":"edit","fields":{"1st":1}}"#, "field name \"1st\""),
+            (#"{"entity":"job/1","kind":"edit","fields":{"a b":1}}"#, "field name \"a b\""),
+            (#"{"entity":"job/1","kind":"edit","fields":{"\#(String(repeating: "f", count: 129))":1}}"#, "field name"),
+            (#"{"entity":"job/1","kind":"edit","fields":{"a":1,"a":2}}"#, "duplicate key"),
+            (#"{"entity":"job/1","kind":"add","element":1}"#, "needs \"set\""),
+            (#"{"entity":"job/1","kind":"add","set":"9x","element":1}"#, "set name"),
+            (#"{"entity":"job/1","kind":"remove","set":"parts"}"#, "needs \"element\""),
+            (
+                #"{"entity":"job/1","kind":"edit","fields":{"a":1},"status":"x"}"#,
+                "\"status\" is not allowed on a \"edit\" event"
+            ),
+            (#"{"entity":"job/1","kind":"delete","set":"parts"}"#, "\"set\" is not allowed"),
+            (#"{"entity":"job/1","kind":"delete","key":""}"#, "\"key\" must not be empty"),
+            (#"{"entity":"job/1","kind":"delete","key":"\#(String(repeating: "k", count: 129))"}"#, "at most 128"),
+            (#"{"entity":"job/1","kind":"delete","key":5}"#, "\"key\" must be a string"),
+            (#"{"entity":"job/1","kind":"delete","by":"\#(String(repeating: "b", count: 129))"}"#, "at most 128"),
+            (#"{"entity":"job/1","kind":"delete","at":{"t":1}}"#, "\"at\" must be a string or a number"),
+            (#"{"entity":"job/1","kind":"delete","if_match":"nope"}"#, "\"if_match\" must be an entity version"),
+            (#"{"entity":"job/1","kind":"delete","colour":"red"}"#, "unknown member \"colour\""),
+            (#"{"entity":"job/1","kind":"delete","id":"01JD3Q8R5N8X6ZK2W7Y4V9B3TQ"}"#, "unknown member \"id\""),
+            (#"{"entity":"job/1","kind":"delete"} x"#, "invalid JSON"),
+        ])
     func validation(input: String, message: String) {
         do {
             _ = try decode(input)
@@ -91,11 +110,18 @@ struct CodecTests {
         let event = Event(
             id: ULID("01JD3Q8R5N8X6ZK2W7Y4V9B3TR")!, origin: ULID("01JD00000000000000000N0DE1")!,
             entity: EntityKey(validated: Array("job/42".utf8)),
-            body: .edit(fields: [FieldChange(name: "address", value: .string("12 Main St")), FieldChange(name: "floor", value: try JSONBytes(parsing: "3"))],
-                        base: [FieldBase(field: "address", heads: [base])]),
+            body: .edit(
+                fields: [
+                    FieldChange(name: "address", value: .string("12 Main St")),
+                    FieldChange(name: "floor", value: try JSONBytes(parsing: "3")),
+                ],
+                base: [FieldBase(field: "address", heads: [base])]),
             key: "k", by: "tech-0", at: .string("2026-11-29T10:00:00Z"))
         let text = String(decoding: EventCodec.encodeStored(event), as: UTF8.self)
-        #expect(text == #"{"at":"2026-11-29T10:00:00Z","base":{"address":["01JD3Q8R5N8X6ZK2W7Y4V9B3TQ"]},"by":"tech-0","entity":"job/42","fields":{"address":"12 Main St","floor":3},"id":"01JD3Q8R5N8X6ZK2W7Y4V9B3TR","key":"k","kind":"edit","origin":"01JD00000000000000000N0DE1"}"#)
+        #expect(
+            text
+                == #"{"at":"2026-11-29T10:00:00Z","base":{"address":["01JD3Q8R5N8X6ZK2W7Y4V9B3TQ"]},"by":"tech-0","entity":"job/42","fields":{"address":"12 Main St","floor":3},"id":"01JD3Q8R5N8X6ZK2W7Y4V9B3TR","key":"k","kind":"edit","origin":"01JD00000000000000000N0DE1"}"#
+        )
         #expect(try EventCodec.decodeStored(Array(text.utf8)) == event)
         let withoutID = EventCodec.encodeStored(event, includeID: false)
         #expect(withoutID.count + EventCodec.idMemberBytes == text.utf8.count)
@@ -104,7 +130,8 @@ struct CodecTests {
 
         let kinds: [EventBody] = [
             .status("on_site", base: [base]), .add(set: "parts", element: .string("v")),
-            .remove(set: "parts", element: .string("v"), observed: [base]), .delete, .restore(base: [base]), .status("x", base: []),
+            .remove(set: "parts", element: .string("v"), observed: [base]), .delete, .restore(base: [base]),
+            .status("x", base: []),
         ]
         for body in kinds {
             var copy = event
@@ -117,9 +144,18 @@ struct CodecTests {
         (#"{"entity":"job/1","kind":"delete","origin":"01JD3Q8R5N8X6ZK2W7Y4V9B3TQ"}"#, "needs \"id\""),
         (#"{"entity":"job/1","kind":"delete","id":"01JD3Q8R5N8X6ZK2W7Y4V9B3TQ"}"#, "needs \"origin\""),
         (#"{"entity":"job/1","kind":"delete","id":"x","origin":"01JD3Q8R5N8X6ZK2W7Y4V9B3TQ"}"#, "\"id\" is not a ULID"),
-        (#"{"entity":"job/1","kind":"status","status":"a","base":["zz"],"id":"01JD3Q8R5N8X6ZK2W7Y4V9B3TQ","origin":"01JD3Q8R5N8X6ZK2W7Y4V9B3TQ"}"#, "not an event id"),
-        (#"{"entity":"job/1","kind":"edit","fields":{"a":1},"base":{"b":[]},"id":"01JD3Q8R5N8X6ZK2W7Y4V9B3TQ","origin":"01JD3Q8R5N8X6ZK2W7Y4V9B3TQ"}"#, "does not set"),
-        (#"{"entity":"job/1","kind":"add","set":"s","element":1,"observed":[],"id":"01JD3Q8R5N8X6ZK2W7Y4V9B3TQ","origin":"01JD3Q8R5N8X6ZK2W7Y4V9B3TQ"}"#, "no causal context"),
+        (
+            #"{"entity":"job/1","kind":"status","status":"a","base":["zz"],"id":"01JD3Q8R5N8X6ZK2W7Y4V9B3TQ","origin":"01JD3Q8R5N8X6ZK2W7Y4V9B3TQ"}"#,
+            "not an event id"
+        ),
+        (
+            #"{"entity":"job/1","kind":"edit","fields":{"a":1},"base":{"b":[]},"id":"01JD3Q8R5N8X6ZK2W7Y4V9B3TQ","origin":"01JD3Q8R5N8X6ZK2W7Y4V9B3TQ"}"#,
+            "does not set"
+        ),
+        (
+            #"{"entity":"job/1","kind":"add","set":"s","element":1,"observed":[],"id":"01JD3Q8R5N8X6ZK2W7Y4V9B3TQ","origin":"01JD3Q8R5N8X6ZK2W7Y4V9B3TQ"}"#,
+            "no causal context"
+        ),
         (#"<html><body>Please log in</body></html>"#, "must be a JSON object"),
     ])
     func storedValidation(input: String, message: String) {

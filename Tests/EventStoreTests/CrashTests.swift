@@ -1,7 +1,8 @@
 import Foundation
-import Testing
-@testable import EventStore
 import Projections
+import Testing
+
+@testable import EventStore
 
 /// Finds a binary this package builds (next to the test bundle, or as named by
 /// EVSTORE_BIN_DIR).
@@ -13,7 +14,8 @@ func builtBinary(_ name: String) throws -> URL {
         candidates.append(bundle)
         bundle.deleteLastPathComponent()
     }
-    let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent()
     candidates.append(root.appendingPathComponent(".build/debug"))
     for dir in candidates {
         let url = dir.appendingPathComponent(name)
@@ -27,7 +29,8 @@ struct CrashTests {
     @Test("kill -9 during bulk appends loses no acknowledged batch", arguments: [1, 2, 3, 4, 5])
     func killDuringAppend(round: Int) throws {
         let child = try builtBinary("evstore-append-child")
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("evstore-crash-\(UUID().uuidString)").path
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("evstore-crash-\(UUID().uuidString)")
+            .path
         defer { try? FileManager.default.removeItem(atPath: dir) }
         var acknowledged: [ULID] = []
         var rng = SeededGenerator(seed: UInt64(round))

@@ -1,29 +1,38 @@
 import Foundation
-import Testing
-@testable import EventStore
 import Projections
+import Testing
+
+@testable import EventStore
 
 @Suite("Event log")
 struct EventLogTests {
     @Test func appendFillsCausalContextAndFolds() throws {
         let store = try TempStore()
-        let first = try store.log.append(inputs(
-            #"{"entity":"job/42","kind":"edit","fields":{"address":"12 Main St","floor":3}}"#,
-            #"{"entity":"job/42","kind":"status","status":"assigned"}"#,
-            #"{"entity":"job/42","kind":"add","set":"parts","element":"valve-3"}"#))
+        let first = try store.log.append(
+            inputs(
+                #"{"entity":"job/42","kind":"edit","fields":{"address":"12 Main St","floor":3}}"#,
+                #"{"entity":"job/42","kind":"status","status":"assigned"}"#,
+                #"{"entity":"job/42","kind":"add","set":"parts","element":"valve-3"}"#))
         #expect(first.ids.count == 3)
         #expect(first.ids == first.ids.sorted())
         #expect(first.versions[entity("job/42")] == first.ids[2])
 
-        let second = try store.log.append(inputs(
-            #"{"entity":"job/42","kind":"edit","fields":{"address":"14 Main St"}}"#,
-            #"{"entity":"job/42","kind":"status","status":"en_route"}"#,
-            #"{"entity":"job/42","kind":"remove","set":"parts","element":"valve-3"}"#))
+        let second = try store.log.append(
+            inputs(
+                #"{"entity":"job/42","kind":"edit","fields":{"address":"14 Main St"}}"#,
+                #"{"entity":"job/42","kind":"status","status":"en_route"}"#,
+                #"{"entity":"job/42","kind":"remove","set":"parts","element":"valve-3"}"#))
         let edit = try #require(try store.log.event(second.ids[0]))
-        #expect(edit.body == .edit(fields: [FieldChange(name: "address", value: .string("14 Main St"))], base: [FieldBase(field: "address", heads: [first.ids[0]])]))
+        #expect(
+            edit.body
+                == .edit(
+                    fields: [FieldChange(name: "address", value: .string("14 Main St"))],
+                    base: [FieldBase(field: "address", heads: [first.ids[0]])]))
         #expect(edit.origin == store.log.nodeID)
         #expect(try store.log.event(second.ids[1])?.body == .status("en_route", base: [first.ids[1]]))
-        #expect(try store.log.event(second.ids[2])?.body == .remove(set: "parts", element: .string("valve-3"), observed: [first.ids[2]]))
+        #expect(
+            try store.log.event(second.ids[2])?.body
+                == .remove(set: "parts", element: .string("valve-3"), observed: [first.ids[2]]))
 
         let state = try #require(try stateJSON(store.log, "job/42"))
         #expect(state.contains(#""fields":{"address":"14 Main St","floor":3}"#))
@@ -36,7 +45,8 @@ struct EventLogTests {
 
     @Test func aFailingEventAbortsTheWholeBatch() throws {
         let store = try TempStore { $0.maxEventBytes = 2048 }
-        _ = try store.log.append(inputs(#"{"entity":"job/1","kind":"edit","fields":{"a":1}}"#, #"{"entity":"job/2","kind":"delete"}"#))
+        _ = try store.log.append(
+            inputs(#"{"entity":"job/1","kind":"edit","fields":{"a":1}}"#, #"{"entity":"job/2","kind":"delete"}"#))
         let before = try store.log.statistics()
         let stateBefore = try stateJSON(store.log, "job/1")
         let big = String(repeating: "x", count: 3000)
@@ -48,10 +58,11 @@ struct EventLogTests {
         ]
         for (bad, reason, index) in failing {
             do {
-                _ = try store.log.append(inputs(
-                    #"{"entity":"job/1","kind":"edit","fields":{"a":2}}"#,
-                    #"{"entity":"job/3","kind":"add","set":"s","element":1,"key":"never"}"#,
-                    bad))
+                _ = try store.log.append(
+                    inputs(
+                        #"{"entity":"job/1","kind":"edit","fields":{"a":2}}"#,
+                        #"{"entity":"job/3","kind":"add","set":"s","element":1,"key":"never"}"#,
+                        bad))
                 Issue.record("batch with \(bad) was accepted")
             } catch let error as EventStoreError {
                 #expect(error.reason == reason)
@@ -64,7 +75,8 @@ struct EventLogTests {
             #expect(try stateJSON(store.log, "job/1") == stateBefore)
         }
         // The key of the aborted batch was not kept either.
-        let again = try store.log.append(inputs(#"{"entity":"job/3","kind":"add","set":"s","element":1,"key":"never"}"#))
+        let again = try store.log.append(
+            inputs(#"{"entity":"job/3","kind":"add","set":"s","element":1,"key":"never"}"#))
         #expect(again.appended == 1)
         try store.check()
     }
@@ -73,7 +85,10 @@ struct EventLogTests {
         let store = try TempStore()
         let line = #"{"entity":"job/1","kind":"status","status":"done","key":"visit-77"}"#
         let first = try store.log.append([try input(line)])
-        let second = try store.log.append([try input(line), try input(#"{"entity":"job/1","kind":"edit","fields":{"a":1},"key":"k2"}"#), try input(#"{"entity":"job/1","kind":"edit","fields":{"a":9},"key":"k2"}"#)])
+        let second = try store.log.append([
+            try input(line), try input(#"{"entity":"job/1","kind":"edit","fields":{"a":1},"key":"k2"}"#),
+            try input(#"{"entity":"job/1","kind":"edit","fields":{"a":9},"key":"k2"}"#),
+        ])
         #expect(second.ids[0] == first.ids[0])
         #expect(second.ids[1] == second.ids[2])
         #expect(second.appended == 1)
@@ -90,15 +105,17 @@ struct EventLogTests {
         let store = try TempStore()
         let created = try store.log.append(inputs(#"{"entity":"job/1","kind":"edit","fields":{"a":1}}"#))
         let version = created.ids[0]
-        let ok = try store.log.append(inputs(
-            #"{"entity":"job/1","kind":"edit","fields":{"a":2},"if_match":"\#(version)"}"#,
-            #"{"entity":"job/1","kind":"edit","fields":{"b":2},"if_match":"\#(version)"}"#))
+        let ok = try store.log.append(
+            inputs(
+                #"{"entity":"job/1","kind":"edit","fields":{"a":2},"if_match":"\#(version)"}"#,
+                #"{"entity":"job/1","kind":"edit","fields":{"b":2},"if_match":"\#(version)"}"#))
         #expect(ok.appended == 2)
         #expect(throws: EventStoreError.self) {
             try store.log.append(inputs(#"{"entity":"job/1","kind":"edit","fields":{"a":3},"if_match":"\#(version)"}"#))
         }
         do {
-            _ = try store.log.append(inputs(#"{"entity":"job/new","kind":"edit","fields":{"a":3},"if_match":"\#(version)"}"#))
+            _ = try store.log.append(
+                inputs(#"{"entity":"job/new","kind":"edit","fields":{"a":3},"if_match":"\#(version)"}"#))
             Issue.record("if_match on a new entity accepted")
         } catch let error as EventStoreError {
             #expect(error.reason == .conflict)
@@ -109,7 +126,8 @@ struct EventLogTests {
 
     @Test func deleteRejectsEditsUntilRestored() throws {
         let store = try TempStore()
-        _ = try store.log.append(inputs(#"{"entity":"job/1","kind":"edit","fields":{"a":1}}"#, #"{"entity":"job/1","kind":"delete"}"#))
+        _ = try store.log.append(
+            inputs(#"{"entity":"job/1","kind":"edit","fields":{"a":1}}"#, #"{"entity":"job/1","kind":"delete"}"#))
         do {
             _ = try store.log.append(inputs(#"{"entity":"job/1","kind":"edit","fields":{"a":2}}"#))
             Issue.record("edit of a deleted entity accepted")
@@ -117,7 +135,8 @@ struct EventLogTests {
             #expect(error.reason == .deleted)
             #expect(error.message.contains("restore it first"))
         }
-        let restored = try store.log.append(inputs(#"{"entity":"job/1","kind":"restore"}"#, #"{"entity":"job/1","kind":"edit","fields":{"a":2}}"#))
+        let restored = try store.log.append(
+            inputs(#"{"entity":"job/1","kind":"restore"}"#, #"{"entity":"job/1","kind":"edit","fields":{"a":2}}"#))
         let restore = try #require(try store.log.event(restored.ids[0]))
         if case .restore(let base) = restore.body { #expect(base.count == 1) } else { Issue.record("not a restore") }
         #expect(try stateJSON(store.log, "job/1")?.contains(#""deleted":false"#) == true)
@@ -146,7 +165,9 @@ struct EventLogTests {
         #expect(try store.log.state(of: job)?.eventCount == ofJob.count)
         let half = try store.log.events(ofEntity: job, after: ofJob[2].id, limit: 3)
         #expect(half.events.map(\.id) == Array(ofJob[3..<6].map(\.id)))
-        #expect(try store.log.events(ofOrigin: store.log.nodeID, after: ids[99], limit: 5).events.map(\.id) == Array(ids[100..<105]))
+        #expect(
+            try store.log.events(ofOrigin: store.log.nodeID, after: ids[99], limit: 5).events.map(\.id)
+                == Array(ids[100..<105]))
         #expect(try store.log.versionVector() == [store.log.nodeID: ids.last!])
         try store.check()
     }

@@ -1,7 +1,8 @@
 import Foundation
-import Testing
-@testable import EventStore
 import Projections
+import Testing
+
+@testable import EventStore
 
 /// A store in a fresh temp directory. `check()` asserts the invariants every store must
 /// keep — projections equal a rebuild from the log, the digest matches, every event is in
@@ -12,7 +13,8 @@ final class TempStore {
     var options: StoreOptions
 
     init(_ configure: (inout StoreOptions) -> Void = { _ in }) throws {
-        directory = FileManager.default.temporaryDirectory.appendingPathComponent("evstore-test-\(UUID().uuidString)").path
+        directory =
+            FileManager.default.temporaryDirectory.appendingPathComponent("evstore-test-\(UUID().uuidString)").path
         var options = StoreOptions()
         options.environment.initialMapSize = 4 << 20
         configure(&options)
@@ -27,7 +29,9 @@ final class TempStore {
 
     func check(sourceLocation: SourceLocation = #_sourceLocation) throws {
         let report = try log.rebuild(verify: true)
-        #expect(report.mismatched.isEmpty, "projections differ from a rebuild: \(report.mismatched)", sourceLocation: sourceLocation)
+        #expect(
+            report.mismatched.isEmpty, "projections differ from a rebuild: \(report.mismatched)",
+            sourceLocation: sourceLocation)
         #expect(!report.digestMismatch, "digest differs from a rebuild", sourceLocation: sourceLocation)
         let stats = try log.statistics()
         #expect(report.events == stats.events, sourceLocation: sourceLocation)
@@ -82,13 +86,16 @@ func workload(seed: UInt64, count: Int, jobs: Int = 50, actor: String = "tech-0"
         let line: String
         switch Int.random(in: 0..<10, using: &rng) {
         case 0..<4:
-            line = #"{"entity":"\#(e)","kind":"edit","by":"\#(actor)","fields":{"address":"\#(Int.random(in: 1...480, using: &rng)) Main St","phone":"+1555\#(Int.random(in: 1_000_000...9_999_999, using: &rng))"}}"#
+            line =
+                #"{"entity":"\#(e)","kind":"edit","by":"\#(actor)","fields":{"address":"\#(Int.random(in: 1...480, using: &rng)) Main St","phone":"+1555\#(Int.random(in: 1_000_000...9_999_999, using: &rng))"}}"#
         case 4..<7:
-            line = #"{"entity":"\#(e)","kind":"status","status":"\#(statuses.randomElement(using: &rng)!)","by":"\#(actor)"}"#
+            line =
+                #"{"entity":"\#(e)","kind":"status","status":"\#(statuses.randomElement(using: &rng)!)","by":"\#(actor)"}"#
         case 7..<9:
             line = #"{"entity":"\#(e)","kind":"add","set":"parts","element":"\#(parts.randomElement(using: &rng)!)"}"#
         default:
-            line = #"{"entity":"\#(e)","kind":"remove","set":"parts","element":"\#(parts.randomElement(using: &rng)!)"}"#
+            line =
+                #"{"entity":"\#(e)","kind":"remove","set":"parts","element":"\#(parts.randomElement(using: &rng)!)"}"#
         }
         out.append(try! input(line))
     }

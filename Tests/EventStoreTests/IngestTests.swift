@@ -1,7 +1,8 @@
 import Foundation
-import Testing
-@testable import EventStore
 import Projections
+import Testing
+
+@testable import EventStore
 
 @Suite("Ingest of replicated events")
 struct IngestTests {
@@ -67,8 +68,12 @@ struct IngestTests {
         let garbage: [[UInt8]] = [
             Array("<html><body>Sign in to the hotel Wi-Fi</body></html>".utf8),
             [0xFF, 0x00, 0x13, 0x37],
-            Array(#"{"entity":"Job/1","kind":"delete","id":"01JD3Q8R5N8X6ZK2W7Y4V9B3TQ","origin":"01JD3Q8R5N8X6ZK2W7Y4V9B3TQ"}"#.utf8),
-            Array(#"{"entity":"job/1","kind":"edit","fields":{"a":"\#(String(repeating: "x", count: 2000))"},"id":"01JD3Q8R5N8X6ZK2W7Y4V9B3TR","origin":"01JD3Q8R5N8X6ZK2W7Y4V9B3TQ"}"#.utf8),
+            Array(
+                #"{"entity":"Job/1","kind":"delete","id":"01JD3Q8R5N8X6ZK2W7Y4V9B3TQ","origin":"01JD3Q8R5N8X6ZK2W7Y4V9B3TQ"}"#
+                    .utf8),
+            Array(
+                #"{"entity":"job/1","kind":"edit","fields":{"a":"\#(String(repeating: "x", count: 2000))"},"id":"01JD3Q8R5N8X6ZK2W7Y4V9B3TR","origin":"01JD3Q8R5N8X6ZK2W7Y4V9B3TQ"}"#
+                    .utf8),
         ]
         events.insert(contentsOf: garbage, at: 10)
         let result = try b.log.ingest(events, from: "north-gateway")
@@ -112,14 +117,16 @@ struct IngestTests {
     @Test func eventsArrivingBeforeWhatTheyDependOnFoldCorrectly() throws {
         let a = try TempStore()
         let b = try TempStore()
-        _ = try a.log.append(inputs(
-            #"{"entity":"job/1","kind":"edit","fields":{"x":1}}"#,
-            #"{"entity":"job/1","kind":"add","set":"s","element":"e"}"#,
-            #"{"entity":"job/1","kind":"delete"}"#))
-        _ = try a.log.append(inputs(
-            #"{"entity":"job/1","kind":"restore"}"#,
-            #"{"entity":"job/1","kind":"edit","fields":{"x":2}}"#,
-            #"{"entity":"job/1","kind":"remove","set":"s","element":"e"}"#))
+        _ = try a.log.append(
+            inputs(
+                #"{"entity":"job/1","kind":"edit","fields":{"x":1}}"#,
+                #"{"entity":"job/1","kind":"add","set":"s","element":"e"}"#,
+                #"{"entity":"job/1","kind":"delete"}"#))
+        _ = try a.log.append(
+            inputs(
+                #"{"entity":"job/1","kind":"restore"}"#,
+                #"{"entity":"job/1","kind":"edit","fields":{"x":2}}"#,
+                #"{"entity":"job/1","kind":"remove","set":"s","element":"e"}"#))
         // Newest first: every event names one that has not arrived yet.
         for event in try allStoredEvents(a.log).reversed() { _ = try b.log.ingest([event]) }
         #expect(try stateJSON(a.log, "job/1") == stateJSON(b.log, "job/1"))

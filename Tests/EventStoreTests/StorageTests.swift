@@ -1,7 +1,8 @@
 import Foundation
-import Testing
-@testable import EventStore
 import Projections
+import Testing
+
+@testable import EventStore
 
 @Suite("Storage: dictionaries, map growth, full storage")
 struct StorageTests {
@@ -12,9 +13,13 @@ struct StorageTests {
         }
         let events = workload(seed: 11, count: 3000, jobs: 200)
         var ids: [ULID] = []
-        for chunk in stride(from: 0, to: 1000, by: 100) { ids += try store.log.append(Array(events[chunk..<chunk + 100])).ids }
+        for chunk in stride(from: 0, to: 1000, by: 100) {
+            ids += try store.log.append(Array(events[chunk..<chunk + 100])).ids
+        }
         #expect(try store.log.statistics().dictionaryVersion == 1)
-        for chunk in stride(from: 1000, to: 3000, by: 100) { ids += try store.log.append(Array(events[chunk..<chunk + 100])).ids }
+        for chunk in stride(from: 1000, to: 3000, by: 100) {
+            ids += try store.log.append(Array(events[chunk..<chunk + 100])).ids
+        }
         #expect(try store.log.statistics().dictionaryVersion == 1)
         #expect(try store.log.trainDictionary() == 2)
         ids += try store.log.append(Array(workload(seed: 12, count: 200))).ids
@@ -54,7 +59,9 @@ struct StorageTests {
         let store = try TempStore { $0.environment.initialMapSize = 1 << 20 }
         let before = try store.log.statistics().mapSize
         let events = workload(seed: 2, count: 6000, jobs: 500)
-        for chunk in stride(from: 0, to: 6000, by: 2000) { _ = try store.log.append(Array(events[chunk..<chunk + 2000])) }
+        for chunk in stride(from: 0, to: 6000, by: 2000) {
+            _ = try store.log.append(Array(events[chunk..<chunk + 2000]))
+        }
         let after = try store.log.statistics()
         #expect(after.mapSize > before)
         #expect(after.events == 6000)

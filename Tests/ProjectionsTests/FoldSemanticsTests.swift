@@ -1,4 +1,5 @@
 import Testing
+
 @testable import Projections
 
 @Suite("Fold semantics")
@@ -20,7 +21,8 @@ struct FoldSemanticsTests {
 
     @Test func emptyEntity() {
         #expect(
-            render([]) == #"{"conflicts":{"fields":{},"status":[]},"deleted":false,"entity":"job/42","events":0,"fields":{},"sets":{},"status":null,"version":null}"#
+            render([])
+                == #"{"conflicts":{"fields":{},"status":[]},"deleted":false,"entity":"job/42","events":0,"fields":{},"sets":{},"status":null,"version":null}"#
         )
     }
 
@@ -45,11 +47,15 @@ struct FoldSemanticsTests {
         // The greatest id among the heads gives the value meanwhile.
         #expect(state.field("address")?.winner.value == json("\"14 Main St\""))
         let json = render([first, mine, theirs])
-        #expect(json.contains(#""conflicts":{"fields":{"address":[{"id":"\#(mine.id)","origin":"\#(a)","value":"13 Main St"},{"id":"\#(theirs.id)","origin":"\#(b)","value":"14 Main St"}]},"status":[]}"#))
+        #expect(
+            json.contains(
+                #""conflicts":{"fields":{"address":[{"id":"\#(mine.id)","origin":"\#(a)","value":"13 Main St"},{"id":"\#(theirs.id)","origin":"\#(b)","value":"14 Main St"}]},"status":[]}"#
+            ))
 
         // Naming every head resolves it, even with a smaller id than a head.
         let resolve = edit(2, a, [("address", "\"13 Main St\"")], base: [("address", [mine.id, theirs.id])])
-        let resolved = Projection.fold(job, [first, mine, theirs, Event(id: id(4), origin: a, entity: job, body: resolve.body)])
+        let resolved = Projection.fold(
+            job, [first, mine, theirs, Event(id: id(4), origin: a, entity: job, body: resolve.body)])
         #expect(!resolved.hasConflicts)
         #expect(resolved.field("address")?.winner.value == JSONBytes.string("13 Main St"))
     }
@@ -69,7 +75,10 @@ struct FoldSemanticsTests {
         #expect(state.currentStatus?.status == "paused")
         #expect(state.hasStatusConflict)
         let text = render([s1, s2, s3])
-        #expect(text.contains(#""status":[{"id":"\#(s2.id)","origin":"\#(a)","status":"en_route"},{"id":"\#(s3.id)","origin":"\#(b)","status":"paused"}]"#))
+        #expect(
+            text.contains(
+                #""status":[{"id":"\#(s2.id)","origin":"\#(a)","status":"en_route"},{"id":"\#(s3.id)","origin":"\#(b)","status":"paused"}]"#
+            ))
         #expect(text.contains(#""status":{"current":"paused","history":[{"id":"\#(s1.id)""#))
     }
 
@@ -77,7 +86,9 @@ struct FoldSemanticsTests {
         let add1 = Event(id: id(1), origin: a, entity: job, body: .add(set: "parts", element: json("\"valve-3\"")))
         let add2 = Event(id: id(2), origin: a, entity: job, body: .add(set: "parts", element: json("\"gasket\"")))
         // B removes valve-3 having seen add1; A concurrently adds it again.
-        let remove = Event(id: id(3), origin: b, entity: job, body: .remove(set: "parts", element: json("\"valve-3\""), observed: [add1.id]))
+        let remove = Event(
+            id: id(3), origin: b, entity: job,
+            body: .remove(set: "parts", element: json("\"valve-3\""), observed: [add1.id]))
         let readd = Event(id: id(4), origin: a, entity: job, body: .add(set: "parts", element: json(#""valve-3""#)))
         #expect(render([add1, add2, remove]).contains(#""sets":{"parts":["gasket"]}"#))
         // Ordered by the smallest live add id: gasket (2) before valve-3 (4).
@@ -86,8 +97,11 @@ struct FoldSemanticsTests {
     }
 
     @Test func setElementsCompareByCanonicalJSON() throws {
-        let add = Event(id: id(1), origin: a, entity: job, body: .add(set: "s", element: json(#"{ "b": 1, "a": [2] }"#)))
-        let remove = Event(id: id(2), origin: a, entity: job, body: .remove(set: "s", element: json(#"{"a":[2],"b":1}"#), observed: [add.id]))
+        let add = Event(
+            id: id(1), origin: a, entity: job, body: .add(set: "s", element: json(#"{ "b": 1, "a": [2] }"#)))
+        let remove = Event(
+            id: id(2), origin: a, entity: job,
+            body: .remove(set: "s", element: json(#"{"a":[2],"b":1}"#), observed: [add.id]))
         var state = EntityState(entity: job)
         _ = state.apply(add) { _ in false }
         #expect(state.liveAdds(set: "s", element: json(#"{"a":[2],"b":1}"#)) == [add.id])
@@ -104,7 +118,9 @@ struct FoldSemanticsTests {
         let restore = Event(id: id(4), origin: a, entity: job, body: .restore(base: [delete.id]))
         let restored = Projection.fold(job, [create, delete, concurrent, restore])
         #expect(!restored.isDeleted)
-        #expect(String(decoding: restored.canonicalJSON(), as: UTF8.self).contains(#""fields":{"address":"12 Main St","notes":"gate"}"#))
+        #expect(
+            String(decoding: restored.canonicalJSON(), as: UTF8.self).contains(
+                #""fields":{"address":"12 Main St","notes":"gate"}"#))
         // A concurrent delete the restore did not see keeps it deleted.
         let otherDelete = Event(id: id(5), origin: b, entity: job, body: .delete)
         #expect(Projection.fold(job, [create, delete, restore, otherDelete]).isDeleted)

@@ -1,4 +1,5 @@
 import Testing
+
 @testable import Projections
 
 @Suite("ULID")
@@ -15,7 +16,9 @@ struct ULIDTests {
     func roundTripAndOrder(seed: UInt64) throws {
         var rng = SeededGenerator(seed: seed)
         var ids: [ULID] = (0..<200).map { _ in
-            ULID(timestamp: UInt64.random(in: 0...ULID.maxTimestamp, using: &rng), random: (UInt16.random(in: 0...UInt16.max, using: &rng), rng.next()))
+            ULID(
+                timestamp: UInt64.random(in: 0...ULID.maxTimestamp, using: &rng),
+                random: (UInt16.random(in: 0...UInt16.max, using: &rng), rng.next()))
         }
         ids.append(contentsOf: [.zero, .max])
         for id in ids {

@@ -29,8 +29,10 @@ public enum EventCodec {
         case entity, kind, status, fields, set, element, key, by, at, id, origin, base, observed
         case ifMatch = "if_match"
 
-        static let kinds: [[UInt8]: EventKind] = Dictionary(uniqueKeysWithValues: EventKind.allCases.map { (Array($0.rawValue.utf8), $0) })
-        static let named: [[UInt8]: Member] = Dictionary(uniqueKeysWithValues: allCases.map { (Array($0.rawValue.utf8), $0) })
+        static let kinds: [[UInt8]: EventKind] = Dictionary(
+            uniqueKeysWithValues: EventKind.allCases.map { (Array($0.rawValue.utf8), $0) })
+        static let named: [[UInt8]: Member] = Dictionary(
+            uniqueKeysWithValues: allCases.map { (Array($0.rawValue.utf8), $0) })
     }
 
     // MARK: - Input form
@@ -57,11 +59,14 @@ public enum EventCodec {
         let change = try change(from: m)
         var event = InputEvent(entity: entity, change: change)
         if let key = m.key { event.key = try Validation.text(key, what: "\"key\"", limit: Validation.maxKeyBytes) }
-        if let by = m.by { event.by = try Validation.text(by, what: "\"by\"", limit: Validation.maxByBytes, allowEmpty: true) }
+        if let by = m.by {
+            event.by = try Validation.text(by, what: "\"by\"", limit: Validation.maxByBytes, allowEmpty: true)
+        }
         event.at = m.at
         if let ifMatch = m.ifMatch {
             guard let version = ULID(utf8: ifMatch) else {
-                throw .invalid("\"if_match\" must be an entity version (a ULID): \(ULID.problem(with: ifMatch) ?? "invalid")")
+                throw .invalid(
+                    "\"if_match\" must be an entity version (a ULID): \(ULID.problem(with: ifMatch) ?? "invalid")")
             }
             event.ifMatch = version
         }
@@ -74,7 +79,8 @@ public enum EventCodec {
         }
         guard let kind = Member.kinds[kindBytes] else {
             throw .invalid(
-                "kind \"\(String(decoding: kindBytes.prefix(40), as: UTF8.self))\" is not one of edit, status, add, remove, delete, restore")
+                "kind \"\(String(decoding: kindBytes.prefix(40), as: UTF8.self))\" is not one of edit, status, add, remove, delete, restore"
+            )
         }
         // Members that belong to another kind are errors, not silently ignored.
         let present: [(String, Bool)] = [
@@ -128,8 +134,11 @@ public enum EventCodec {
                 case .element: m.element = try canonical(&s)
                 case .at:
                     let at = try canonical(&s)
-                    guard let first = at.bytes.first, first == UInt8(ascii: "\"") || first == UInt8(ascii: "-") || (0x30...0x39).contains(first) else {
-                        throw JSONError(meaning: "\"at\" must be a string or a number (the client's wall time)", at: s.offset)
+                    guard let first = at.bytes.first,
+                        first == UInt8(ascii: "\"") || first == UInt8(ascii: "-") || (0x30...0x39).contains(first)
+                    else {
+                        throw JSONError(
+                            meaning: "\"at\" must be a string or a number (the client's wall time)", at: s.offset)
                     }
                     m.at = at
                 case .fields: m.fields = try fieldsMember(&s)
@@ -140,7 +149,10 @@ public enum EventCodec {
                 case .observed where stored: m.observed = try canonical(&s)
                 default:
                     let shown = String(String(decoding: key, as: UTF8.self).prefix(40))
-                    let allowed = stored ? "entity, kind, id, origin, base, observed, status, fields, set, element, key, by, at" : inputKeys
+                    let allowed =
+                        stored
+                        ? "entity, kind, id, origin, base, observed, status, fields, set, element, key, by, at"
+                        : inputKeys
                     throw JSONError(meaning: "unknown member \"\(shown)\" (an event has \(allowed))", at: s.offset)
                 }
             }
@@ -151,7 +163,9 @@ public enum EventCodec {
     }
 
     static func stringMember(_ s: inout JSONScanner, _ name: String) throws(JSONError) -> [UInt8] {
-        guard s.peek() == UInt8(ascii: "\"") else { throw JSONError(meaning: "\"\(name)\" must be a string", at: s.offset) }
+        guard s.peek() == UInt8(ascii: "\"") else {
+            throw JSONError(meaning: "\"\(name)\" must be a string", at: s.offset)
+        }
         return try s.readStringBytes()
     }
 
@@ -209,12 +223,16 @@ public enum EventCodec {
             var base: [FieldBase] = []
             if let raw = m.base {
                 var s = JSONScanner(raw.bytes)
-                guard s.peek() == UInt8(ascii: "{") else { throw .invalid("an edit's \"base\" must be an object of field names to id lists") }
+                guard s.peek() == UInt8(ascii: "{") else {
+                    throw .invalid("an edit's \"base\" must be an object of field names to id lists")
+                }
                 do {
                     try s.readObject { (name, s) throws(JSONError) in
                         let field = String(decoding: name, as: UTF8.self)
                         guard fields.contains(where: { $0.name == field }) else {
-                            throw JSONError(meaning: "\"base\" names field \"\(field.prefix(40))\" that the edit does not set", at: s.offset)
+                            throw JSONError(
+                                meaning: "\"base\" names field \"\(field.prefix(40))\" that the edit does not set",
+                                at: s.offset)
                         }
                         base.append(FieldBase(field: field, heads: try idList(&s, "base")))
                     }
@@ -229,7 +247,9 @@ public enum EventCodec {
             guard m.base == nil, m.observed == nil else { throw .invalid("an add event has no causal context") }
             body = .add(set: set, element: element)
         case .remove(let set, let element):
-            guard m.base == nil else { throw .invalid("\"base\" is not allowed on a remove event (it has \"observed\")") }
+            guard m.base == nil else {
+                throw .invalid("\"base\" is not allowed on a remove event (it has \"observed\")")
+            }
             body = .remove(set: set, element: element, observed: try ids(m.observed, "observed"))
         case .delete:
             guard m.base == nil, m.observed == nil else { throw .invalid("a delete event has no causal context") }
@@ -237,27 +257,36 @@ public enum EventCodec {
         case .restore:
             body = .restore(base: try ids(m.base, "base"))
         }
-        if case .remove = body {} else if m.observed != nil {
+        if case .remove = body {
+        } else if m.observed != nil {
             throw .invalid("\"observed\" is only allowed on a remove event")
         }
         if input.ifMatch != nil { throw .invalid("\"if_match\" is not part of a stored event") }
-        return Event(id: id, origin: origin, entity: input.entity, body: body, key: input.key, by: input.by, at: input.at)
+        return Event(
+            id: id, origin: origin, entity: input.entity, body: body, key: input.key, by: input.by, at: input.at)
     }
 
     static func ids(_ raw: JSONBytes?, _ what: String) throws(EventStoreError) -> [ULID] {
         guard let raw else { return [] }
         var s = JSONScanner(raw.bytes)
-        do { return try idList(&s, what) } catch { throw .invalid(error.isSyntax ? "invalid JSON: \(error)" : error.message) }
+        do { return try idList(&s, what) } catch {
+            throw .invalid(error.isSyntax ? "invalid JSON: \(error)" : error.message)
+        }
     }
 
     /// A JSON array of ULID strings, returned sorted and without duplicates.
     static func idList(_ s: inout JSONScanner, _ what: String) throws(JSONError) -> [ULID] {
-        guard s.peek() == UInt8(ascii: "[") else { throw JSONError(meaning: "\"\(what)\" must be an array of event ids", at: s.offset) }
+        guard s.peek() == UInt8(ascii: "[") else {
+            throw JSONError(meaning: "\"\(what)\" must be an array of event ids", at: s.offset)
+        }
         var ids: [ULID] = []
         try s.readArray { (s) throws(JSONError) in
             let text = try stringMember(&s, what)
             guard let id = ULID(utf8: text) else {
-                throw JSONError(meaning: "\"\(what)\" holds \"\(String(decoding: text.prefix(40), as: UTF8.self))\", not an event id: \(ULID.problem(with: text) ?? "")", at: s.offset)
+                throw JSONError(
+                    meaning:
+                        "\"\(what)\" holds \"\(String(decoding: text.prefix(40), as: UTF8.self))\", not an event id: \(ULID.problem(with: text) ?? "")",
+                    at: s.offset)
             }
             ids.append(id)
         }

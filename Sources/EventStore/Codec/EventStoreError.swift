@@ -54,7 +54,10 @@ extension EventStoreError {
         case let error as EventStoreError:
             return error
         case let error as LMDBError where error.isStorageFull:
-            return EventStoreError(.storageFull, "storage is full: \(error.message) Nothing of this request was written; free disk space or raise map_max_bytes, then retry.")
+            return EventStoreError(
+                .storageFull,
+                "storage is full: \(error.message) Nothing of this request was written; free disk space or raise map_max_bytes, then retry."
+            )
         case let error as LMDBError:
             return EventStoreError(.unavailable, "storage error in \(error.operation): \(error.name): \(error.message)")
         case let error as ZstdError:

@@ -12,7 +12,9 @@ import Projections
 enum StoredValue {
     static let format: UInt8 = 1
 
-    static func encode(payload: [UInt8], dictionaryVersion: UInt32, dictionary: CompressionDictionary?, compressor: Compressor) throws -> [UInt8] {
+    static func encode(
+        payload: [UInt8], dictionaryVersion: UInt32, dictionary: CompressionDictionary?, compressor: Compressor
+    ) throws -> [UInt8] {
         let frame = try compressor.compress(payload, dictionary: dictionary)
         var out: [UInt8] = []
         out.reserveCapacity(frame.count + 4)
@@ -27,7 +29,8 @@ enum StoredValue {
         var reader = ByteReader(value)
         let format = try reader.byte()
         guard format == StoredValue.format else {
-            throw CorruptDataError("event value format \(format) is not known (this version reads format \(StoredValue.format))")
+            throw CorruptDataError(
+                "event value format \(format) is not known (this version reads format \(StoredValue.format))")
         }
         let version = try reader.varint()
         guard version <= UInt64(UInt32.max) else { throw CorruptDataError("dictionary version out of range") }

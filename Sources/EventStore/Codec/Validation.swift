@@ -12,9 +12,10 @@ public enum Validation {
     /// `TYPE/ID`: TYPE matches `[a-z][a-z0-9_-]{0,63}`; ID is 1...200 bytes of UTF-8 with no
     /// control characters (C0, DEL, C1) and may contain `/`.
     public static func entity(_ bytes: [UInt8]) throws(EventStoreError) -> EntityKey {
-        let shown = String(decoding: bytes.prefix(80), as: UTF8.self)
+        var shown: String { String(decoding: bytes.prefix(80), as: UTF8.self) }
         guard let slash = bytes.firstIndex(of: UInt8(ascii: "/")) else {
-            throw .invalid("entity \"\(shown)\" has no '/': write it as TYPE/ID, for example job/01JD3Q8R5N8X6ZK2W7Y4V9B3TQ")
+            throw .invalid(
+                "entity \"\(shown)\" has no '/': write it as TYPE/ID, for example job/01JD3Q8R5N8X6ZK2W7Y4V9B3TQ")
         }
         let type = bytes[..<slash]
         guard !type.isEmpty, type.count <= maxTypeBytes, let first = type.first,
@@ -45,19 +46,27 @@ public enum Validation {
         let text = String(decoding: bytes, as: UTF8.self)
         guard let first = bytes.first, bytes.count <= maxNameBytes,
             isAlpha(first) || first == UInt8(ascii: "_"),
-            bytes.allSatisfy({ isAlpha($0) || isDigit($0) || $0 == UInt8(ascii: "_") || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "-") })
+            bytes.allSatisfy({
+                isAlpha($0) || isDigit($0) || $0 == UInt8(ascii: "_") || $0 == UInt8(ascii: ".")
+                    || $0 == UInt8(ascii: "-")
+            })
         else {
             let shown = String(text.prefix(80))
             throw .invalid(
-                "\(what) \"\(shown)\" must be 1 to 128 characters: a letter or '_', then letters, digits, '_', '.' or '-'")
+                "\(what) \"\(shown)\" must be 1 to 128 characters: a letter or '_', then letters, digits, '_', '.' or '-'"
+            )
         }
         return text
     }
 
     /// Free text up to `limit` bytes without control characters (status values, `by`, keys).
-    public static func text(_ bytes: [UInt8], what: String, limit: Int, allowEmpty: Bool = false) throws(EventStoreError) -> String {
+    public static func text(_ bytes: [UInt8], what: String, limit: Int, allowEmpty: Bool = false)
+        throws(EventStoreError) -> String
+    {
         guard allowEmpty || !bytes.isEmpty else { throw .invalid("\(what) must not be empty") }
-        guard bytes.count <= limit else { throw .invalid("\(what) is \(bytes.count) bytes; at most \(limit) are allowed") }
+        guard bytes.count <= limit else {
+            throw .invalid("\(what) is \(bytes.count) bytes; at most \(limit) are allowed")
+        }
         if let problem = controlCharacterProblem(bytes) { throw .invalid("\(what) \(problem)") }
         return String(decoding: bytes, as: UTF8.self)
     }

@@ -88,7 +88,9 @@ struct WriteBatch {
     // MARK: Local appends
 
     /// Appends one input. Returns its new id; throws `KeySeen` when its key was seen before.
-    mutating func append(_ input: InputEvent, txn: inout WriteTransaction, writer: inout EventLog.Writer) throws -> ULID? {
+    mutating func append(_ input: InputEvent, txn: inout WriteTransaction, writer: inout EventLog.Writer) throws
+        -> ULID?
+    {
         let tables = log.tables
         if let key = input.key {
             if let id = keysInBatch[key] { throw EventLog.KeySeen(id: id) }
@@ -112,7 +114,9 @@ struct WriteBatch {
             }
             body = .restore(base: state.liveDeletes)
         case _ where state.isDeleted:
-            throw EventStoreError(.deleted, "\(entity) is deleted: restore it first (kind \"restore\"), then \(input.change.kind.rawValue) it")
+            throw EventStoreError(
+                .deleted,
+                "\(entity) is deleted: restore it first (kind \"restore\"), then \(input.change.kind.rawValue) it")
         case .edit(let fields):
             let base = fields.compactMap { field -> FieldBase? in
                 let heads = state.heads(ofField: field.name)
@@ -129,7 +133,8 @@ struct WriteBatch {
             body = .delete
         }
         let id = clock.next(now: now, using: &writer.random)
-        let event = Event(id: id, origin: log.nodeID, entity: entity, body: body, key: input.key, by: input.by, at: input.at)
+        let event = Event(
+            id: id, origin: log.nodeID, entity: entity, body: body, key: input.key, by: input.by, at: input.at)
         try write(event, txn: &txn, writer: &writer)
         if let key = input.key {
             try txn.put(tables.keys, Array(key.utf8), id.bytes)
@@ -221,7 +226,9 @@ struct WriteBatch {
 
             let statusKey = EventLog.statusKey(state)
             if statusKey != entry.before?.statusKey {
-                if let old = entry.before?.statusKey { _ = try txn.delete(tables.statusIndex, old, value: entity.bytes) }
+                if let old = entry.before?.statusKey {
+                    _ = try txn.delete(tables.statusIndex, old, value: entity.bytes)
+                }
                 if let statusKey { try txn.put(tables.statusIndex, statusKey, entity.bytes) }
             }
             if state.hasConflicts {

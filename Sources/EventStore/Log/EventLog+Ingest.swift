@@ -23,7 +23,10 @@ extension EventLog {
                             event = try EventCodec.decodeStored(raw)
                             let size = EventCodec.encodeStored(event).count
                             guard size <= options.maxEventBytes else {
-                                throw EventStoreError(.tooLarge, "the event is \(size) bytes in its stored form; the limit is \(options.maxEventBytes) (max_event_bytes)")
+                                throw EventStoreError(
+                                    .tooLarge,
+                                    "the event is \(size) bytes in its stored form; the limit is \(options.maxEventBytes) (max_event_bytes)"
+                                )
                             }
                         } catch let error as EventStoreError {
                             result.deadLettered.append(try batch.deadLetter(raw, reason: error, peer: peer, txn: &txn))
@@ -57,13 +60,16 @@ extension EventLog {
 
 extension WriteBatch {
     /// Keeps an event that failed validation, with why, where it came from and when.
-    mutating func deadLetter(_ raw: [UInt8], reason: EventStoreError, peer: String?, txn: inout WriteTransaction) throws -> DeadLetter {
+    mutating func deadLetter(_ raw: [UInt8], reason: EventStoreError, peer: String?, txn: inout WriteTransaction) throws
+        -> DeadLetter
+    {
         let (id, origin) = EventCodec.identity(of: raw)
         // From the hybrid clock, so dead letters keep the order they arrived in.
         let key = clock.next(now: now)
         let kept = Array(raw.prefix(DeadLetter.maxRawBytes))
         let letter = DeadLetter(
-            key: key, id: id, origin: origin, peer: peer, reason: "\(reason.reason): \(reason.message)", receivedAt: now,
+            key: key, id: id, origin: origin, peer: peer, reason: "\(reason.reason): \(reason.message)",
+            receivedAt: now,
             raw: kept)
         try txn.put(log.tables.deadLetters, key.bytes, letter.canonicalJSON(), flags: .noOverwrite)
         return letter
@@ -122,7 +128,7 @@ extension EventCodec {
         var origin: String?
         try? scanner.readObject { (key, s) throws(JSONError) in
             let name = String(decoding: key, as: UTF8.self)
-            if (name == "id" || name == "origin"), s.peek() == UInt8(ascii: "\"") {
+            if name == "id" || name == "origin", s.peek() == UInt8(ascii: "\"") {
                 let value = String(try s.readString().prefix(64))
                 if name == "id" { id = value } else { origin = value }
             } else {

@@ -42,17 +42,23 @@ extension EventLog {
                         report.events += state.eventCount
                         let record = EventLog.encodeProjection(state, hash: hash)
                         if verify {
-                            if try txn.get(tables.projections, entity.bytes) != record { report.mismatched.append(entity) }
+                            if try txn.get(tables.projections, entity.bytes) != record {
+                                report.mismatched.append(entity)
+                            }
                             continue
                         }
                         try txn.put(tables.projections, entity.bytes, record)
                         if let key = EventLog.statusKey(state) { try txn.put(tables.statusIndex, key, entity.bytes) }
-                        if state.hasConflicts { try txn.put(tables.conflicts, entity.bytes, EventLog.conflictRecord(state)) }
+                        if state.hasConflicts {
+                            try txn.put(tables.conflicts, entity.bytes, EventLog.conflictRecord(state))
+                        }
                     }
-                    let stored = try txn.get(tables.meta, Meta.digest).flatMap(StateDigest.init(bytes:)) ?? StateDigest()
+                    let stored =
+                        try txn.get(tables.meta, Meta.digest).flatMap(StateDigest.init(bytes:)) ?? StateDigest()
                     report.digestMismatch = stored != digest
                     if verify {
-                        report.mismatched.append(contentsOf: try projectionsWithoutEvents(txn: txn, known: Set(entities)))
+                        report.mismatched.append(
+                            contentsOf: try projectionsWithoutEvents(txn: txn, known: Set(entities)))
                         throw VerifyOnly(report: report)
                     }
                     try txn.put(tables.meta, Meta.digest, digest.bytes)
@@ -91,7 +97,8 @@ extension EventLog {
         try reading { txn in
             let count = try txn.stat(tables.events).entries
             let trainedAt = try txn.get(tables.meta, Meta.dictionaryTrainedAt).map(uint64(bigEndian:)) ?? 0
-            let next = max(UInt64(options.dictionaryTrainingThreshold), trainedAt.multipliedReportingOverflow(by: 10).partialValue)
+            let next = max(
+                UInt64(options.dictionaryTrainingThreshold), trainedAt.multipliedReportingOverflow(by: 10).partialValue)
             return UInt64(count) >= next
         }
     }
@@ -127,7 +134,10 @@ extension EventLog {
             let dictionary = try CompressionDictionary(bytes: bytes, level: options.compressionLevel)
             return try writer.withLock { writer throws -> UInt32 in
                 let version = try environment.write { txn -> UInt32 in
-                    let current = try txn.get(tables.meta, Meta.dictionaryVersion).map { $0.reduce(UInt32(0)) { $0 << 8 | UInt32($1) } } ?? 0
+                    let current =
+                        try txn.get(tables.meta, Meta.dictionaryVersion).map {
+                            $0.reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
+                        } ?? 0
                     let version = current + 1
                     try txn.put(tables.dictionaries, bigEndian(version), bytes)
                     try txn.put(tables.meta, Meta.dictionaryVersion, bigEndian(version))

@@ -17,13 +17,15 @@ extension EventLog {
 
     /// Events in id order after `after` (exclusive), at most `limit`, and the cursor for
     /// the next page (nil at the end).
-    public func events(after: ULID? = nil, limit: Int = 1000) throws(EventStoreError) -> (events: [Event], next: ULID?) {
+    public func events(after: ULID? = nil, limit: Int = 1000) throws(EventStoreError) -> (events: [Event], next: ULID?)
+    {
         try reading { txn in
             try txn.withCursor(tables.events) { cursor in
                 var out: [Event] = []
-                var item = try after.map { after in
-                    try cursor.seek(after.bytes).flatMap { $0.key == after.bytes ? try cursor.next() : $0 }
-                } ?? cursor.first()
+                var item =
+                    try after.map { after in
+                        try cursor.seek(after.bytes).flatMap { $0.key == after.bytes ? try cursor.next() : $0 }
+                    } ?? cursor.first()
                 while let current = item, out.count < limit {
                     guard let id = ULID(bytes: current.key) else { throw CorruptDataError("event key is not an id") }
                     out.append(try decodeValue(current.value, id: id, txn: txn))
@@ -35,11 +37,16 @@ extension EventLog {
     }
 
     /// The events of one entity in id order, after `after`, at most `limit`.
-    public func events(ofEntity entity: EntityKey, after: ULID? = nil, limit: Int = 1000) throws(EventStoreError) -> (events: [Event], next: ULID?) {
+    public func events(ofEntity entity: EntityKey, after: ULID? = nil, limit: Int = 1000) throws(EventStoreError) -> (
+        events: [Event], next: ULID?
+    ) {
         try reading { txn in
-            let (ids, more) = try eventIDs(in: tables.entityIndex, key: entity.bytes, after: after, limit: limit, txn: txn)
+            let (ids, more) = try eventIDs(
+                in: tables.entityIndex, key: entity.bytes, after: after, limit: limit, txn: txn)
             let events = try ids.map { id in
-                guard let event = try readEvent(id, txn: txn) else { throw CorruptDataError("index names a missing event \(id)") }
+                guard let event = try readEvent(id, txn: txn) else {
+                    throw CorruptDataError("index names a missing event \(id)")
+                }
                 return event
             }
             return (events, more ? ids.last : nil)
@@ -47,11 +54,16 @@ extension EventLog {
     }
 
     /// The events created by one node, in id order, after `after`, at most `limit`.
-    public func events(ofOrigin origin: ULID, after: ULID? = nil, limit: Int = 1000) throws(EventStoreError) -> (events: [Event], next: ULID?) {
+    public func events(ofOrigin origin: ULID, after: ULID? = nil, limit: Int = 1000) throws(EventStoreError) -> (
+        events: [Event], next: ULID?
+    ) {
         try reading { txn in
-            let (ids, more) = try eventIDs(in: tables.originIndex, key: origin.bytes, after: after, limit: limit, txn: txn)
+            let (ids, more) = try eventIDs(
+                in: tables.originIndex, key: origin.bytes, after: after, limit: limit, txn: txn)
             let events = try ids.map { id in
-                guard let event = try readEvent(id, txn: txn) else { throw CorruptDataError("index names a missing event \(id)") }
+                guard let event = try readEvent(id, txn: txn) else {
+                    throw CorruptDataError("index names a missing event \(id)")
+                }
                 return event
             }
             return (events, more ? ids.last : nil)
@@ -59,8 +71,11 @@ extension EventLog {
     }
 
     /// Ids of one origin's events after `after`, at most `limit` (no decoding).
-    public func eventIDs(ofOrigin origin: ULID, after: ULID? = nil, limit: Int = 1000) throws(EventStoreError) -> [ULID] {
-        try reading { txn in try eventIDs(in: tables.originIndex, key: origin.bytes, after: after, limit: limit, txn: txn).ids }
+    public func eventIDs(ofOrigin origin: ULID, after: ULID? = nil, limit: Int = 1000) throws(EventStoreError) -> [ULID]
+    {
+        try reading { txn in
+            try eventIDs(in: tables.originIndex, key: origin.bytes, after: after, limit: limit, txn: txn).ids
+        }
     }
 
     /// The version vector: for each origin, the greatest id held.
@@ -70,7 +85,9 @@ extension EventLog {
                 var vector: [ULID: ULID] = [:]
                 var item = try cursor.first()
                 while let current = item {
-                    if let origin = ULID(bytes: current.key), let last = try cursor.lastDup(), let id = ULID(bytes: last.value) {
+                    if let origin = ULID(bytes: current.key), let last = try cursor.lastDup(),
+                        let id = ULID(bytes: last.value)
+                    {
                         vector[origin] = id
                     }
                     item = try cursor.nextNoDup()
@@ -107,7 +124,9 @@ extension EventLog {
                 bytesUsed: info.usedBytes,
                 mapSize: info.mapSize,
                 digest: try txn.get(tables.meta, Meta.digest).flatMap(StateDigest.init(bytes:)) ?? StateDigest(),
-                dictionaryVersion: try txn.get(tables.meta, Meta.dictionaryVersion).map { $0.reduce(UInt32(0)) { $0 << 8 | UInt32($1) } } ?? 0,
+                dictionaryVersion: try txn.get(tables.meta, Meta.dictionaryVersion).map {
+                    $0.reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
+                } ?? 0,
                 skewedOrigins: skewed)
         }
     }
@@ -117,9 +136,10 @@ extension EventLog {
         try reading { txn in
             try txn.withCursor(tables.deadLetters) { cursor in
                 var out: [DeadLetter] = []
-                var item = try after.map { after in
-                    try cursor.seek(after.bytes).flatMap { $0.key == after.bytes ? try cursor.next() : $0 }
-                } ?? cursor.first()
+                var item =
+                    try after.map { after in
+                        try cursor.seek(after.bytes).flatMap { $0.key == after.bytes ? try cursor.next() : $0 }
+                    } ?? cursor.first()
                 while let current = item, out.count < limit {
                     guard let key = ULID(bytes: current.key) else { break }
                     out.append(try DeadLetter(key: key, decoding: current.value))
@@ -132,7 +152,9 @@ extension EventLog {
 
     // MARK: - Inside a transaction
 
-    func eventIDs(in index: Database, key: [UInt8], after: ULID?, limit: Int, txn: borrowing some TransactionReading & ~Copyable) throws -> (ids: [ULID], more: Bool) {
+    func eventIDs(
+        in index: Database, key: [UInt8], after: ULID?, limit: Int, txn: borrowing some TransactionReading & ~Copyable
+    ) throws -> (ids: [ULID], more: Bool) {
         try txn.withCursor(index) { cursor in
             var ids: [ULID] = []
             var item: (key: [UInt8], value: [UInt8])?
@@ -174,7 +196,9 @@ extension EventLog {
         }
     }
 
-    func dictionary(_ version: UInt32, txn: borrowing some TransactionReading & ~Copyable) throws -> CompressionDictionary? {
+    func dictionary(_ version: UInt32, txn: borrowing some TransactionReading & ~Copyable) throws
+        -> CompressionDictionary?
+    {
         guard version != 0 else { return nil }
         if let cached = dictionaries.withLock({ $0[version] }) { return cached }
         guard let bytes = try txn.get(tables.dictionaries, bigEndian(version)) else {
@@ -191,9 +215,12 @@ extension EventLog {
         var events: [Event] = []
         var after: ULID?
         while true {
-            let (ids, more) = try eventIDs(in: tables.entityIndex, key: entity.bytes, after: after, limit: 4096, txn: txn)
+            let (ids, more) = try eventIDs(
+                in: tables.entityIndex, key: entity.bytes, after: after, limit: 4096, txn: txn)
             for id in ids {
-                guard let event = try readEvent(id, txn: txn) else { throw CorruptDataError("index names a missing event \(id)") }
+                guard let event = try readEvent(id, txn: txn) else {
+                    throw CorruptDataError("index names a missing event \(id)")
+                }
                 events.append(event)
             }
             guard more, let last = ids.last else { break }

@@ -24,22 +24,27 @@ extension EventLog {
         try reading { txn in
             let named: [(String, Database)] = [
                 ("events", tables.events), ("entity_index", tables.entityIndex), ("origin_index", tables.originIndex),
-                ("projections", tables.projections), ("idempotency_keys", tables.keys), ("status_index", tables.statusIndex),
-                ("conflicts", tables.conflicts), ("dead_letters", tables.deadLetters), ("dictionaries", tables.dictionaries),
+                ("projections", tables.projections), ("idempotency_keys", tables.keys),
+                ("status_index", tables.statusIndex),
+                ("conflicts", tables.conflicts), ("dead_letters", tables.deadLetters),
+                ("dictionaries", tables.dictionaries),
                 ("meta", tables.meta),
             ]
             var result = StorageBreakdown(tables: [], eventValueBytes: 0, canonicalJSONBytes: 0, events: 0)
             for (name, db) in named {
                 let stat = try txn.stat(db)
                 result.tables.append(
-                    .init(name: name, entries: stat.entries, bytes: (stat.branchPages + stat.leafPages + stat.overflowPages) * stat.pageSize))
+                    .init(
+                        name: name, entries: stat.entries,
+                        bytes: (stat.branchPages + stat.leafPages + stat.overflowPages) * stat.pageSize))
             }
             try txn.withCursor(tables.events) { cursor in
                 var item = try cursor.first()
                 while let current = item {
                     result.events += 1
                     result.eventValueBytes += current.value.count
-                    result.canonicalJSONBytes += try payload(of: current.value, txn: txn).count + EventCodec.idMemberBytes
+                    result.canonicalJSONBytes +=
+                        try payload(of: current.value, txn: txn).count + EventCodec.idMemberBytes
                     item = try cursor.next()
                 }
             }

@@ -70,7 +70,9 @@ public final class EventLog: Sendable {
     public static let formatVersion: UInt32 = 1
 
     /// Opens (creating when needed) the store in `directory`.
-    public static func open(directory: String, options: StoreOptions = StoreOptions()) throws(EventStoreError) -> EventLog {
+    public static func open(directory: String, options: StoreOptions = StoreOptions()) throws(EventStoreError)
+        -> EventLog
+    {
         do {
             return try EventLog(directory: directory, options: options)
         } catch {
@@ -101,14 +103,20 @@ public final class EventLog: Sendable {
         let now = options.wallClock()
         let (nodeID, dictionaryVersion, dictionaryBytes, clock) = try environment.write { txn in
             if let format = try txn.get(tables.meta, Meta.format) {
-                guard format.count == 4 else { throw EventStoreError(.corrupt, "the store's format marker is unreadable") }
+                guard format.count == 4 else {
+                    throw EventStoreError(.corrupt, "the store's format marker is unreadable")
+                }
                 let version = format.reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
                 guard version <= EventLog.formatVersion else {
-                    throw EventStoreError(.corrupt, "this store was written by a newer evstore (format \(version)); this version reads format \(EventLog.formatVersion) and older. Upgrade evstore.")
+                    throw EventStoreError(
+                        .corrupt,
+                        "this store was written by a newer evstore (format \(version)); this version reads format \(EventLog.formatVersion) and older. Upgrade evstore."
+                    )
                 }
             } else {
                 guard try txn.stat(tables.events).entries == 0 else {
-                    throw EventStoreError(.corrupt, "the store holds events but no format marker; it was not made by evstore")
+                    throw EventStoreError(
+                        .corrupt, "the store holds events but no format marker; it was not made by evstore")
                 }
                 try txn.put(tables.meta, Meta.format, bigEndian(EventLog.formatVersion))
             }
@@ -120,14 +128,21 @@ public final class EventLog: Sendable {
                 nodeID = clock.next(now: now)
                 try txn.put(tables.meta, Meta.nodeID, nodeID.bytes)
             }
-            let version = try txn.get(tables.meta, Meta.dictionaryVersion).map { $0.reduce(UInt32(0)) { $0 << 8 | UInt32($1) } } ?? 0
+            let version =
+                try txn.get(tables.meta, Meta.dictionaryVersion).map { $0.reduce(UInt32(0)) { $0 << 8 | UInt32($1) } }
+                ?? 0
             let dictionary = version == 0 ? nil : try txn.get(tables.dictionaries, bigEndian(version))
             var clock = HybridClock(maxSkewMilliseconds: options.maxClockSkewMilliseconds)
             // Our own ids always count, however far ahead a past wall clock put them.
-            if let lastLocal = try txn.withCursor(tables.originIndex, { cursor in
-                try cursor.seekExact(nodeID.bytes) == nil ? nil : try cursor.lastDup()
-            }), let id = ULID(bytes: lastLocal.value) {
-                if clock.last < id { clock = HybridClock(maxSkewMilliseconds: options.maxClockSkewMilliseconds, last: id) }
+            if let lastLocal = try txn.withCursor(
+                tables.originIndex,
+                { cursor in
+                    try cursor.seekExact(nodeID.bytes) == nil ? nil : try cursor.lastDup()
+                }), let id = ULID(bytes: lastLocal.value)
+            {
+                if clock.last < id {
+                    clock = HybridClock(maxSkewMilliseconds: options.maxClockSkewMilliseconds, last: id)
+                }
             }
             try EventLog.observeStoredIDs(&clock, txn: txn, events: tables.events, now: now)
             return (nodeID, version, dictionary, clock)
@@ -149,9 +164,12 @@ public final class EventLog: Sendable {
 
     /// Moves the clock past the greatest stored id that is within the allowed skew of now
     /// (ids further ahead are stored but do not drag the clock).
-    static func observeStoredIDs(_ clock: inout HybridClock, txn: borrowing some TransactionReading & ~Copyable, events: Database, now: UInt64) throws {
+    static func observeStoredIDs(
+        _ clock: inout HybridClock, txn: borrowing some TransactionReading & ~Copyable, events: Database, now: UInt64
+    ) throws {
         let limit = now.addingReportingOverflow(clock.maxSkewMilliseconds + 1)
-        let bound = ULID.lowerBound(timestamp: limit.overflow ? ULID.maxTimestamp : min(limit.partialValue, ULID.maxTimestamp))
+        let bound = ULID.lowerBound(
+            timestamp: limit.overflow ? ULID.maxTimestamp : min(limit.partialValue, ULID.maxTimestamp))
         let greatest = try txn.withCursor(events) { cursor -> [UInt8]? in
             if try cursor.seek(bound.bytes) != nil {
                 return try cursor.prev()?.key

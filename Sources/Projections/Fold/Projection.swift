@@ -62,7 +62,9 @@ public enum Projection {
         state.sets = sets.map { name, elements in
             SetState(
                 name: name,
-                elements: elements.map { SetElement(element: $0.key, adds: $0.value) }.sorted { $0.element < $1.element })
+                elements: elements.map { SetElement(element: $0.key, adds: $0.value) }.sorted {
+                    $0.element < $1.element
+                })
         }.sorted { $0.name < $1.name }
         state.dangling = named.subtracting(byID.keys).sorted()
         return state

@@ -46,7 +46,8 @@ extension EntityState {
         var reader = ByteReader(bytes)
         let format = try reader.byte()
         guard format == EntityState.formatVersion else {
-            throw CorruptDataError("projection format \(format) is not known (this version reads \(EntityState.formatVersion))")
+            throw CorruptDataError(
+                "projection format \(format) is not known (this version reads \(EntityState.formatVersion))")
         }
         self.init(entity: entity)
         eventCount = Int(try reader.varint())
@@ -58,7 +59,8 @@ extension EntityState {
             for _ in 0..<(try reader.count(minimumElementSize: 33)) {
                 let id = try reader.ulid()
                 let origin = try reader.ulid()
-                heads.append(FieldHead(id: id, origin: origin, value: JSONBytes(canonical: try reader.lengthPrefixed())))
+                heads.append(
+                    FieldHead(id: id, origin: origin, value: JSONBytes(canonical: try reader.lengthPrefixed())))
             }
             fields.append(FieldRegister(name: name, heads: heads))
         }

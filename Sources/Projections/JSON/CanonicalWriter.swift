@@ -32,13 +32,27 @@ public enum CanonicalWriter {
 
     static func appendEscaped(_ byte: UInt8, to out: inout [UInt8]) {
         switch byte {
-        case 0x22: out.append(0x5C); out.append(0x22)
-        case 0x5C: out.append(0x5C); out.append(0x5C)
-        case 0x08: out.append(0x5C); out.append(UInt8(ascii: "b"))
-        case 0x0C: out.append(0x5C); out.append(UInt8(ascii: "f"))
-        case 0x0A: out.append(0x5C); out.append(UInt8(ascii: "n"))
-        case 0x0D: out.append(0x5C); out.append(UInt8(ascii: "r"))
-        case 0x09: out.append(0x5C); out.append(UInt8(ascii: "t"))
+        case 0x22:
+            out.append(0x5C)
+            out.append(0x22)
+        case 0x5C:
+            out.append(0x5C)
+            out.append(0x5C)
+        case 0x08:
+            out.append(0x5C)
+            out.append(UInt8(ascii: "b"))
+        case 0x0C:
+            out.append(0x5C)
+            out.append(UInt8(ascii: "f"))
+        case 0x0A:
+            out.append(0x5C)
+            out.append(UInt8(ascii: "n"))
+        case 0x0D:
+            out.append(0x5C)
+            out.append(UInt8(ascii: "r"))
+        case 0x09:
+            out.append(0x5C)
+            out.append(UInt8(ascii: "t"))
         case 0..<0x20:
             let hex: [UInt8] = Array("0123456789abcdef".utf8)
             out.append(contentsOf: [0x5C, UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0")])

@@ -56,13 +56,16 @@ public struct JSONScanner {
             return JSONError("unexpected end of input, expecting \(what)", at: position)
         }
         let byte = input[position]
-        let shown = (0x21..<0x7F).contains(byte) ? "'\(Character(Unicode.Scalar(byte)))'" : "byte 0x\(String(byte, radix: 16))"
+        let shown =
+            (0x21..<0x7F).contains(byte) ? "'\(Character(Unicode.Scalar(byte)))'" : "byte 0x\(String(byte, radix: 16))"
         return JSONError("unexpected \(shown), expecting \(what)", at: position)
     }
 
     /// Reads an object member by member: `body` gets each key (as decoded UTF-8 bytes) and
     /// must consume exactly that member's value. Duplicate keys are an error.
-    public mutating func readObject(_ body: (_ key: [UInt8], inout JSONScanner) throws(JSONError) -> Void) throws(JSONError) {
+    public mutating func readObject(_ body: (_ key: [UInt8], inout JSONScanner) throws(JSONError) -> Void)
+        throws(JSONError)
+    {
         try expect(UInt8(ascii: "{"), "'{'")
         if peek() == UInt8(ascii: "}") {
             position += 1
@@ -185,7 +188,8 @@ public struct JSONScanner {
             case UInt8(ascii: "\\"):
                 try readEscape(into: &out)
             case 0..<0x20:
-                throw JSONError("control character 0x\(String(byte, radix: 16)) in a string must be escaped", at: position)
+                throw JSONError(
+                    "control character 0x\(String(byte, radix: 16)) in a string must be escaped", at: position)
             case 0x80...:
                 try readUTF8Scalar(into: &out)
             default:
@@ -262,12 +266,20 @@ public struct JSONScanner {
         var upperBound: UInt8 = 0xBF
         switch lead {
         case 0xC2...0xDF: length = 2
-        case 0xE0: length = 3; lowerBound = 0xA0
+        case 0xE0:
+            length = 3
+            lowerBound = 0xA0
         case 0xE1...0xEC, 0xEE...0xEF: length = 3
-        case 0xED: length = 3; upperBound = 0x9F
-        case 0xF0: length = 4; lowerBound = 0x90
+        case 0xED:
+            length = 3
+            upperBound = 0x9F
+        case 0xF0:
+            length = 4
+            lowerBound = 0x90
         case 0xF1...0xF3: length = 4
-        case 0xF4: length = 4; upperBound = 0x8F
+        case 0xF4:
+            length = 4
+            upperBound = 0x8F
         default: throw JSONError("invalid UTF-8", at: start)
         }
         guard start + length <= input.count else { throw JSONError("truncated UTF-8 sequence", at: start) }

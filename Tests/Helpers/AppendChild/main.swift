@@ -23,7 +23,8 @@ while true {
         let job = "job/c\(batch % 97)-\(i % 13)"
         let line: String
         switch i % 3 {
-        case 0: line = #"{"entity":"\#(job)","kind":"edit","fields":{"n":\#(batch),"note":"batch \#(batch) item \#(i)"}}"#
+        case 0:
+            line = #"{"entity":"\#(job)","kind":"edit","fields":{"n":\#(batch),"note":"batch \#(batch) item \#(i)"}}"#
         case 1: line = #"{"entity":"\#(job)","kind":"status","status":"\#(statuses[(batch + i) % 4])"}"#
         default: line = #"{"entity":"\#(job)","kind":"add","set":"parts","element":"p\#(i % 7)"}"#
         }
@@ -31,6 +32,7 @@ while true {
     }
     let result = try log.append(events)
     // Unbuffered: the line is out before the next batch starts.
-    FileHandle.standardOutput.write(Data(("ack \(batch) " + result.ids.map(\.description).joined(separator: " ") + "\n").utf8))
+    FileHandle.standardOutput.write(
+        Data(("ack \(batch) " + result.ids.map(\.description).joined(separator: " ") + "\n").utf8))
     batch += 1
 }
