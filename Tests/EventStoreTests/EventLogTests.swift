@@ -207,3 +207,67 @@ final class WallClock: @unchecked Sendable {
         set { lock.withLock { value = newValue } }
     }
 }
+
+@Suite("Event log under concurrency")
+struct ConcurrencyTests {
+    @Test func readersRunWhileAWriterAppends() async throws {
+        let store = try TempStore { $0.environment.initialMapSize = 1 << 20 }
+        let log = store.log!
+        let events = workload(seed: 21, count: 4000, jobs: 40)
+        let writer = Task.detached {
+            var acknowledged = 0
+            for chunk in stride(from: 0, to: events.count, by: 200) {
+                acknowledged += try log.append(Array(events[chunk..<chunk + 200])).ids.count
+            }
+            return acknowledged
+        }
+        // Readers see consistent snapshots: a state never folds more events than the log
+        // holds for its entity at the time of reading, and the digest only changes by appends.
+        try await withThrowingTaskGroup(of: Int.self) { group in
+            for reader in 0..<4 {
+                group.addTask {
+                    var reads = 0
+                    while reads < 300 {
+                        let target = events[(reader * 97 + reads * 13) % events.count].entity
+                        if let state = try log.state(of: target) {
+                            #expect(state.eventCount > 0)
+                        }
+                        _ = try log.events(ofEntity: target, limit: 50)
+                        _ = try log.statistics()
+                        reads += 1
+                    }
+                    return reads
+                }
+            }
+            for try await _ in group {}
+        }
+        #expect(try await writer.value == 4000)
+        #expect(try log.statistics().events == 4000)
+        try store.check()
+    }
+
+    @Test func concurrentAppendersAreSerializedAndAllKept() async throws {
+        let store = try TempStore()
+        let log = store.log!
+        let ids = try await withThrowingTaskGroup(of: [ULID].self) { group in
+            for writer in 0..<8 {
+                group.addTask {
+                    var ids: [ULID] = []
+                    for round in 0..<25 {
+                        ids += try log.append(
+                            workload(seed: UInt64(writer * 1000 + round), count: 4, jobs: 3, actor: "w\(writer)")
+                        ).ids
+                    }
+                    return ids
+                }
+            }
+            var all: [ULID] = []
+            for try await ids in group { all += ids }
+            return all
+        }
+        #expect(ids.count == 800)
+        #expect(Set(ids).count == 800)
+        #expect(try log.statistics().events == 800)
+        try store.check()
+    }
+}

@@ -37,17 +37,21 @@ final class TempStore {
         #expect(report.events == stats.events, sourceLocation: sourceLocation)
         var after: ULID?
         var seen = 0
+        var byEntity: [EntityKey: [ULID]] = [:]
         while true {
             let page = try log.events(after: after, limit: 500)
             for event in page.events {
                 seen += 1
-                let byEntity = try log.events(ofEntity: event.entity, after: nil, limit: 100_000).events.map(\.id)
-                #expect(byEntity.contains(event.id), sourceLocation: sourceLocation)
+                byEntity[event.entity, default: []].append(event.id)
             }
             guard let next = page.next else { break }
             after = next
         }
         #expect(seen == stats.events, sourceLocation: sourceLocation)
+        for (entity, ids) in byEntity {
+            let indexed = try log.events(ofEntity: entity, after: nil, limit: 1_000_000).events.map(\.id)
+            #expect(indexed == ids, "the entity index of \(entity) disagrees with the log", sourceLocation: sourceLocation)
+        }
         let vector = try log.versionVector()
         for (origin, last) in vector {
             #expect(try log.eventIDs(ofOrigin: origin, after: last, limit: 1).isEmpty, sourceLocation: sourceLocation)
