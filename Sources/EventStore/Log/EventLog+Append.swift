@@ -18,14 +18,15 @@ extension EventLog {
                     var appended = 0
                     for (index, input) in inputs.enumerated() {
                         do {
-                            if let id = try batch.append(input, txn: &txn, writer: &writer) {
+                            switch try batch.append(input, txn: &txn, writer: &writer) {
+                            case .appended(let id):
                                 ids.append(id)
                                 appended += 1
+                            case .keySeenBefore(let id):
+                                ids.append(id)
                             }
                         } catch let error as EventStoreError {
                             throw error.at(index: index)
-                        } catch let error as EventLog.KeySeen {
-                            ids.append(error.id)
                         }
                     }
                     let versions = try batch.finish(txn: &txn)
@@ -44,9 +45,11 @@ extension EventLog {
         return result
     }
 
-    /// Thrown (internally) for an event whose idempotency key was seen before.
-    struct KeySeen: Error {
-        let id: ULID
+    /// What became of one input of a batch.
+    enum AppendOutcome {
+        case appended(ULID)
+        /// Its idempotency key was seen before: nothing written, the first event's id.
+        case keySeenBefore(ULID)
     }
 }
 
@@ -87,16 +90,16 @@ struct WriteBatch {
 
     // MARK: Local appends
 
-    /// Appends one input. Returns its new id; throws `KeySeen` when its key was seen before.
+    /// Appends one input, or finds the event its idempotency key already names.
     mutating func append(_ input: InputEvent, txn: inout WriteTransaction, writer: inout EventLog.Writer) throws
-        -> ULID?
+        -> EventLog.AppendOutcome
     {
         let tables = log.tables
         if let key = input.key {
-            if let id = keysInBatch[key] { throw EventLog.KeySeen(id: id) }
+            if let id = keysInBatch[key] { return .keySeenBefore(id) }
             if let stored = try txn.get(tables.keys, Array(key.utf8)), let id = ULID(bytes: stored) {
                 _ = try load(input.entity, txn: txn)
-                throw EventLog.KeySeen(id: id)
+                return .keySeenBefore(id)
             }
         }
         var entry = try load(input.entity, txn: txn)
@@ -142,7 +145,7 @@ struct WriteBatch {
         }
         try fold(event, into: &entry, txn: txn)
         touched[entity] = entry
-        return id
+        return .appended(id)
     }
 
     // MARK: Shared by append and ingest
