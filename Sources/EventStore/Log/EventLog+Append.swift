@@ -138,7 +138,7 @@ struct WriteBatch {
         let id = clock.next(now: now, using: &writer.random)
         let event = Event(
             id: id, origin: log.nodeID, entity: entity, body: body, key: input.key, by: input.by, at: input.at)
-        try write(event, txn: &txn, writer: &writer)
+        try write(event, payload: try storedPayload(of: event), txn: &txn, writer: &writer)
         if let key = input.key {
             try txn.put(tables.keys, Array(key.utf8), id.bytes)
             keysInBatch[key] = id
@@ -165,9 +165,8 @@ struct WriteBatch {
         return entry
     }
 
-    /// Writes an event and its index entries (not the projection).
-    mutating func write(_ event: Event, txn: inout WriteTransaction, writer: inout EventLog.Writer) throws {
-        let tables = log.tables
+    /// The event's canonical JSON without its id, checked against `max_event_bytes`.
+    func storedPayload(of event: Event) throws(EventStoreError) -> [UInt8] {
         let payload = EventCodec.encodeStored(event, includeID: false)
         let storedSize = payload.count + EventCodec.idMemberBytes
         guard storedSize <= log.options.maxEventBytes else {
@@ -176,6 +175,13 @@ struct WriteBatch {
                 "the event is \(storedSize) bytes in its stored form; the limit is \(log.options.maxEventBytes) (max_event_bytes): split it or store large content elsewhere"
             )
         }
+        return payload
+    }
+
+    /// Writes an event (its payload from `storedPayload(of:)`) and its index entries, not
+    /// the projection.
+    mutating func write(_ event: Event, payload: [UInt8], txn: inout WriteTransaction, writer: inout EventLog.Writer) throws {
+        let tables = log.tables
         let value = try StoredValue.encode(
             payload: payload, dictionaryVersion: writer.dictionaryVersion, dictionary: writer.dictionary,
             compressor: writer.compressor)

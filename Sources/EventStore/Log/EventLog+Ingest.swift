@@ -19,15 +19,10 @@ extension EventLog {
                     var seen = Set<ULID>()
                     for raw in rawEvents {
                         let event: Event
+                        let payload: [UInt8]
                         do {
                             event = try EventCodec.decodeStored(raw)
-                            let size = EventCodec.encodeStored(event).count
-                            guard size <= options.maxEventBytes else {
-                                throw EventStoreError(
-                                    .tooLarge,
-                                    "the event is \(size) bytes in its stored form; the limit is \(options.maxEventBytes) (max_event_bytes)"
-                                )
-                            }
+                            payload = try batch.storedPayload(of: event)
                         } catch let error as EventStoreError {
                             result.deadLettered.append(try batch.deadLetter(raw, reason: error, peer: peer, txn: &txn))
                             continue
@@ -40,7 +35,7 @@ extension EventLog {
                         if let lead = batch.clock.observe(event.id, now: now) {
                             batch.skews[event.origin] = max(batch.skews[event.origin] ?? 0, lead)
                         }
-                        try batch.write(event, txn: &txn, writer: &writer)
+                        try batch.write(event, payload: payload, txn: &txn, writer: &writer)
                         var entry = try batch.load(event.entity, txn: txn)
                         try batch.fold(event, into: &entry, txn: txn)
                         batch.touched[event.entity] = entry
