@@ -25,7 +25,12 @@ private func key(_ number: Int) -> [UInt8] { withUnsafeBytes(of: UInt32(number).
 
 /// A value derived from `number`, so a reader can check it without shared state.
 private func value(_ number: Int, size: Int) -> [UInt8] {
-    (0..<size).map { UInt8(truncatingIfNeeded: number &* 31 &+ $0) }
+    // Filled in bulk: a byte-by-byte map is slow in debug and sanitizer builds.
+    var bytes = [UInt8](repeating: UInt8(truncatingIfNeeded: number &* 31), count: size)
+    withUnsafeBytes(of: UInt64(number).bigEndian) { raw in
+        for (index, byte) in raw.enumerated() where index < size { bytes[index] = byte }
+    }
+    return bytes
 }
 
 private func number(_ bytes: [UInt8]?) -> Int {

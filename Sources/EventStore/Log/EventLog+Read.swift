@@ -40,26 +40,22 @@ extension EventLog {
     public func events(ofEntity entity: EntityKey, after: ULID? = nil, limit: Int = 1000) throws(EventStoreError) -> (
         events: [Event], next: ULID?
     ) {
-        try reading { txn in
-            let (ids, more) = try eventIDs(
-                in: tables.entityIndex, key: entity.bytes, after: after, limit: limit, txn: txn)
-            let events = try ids.map { id in
-                guard let event = try readEvent(id, txn: txn) else {
-                    throw CorruptDataError("index names a missing event \(id)")
-                }
-                return event
-            }
-            return (events, more ? ids.last : nil)
-        }
+        try indexedEvents(in: tables.entityIndex, key: entity.bytes, after: after, limit: limit)
     }
 
     /// The events created by one node, in id order, after `after`, at most `limit`.
     public func events(ofOrigin origin: ULID, after: ULID? = nil, limit: Int = 1000) throws(EventStoreError) -> (
         events: [Event], next: ULID?
     ) {
+        try indexedEvents(in: tables.originIndex, key: origin.bytes, after: after, limit: limit)
+    }
+
+    /// A page of the events an index lists under `key`.
+    func indexedEvents(in index: Database, key: [UInt8], after: ULID?, limit: Int) throws(EventStoreError) -> (
+        events: [Event], next: ULID?
+    ) {
         try reading { txn in
-            let (ids, more) = try eventIDs(
-                in: tables.originIndex, key: origin.bytes, after: after, limit: limit, txn: txn)
+            let (ids, more) = try eventIDs(in: index, key: key, after: after, limit: limit, txn: txn)
             let events = try ids.map { id in
                 guard let event = try readEvent(id, txn: txn) else {
                     throw CorruptDataError("index names a missing event \(id)")
