@@ -26,7 +26,7 @@ func builtBinary(_ name: String) throws -> URL {
 
 @Suite("Crash safety", .serialized)
 struct CrashTests {
-    @Test("kill -9 during bulk appends loses no acknowledged batch", arguments: [1, 2, 3, 4, 5])
+    @Test("kill -9 during bulk appends loses no acknowledged batch", arguments: Array(1...8))
     func killDuringAppend(round: Int) throws {
         let child = try builtBinary("evstore-append-child")
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("evstore-crash-\(UUID().uuidString)")
@@ -41,11 +41,23 @@ struct CrashTests {
             process.arguments = [dir, "\(50 + 25 * run)", "\(1 << 20)"]
             let pipe = Pipe()
             process.standardOutput = pipe
+            process.standardError = FileHandle.nullDevice
             try process.run()
-            usleep(UInt32.random(in: 150_000...600_000, using: &rng))
+            // Kill after a random number of acknowledged batches plus a random delay, so
+            // the kill lands anywhere in a batch, however fast or slow the machine is.
+            let reader = pipe.fileHandleForReading
+            var received = Data()
+            let wanted = Int.random(in: 1...12, using: &rng)
+            while received.split(separator: UInt8(ascii: "\n")).count <= wanted {
+                let chunk = reader.availableData
+                if chunk.isEmpty { break }  // the child exited
+                received.append(chunk)
+            }
+            usleep(UInt32.random(in: 0...40_000, using: &rng))
             kill(process.processIdentifier, SIGKILL)
             process.waitUntilExit()
-            let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            received.append(reader.readDataToEndOfFile())
+            let output = String(decoding: received, as: UTF8.self)
             for line in output.split(separator: "\n") where line.hasPrefix("ack ") {
                 // A line cut by the kill is not an acknowledgement the test can rely on.
                 let fields = line.split(separator: " ").dropFirst(2)
