@@ -50,7 +50,8 @@ final class TempStore {
         #expect(seen == stats.events, sourceLocation: sourceLocation)
         for (entity, ids) in byEntity {
             let indexed = try log.events(ofEntity: entity, after: nil, limit: 1_000_000).events.map(\.id)
-            #expect(indexed == ids, "the entity index of \(entity) disagrees with the log", sourceLocation: sourceLocation)
+            #expect(
+                indexed == ids, "the entity index of \(entity) disagrees with the log", sourceLocation: sourceLocation)
         }
         let vector = try log.versionVector()
         for (origin, last) in vector {

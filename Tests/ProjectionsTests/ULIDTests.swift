@@ -48,3 +48,9 @@ struct ULIDTests {
         #expect(ULID(high: 1 << 16 | 0xFFFF, low: .max).incremented() == nil)
     }
 }
+
+@Test func symbolArithmeticMatchesTheAlphabet() {
+    for value in 0..<32 {
+        #expect(ULID.symbol(UInt8(value)) == ULID.alphabet[value])
+    }
+}

@@ -31,8 +31,19 @@ public enum EventCodec {
 
         static let kinds: [[UInt8]: EventKind] = Dictionary(
             uniqueKeysWithValues: EventKind.allCases.map { (Array($0.rawValue.utf8), $0) })
-        static let named: [[UInt8]: Member] = Dictionary(
-            uniqueKeysWithValues: allCases.map { (Array($0.rawValue.utf8), $0) })
+        /// Members and their names' bytes, by name length.
+        static let byLength: [[(member: Member, name: [UInt8])]] = {
+            var table = [[(member: Member, name: [UInt8])]](repeating: [], count: 9)
+            for member in allCases { table[member.rawValue.utf8.count].append((member, Array(member.rawValue.utf8))) }
+            return table
+        }()
+
+        /// The member a key names, found without allocating.
+        static func named(_ key: ArraySlice<UInt8>) -> Member? {
+            guard key.count < byLength.count else { return nil }
+            for candidate in byLength[key.count] where key.elementsEqual(candidate.name) { return candidate.member }
+            return nil
+        }
     }
 
     // MARK: - Input form
@@ -124,7 +135,7 @@ public enum EventCodec {
         guard scanner.peek() == UInt8(ascii: "{") else { throw .invalid("an event must be a JSON object") }
         do {
             try scanner.readObject { (key, s) throws(JSONError) in
-                switch Member.named[key] {
+                switch Member.named(key) {
                 case .entity: m.entity = try stringMember(&s, "entity")
                 case .kind: m.kind = try stringMember(&s, "kind")
                 case .status: m.status = try stringMember(&s, "status")
@@ -297,7 +308,7 @@ public enum EventCodec {
     /// `includeID` is false (on disk the id is the key, and storing it twice costs bytes).
     public static func encodeStored(_ event: Event, includeID: Bool = true) -> [UInt8] {
         var out: [UInt8] = []
-        out.reserveCapacity(256)
+        out.reserveCapacity(512)
         encodeStored(event, includeID: includeID, into: &out)
         return out
     }

@@ -42,7 +42,8 @@ public enum Validation {
     }
 
     /// Field and set names: `[A-Za-z_][A-Za-z0-9_.-]{0,127}`.
-    public static func name(_ bytes: [UInt8], what: String) throws(EventStoreError) -> String {
+    public static func name(_ bytes: some RandomAccessCollection<UInt8>, what: String) throws(EventStoreError) -> String
+    {
         let text = String(decoding: bytes, as: UTF8.self)
         guard let first = bytes.first, bytes.count <= maxNameBytes,
             isAlpha(first) || first == UInt8(ascii: "_"),

@@ -180,7 +180,9 @@ struct WriteBatch {
 
     /// Writes an event (its payload from `storedPayload(of:)`) and its index entries, not
     /// the projection.
-    mutating func write(_ event: Event, payload: [UInt8], txn: inout WriteTransaction, writer: inout EventLog.Writer) throws {
+    mutating func write(_ event: Event, payload: [UInt8], txn: inout WriteTransaction, writer: inout EventLog.Writer)
+        throws
+    {
         let tables = log.tables
         let value = try StoredValue.encode(
             payload: payload, dictionaryVersion: writer.dictionaryVersion, dictionary: writer.dictionary,

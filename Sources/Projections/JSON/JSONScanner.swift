@@ -61,11 +61,12 @@ public struct JSONScanner {
         return JSONError("unexpected \(shown), expecting \(what)", at: position)
     }
 
-    /// Reads an object member by member: `body` gets each key (as decoded UTF-8 bytes) and
-    /// must consume exactly that member's value. Duplicate keys are an error.
-    public mutating func readObject(_ body: (_ key: [UInt8], inout JSONScanner) throws(JSONError) -> Void)
-        throws(JSONError)
-    {
+    /// Reads an object member by member: `body` gets each key (its decoded UTF-8 bytes; a
+    /// slice of the input when the key has no escapes, so reading keys allocates nothing)
+    /// and must consume exactly that member's value. Duplicate keys are an error.
+    public mutating func readObject(
+        _ body: (_ key: ArraySlice<UInt8>, inout JSONScanner) throws(JSONError) -> Void
+    ) throws(JSONError) {
         try expect(UInt8(ascii: "{"), "'{'")
         if peek() == UInt8(ascii: "}") {
             position += 1
@@ -73,12 +74,12 @@ public struct JSONScanner {
         }
         // Duplicate keys: a linear scan while objects are small (the common case), a set
         // beyond, so a hostile object with many keys costs O(n), not O(n²).
-        var seen: [[UInt8]] = []
-        var seenSet: Set<[UInt8]> = []
+        var seen: [ArraySlice<UInt8>] = []
+        var seenSet: Set<ArraySlice<UInt8>> = []
         while true {
             guard peek() == UInt8(ascii: "\"") else { throw unexpected(expecting: "a string key") }
             let keyStart = position
-            let key = try readStringBytes()
+            let key = try readKey()
             let duplicate: Bool
             if seen.count < 16 {
                 duplicate = seen.contains(key)
@@ -101,6 +102,22 @@ public struct JSONScanner {
                 throw unexpected(expecting: "',' or '}'")
             }
         }
+    }
+
+    /// A string as a slice of the input when it holds only plain ASCII, else decoded.
+    mutating func readKey() throws(JSONError) -> ArraySlice<UInt8> {
+        let start = position + 1
+        var index = start
+        while index < input.count {
+            let byte = input[index]
+            if byte == UInt8(ascii: "\"") {
+                position = index + 1
+                return input[start..<index]
+            }
+            if byte == UInt8(ascii: "\\") || byte >= 0x80 || byte < 0x20 { break }
+            index += 1
+        }
+        return try readStringBytes()[...]
     }
 
     /// Reads an array element by element; `body` must consume each element.
@@ -308,7 +325,7 @@ public struct JSONScanner {
             try readObject { (key, scanner) throws(JSONError) in
                 var value: [UInt8] = []
                 try scanner.canonicalValue(into: &value, depth: depth + 1)
-                members.append((key, value))
+                members.append((Array(key), value))
             }
             members.sort { $0.key.lexicographicallyPrecedes($1.key) }
             out.append(UInt8(ascii: "{"))

@@ -53,12 +53,23 @@ public struct ULID: Hashable, Comparable, Sendable, CustomStringConvertible {
     }
 
     public func append(to out: inout [UInt8]) {
-        for shift in stride(from: 56, through: 0, by: -8) {
-            out.append(UInt8(truncatingIfNeeded: high >> UInt64(shift)))
-        }
-        for shift in stride(from: 56, through: 0, by: -8) {
-            out.append(UInt8(truncatingIfNeeded: low >> UInt64(shift)))
-        }
+        // Unrolled: this runs several times per appended event.
+        out.append(UInt8(truncatingIfNeeded: high >> 56))
+        out.append(UInt8(truncatingIfNeeded: high >> 48))
+        out.append(UInt8(truncatingIfNeeded: high >> 40))
+        out.append(UInt8(truncatingIfNeeded: high >> 32))
+        out.append(UInt8(truncatingIfNeeded: high >> 24))
+        out.append(UInt8(truncatingIfNeeded: high >> 16))
+        out.append(UInt8(truncatingIfNeeded: high >> 8))
+        out.append(UInt8(truncatingIfNeeded: high))
+        out.append(UInt8(truncatingIfNeeded: low >> 56))
+        out.append(UInt8(truncatingIfNeeded: low >> 48))
+        out.append(UInt8(truncatingIfNeeded: low >> 40))
+        out.append(UInt8(truncatingIfNeeded: low >> 32))
+        out.append(UInt8(truncatingIfNeeded: low >> 24))
+        out.append(UInt8(truncatingIfNeeded: low >> 16))
+        out.append(UInt8(truncatingIfNeeded: low >> 8))
+        out.append(UInt8(truncatingIfNeeded: low))
     }
 
     /// Reads 16 big-endian bytes starting at `offset`; nil when there are fewer.
@@ -100,20 +111,33 @@ public struct ULID: Hashable, Comparable, Sendable, CustomStringConvertible {
     }
 
     public func appendText(to out: inout [UInt8]) {
+        out.reserveCapacity(out.count + 26)
         // 130 bits of text for 128 bits of value: the first symbol carries the top 3 bits.
-        out.append(ULID.alphabet[Int(high >> 61)])
+        out.append(ULID.symbol(UInt8(high >> 61)))
         for index in 1..<26 {
             let bit = 130 - 5 * (index + 1)  // lowest bit of this symbol within the 128-bit value
-            let symbol: UInt64
+            let value: UInt64
             if bit >= 64 {
-                symbol = (high >> UInt64(bit - 64)) & 31
+                value = (high >> UInt64(bit - 64)) & 31
             } else if bit > 59 {
-                symbol = ((high << UInt64(64 - bit)) | (low >> UInt64(bit))) & 31
+                value = ((high << UInt64(64 - bit)) | (low >> UInt64(bit))) & 31
             } else {
-                symbol = (low >> UInt64(bit)) & 31
+                value = (low >> UInt64(bit)) & 31
             }
-            out.append(ULID.alphabet[Int(symbol)])
+            out.append(ULID.symbol(UInt8(value)))
         }
+    }
+
+    /// The Crockford symbol of a 5-bit value: digits, then the letters without I, L, O, U.
+    @inline(__always)
+    static func symbol(_ value: UInt8) -> UInt8 {
+        if value < 10 { return UInt8(ascii: "0") + value }
+        var symbol = UInt8(ascii: "A") + value - 10
+        if symbol >= UInt8(ascii: "I") { symbol += 1 }
+        if symbol >= UInt8(ascii: "L") { symbol += 1 }
+        if symbol >= UInt8(ascii: "O") { symbol += 1 }
+        if symbol >= UInt8(ascii: "U") { symbol += 1 }
+        return symbol
     }
 
     /// Parses the 26-character form; lower case is accepted, the excluded letters
