@@ -94,6 +94,13 @@ public struct ByteReader {
         return id
     }
 
+    /// A varint index into `table`, checked against its bounds.
+    public mutating func reference<T>(into table: [T]) throws(CorruptDataError) -> T {
+        let index = try varint()
+        guard index < UInt64(table.count) else { throw CorruptDataError("index \(index) out of range") }
+        return table[Int(index)]
+    }
+
     public mutating func ulids() throws(CorruptDataError) -> [ULID] {
         let n = try count(minimumElementSize: 16)
         var out: [ULID] = []

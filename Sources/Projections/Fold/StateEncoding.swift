@@ -4,26 +4,35 @@ extension EntityState {
     static let formatVersion: UInt8 = 1
 
     /// Compact, deterministic binary encoding (varints, 16-byte ids, sorted collections).
+    /// Origins repeat across heads and history entries, so each is written once, in order,
+    /// and referred to by its index.
     public func encoded() -> [UInt8] {
+        var origins: [ULID] = []
+        for field in fields { for head in field.heads { origins.append(head.origin) } }
+        for entry in statusHistory { origins.append(entry.origin) }
+        origins = Array(Set(origins)).sorted()
+        func originIndex(_ origin: ULID) -> Int { origins.partitioningIndex { $0 < origin } }
+
         var out: [UInt8] = []
         out.reserveCapacity(256)
         out.append(EntityState.formatVersion)
         out.appendVarint(eventCount)
         (version ?? .zero).append(to: &out)
+        out.appendULIDs(origins)
         out.appendVarint(fields.count)
         for field in fields {
             out.appendLengthPrefixed(field.name)
             out.appendVarint(field.heads.count)
             for head in field.heads {
                 head.id.append(to: &out)
-                head.origin.append(to: &out)
+                out.appendVarint(originIndex(head.origin))
                 out.appendLengthPrefixed(head.value.bytes)
             }
         }
         out.appendVarint(statusHistory.count)
         for entry in statusHistory {
             entry.id.append(to: &out)
-            entry.origin.append(to: &out)
+            out.appendVarint(originIndex(entry.origin))
             out.appendLengthPrefixed(entry.status)
         }
         out.appendULIDs(statusHeads)
@@ -53,20 +62,21 @@ extension EntityState {
         eventCount = Int(try reader.varint())
         let version = try reader.ulid()
         self.version = eventCount == 0 ? nil : version
+        let origins = try reader.ulids()
         for _ in 0..<(try reader.count()) {
             let name = try reader.string()
             var heads: [FieldHead] = []
-            for _ in 0..<(try reader.count(minimumElementSize: 33)) {
+            for _ in 0..<(try reader.count(minimumElementSize: 18)) {
                 let id = try reader.ulid()
-                let origin = try reader.ulid()
+                let origin = try reader.reference(into: origins)
                 heads.append(
                     FieldHead(id: id, origin: origin, value: JSONBytes(canonical: try reader.lengthPrefixed())))
             }
             fields.append(FieldRegister(name: name, heads: heads))
         }
-        for _ in 0..<(try reader.count(minimumElementSize: 33)) {
+        for _ in 0..<(try reader.count(minimumElementSize: 18)) {
             let id = try reader.ulid()
-            let origin = try reader.ulid()
+            let origin = try reader.reference(into: origins)
             statusHistory.append(StatusEntry(id: id, origin: origin, status: try reader.string()))
         }
         statusHeads = try reader.ulids()
