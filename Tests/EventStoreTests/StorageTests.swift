@@ -113,3 +113,20 @@ struct StorageTests {
         }
     }
 }
+
+@Suite("Store options")
+struct StoreOptionsTests {
+    @Test(arguments: [0, -1, StoreOptions.absoluteMaxEventBytes + 1])
+    func maxEventBytesOutOfRangeIsRefused(limit: Int) {
+        var options = StoreOptions()
+        options.maxEventBytes = limit
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("evstore-options-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        do {
+            _ = try EventLog.open(directory: directory, options: options)
+            Issue.record("max_event_bytes \(limit) accepted")
+        } catch {
+            #expect(error.message.contains("max_event_bytes"))
+        }
+    }
+}

@@ -81,6 +81,11 @@ public final class EventLog: Sendable {
     }
 
     private init(directory: String, options: StoreOptions) throws {
+        guard (1...StoreOptions.absoluteMaxEventBytes).contains(options.maxEventBytes) else {
+            throw EventStoreError(
+                .invalidEvent,
+                "max_event_bytes is \(options.maxEventBytes); it must be between 1 and \(StoreOptions.absoluteMaxEventBytes)")
+        }
         self.directory = directory
         self.options = options
         let environment = try Environment(directory: directory, options: options.environment)
