@@ -22,9 +22,9 @@ struct ULIDTests {
         }
         ids.append(contentsOf: [.zero, .max])
         for id in ids {
-            #expect(ULID(id.description) == id)
-            #expect(ULID(id.description.lowercased()) == id)
-            #expect(ULID(bytes: id.bytes) == id)
+            #expect(try #require(ULID(id.description)) == id)
+            #expect(try #require(ULID(id.description.lowercased())) == id)
+            #expect(try #require(ULID(bytes: id.bytes)) == id)
         }
         let byValue = ids.sorted()
         #expect(ids.sorted { $0.description < $1.description } == byValue)
@@ -41,9 +41,9 @@ struct ULIDTests {
         #expect(ULID.problem(with: Array(text.utf8)) != nil)
     }
 
-    @Test func increment() {
+    @Test func increment() throws {
         let id = ULID(high: 5, low: .max)
-        #expect(id.incremented() == ULID(high: 6, low: 0))
+        #expect(try #require(id.incremented()) == ULID(high: 6, low: 0))
         #expect(ULID(high: 0xFFFF, low: .max).incremented() == nil)
         #expect(ULID(high: 1 << 16 | 0xFFFF, low: .max).incremented() == nil)
     }
