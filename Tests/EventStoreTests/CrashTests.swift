@@ -37,8 +37,9 @@ struct CrashTests {
         for run in 0..<3 {
             let process = Process()
             process.executableURL = child
-            // A small initial map so some kills land during map growth.
-            process.arguments = [dir, "\(50 + 25 * run)", "\(1 << 20)"]
+            // A small initial map and an early dictionary (the child trains at 400 events), so
+            // some kills land during map growth and during training.
+            process.arguments = [dir, "\(50 + 25 * run)", "\(256 << 10)"]
             let pipe = Pipe()
             process.standardOutput = pipe
             process.standardError = FileHandle.nullDevice

@@ -12,7 +12,7 @@ guard arguments.count >= 3, let batchSize = Int(arguments[2]) else {
     exit(64)
 }
 var options = StoreOptions()
-options.dictionaryTrainingThreshold = 3000
+options.dictionaryTrainingThreshold = 400
 if arguments.count > 3, let mapBytes = Int(arguments[3]) { options.environment.initialMapSize = mapBytes }
 let log = try EventLog.open(directory: arguments[1], options: options)
 let statuses = ["assigned", "en_route", "on_site", "done"]
