@@ -272,3 +272,91 @@ struct ConcurrencyTests {
         try store.check()
     }
 }
+
+@Suite("Group commit")
+struct GroupCommitTests {
+    @Test func eachBatchOfAGroupIsAllOrNothingOnItsOwn() throws {
+        let store = try TempStore()
+        _ = try store.log.append(inputs(#"{"entity":"job/gone","kind":"delete"}"#))
+        let results = try store.log.append(groups: [
+            try inputs(
+                #"{"entity":"job/1","kind":"edit","fields":{"a":1},"key":"first"}"#,
+                #"{"entity":"job/2","kind":"status","status":"assigned"}"#),
+            try inputs(
+                #"{"entity":"job/1","kind":"edit","fields":{"a":2},"key":"failed"}"#,
+                #"{"entity":"job/gone","kind":"edit","fields":{"a":1}}"#),
+            try inputs(#"{"entity":"job/1","kind":"add","set":"s","element":1}"#),
+        ])
+        #expect(results.count == 3)
+        let first = try results[0].get()
+        #expect(first.appended == 2)
+        switch results[1] {
+        case .success: Issue.record("a batch editing a deleted entity was appended")
+        case .failure(let error):
+            #expect(error.reason == .deleted)
+            #expect(try #require(error.index) == 1)
+        }
+        let third = try results[2].get()
+        #expect(try #require(third.versions[entity("job/1")]) == third.ids[0])
+        #expect(try store.log.statistics().events == 4)
+        // The failed batch left nothing behind: not its event, not its key.
+        let state = try #require(try stateJSON(store.log, "job/1"))
+        #expect(state.contains(#""fields":{"a":1}"#))
+        #expect(try store.log.append(inputs(#"{"entity":"job/9","kind":"delete","key":"failed"}"#)).appended == 1)
+        #expect(try store.log.append(inputs(#"{"entity":"job/9","kind":"restore","key":"first"}"#)).appended == 0)
+        try store.check()
+    }
+
+    @Test func laterBatchesSeeEarlierOnesAndIfMatchComparesPerBatch() throws {
+        let store = try TempStore()
+        let created = try store.log.append(inputs(#"{"entity":"job/1","kind":"edit","fields":{"a":1}}"#))
+        let v0 = created.ids[0]
+        let results = try store.log.append(groups: [
+            try inputs(#"{"entity":"job/1","kind":"edit","fields":{"a":2},"if_match":"\#(v0)"}"#),
+            // Read before the first batch: job/1 has changed since, so this one conflicts.
+            try inputs(#"{"entity":"job/1","kind":"edit","fields":{"a":3},"if_match":"\#(v0)"}"#),
+        ])
+        let v1 = try results[0].get().ids[0]
+        switch results[1] {
+        case .success: Issue.record("a stale if_match was accepted")
+        case .failure(let error): #expect(error.reason == .conflict)
+        }
+        let again = try store.log.append(groups: [
+            try inputs(#"{"entity":"job/1","kind":"edit","fields":{"a":4},"if_match":"\#(v1)"}"#)
+        ])
+        #expect(try again[0].get().appended == 1)
+        // The edit's causal context names the head written by the previous group.
+        let edit = try #require(try store.log.event(try again[0].get().ids[0]))
+        #expect(
+            edit.body
+                == .edit(
+                    fields: [FieldChange(name: "a", value: try JSONBytes(parsing: "4"))],
+                    base: [FieldBase(field: "a", heads: [v1])]))
+        try store.check()
+    }
+
+    @Test func aGroupPastTheMapMaximumFailsAsAWholeAndKeepsEverything() throws {
+        let store = try TempStore {
+            $0.environment.initialMapSize = 1 << 20
+            $0.environment.maxMapSize = 2 << 20
+            $0.trainsDictionaryAutomatically = false
+        }
+        var acknowledged = 0
+        var failure: EventStoreError?
+        for round in 0..<100 {
+            do {
+                let results = try store.log.append(groups: [
+                    workload(seed: UInt64(round), count: 100, jobs: 100),
+                    workload(seed: UInt64(round + 1000), count: 100, jobs: 100),
+                ])
+                acknowledged += try results.reduce(0) { try $0 + $1.get().appended }
+            } catch let error as EventStoreError {
+                failure = error
+                break
+            }
+        }
+        #expect(try #require(failure).reason == .storageFull)
+        #expect(try store.log.statistics().events == acknowledged)
+        try store.check()
+    }
+}

@@ -120,7 +120,9 @@ struct StoreOptionsTests {
     func maxEventBytesOutOfRangeIsRefused(limit: Int) {
         var options = StoreOptions()
         options.maxEventBytes = limit
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("evstore-options-\(UUID().uuidString)").path
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "evstore-options-\(UUID().uuidString)"
+        ).path
         defer { try? FileManager.default.removeItem(atPath: directory) }
         do {
             _ = try EventLog.open(directory: directory, options: options)

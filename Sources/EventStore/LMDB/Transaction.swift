@@ -55,20 +55,22 @@ public struct WriteTransaction: ~Copyable, TransactionReading {
     private var isFinished = false
     /// Failures seen so far, including those the closure caught. A reference, so reads
     /// (which can fail too) need not be `mutating`.
-    private let healthRecord = HealthRecord()
+    private let healthRecord: HealthRecord
     var health: TransactionHealth { healthRecord.value }
     #if DEBUG
         private let faults: FaultInjector
     #endif
 
     #if DEBUG
-        init(handle: OpaquePointer, faults: FaultInjector) {
+        init(handle: OpaquePointer, faults: FaultInjector, health: HealthRecord = HealthRecord()) {
             self.handle = handle
             self.faults = faults
+            self.healthRecord = health
         }
     #else
-        init(handle: OpaquePointer) {
+        init(handle: OpaquePointer, health: HealthRecord = HealthRecord()) {
             self.handle = handle
+            self.healthRecord = health
         }
     #endif
 
@@ -162,6 +164,25 @@ public struct WriteTransaction: ~Copyable, TransactionReading {
         #endif
         defer { healthRecord.value.absorb(cursor.health) }
         return try body(&cursor)
+    }
+
+    /// Runs `body` in a nested transaction: its changes join this transaction when `body`
+    /// returns and are discarded when it throws, and this transaction stays usable either
+    /// way. A storage failure inside (a full map, an I/O error) still fails this transaction
+    /// too, so that `Environment.write` can grow the map and run everything again.
+    ///
+    /// - Important: Only the nested transaction may be used inside `body`.
+    /// The corresponding C function is `mdb_txn_begin` with a parent.
+    public mutating func nested<R>(_ body: (inout WriteTransaction) throws -> R) throws -> R {
+        let childHandle = try perform("mdb_txn_begin") { txn throws(LMDBError) in try MDB.txnBeginNested(parent: txn) }
+        #if DEBUG
+            var child = WriteTransaction(handle: childHandle, faults: faults, health: healthRecord)
+        #else
+            var child = WriteTransaction(handle: childHandle, health: healthRecord)
+        #endif
+        let result = try body(&child)
+        try child.commit()
+        return result
     }
 
     /// Runs one call on the transaction unless it already failed, and remembers its failure.

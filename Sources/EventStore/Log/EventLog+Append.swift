@@ -7,30 +7,64 @@ extension EventLog {
     /// `if_match` mismatch or a deleted entity aborts the whole batch and writes nothing.
     public func append(_ inputs: [InputEvent]) throws(EventStoreError) -> AppendResult {
         guard !inputs.isEmpty else { return AppendResult(ids: [], versions: [:], appended: 0) }
-        let result: AppendResult
-        do {
-            result = try writer.withLock { writer throws -> AppendResult in
-                let now = options.wallClock()
-                let (result, clock) = try environment.write { txn -> (AppendResult, HybridClock) in
-                    var batch = try WriteBatch(log: self, txn: txn, clock: writer.clock, now: now)
-                    var ids: [ULID] = []
-                    ids.reserveCapacity(inputs.count)
-                    var appended = 0
-                    for (index, input) in inputs.enumerated() {
-                        do {
-                            switch try batch.append(input, txn: &txn, writer: &writer) {
-                            case .appended(let id):
-                                ids.append(id)
-                                appended += 1
-                            case .keySeenBefore(let id):
-                                ids.append(id)
-                            }
-                        } catch let error as EventStoreError {
-                            throw error.at(index: index)
-                        }
+        let result = try write { batch, txn, writer in
+            let (ids, appended) = try batch.append(inputs, txn: &txn, writer: &writer)
+            let versions = try batch.finish(txn: &txn)
+            return AppendResult(ids: ids, versions: versions, appended: appended)
+        }
+        trainDictionaryAfter(appended: result.appended)
+        return result
+    }
+
+    /// Appends several independent batches in ONE write transaction and one commit (group
+    /// commit): each batch stays all or nothing on its own — one that fails is rolled back
+    /// (a nested transaction) and reported, and the others are written.
+    ///
+    /// - Returns: one result per batch, in order. `versions` are each entity's version after
+    ///   that batch's own events.
+    /// - Throws: only what fails them all: storage full, an unusable store.
+    public func append(groups: [[InputEvent]]) throws(EventStoreError) -> [Result<AppendResult, EventStoreError>] {
+        guard !groups.isEmpty else { return [] }
+        let results = try write { batch, txn, writer in
+            var results: [Result<AppendResult, EventStoreError>] = []
+            results.reserveCapacity(groups.count)
+            for inputs in groups {
+                let before = batch
+                do {
+                    let (ids, appended) = try txn.nested { child in
+                        try batch.append(inputs, txn: &child, writer: &writer)
                     }
-                    let versions = try batch.finish(txn: &txn)
-                    return (AppendResult(ids: ids, versions: versions, appended: appended), batch.clock)
+                    var versions: [EntityKey: ULID] = [:]
+                    for input in inputs {
+                        if let version = batch.touched[input.entity]?.state.version { versions[input.entity] = version }
+                    }
+                    results.append(.success(AppendResult(ids: ids, versions: versions, appended: appended)))
+                } catch let error as EventStoreError {
+                    batch = before
+                    results.append(.failure(error))
+                }
+            }
+            _ = try batch.finish(txn: &txn)
+            return results
+        }
+        let appended = results.reduce(0) { $0 + ((try? $1.get())?.appended ?? 0) }
+        trainDictionaryAfter(appended: appended)
+        return results
+    }
+
+    /// Runs `body` as the writer, in one write transaction with a fresh batch, and keeps the
+    /// batch's clock once the transaction has committed. Storage errors become API errors.
+    func write<R: Sendable>(
+        _ body: (inout WriteBatch, inout WriteTransaction, inout EventLog.Writer) throws -> R
+    ) throws(EventStoreError) -> R {
+        do {
+            return try writer.withLock { writer throws -> R in
+                let now = options.wallClock()
+                let (result, clock) = try environment.write { txn -> (R, HybridClock) in
+                    // Built inside: a retry after the map grew starts again from the writer's clock.
+                    var batch = try WriteBatch(log: self, txn: txn, clock: writer.clock, now: now)
+                    let result = try body(&batch, &txn, &writer)
+                    return (result, batch.clock)
                 }
                 writer.clock = clock
                 return result
@@ -38,11 +72,14 @@ extension EventLog {
         } catch {
             throw EventStoreError.from(error)
         }
-        if options.trainsDictionaryAutomatically, result.appended > 0 {
-            // Training failing never fails the append that is already committed.
+    }
+
+    /// Trains a dictionary when an append made it due (training failing never fails an
+    /// append that is already committed).
+    func trainDictionaryAfter(appended: Int) {
+        if options.trainsDictionaryAutomatically, appended > 0 {
             _ = try? trainDictionaryIfDue()
         }
-        return result
     }
 
     /// What became of one input of a batch.
@@ -63,6 +100,9 @@ struct WriteBatch {
     var lastEventKey: ULID?
     var touched: [EntityKey: Touched] = [:]
     var keysInBatch: [String: ULID] = [:]
+    /// Each entity's version when the client batch being appended first named it: what
+    /// `if_match` is compared with.
+    var versionsAtBatchStart: [EntityKey: ULID?] = [:]
     var skews: [ULID: UInt64] = [:]
 
     struct Touched {
@@ -71,7 +111,6 @@ struct WriteBatch {
         var changed = false
         /// The entity as it was when the batch first read it (nil: new entity).
         let before: Before?
-        var versionAtStart: ULID? { before?.version }
     }
 
     struct Before {
@@ -90,6 +129,30 @@ struct WriteBatch {
 
     // MARK: Local appends
 
+    /// Appends one client batch; the first failing input fails it, with its index.
+    mutating func append(_ inputs: [InputEvent], txn: inout WriteTransaction, writer: inout EventLog.Writer) throws
+        -> (ids: [ULID], appended: Int)
+    {
+        var ids: [ULID] = []
+        ids.reserveCapacity(inputs.count)
+        var appended = 0
+        versionsAtBatchStart.removeAll(keepingCapacity: true)
+        for (index, input) in inputs.enumerated() {
+            do {
+                switch try append(input, txn: &txn, writer: &writer) {
+                case .appended(let id):
+                    ids.append(id)
+                    appended += 1
+                case .keySeenBefore(let id):
+                    ids.append(id)
+                }
+            } catch let error as EventStoreError {
+                throw error.at(index: index)
+            }
+        }
+        return (ids, appended)
+    }
+
     /// Appends one input, or finds the event its idempotency key already names.
     mutating func append(_ input: InputEvent, txn: inout WriteTransaction, writer: inout EventLog.Writer) throws
         -> EventLog.AppendOutcome
@@ -104,8 +167,15 @@ struct WriteBatch {
         }
         var entry = try load(input.entity, txn: txn)
         let entity = input.entity
-        if let expected = input.ifMatch, expected != entry.versionAtStart {
-            let actual = entry.versionAtStart.map { "is at version \($0)" } ?? "does not exist yet"
+        let versionAtStart: ULID?
+        if let recorded = versionsAtBatchStart[entity] {
+            versionAtStart = recorded
+        } else {
+            versionAtStart = entry.state.version
+            versionsAtBatchStart[entity] = versionAtStart
+        }
+        if let expected = input.ifMatch, expected != versionAtStart {
+            let actual = versionAtStart.map { "is at version \($0)" } ?? "does not exist yet"
             throw EventStoreError(.conflict, "\(entity) \(actual), not \(expected) (if_match): read it again and retry")
         }
         let state = entry.state

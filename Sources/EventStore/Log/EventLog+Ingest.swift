@@ -10,45 +10,35 @@ extension EventLog {
     /// with the reason and never blocks the valid ones around it.
     public func ingest(_ rawEvents: [[UInt8]], from peer: String? = nil) throws(EventStoreError) -> IngestResult {
         guard !rawEvents.isEmpty else { return IngestResult() }
-        do {
-            return try writer.withLock { writer throws -> IngestResult in
-                let now = options.wallClock()
-                let (result, clock) = try environment.write { txn -> (IngestResult, HybridClock) in
-                    var batch = try WriteBatch(log: self, txn: txn, clock: writer.clock, now: now)
-                    var result = IngestResult()
-                    var seen = Set<ULID>()
-                    for raw in rawEvents {
-                        let event: Event
-                        let payload: [UInt8]
-                        do {
-                            event = try EventCodec.decodeStored(raw)
-                            payload = try batch.storedPayload(of: event)
-                        } catch let error as EventStoreError {
-                            result.deadLettered.append(try batch.deadLetter(raw, reason: error, peer: peer, txn: &txn))
-                            continue
-                        }
-                        if try seen.contains(event.id) || txn.get(tables.events, event.id.bytes) != nil {
-                            result.skipped += 1
-                            continue
-                        }
-                        seen.insert(event.id)
-                        if let lead = batch.clock.observe(event.id, now: now) {
-                            batch.skews[event.origin] = max(batch.skews[event.origin] ?? 0, lead)
-                        }
-                        try batch.write(event, payload: payload, txn: &txn, writer: &writer)
-                        var entry = try batch.load(event.entity, txn: txn)
-                        try batch.fold(event, into: &entry, txn: txn)
-                        batch.touched[event.entity] = entry
-                        result.ingested.append(event.id)
-                    }
-                    _ = try batch.finish(txn: &txn)
-                    return (result, batch.clock)
+        return try write { batch, txn, writer in
+            var result = IngestResult()
+            var seen = Set<ULID>()
+            for raw in rawEvents {
+                let event: Event
+                let payload: [UInt8]
+                do {
+                    event = try EventCodec.decodeStored(raw)
+                    payload = try batch.storedPayload(of: event)
+                } catch let error as EventStoreError {
+                    result.deadLettered.append(try batch.deadLetter(raw, reason: error, peer: peer, txn: &txn))
+                    continue
                 }
-                writer.clock = clock
-                return result
+                if try seen.contains(event.id) || txn.get(tables.events, event.id.bytes) != nil {
+                    result.skipped += 1
+                    continue
+                }
+                seen.insert(event.id)
+                if let lead = batch.clock.observe(event.id, now: batch.now) {
+                    batch.skews[event.origin] = max(batch.skews[event.origin] ?? 0, lead)
+                }
+                try batch.write(event, payload: payload, txn: &txn, writer: &writer)
+                var entry = try batch.load(event.entity, txn: txn)
+                try batch.fold(event, into: &entry, txn: txn)
+                batch.touched[event.entity] = entry
+                result.ingested.append(event.id)
             }
-        } catch {
-            throw EventStoreError.from(error)
+            _ = try batch.finish(txn: &txn)
+            return result
         }
     }
 }

@@ -84,7 +84,8 @@ public final class EventLog: Sendable {
         guard (1...StoreOptions.absoluteMaxEventBytes).contains(options.maxEventBytes) else {
             throw EventStoreError(
                 .invalidEvent,
-                "max_event_bytes is \(options.maxEventBytes); it must be between 1 and \(StoreOptions.absoluteMaxEventBytes)")
+                "max_event_bytes is \(options.maxEventBytes); it must be between 1 and \(StoreOptions.absoluteMaxEventBytes)"
+            )
         }
         self.directory = directory
         self.options = options

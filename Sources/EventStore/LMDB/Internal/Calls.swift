@@ -85,6 +85,13 @@ enum MDB {
         return txn!
     }
 
+    /// Begins a write transaction nested in `parent` (same environment).
+    static func txnBeginNested(parent: OpaquePointer) throws(LMDBError) -> OpaquePointer {
+        var txn: OpaquePointer?
+        try check(mdb_txn_begin(mdb_txn_env(parent), parent, 0, &txn), "mdb_txn_begin")
+        return txn!
+    }
+
     /// Commits; LMDB frees the transaction whether or not this succeeds.
     static func txnCommit(_ txn: OpaquePointer) throws(LMDBError) {
         try check(mdb_txn_commit(txn), "mdb_txn_commit")
