@@ -207,6 +207,26 @@ do {
         Row(name: "append, 1 per txn (durable), first \(n)", value: Double(n) / seconds(elapsed), unit: "events/s"))
 }
 
+// 2b. The same single-event batches, 16 to a group commit (what the daemon does for 16
+//     clients appending one event each): one transaction and one fsync per group.
+do {
+    let grouped = try EventLog.open(directory: fresh(arguments.directory + "/grouped"))
+    let n = min(arguments.single, count)
+    let inputs = try lines.prefix(n).map { try EventCodec.decodeInput($0) }
+    let elapsed = try clock.measure {
+        var index = 0
+        while index < inputs.count {
+            let end = min(index + 16, inputs.count)
+            _ = try grouped.append(groups: inputs[index..<end].map { [$0] })
+            index = end
+        }
+    }
+    rows.append(
+        Row(
+            name: "append, 1-event batches, 16 per group commit", value: Double(n) / seconds(elapsed),
+            unit: "events/s"))
+}
+
 // 3. Bytes, before anything rewrites the store.
 let breakdown = try log.storageBreakdown()
 let plainBreakdown = try plainLog.storageBreakdown()
