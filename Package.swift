@@ -35,8 +35,10 @@ let package = Package(
             dependencies: ["EventStore"],
             path: "Tests/Helpers/AppendChild"
         ),
-        .testTarget(name: "ProjectionsTests", dependencies: ["Projections"]),
-        .testTarget(name: "EventStoreTests", dependencies: ["EventStore", "Projections"]),
+        // Shared by the test targets only.
+        .target(name: "TestSupport", path: "Tests/TestSupport"),
+        .testTarget(name: "ProjectionsTests", dependencies: ["Projections", "TestSupport"]),
+        .testTarget(name: "EventStoreTests", dependencies: ["EventStore", "Projections", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,30 +1,18 @@
 import CZstd
 import Dispatch
 import EventStore
+import TestSupport
 import Testing
 
 // MARK: - Inputs
 
-/// A deterministic generator, so failures reproduce.
-private struct SplitMix64: RandomNumberGenerator {
-    var state: UInt64
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
-
 private func randomBytes(_ count: Int, seed: UInt64) -> [UInt8] {
-    var generator = SplitMix64(state: seed)
+    var generator = SeededGenerator(seed: seed)
     return (0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) }
 }
 
 /// A small JSON event like the ones the store keeps.
-private func record(_ index: Int, using generator: inout SplitMix64) -> [UInt8] {
+private func record(_ index: Int, using generator: inout SeededGenerator) -> [UInt8] {
     let types = ["OrderPlaced", "OrderShipped", "PaymentCaptured", "CustomerRenamed", "ItemAdded"]
     let type = types[Int.random(in: 0..<types.count, using: &generator)]
     let amount = Int.random(in: 1..<100_000, using: &generator)
@@ -38,7 +26,7 @@ private func record(_ index: Int, using generator: inout SplitMix64) -> [UInt8] 
 }
 
 private func records(_ count: Int, seed: UInt64) -> [[UInt8]] {
-    var generator = SplitMix64(state: seed)
+    var generator = SeededGenerator(seed: seed)
     return (0..<count).map { record($0, using: &generator) }
 }
 

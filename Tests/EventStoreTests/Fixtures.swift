@@ -1,5 +1,6 @@
 import Foundation
 import Projections
+import TestSupport
 import Testing
 
 @testable import EventStore
@@ -105,18 +106,6 @@ func workload(seed: UInt64, count: Int, jobs: Int = 50, actor: String = "tech-0"
         out.append(try! input(line))
     }
     return out
-}
-
-struct SeededGenerator: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
 }
 
 /// Every event of a store in its stored form, for feeding another store's `ingest`.

@@ -1,5 +1,6 @@
 import Foundation
 import Projections
+import TestSupport
 import Testing
 
 @testable import EventStore
