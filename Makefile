@@ -9,7 +9,7 @@ DEBIAN_PKGS  := liblmdb-dev libzstd-dev
 SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 WORKLOAD     ?= $(firstword $(wildcard ../shared/workload/fieldops.py) $(wildcard shared/workload/fieldops.py))
 BENCH_EVENTS ?= 100000
-BENCH_SINGLE ?= 5000
+BENCH_SINGLE ?= 100000
 BENCH_OUT    ?= .build/bench
 
 .PHONY: all deps build release run test bench clean format

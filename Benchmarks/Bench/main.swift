@@ -238,6 +238,10 @@ rows.append(
         note: "pages up to the high-water mark: \(highWater / count) B/event"))
 rows.append(
     Row(
+        name: "bytes on disk per event, no dictionary",
+        value: Double(fileSize(arguments.directory + "/plain/data.mdb")) / Double(count), unit: "B"))
+rows.append(
+    Row(
         name: "event value per event, with dictionary", value: Double(breakdown.eventValueBytes) / Double(count),
         unit: "B"))
 rows.append(
