@@ -161,11 +161,12 @@ struct WriteBatch {
         if let key = input.key {
             if let id = keysInBatch[key] { return .keySeenBefore(id) }
             if let stored = try txn.get(tables.keys, Array(key.utf8)), let id = ULID(bytes: stored) {
-                _ = try load(input.entity, txn: txn)
+                // Loaded so the result can report the entity's version.
+                touched[input.entity] = try take(input.entity, txn: txn)
                 return .keySeenBefore(id)
             }
         }
-        var entry = try load(input.entity, txn: txn)
+        var entry = try take(input.entity, txn: txn)
         let entity = input.entity
         let versionAtStart: ULID?
         if let recorded = versionsAtBatchStart[entity] {
@@ -220,19 +221,18 @@ struct WriteBatch {
 
     // MARK: Shared by append and ingest
 
-    /// The entity as this batch sees it, read from `projections` on first use.
-    mutating func load(_ entity: EntityKey, txn: borrowing WriteTransaction) throws -> Touched {
-        if let entry = touched[entity] { return entry }
-        let entry: Touched
+    /// Takes the entity as this batch sees it out of `touched` (reading it from
+    /// `projections` on first use); the caller puts it back with `touched[entity] = entry`.
+    /// Taking it out, rather than copying it, lets the fold change the state in place
+    /// instead of copying every array of it.
+    mutating func take(_ entity: EntityKey, txn: borrowing WriteTransaction) throws -> Touched {
+        if let entry = touched.removeValue(forKey: entity) { return entry }
         if let record = try txn.get(log.tables.projections, entity.bytes) {
             let (hash, state) = try EventLog.decodeProjection(record, entity: entity)
-            entry = Touched(
+            return Touched(
                 state: state, before: Before(version: state.version, hash: hash, statusKey: EventLog.statusKey(state)))
-        } else {
-            entry = Touched(state: EntityState(entity: entity), before: nil)
         }
-        touched[entity] = entry
-        return entry
+        return Touched(state: EntityState(entity: entity), before: nil)
     }
 
     /// The event's canonical JSON without its id, checked against `max_event_bytes`.

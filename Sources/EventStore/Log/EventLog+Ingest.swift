@@ -32,7 +32,7 @@ extension EventLog {
                     batch.skews[event.origin] = max(batch.skews[event.origin] ?? 0, lead)
                 }
                 try batch.write(event, payload: payload, txn: &txn, writer: &writer)
-                var entry = try batch.load(event.entity, txn: txn)
+                var entry = try batch.take(event.entity, txn: txn)
                 try batch.fold(event, into: &entry, txn: txn)
                 batch.touched[event.entity] = entry
                 result.ingested.append(event.id)
