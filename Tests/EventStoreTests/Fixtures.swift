@@ -36,6 +36,7 @@ final class TempStore {
         #expect(!report.digestMismatch, "digest differs from a rebuild", sourceLocation: sourceLocation)
         let stats = try log.statistics()
         #expect(report.events == stats.events, sourceLocation: sourceLocation)
+        try checkSecondaryTables(sourceLocation: sourceLocation)
         var after: ULID?
         var seen = 0
         var byEntity: [EntityKey: [ULID]] = [:]
@@ -57,6 +58,47 @@ final class TempStore {
         let vector = try log.versionVector()
         for (origin, last) in vector {
             #expect(try log.eventIDs(ofOrigin: origin, after: last, limit: 1).isEmpty, sourceLocation: sourceLocation)
+        }
+    }
+
+    /// The status index and the conflicts table say exactly what the projections say.
+    func checkSecondaryTables(sourceLocation: SourceLocation) throws {
+        let tables = log.tables
+        try log.environment.read { txn throws in
+            var expectedStatus: Set<[UInt8]> = []
+            var expectedConflicts: [[UInt8]: [UInt8]] = [:]
+            try txn.withCursor(tables.projections) { cursor in
+                var item = try cursor.first()
+                while let current = item {
+                    let entity = EntityKey(validated: current.key)
+                    let state = try EventLog.decodeProjection(current.value, entity: entity).1
+                    if let key = EventLog.statusKey(state) { expectedStatus.insert(key + [0xFF] + current.key) }
+                    if state.hasConflicts { expectedConflicts[current.key] = EventLog.conflictRecord(state) }
+                    item = try cursor.next()
+                }
+            }
+            var status: Set<[UInt8]> = []
+            try txn.withCursor(tables.statusIndex) { cursor in
+                var item = try cursor.first()
+                while let current = item {
+                    status.insert(current.key + [0xFF] + current.value)
+                    item = try cursor.next()
+                }
+            }
+            var conflicts: [[UInt8]: [UInt8]] = [:]
+            try txn.withCursor(tables.conflicts) { cursor in
+                var item = try cursor.first()
+                while let current = item {
+                    conflicts[current.key] = current.value
+                    item = try cursor.next()
+                }
+            }
+            #expect(
+                status == expectedStatus, "the status index disagrees with the projections",
+                sourceLocation: sourceLocation)
+            #expect(
+                conflicts == expectedConflicts, "the conflicts table disagrees with the projections",
+                sourceLocation: sourceLocation)
         }
     }
 

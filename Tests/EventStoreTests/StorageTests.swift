@@ -132,3 +132,22 @@ struct StoreOptionsTests {
         }
     }
 }
+
+@Suite("Backup")
+struct BackupTests {
+    @Test func aBackupTakenWhileServingOpensWithTheSameEventsAndDigest() throws {
+        let store = try TempStore()
+        _ = try store.log.append(workload(seed: 77, count: 2000, jobs: 100))
+        let copy = FileManager.default.temporaryDirectory.appendingPathComponent("evstore-backup-\(UUID().uuidString)")
+            .path
+        defer { try? FileManager.default.removeItem(atPath: copy) }
+        try FileManager.default.createDirectory(atPath: copy, withIntermediateDirectories: true)
+        try store.log.backup(to: copy)
+        _ = try store.log.append(workload(seed: 78, count: 10))
+        let restored = try EventLog.open(directory: copy)
+        let stats = try restored.statistics()
+        #expect(stats.events == 2000)
+        #expect(try restored.rebuild(verify: true).mismatched.isEmpty)
+        #expect(stats.digest != (try store.log.statistics().digest))
+    }
+}
