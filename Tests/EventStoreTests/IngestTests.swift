@@ -136,3 +136,21 @@ struct IngestTests {
         try b.check()
     }
 }
+
+@Suite("Ingest of conflicting duplicates")
+struct ConflictingDuplicateTests {
+    @Test func anEventWhoseIDIsHeldWithOtherContentIsADeadLetter() throws {
+        let a = try TempStore()
+        let b = try TempStore()
+        _ = try a.log.append(inputs(#"{"entity":"job/1","kind":"edit","fields":{"a":1}}"#))
+        let original = try allStoredEvents(a.log)
+        _ = try b.log.ingest(original)
+        let forged = String(decoding: original[0], as: UTF8.self).replacingOccurrences(of: #""a":1"#, with: #""a":2"#)
+        let result = try b.log.ingest([Array(forged.utf8), original[0]], from: "forger")
+        #expect(result.skipped == 1)
+        #expect(result.deadLettered.count == 1)
+        #expect(result.deadLettered[0].reason.contains("already held with different content"))
+        #expect(try stateJSON(b.log, "job/1")?.contains(#""a":1"#) == true)
+        try b.check()
+    }
+}

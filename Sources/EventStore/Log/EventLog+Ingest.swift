@@ -23,8 +23,21 @@ extension EventLog {
                     result.deadLettered.append(try batch.deadLetter(raw, reason: error, peer: peer, txn: &txn))
                     continue
                 }
-                if try seen.contains(event.id) || txn.get(tables.events, event.id.bytes) != nil {
+                if seen.contains(event.id) {
                     result.skipped += 1
+                    continue
+                }
+                if let held = try txn.get(tables.events, event.id.bytes) {
+                    // Held already. Honest nodes never give two events one id; a peer that
+                    // does is reported, and the event held first stays.
+                    if try self.payload(of: held, txn: txn) != payload {
+                        let error = EventStoreError(
+                            .invalidEvent,
+                            "event \(event.id) is already held with different content; the one held first is kept")
+                        result.deadLettered.append(try batch.deadLetter(raw, reason: error, peer: peer, txn: &txn))
+                    } else {
+                        result.skipped += 1
+                    }
                     continue
                 }
                 seen.insert(event.id)
