@@ -154,3 +154,45 @@ struct ConflictingDuplicateTests {
         try b.check()
     }
 }
+
+@Suite("Convergence of several stores")
+struct ConvergenceTests {
+    /// Three stores work on overlapping jobs and exchange random subsets of what they hold,
+    /// in random order, between rounds of local work; after a final full exchange every
+    /// store has the same digest and the same state for every entity.
+    @Test(arguments: [UInt64(11), 12, 13])
+    func randomPartialExchangesConverge(seed: UInt64) throws {
+        var rng = SeededGenerator(seed: seed)
+        let stores = try (0..<3).map { _ in try TempStore() }
+        var entities = Set<EntityKey>()
+        for round in 0..<6 {
+            for (index, store) in stores.enumerated() {
+                let work = workload(
+                    seed: seed &* 100 &+ UInt64(round * 3 + index), count: 60, jobs: 8, actor: "n\(index)")
+                entities.formUnion(work.map(\.entity))
+                _ = try store.log.append(work)
+            }
+            for _ in 0..<3 {
+                let from = stores[Int.random(in: 0..<3, using: &rng)]
+                let to = stores[Int.random(in: 0..<3, using: &rng)]
+                let subset = try allStoredEvents(from.log).filter { _ in Bool.random(using: &rng) }.shuffled(
+                    using: &rng)
+                _ = try to.log.ingest(subset, from: "peer")
+            }
+        }
+        for from in stores {
+            for to in stores where to !== from {
+                _ = try to.log.ingest(try allStoredEvents(from.log).shuffled(using: &rng))
+            }
+        }
+        let digests = try stores.map { try $0.log.statistics().digest }
+        #expect(Set(digests.map(\.description)).count == 1)
+        for entity in entities {
+            let states = try stores.map {
+                try $0.log.state(of: entity).map { String(decoding: $0.canonicalJSON(), as: UTF8.self) }
+            }
+            #expect(states[0] == states[1] && states[1] == states[2], "\(entity) differs")
+        }
+        for store in stores { try store.check() }
+    }
+}
