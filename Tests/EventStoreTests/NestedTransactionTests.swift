@@ -58,3 +58,18 @@ struct NestedTransactionTests {
         }
     #endif
 }
+
+@Suite("One environment per directory")
+struct OpenTwiceTests {
+    @Test func openingAStoreTwiceInOneProcessIsRefusedUntilTheFirstCloses() throws {
+        let store = try TempStore()
+        do {
+            _ = try EventLog.open(directory: store.directory, options: store.options)
+            Issue.record("the same store opened twice")
+        } catch {
+            #expect(error.message.contains("already open in this process"))
+        }
+        try store.reopen()
+        #expect(try store.log.statistics().events == 0)
+    }
+}

@@ -1,3 +1,5 @@
+import Synchronization
+
 /// How an `Environment` is opened and how far its map may grow.
 public struct EnvironmentOptions: Sendable {
     /// The map size to start with, in bytes; rounded up to a multiple of the page size.
@@ -68,9 +70,16 @@ public final class Environment: @unchecked Sendable {
     /// Held shared by every transaction for its life and exclusive by map resizes, because
     /// `mdb_env_set_mapsize` must not run while this process has a transaction open.
     private let resizeLock: ResizeLock
+    /// This environment's entry in `openDirectories`.
+    private let identity: String
     #if DEBUG
         let faults = FaultInjector()
     #endif
+
+    /// The directories (by device and inode) with an environment open in this process:
+    /// LMDB forbids opening one twice in a process, and closing either copy would break the
+    /// other's locks.
+    private static let openDirectories = Mutex<Set<String>>([])
 
     /// Opens (creating if needed) the environment in `directory`.
     ///
@@ -99,7 +108,21 @@ public final class Environment: @unchecked Sendable {
         self.resizeLock = try ResizeLock()
 
         try MDB.makeDirectory(directory)
-        let env = try MDB.envCreate()
+        let identity = try MDB.fileIdentity(directory)
+        guard Self.openDirectories.withLock({ $0.insert(identity).inserted }) else {
+            throw LMDBError(
+                code: MDB.busy, operation: "mdb_env_open",
+                message: "The store in \(directory) is already open in this process; use the instance that is open."
+            )
+        }
+        self.identity = identity
+        let env: OpaquePointer
+        do {
+            env = try MDB.envCreate()
+        } catch {
+            Self.openDirectories.withLock { _ = $0.remove(identity) }
+            throw error
+        }
         do {
             try MDB.envSetMaxDatabases(env, options.maxDatabases)
             try MDB.envSetMaxReaders(env, options.maxReaders)
@@ -107,6 +130,7 @@ public final class Environment: @unchecked Sendable {
             try MDB.envOpen(env, directory: directory, durable: options.durable)
         } catch {
             MDB.envClose(env)
+            Self.openDirectories.withLock { _ = $0.remove(identity) }
             throw error
         }
         self.handle = env
@@ -114,6 +138,7 @@ public final class Environment: @unchecked Sendable {
 
     deinit {
         MDB.envClose(handle)
+        Self.openDirectories.withLock { _ = $0.remove(identity) }
     }
 
     /// Opens the database `name`, creating it when `flags` contains `.create`.

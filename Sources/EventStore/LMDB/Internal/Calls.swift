@@ -275,6 +275,19 @@ extension MDB {
     static let systemPageSize = Int(sysconf(Int32(_SC_PAGESIZE)))
 
     /// Creates `path` and any missing parents with mode 0700; existing directories are fine.
+    /// The device and inode of `path`, which name a directory however it is spelled.
+    static func fileIdentity(_ path: String) throws(LMDBError) -> String {
+        let descriptor = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard descriptor >= 0 else { throw LMDBError(code: errno, operation: "open") }
+        defer { close(descriptor) }
+        var info = Glibc.stat()
+        guard fstat(descriptor, &info) == 0 else { throw LMDBError(code: errno, operation: "fstat") }
+        return "\(info.st_dev):\(info.st_ino)"
+    }
+
+    /// The errno for a resource that is in use.
+    static let busy = EBUSY
+
     static func makeDirectory(_ path: String) throws(LMDBError) {
         var prefix = path.hasPrefix("/") ? "/" : ""
         for component in path.split(separator: "/") {
