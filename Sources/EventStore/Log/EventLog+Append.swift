@@ -77,9 +77,22 @@ extension EventLog {
     /// Trains a dictionary when an append made it due (training failing never fails an
     /// append that is already committed).
     func trainDictionaryAfter(appended: Int) {
-        if options.trainsDictionaryAutomatically, appended > 0 {
-            _ = try? trainDictionaryIfDue()
+        guard options.trainsDictionaryAutomatically, appended > 0 else { return }
+        let retryAt = trainingRetryAt.withLock { $0 }
+        if retryAt > 0 {
+            guard let count = try? eventCount(), count >= retryAt else { return }
         }
+        do {
+            _ = try trainDictionaryIfDue()
+        } catch {
+            let count = (try? eventCount()) ?? 0
+            trainingRetryAt.withLock { $0 = max(count * 2, count + options.dictionaryTrainingThreshold) }
+        }
+    }
+
+    /// How many events the store holds.
+    func eventCount() throws(EventStoreError) -> Int {
+        try reading { txn in try txn.stat(tables.events).entries }
     }
 
     /// What became of one input of a batch.

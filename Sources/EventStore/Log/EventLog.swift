@@ -21,6 +21,10 @@ public final class EventLog: Sendable {
     /// Dictionaries by version, for decoding; filled lazily from the `dictionaries` table.
     let dictionaries: Mutex<[UInt32: CompressionDictionary]>
     let decompressors = DecompressorPool()
+    /// After automatic training failed: the event count below which it is not tried again
+    /// (0: no failure), so a store whose events cannot make a dictionary does not pay for
+    /// a failed training on every append.
+    let trainingRetryAt = Mutex<Int>(0)
 
     struct Writer: ~Copyable {
         var clock: HybridClock
