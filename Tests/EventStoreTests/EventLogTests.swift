@@ -360,3 +360,29 @@ struct GroupCommitTests {
         try store.check()
     }
 }
+
+@Suite("Status history")
+struct StatusHistoryTests {
+    @Test func aLongHistoryIsKeptWholeWhileTheProjectionStaysSmall() throws {
+        let store = try TempStore()
+        let statuses = ["assigned", "en_route", "on_site", "paused", "done"]
+        var ids: [ULID] = []
+        for round in 0..<30 {
+            let batch = try (0..<100).map { i in
+                try input(#"{"entity":"gateway/g1","kind":"status","status":"\#(statuses[(round * 100 + i) % 5])"}"#)
+            }
+            ids += try store.log.append(batch).ids
+        }
+        let record = try #require(
+            try store.log.environment.read { txn in try txn.get(store.log.tables.projections, Array("gateway/g1".utf8))
+            })
+        #expect(record.count < 300, "the projection record grew with the history: \(record.count) bytes")
+        let history = try store.log.statusHistory(of: entity("gateway/g1"))
+        #expect(history.map(\.id) == ids)
+        #expect(history.last?.status == "done")
+        let state = try #require(try stateJSON(store.log, "gateway/g1"))
+        #expect(state.contains(#""current":"done""#))
+        #expect(state.components(separatedBy: #""status":"en_route""#).count - 1 == 600)
+        try store.check()
+    }
+}

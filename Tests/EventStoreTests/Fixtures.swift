@@ -119,7 +119,7 @@ func inputs(_ lines: String...) throws -> [InputEvent] {
 func entity(_ text: String) -> EntityKey { EntityKey(validated: Array(text.utf8)) }
 
 func stateJSON(_ log: EventLog, _ name: String) throws -> String? {
-    try log.state(of: entity(name)).map { String(decoding: $0.canonicalJSON(), as: UTF8.self) }
+    try log.canonicalState(of: entity(name)).map { String(decoding: $0, as: UTF8.self) }
 }
 
 /// The workload's field-service events, generated in-process (same shape as fieldops.py).

@@ -189,7 +189,7 @@ struct ConvergenceTests {
         #expect(Set(digests.map(\.description)).count == 1)
         for entity in entities {
             let states = try stores.map {
-                try $0.log.state(of: entity).map { String(decoding: $0.canonicalJSON(), as: UTF8.self) }
+                try $0.log.canonicalState(of: entity).map { String(decoding: $0, as: UTF8.self) }
             }
             #expect(states[0] == states[1] && states[1] == states[2], "\(entity) differs")
         }

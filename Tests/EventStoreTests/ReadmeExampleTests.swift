@@ -19,8 +19,8 @@ struct ReadmeExampleTests {
             try EventCodec.decodeInput(Array(#"{"entity":"job/42","kind":"status","status":"en_route"}"#.utf8)),
         ])
         #expect(result.ids.count == 2 && result.ids[0] < result.ids[1])
-        let state = try log.state(of: try Validation.entity("job/42"))!
-        let text = String(decoding: state.canonicalJSON(), as: UTF8.self)
+        let state = try log.canonicalState(of: try Validation.entity("job/42"))!
+        let text = String(decoding: state, as: UTF8.self)
         #expect(
             text.hasPrefix(
                 #"{"conflicts":{"fields":{},"status":[]},"deleted":false,"entity":"job/42","events":2,"fields":{"address":"12 Main St"},"sets":{},"status":{"current":"en_route","#

@@ -62,7 +62,7 @@ struct Replica {
                 body = .edit(fields: changes, base: base)
             case 7..<11:
                 body = .status(
-                    ["assigned", "en_route", "on_site", "done"].randomElement(using: &rng)!, base: state.statusHeads)
+                    ["assigned", "en_route", "on_site", "done"].randomElement(using: &rng)!, base: state.statusHeadIDs)
             case 11..<15:
                 body = .add(set: "parts", element: json(elements.randomElement(using: &rng)!))
             case 15..<18:

@@ -211,7 +211,7 @@ struct WriteBatch {
             }
             body = .edit(fields: fields, base: base)
         case .status(let status):
-            body = .status(status, base: state.statusHeads)
+            body = .status(status, base: state.statusHeadIDs)
         case .add(let set, let element):
             body = .add(set: set, element: element)
         case .remove(let set, let element):
@@ -279,6 +279,9 @@ struct WriteBatch {
         }
         try txn.put(tables.entityIndex, event.entity.bytes, key)
         try txn.put(tables.originIndex, event.origin.bytes, key)
+        if case .status(let status, _) = event.body {
+            try txn.put(tables.statusHistory, event.entity.bytes, EventLog.historyValue(event.id, event.origin, status))
+        }
     }
 
     /// Folds an event (already written) into its entity's state.
@@ -312,8 +315,7 @@ struct WriteBatch {
             let state = entry.state
             if let version = state.version { versions[entity] = version }
             guard entry.changed else { continue }
-            let canonical = state.canonicalJSON()
-            let hash = StateHash(canonicalState: canonical)
+            let hash = state.stateHash()
             if let before = entry.before { digest.remove(before.hash) }
             digest.add(hash)
             try txn.put(tables.projections, entity.bytes, EventLog.encodeProjection(state, hash: hash))
@@ -341,6 +343,16 @@ struct WriteBatch {
 }
 
 extension EventLog {
+    /// A `status_history` value: id, origin, status.
+    static func historyValue(_ id: ULID, _ origin: ULID, _ status: String) -> [UInt8] {
+        var value: [UInt8] = []
+        value.reserveCapacity(32 + status.utf8.count)
+        id.append(to: &value)
+        origin.append(to: &value)
+        value.append(contentsOf: status.utf8)
+        return value
+    }
+
     static func encodeProjection(_ state: EntityState, hash: StateHash) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(16 + 256)

@@ -4,7 +4,7 @@ import Projections
 public struct RebuildReport: Equatable, Sendable {
     public var entities: Int = 0
     public var events: Int = 0
-    /// Entities whose stored projection differed from a fold of their events.
+    /// Entities whose stored projection or status history differed from their events.
     public var mismatched: [EntityKey] = []
     /// Whether the stored digest differed from the digest of the folded states.
     public var digestMismatch = false
@@ -12,8 +12,8 @@ public struct RebuildReport: Equatable, Sendable {
 
 extension EventLog {
     /// Folds every entity again from the log. With `verify`, compares against the stored
-    /// projections and changes nothing; otherwise replaces projections, the status index,
-    /// the conflicts table and the digest.
+    /// projections and status histories and changes nothing; otherwise replaces
+    /// projections, status histories, the status index, the conflicts table and the digest.
     @discardableResult
     public func rebuild(verify: Bool = false) throws(EventStoreError) -> RebuildReport {
         do {
@@ -33,21 +33,31 @@ extension EventLog {
                         try txn.drop(tables.projections)
                         try txn.drop(tables.statusIndex)
                         try txn.drop(tables.conflicts)
+                        try txn.drop(tables.statusHistory)
                     }
                     for entity in entities {
-                        let state = try refold(entity, txn: txn)
-                        let hash = StateHash(canonicalState: state.canonicalJSON())
+                        let events = try self.events(of: entity, txn: txn)
+                        let state = Projection.fold(entity, events)
+                        let history = Projection.statusHistory(entity, events)
+                        let hash = state.stateHash()
                         digest.add(hash)
                         report.entities += 1
                         report.events += state.eventCount
                         let record = EventLog.encodeProjection(state, hash: hash)
                         if verify {
-                            if try txn.get(tables.projections, entity.bytes) != record {
+                            if try txn.get(tables.projections, entity.bytes) != record
+                                || statusHistory(of: entity, txn: txn) != history
+                            {
                                 report.mismatched.append(entity)
                             }
                             continue
                         }
                         try txn.put(tables.projections, entity.bytes, record)
+                        for entry in history {
+                            try txn.put(
+                                tables.statusHistory, entity.bytes,
+                                EventLog.historyValue(entry.id, entry.origin, entry.status))
+                        }
                         if let key = EventLog.statusKey(state) { try txn.put(tables.statusIndex, key, entity.bytes) }
                         if state.hasConflicts {
                             try txn.put(tables.conflicts, entity.bytes, EventLog.conflictRecord(state))

@@ -100,6 +100,21 @@ extension EventLog {
         }
     }
 
+    /// The state as `get` returns it — canonical JSON with the status history — or nil when
+    /// no event of the entity is held.
+    public func canonicalState(of entity: EntityKey) throws(EventStoreError) -> [UInt8]? {
+        try reading { txn in
+            guard let record = try txn.get(tables.projections, entity.bytes) else { return nil }
+            let state = try EventLog.decodeProjection(record, entity: entity).1
+            return state.canonicalJSON(history: try statusHistory(of: entity, txn: txn))
+        }
+    }
+
+    /// Every status event of an entity, in id order.
+    public func statusHistory(of entity: EntityKey) throws(EventStoreError) -> [StatusEntry] {
+        try reading { txn in try statusHistory(of: entity, txn: txn) }
+    }
+
     /// Counts and fingerprints for `status`.
     public func statistics() throws(EventStoreError) -> StoreStatistics {
         let info = environment.info()
@@ -169,6 +184,23 @@ extension EventLog {
         }
     }
 
+    func statusHistory(of entity: EntityKey, txn: borrowing some TransactionReading & ~Copyable) throws -> [StatusEntry]
+    {
+        try txn.withCursor(tables.statusHistory) { cursor in
+            var entries: [StatusEntry] = []
+            var item = try cursor.seekExact(entity.bytes)
+            while let current = item {
+                guard current.value.count >= 32, let id = ULID(bytes: current.value),
+                    let origin = ULID(bytes: current.value, at: 16),
+                    let status = String(validating: current.value[32...], as: UTF8.self)
+                else { throw CorruptDataError("status history entry of \(entity) is unreadable") }
+                entries.append(StatusEntry(id: id, origin: origin, status: status))
+                item = try cursor.nextDup()
+            }
+            return entries
+        }
+    }
+
     func readEvent(_ id: ULID, txn: borrowing some TransactionReading & ~Copyable) throws -> Event? {
         guard let value = try txn.get(tables.events, id.bytes) else { return nil }
         return try decodeValue(value, id: id, txn: txn)
@@ -208,6 +240,11 @@ extension EventLog {
     /// Folds an entity again from all its events (the rare path: an event arrived that a
     /// folded one already names).
     func refold(_ entity: EntityKey, txn: borrowing some TransactionReading & ~Copyable) throws -> EntityState {
+        Projection.fold(entity, try events(of: entity, txn: txn))
+    }
+
+    /// Every event of an entity, read through the entity index.
+    func events(of entity: EntityKey, txn: borrowing some TransactionReading & ~Copyable) throws -> [Event] {
         var events: [Event] = []
         var after: ULID?
         while true {
@@ -222,6 +259,6 @@ extension EventLog {
             guard more, let last = ids.last else { break }
             after = last
         }
-        return Projection.fold(entity, events)
+        return events
     }
 }

@@ -25,7 +25,7 @@ extension EventLog {
             let named: [(String, Database)] = [
                 ("events", tables.events), ("entity_index", tables.entityIndex), ("origin_index", tables.originIndex),
                 ("projections", tables.projections), ("idempotency_keys", tables.keys),
-                ("status_index", tables.statusIndex),
+                ("status_index", tables.statusIndex), ("status_history", tables.statusHistory),
                 ("conflicts", tables.conflicts), ("dead_letters", tables.deadLetters),
                 ("dictionaries", tables.dictionaries),
                 ("meta", tables.meta),

@@ -48,6 +48,8 @@ public final class EventLog: Sendable {
         let keys: Database
         /// TYPE 0x00 STATUS → entity bytes (dupsort).
         let statusIndex: Database
+        /// entity bytes → its status events: id (16) + origin (16) + status (dupsort, in id order).
+        let statusHistory: Database
         /// entity bytes → {"fields":[...],"status":bool} for entities with conflicts.
         let conflicts: Database
         /// local ULID → dead letter as canonical JSON.
@@ -102,6 +104,7 @@ public final class EventLog: Sendable {
             projections: try environment.openDatabase("projections", flags: [.create]),
             keys: try environment.openDatabase("idempotency_keys", flags: [.create]),
             statusIndex: try environment.openDatabase("status_index", flags: [.create, .dupSort]),
+            statusHistory: try environment.openDatabase("status_history", flags: [.create, .dupSort]),
             conflicts: try environment.openDatabase("conflicts", flags: [.create]),
             deadLetters: try environment.openDatabase("dead_letters", flags: [.create]),
             peers: try environment.openDatabase("peers", flags: [.create]),

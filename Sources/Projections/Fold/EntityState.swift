@@ -15,10 +15,24 @@ public struct FieldRegister: Equatable, Sendable {
     public var winner: FieldHead { heads[heads.count - 1] }
 }
 
+/// One status event, as the history and the status heads list it.
 public struct StatusEntry: Equatable, Sendable {
     public var id: ULID
     public var origin: ULID
     public var status: String
+
+    public init(id: ULID, origin: ULID, status: String) {
+        self.id = id
+        self.origin = origin
+        self.status = status
+    }
+
+    /// `{"id":…,"origin":…,"status":…}`, as the state's JSON lists it.
+    public func canonicalJSON() -> [UInt8] {
+        var out: [UInt8] = []
+        EntityState.appendStatusEntries([self], to: &out)
+        return Array(out.dropFirst().dropLast())
+    }
 }
 
 /// One element of an OR-set with its live add events (those no remove has observed).
@@ -36,9 +50,14 @@ public struct SetState: Equatable, Sendable {
 /// The folded state of one entity.
 ///
 /// It holds exactly what is needed to fold further events in without reading the old
-/// ones: register heads, the status history, live adds per set element, live deletes,
-/// and `dangling` — ids named by folded events that are not (yet) among them. Every
+/// ones: register heads, the status heads, live adds per set element, live deletes, and
+/// `dangling` — ids named by folded events that are not (yet) among them. Every
 /// collection is kept sorted, so equal event sets give equal values and equal encodings.
+///
+/// The status history (every status event) grows for as long as the entity lives, so it
+/// is not kept here: only its length and a digest of its entries are, and whoever
+/// renders the state supplies the history (`canonicalJSON(history:)`). Folding an event
+/// in costs the same however long the history is.
 public struct EntityState: Equatable, Sendable {
     public let entity: EntityKey
     /// The greatest event id folded in.
@@ -46,10 +65,12 @@ public struct EntityState: Equatable, Sendable {
     public internal(set) var eventCount: Int
     /// Field registers sorted by name.
     public internal(set) var fields: [FieldRegister]
-    /// Every status event, in id order.
-    public internal(set) var statusHistory: [StatusEntry]
-    /// Ids of the status events no other status event supersedes, in id order.
-    public internal(set) var statusHeads: [ULID]
+    /// The status events no other status event supersedes, in id order.
+    public internal(set) var statusHeads: [StatusEntry]
+    /// How many status events are folded in (the length of the history).
+    public internal(set) var statusCount: Int
+    /// The sum of the hashes of every status event's entry: the history, order-free.
+    public internal(set) var statusHistoryDigest: StateDigest
     /// Sets sorted by name.
     public internal(set) var sets: [SetState]
     /// Delete events no restore has named, in id order.
@@ -62,8 +83,9 @@ public struct EntityState: Equatable, Sendable {
         self.version = nil
         self.eventCount = 0
         self.fields = []
-        self.statusHistory = []
         self.statusHeads = []
+        self.statusCount = 0
+        self.statusHistoryDigest = StateDigest()
         self.sets = []
         self.liveDeletes = []
         self.dangling = []
@@ -73,14 +95,10 @@ public struct EntityState: Equatable, Sendable {
     public var exists: Bool { eventCount > 0 }
 
     /// The status event that is current: the head with the greatest id.
-    public var currentStatus: StatusEntry? {
-        guard let id = statusHeads.last else { return nil }
-        return statusHistory.first { $0.id == id }
-    }
+    public var currentStatus: StatusEntry? { statusHeads.last }
 
-    public var statusHeadEntries: [StatusEntry] {
-        statusHeads.compactMap { id in statusHistory.first { $0.id == id } }
-    }
+    /// Ids of the status heads (the `base` of a new status event).
+    public var statusHeadIDs: [ULID] { statusHeads.map(\.id) }
 
     /// Names of fields with more than one head.
     public var conflictingFields: [String] {

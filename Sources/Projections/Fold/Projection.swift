@@ -10,6 +10,22 @@
 ///   (delete wins over concurrent edits, which are still folded);
 /// - `version` is the greatest id; the status history is every status event in id order.
 public enum Projection {
+    /// The status history of a set of events: every status event of `entity`, in id order.
+    public static func statusHistory(_ entity: EntityKey, _ events: some Sequence<Event>) -> [StatusEntry] {
+        var entries: [ULID: StatusEntry] = [:]
+        for event in events where event.entity == entity {
+            if case .status(let status, _) = event.body {
+                entries[event.id] = StatusEntry(id: event.id, origin: event.origin, status: status)
+            }
+        }
+        return entries.values.sorted { $0.id < $1.id }
+    }
+
+    /// The state as `get` returns it, from a set of events: the fold, rendered with its history.
+    public static func canonicalJSON(_ entity: EntityKey, _ events: [Event]) -> [UInt8] {
+        fold(entity, events).canonicalJSON(history: statusHistory(entity, events))
+    }
+
     /// Folds a whole set of events (in any order) of one entity. Duplicates are ignored.
     public static func fold(_ entity: EntityKey, _ events: some Sequence<Event>) -> EntityState {
         var state = EntityState(entity: entity)
@@ -47,8 +63,10 @@ public enum Projection {
                         FieldHead(id: event.id, origin: event.origin, value: change.value))
                 }
             case .status(let status, _):
-                state.statusHistory.append(StatusEntry(id: event.id, origin: event.origin, status: status))
-                if !namedByStatus.contains(event.id) { state.statusHeads.append(event.id) }
+                let entry = StatusEntry(id: event.id, origin: event.origin, status: status)
+                state.statusCount += 1
+                state.statusHistoryDigest.add(StateHash(canonicalState: entry.canonicalJSON()))
+                if !namedByStatus.contains(event.id) { state.statusHeads.append(entry) }
             case .add(let set, let element):
                 if !observed.contains(event.id) { sets[set, default: [:]][element, default: []].append(event.id) }
             case .delete:
@@ -110,10 +128,16 @@ extension EntityState {
             }
         case .status(let status, let base):
             let entry = StatusEntry(id: event.id, origin: event.origin, status: status)
-            let index = statusHistory.partitioningIndex { $0.id < event.id }
-            statusHistory.insert(entry, at: index)
-            statusHeads.insertSorted(event.id)
-            for id in base where !statusHeads.removeSorted(id) { unmatched.append(id) }
+            statusCount += 1
+            statusHistoryDigest.add(StateHash(canonicalState: entry.canonicalJSON()))
+            statusHeads.insert(entry, at: statusHeads.partitioningIndex { $0.id < event.id })
+            for id in base {
+                if let index = statusHeads.firstIndex(where: { $0.id == id }) {
+                    statusHeads.remove(at: index)
+                } else {
+                    unmatched.append(id)
+                }
+            }
         case .add(let set, let element):
             insertAdd(event.id, set: set, element: element)
         case .remove(let set, let element, let observed):

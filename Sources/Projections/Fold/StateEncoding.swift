@@ -9,7 +9,7 @@ extension EntityState {
     public func encoded() -> [UInt8] {
         var origins: [ULID] = []
         for field in fields { for head in field.heads { origins.append(head.origin) } }
-        for entry in statusHistory { origins.append(entry.origin) }
+        for entry in statusHeads { origins.append(entry.origin) }
         origins = Array(Set(origins)).sorted()
         func originIndex(_ origin: ULID) -> Int { origins.partitioningIndex { $0 < origin } }
 
@@ -29,13 +29,14 @@ extension EntityState {
                 out.appendLengthPrefixed(head.value.bytes)
             }
         }
-        out.appendVarint(statusHistory.count)
-        for entry in statusHistory {
+        out.appendVarint(statusCount)
+        out.append(contentsOf: statusHistoryDigest.bytes)
+        out.appendVarint(statusHeads.count)
+        for entry in statusHeads {
             entry.id.append(to: &out)
             out.appendVarint(originIndex(entry.origin))
             out.appendLengthPrefixed(entry.status)
         }
-        out.appendULIDs(statusHeads)
         out.appendVarint(sets.count)
         for set in sets {
             out.appendLengthPrefixed(set.name)
@@ -74,12 +75,16 @@ extension EntityState {
             }
             fields.append(FieldRegister(name: name, heads: heads))
         }
+        statusCount = Int(try reader.varint())
+        guard let digest = StateDigest(bytes: try reader.bytes(16)) else {
+            throw CorruptDataError("truncated history digest")
+        }
+        statusHistoryDigest = digest
         for _ in 0..<(try reader.count(minimumElementSize: 18)) {
             let id = try reader.ulid()
             let origin = try reader.reference(into: origins)
-            statusHistory.append(StatusEntry(id: id, origin: origin, status: try reader.string()))
+            statusHeads.append(StatusEntry(id: id, origin: origin, status: try reader.string()))
         }
-        statusHeads = try reader.ulids()
         for _ in 0..<(try reader.count()) {
             let name = try reader.string()
             var elements: [SetElement] = []
@@ -94,14 +99,15 @@ extension EntityState {
         guard reader.isAtEnd else { throw CorruptDataError("trailing bytes after projection state") }
     }
 
-    /// The state as `get` returns it: canonical JSON (keys sorted, no whitespace).
+    /// The state as `get` returns it: canonical JSON (keys sorted, no whitespace), with
+    /// `history` — every status event of the entity in id order — under "status".
     ///
     /// ```
     /// {"conflicts":{"fields":{F:[{"id","origin","value"}]},"status":[{"id","origin","status"}]},
     ///  "deleted":false,"entity":"job/42","events":17,"fields":{...},"sets":{S:[...]},
     ///  "status":{"current":S,"history":[{"id","origin","status"}],"id":ID} or null,"version":ID}
     /// ```
-    public func canonicalJSON() -> [UInt8] {
+    public func canonicalJSON(history: [StatusEntry]) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(512)
         out.append(UInt8(ascii: "{"))
@@ -130,7 +136,7 @@ extension EntityState {
         }
         out.append(contentsOf: Array("},".utf8))
         CanonicalWriter.appendKey("status", to: &out)
-        Self.appendStatusEntries(statusHeads.count > 1 ? statusHeadEntries : [], to: &out)
+        Self.appendStatusEntries(statusHeads.count > 1 ? statusHeads : [], to: &out)
         out.append(contentsOf: Array("},".utf8))
 
         CanonicalWriter.appendKey("deleted", to: &out)
@@ -176,7 +182,7 @@ extension EntityState {
             CanonicalWriter.appendString(current.status, to: &out)
             out.append(UInt8(ascii: ","))
             CanonicalWriter.appendKey("history", to: &out)
-            Self.appendStatusEntries(statusHistory, to: &out)
+            Self.appendStatusEntries(history, to: &out)
             out.append(UInt8(ascii: ","))
             CanonicalWriter.appendKey("id", to: &out)
             Self.appendID(current.id, to: &out)
@@ -189,6 +195,15 @@ extension EntityState {
         if let version { Self.appendID(version, to: &out) } else { CanonicalWriter.appendNull(to: &out) }
         out.append(UInt8(ascii: "}"))
         return out
+    }
+
+    /// The entity's fingerprint for the store digest: its canonical JSON without the
+    /// history entries, followed by the digest of the history. Equal event sets give equal
+    /// hashes, and computing it does not need the history itself.
+    public func stateHash() -> StateHash {
+        var bytes = canonicalJSON(history: [])
+        bytes.append(contentsOf: statusHistoryDigest.bytes)
+        return StateHash(canonicalState: bytes)
     }
 
     static func appendID(_ id: ULID, to out: inout [UInt8]) {
