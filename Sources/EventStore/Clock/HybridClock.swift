@@ -31,12 +31,23 @@ public struct HybridClock: Sendable {
     /// Issues the next id: the current millisecond with fresh random bits when the wall
     /// clock is ahead of every id seen, otherwise the successor of the last id.
     public mutating func next(now: UInt64, using generator: inout some RandomNumberGenerator) -> ULID {
+        next(now: now) { (UInt16.random(in: 0...UInt16.max, using: &generator), generator.next()) }
+    }
+
+    /// The same with the system's random numbers.
+    public mutating func next(now: UInt64) -> ULID {
+        // Not through `inout SystemRandomNumberGenerator`: the generator has no storage,
+        // and sanitizers see every inout access to it at one shared address.
+        next(now: now) { (UInt16.random(in: 0...UInt16.max), UInt64.random(in: 0...UInt64.max)) }
+    }
+
+    mutating func next(now: UInt64, random: () -> (UInt16, UInt64)) -> ULID {
         let id: ULID
         if now > last.timestamp, now <= ULID.maxTimestamp {
             // Keep the top random bit clear so increments within this millisecond cannot
             // run out of room in practice.
-            let high = UInt16.random(in: 0...UInt16.max, using: &generator) & 0x7FFF
-            id = ULID(timestamp: now, random: (high, generator.next()))
+            let (high, low) = random()
+            id = ULID(timestamp: now, random: (high & 0x7FFF, low))
         } else if let successor = last.incremented() {
             id = successor
         } else {
@@ -44,10 +55,5 @@ public struct HybridClock: Sendable {
         }
         last = id
         return id
-    }
-
-    public mutating func next(now: UInt64) -> ULID {
-        var generator = SystemRandomNumberGenerator()
-        return next(now: now, using: &generator)
     }
 }

@@ -219,7 +219,7 @@ struct WriteBatch {
         case .delete:
             body = .delete
         }
-        let id = clock.next(now: now, using: &writer.random)
+        let id = clock.next(now: now)
         let event = Event(
             id: id, origin: log.nodeID, entity: entity, body: body, key: input.key, by: input.by, at: input.at)
         try write(event, payload: try storedPayload(of: event), txn: &txn, writer: &writer)

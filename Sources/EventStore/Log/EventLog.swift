@@ -31,7 +31,6 @@ public final class EventLog: Sendable {
         let compressor: Compressor
         var dictionaryVersion: UInt32
         var dictionary: CompressionDictionary?
-        var random = SystemRandomNumberGenerator()
     }
 
     /// The named databases of the environment.
