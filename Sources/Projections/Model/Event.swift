@@ -6,11 +6,23 @@ public struct EntityKey: Hashable, Comparable, Sendable, CustomStringConvertible
     public let bytes: [UInt8]
     /// Length of TYPE in bytes (the `/` follows it).
     public let typeLength: Int
+    /// Computed once: an entity is looked up in dictionaries several times per event, and
+    /// hashing its bytes one by one each time shows in profiles.
+    let fingerprint: UInt64
 
     /// Wraps bytes that have already been validated as `TYPE/ID`.
     public init(validated bytes: [UInt8]) {
         self.bytes = bytes
         self.typeLength = bytes.firstIndex(of: UInt8(ascii: "/")) ?? bytes.count
+        self.fingerprint = XXH64.hash(bytes)
+    }
+
+    public static func == (lhs: EntityKey, rhs: EntityKey) -> Bool {
+        lhs.fingerprint == rhs.fingerprint && lhs.bytes == rhs.bytes
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(fingerprint)
     }
 
     public var type: String { String(decoding: bytes[..<typeLength], as: UTF8.self) }

@@ -111,21 +111,18 @@ public struct ULID: Hashable, Comparable, Sendable, CustomStringConvertible {
     }
 
     public func appendText(to out: inout [UInt8]) {
-        out.reserveCapacity(out.count + 26)
-        // 130 bits of text for 128 bits of value: the first symbol carries the top 3 bits.
-        out.append(ULID.symbol(UInt8(high >> 61)))
-        for index in 1..<26 {
-            let bit = 130 - 5 * (index + 1)  // lowest bit of this symbol within the 128-bit value
-            let value: UInt64
-            if bit >= 64 {
-                value = (high >> UInt64(bit - 64)) & 31
-            } else if bit > 59 {
-                value = ((high << UInt64(64 - bit)) | (low >> UInt64(bit))) & 31
-            } else {
-                value = (low >> UInt64(bit)) & 31
-            }
-            out.append(ULID.symbol(UInt8(value)))
+        // Take 5 bits at a time from the low end (a 128-bit shift), then append in order.
+        // The 26 symbols carry 130 bits; the top two are always zero.
+        var symbols = InlineArray<26, UInt8>(repeating: 0)
+        var high = self.high
+        var low = self.low
+        for index in stride(from: 25, through: 0, by: -1) {
+            symbols[index] = ULID.symbol(UInt8(truncatingIfNeeded: low & 31))
+            low = low >> 5 | high << 59
+            high >>= 5
         }
+        out.reserveCapacity(out.count + 26)
+        for index in 0..<26 { out.append(symbols[index]) }
     }
 
     /// The Crockford symbol of a 5-bit value: digits, then the letters without I, L, O, U.
