@@ -127,7 +127,6 @@ struct WriteBatch {
     }
 
     struct Before {
-        let version: ULID?
         let hash: StateHash
         let statusKey: [UInt8]?
     }
@@ -243,7 +242,7 @@ struct WriteBatch {
         if let record = try txn.get(log.tables.projections, entity.bytes) {
             let (hash, state) = try EventLog.decodeProjection(record, entity: entity)
             return Touched(
-                state: state, before: Before(version: state.version, hash: hash, statusKey: EventLog.statusKey(state)))
+                state: state, before: Before(hash: hash, statusKey: EventLog.statusKey(state)))
         }
         return Touched(state: EntityState(entity: entity), before: nil)
     }
