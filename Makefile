@@ -3,6 +3,7 @@
 #   make test    install what is missing, build, run every test
 #   make run     install what is missing, build release
 #   make bench   release-build the benchmark and run it on the shared field workload
+#   make test-tsan / make test-asan   the suite under the thread / address sanitizer
 
 SWIFT        ?= swift
 DEBIAN_PKGS  := liblmdb-dev libzstd-dev
@@ -12,7 +13,7 @@ BENCH_EVENTS ?= 100000
 BENCH_SINGLE ?= 100000
 BENCH_OUT    ?= .build/bench
 
-.PHONY: all deps build release run test bench clean format
+.PHONY: all deps build release run test test-tsan test-asan bench clean format
 
 all: build
 
@@ -39,6 +40,17 @@ run: release
 test: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
+
+# The whole suite under the thread and the address sanitizer (separate build directories).
+test-tsan: deps
+	$(SWIFT) build --build-tests --sanitize=thread --scratch-path .build/tsan
+	TSAN_OPTIONS=suppressions=$(CURDIR)/Tests/Sanitizers/tsan.supp EVSTORE_BIN_DIR=.build/tsan/debug \
+		$(SWIFT) test --skip-build --sanitize=thread --scratch-path .build/tsan
+
+test-asan: deps
+	$(SWIFT) build --build-tests --sanitize=address --scratch-path .build/asan
+	ASAN_OPTIONS=detect_leaks=0 EVSTORE_BIN_DIR=.build/asan/debug \
+		$(SWIFT) test --skip-build --sanitize=address --scratch-path .build/asan
 
 bench: deps
 	$(SWIFT) build -c release --product evstore-bench
