@@ -145,9 +145,7 @@ extension EventLog {
             return try writer.withLock { writer throws -> UInt32 in
                 let version = try environment.write { txn -> UInt32 in
                     let current =
-                        try txn.get(tables.meta, Meta.dictionaryVersion).map {
-                            $0.reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
-                        } ?? 0
+                        try txn.get(tables.meta, Meta.dictionaryVersion).map(uint32(bigEndian:)) ?? 0
                     let version = current + 1
                     try txn.put(tables.dictionaries, bigEndian(version), bytes)
                     try txn.put(tables.meta, Meta.dictionaryVersion, bigEndian(version))

@@ -135,9 +135,7 @@ extension EventLog {
                 bytesUsed: info.usedBytes,
                 mapSize: info.mapSize,
                 digest: try txn.get(tables.meta, Meta.digest).flatMap(StateDigest.init(bytes:)) ?? StateDigest(),
-                dictionaryVersion: try txn.get(tables.meta, Meta.dictionaryVersion).map {
-                    $0.reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
-                } ?? 0,
+                dictionaryVersion: try txn.get(tables.meta, Meta.dictionaryVersion).map(uint32(bigEndian:)) ?? 0,
                 skewedOrigins: skewed)
         }
     }

@@ -118,7 +118,7 @@ public final class EventLog: Sendable {
                 guard format.count == 4 else {
                     throw EventStoreError(.corrupt, "the store's format marker is unreadable")
                 }
-                let version = format.reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
+                let version = uint32(bigEndian: format)
                 guard version <= EventLog.formatVersion else {
                     throw EventStoreError(
                         .corrupt,
@@ -141,7 +141,7 @@ public final class EventLog: Sendable {
                 try txn.put(tables.meta, Meta.nodeID, nodeID.bytes)
             }
             let version =
-                try txn.get(tables.meta, Meta.dictionaryVersion).map { $0.reduce(UInt32(0)) { $0 << 8 | UInt32($1) } }
+                try txn.get(tables.meta, Meta.dictionaryVersion).map(uint32(bigEndian:))
                 ?? 0
             let dictionary = version == 0 ? nil : try txn.get(tables.dictionaries, bigEndian(version))
             var clock = HybridClock(maxSkewMilliseconds: options.maxClockSkewMilliseconds)
@@ -210,6 +210,10 @@ func bigEndian(_ value: UInt32) -> [UInt8] {
 
 func bigEndian(_ value: UInt64) -> [UInt8] {
     (0..<8).reversed().map { UInt8(value >> UInt64($0 * 8) & 0xFF) }
+}
+
+func uint32(bigEndian bytes: [UInt8]) -> UInt32 {
+    bytes.prefix(4).reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
 }
 
 func uint64(bigEndian bytes: [UInt8]) -> UInt64 {
