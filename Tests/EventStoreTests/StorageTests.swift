@@ -158,10 +158,10 @@ struct FailedTrainingTests {
         // Training needs at least 16 samples; due at 10 events, it fails at first.
         let store = try TempStore { $0.dictionaryTrainingThreshold = 10 }
         _ = try store.log.append(workload(seed: 5, count: 12, jobs: 5))
-        let retryAt = store.log.trainingRetryAt.withLock { $0 }
+        let retryAt = store.log.writer.withLock { $0.nextTrainingAt }
         #expect(retryAt == 24)
         _ = try store.log.append(workload(seed: 6, count: 5, jobs: 5))
-        #expect(store.log.trainingRetryAt.withLock { $0 } == retryAt)
+        #expect(store.log.writer.withLock { $0.nextTrainingAt } == retryAt)
         #expect(try store.log.statistics().dictionaryVersion == 0)
         // Once the store has grown past the retry point, training runs again and succeeds.
         _ = try store.log.append(workload(seed: 7, count: 10, jobs: 5))

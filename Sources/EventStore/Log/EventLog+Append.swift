@@ -7,13 +7,11 @@ extension EventLog {
     /// `if_match` mismatch or a deleted entity aborts the whole batch and writes nothing.
     public func append(_ inputs: [InputEvent]) throws(EventStoreError) -> AppendResult {
         guard !inputs.isEmpty else { return AppendResult(ids: [], versions: [:], appended: 0) }
-        let result = try write { batch, txn, writer in
+        return try write { batch, txn, writer in
             let (ids, appended) = try batch.append(inputs, txn: &txn, writer: &writer)
             let versions = try batch.finish(txn: &txn)
             return AppendResult(ids: ids, versions: versions, appended: appended)
         }
-        trainDictionaryAfter(appended: result.appended)
-        return result
     }
 
     /// Appends several independent batches in ONE write transaction and one commit (group
@@ -47,52 +45,47 @@ extension EventLog {
             _ = try batch.finish(txn: &txn)
             return results
         }
-        let appended = results.reduce(0) { $0 + ((try? $1.get())?.appended ?? 0) }
-        trainDictionaryAfter(appended: appended)
         return results
     }
 
     /// Runs `body` as the writer, in one write transaction with a fresh batch, and keeps the
     /// batch's clock once the transaction has committed. Storage errors become API errors.
+    /// When the store has grown to where a dictionary is due, trains one after the commit
+    /// (when `trainsDictionaryAutomatically`; a failed training never fails the write).
     func write<R: Sendable>(
         _ body: (inout WriteBatch, inout WriteTransaction, inout EventLog.Writer) throws -> R
     ) throws(EventStoreError) -> R {
+        let (result, trainingDue): (R, Bool)
         do {
-            return try writer.withLock { writer throws -> R in
+            (result, trainingDue) = try writer.withLock { writer throws -> (R, Bool) in
                 let now = options.wallClock()
-                let (result, clock) = try environment.write { txn -> (R, HybridClock) in
+                let (result, clock, count) = try environment.write { txn -> (R, HybridClock, Int) in
                     // Built inside: a retry after the map grew starts again from the writer's clock.
                     var batch = try WriteBatch(log: self, txn: txn, clock: writer.clock, now: now)
                     let result = try body(&batch, &txn, &writer)
-                    return (result, batch.clock)
+                    return (result, batch.clock, try txn.stat(tables.events).entries)
                 }
                 writer.clock = clock
-                return result
+                let due = options.trainsDictionaryAutomatically && count >= writer.nextTrainingAt
+                if due { writer.nextTrainingAt = .max }  // one training at a time
+                return (result, due)
             }
         } catch {
             throw EventStoreError.from(error)
         }
+        if trainingDue { trainDictionaryAutomatically() }
+        return result
     }
 
-    /// Trains a dictionary when an append made it due (training failing never fails an
-    /// append that is already committed).
-    func trainDictionaryAfter(appended: Int) {
-        guard options.trainsDictionaryAutomatically, appended > 0 else { return }
-        let retryAt = trainingRetryAt.withLock { $0 }
-        if retryAt > 0 {
-            guard let count = try? eventCount(), count >= retryAt else { return }
-        }
+    /// Trains a dictionary after a write made it due; on failure, waits until the store has
+    /// doubled before trying again.
+    func trainDictionaryAutomatically() {
         do {
-            _ = try trainDictionaryIfDue()
+            try trainDictionary()
         } catch {
-            let count = (try? eventCount()) ?? 0
-            trainingRetryAt.withLock { $0 = max(count * 2, count + options.dictionaryTrainingThreshold) }
+            let count = (try? reading { txn in try txn.stat(tables.events).entries }) ?? 0
+            writer.withLock { $0.nextTrainingAt = max(count * 2, count + options.dictionaryTrainingThreshold) }
         }
-    }
-
-    /// How many events the store holds.
-    func eventCount() throws(EventStoreError) -> Int {
-        try reading { txn in try txn.stat(tables.events).entries }
     }
 
     /// What became of one input of a batch.

@@ -107,10 +107,14 @@ extension EventLog {
         try reading { txn in
             let count = try txn.stat(tables.events).entries
             let trainedAt = try txn.get(tables.meta, Meta.dictionaryTrainedAt).map(uint64(bigEndian:)) ?? 0
-            let next = max(
-                UInt64(options.dictionaryTrainingThreshold), trainedAt.multipliedReportingOverflow(by: 10).partialValue)
-            return UInt64(count) >= next
+            return count >= EventLog.trainingDue(after: Int(clamping: trainedAt), options: options)
         }
+    }
+
+    /// The event count at which training is due after one at `trainedAt` events (0: none
+    /// yet): the threshold first, then each tenfold growth.
+    static func trainingDue(after trainedAt: Int, options: StoreOptions) -> Int {
+        max(options.dictionaryTrainingThreshold, trainedAt.multipliedReportingOverflow(by: 10).partialValue)
     }
 
     /// Trains a new dictionary from the newest events when due, stores it under the next
@@ -155,6 +159,7 @@ extension EventLog {
                 dictionaries.withLock { $0[version] = dictionary }
                 writer.dictionaryVersion = version
                 writer.dictionary = dictionary
+                writer.nextTrainingAt = EventLog.trainingDue(after: count, options: options)
                 return version
             }
         } catch {

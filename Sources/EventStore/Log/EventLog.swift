@@ -21,16 +21,17 @@ public final class EventLog: Sendable {
     /// Dictionaries by version, for decoding; filled lazily from the `dictionaries` table.
     let dictionaries: Mutex<[UInt32: CompressionDictionary]>
     let decompressors = DecompressorPool()
-    /// After automatic training failed: the event count below which it is not tried again
-    /// (0: no failure), so a store whose events cannot make a dictionary does not pay for
-    /// a failed training on every append.
-    let trainingRetryAt = Mutex<Int>(0)
 
     struct Writer: ~Copyable {
         var clock: HybridClock
         let compressor: Compressor
         var dictionaryVersion: UInt32
         var dictionary: CompressionDictionary?
+        /// The event count at which automatic training is next tried: the tenfold rule of
+        /// `dictionaryTrainingDue()`, pushed further after a failed training so a store whose
+        /// events cannot make a dictionary does not retry on every append, and `Int.max`
+        /// while a training runs. Kept here so an append learns it from its own transaction.
+        var nextTrainingAt: Int
     }
 
     /// The named databases of the environment.
@@ -113,7 +114,7 @@ public final class EventLog: Sendable {
         )
         let tables = self.tables
         let now = options.wallClock()
-        let (nodeID, dictionaryVersion, dictionaryBytes, clock) = try environment.write { txn in
+        let (nodeID, dictionaryVersion, dictionaryBytes, clock, nextTrainingAt) = try environment.write { txn in
             if let format = try txn.get(tables.meta, Meta.format) {
                 guard format.count == 4 else {
                     throw EventStoreError(.corrupt, "the store's format marker is unreadable")
@@ -157,7 +158,11 @@ public final class EventLog: Sendable {
                 }
             }
             try EventLog.observeStoredIDs(&clock, txn: txn, events: tables.events, now: now)
-            return (nodeID, version, dictionary, clock)
+            let trainedAt = try txn.get(tables.meta, Meta.dictionaryTrainedAt).map(uint64(bigEndian:)) ?? 0
+            return (
+                nodeID, version, dictionary, clock,
+                EventLog.trainingDue(after: Int(clamping: trainedAt), options: options)
+            )
         }
         self.nodeID = nodeID
         var dictionary: CompressionDictionary?
@@ -171,7 +176,7 @@ public final class EventLog: Sendable {
         self.writer = Mutex(
             Writer(
                 clock: clock, compressor: Compressor(level: options.compressionLevel),
-                dictionaryVersion: dictionaryVersion, dictionary: dictionary))
+                dictionaryVersion: dictionaryVersion, dictionary: dictionary, nextTrainingAt: nextTrainingAt))
     }
 
     /// Moves the clock past the greatest stored id that is within the allowed skew of now
