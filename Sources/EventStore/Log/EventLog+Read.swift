@@ -22,10 +22,7 @@ extension EventLog {
         try reading { txn in
             try txn.withCursor(tables.events) { cursor in
                 var out: [Event] = []
-                var item =
-                    try after.map { after in
-                        try cursor.seek(after.bytes).flatMap { $0.key == after.bytes ? try cursor.next() : $0 }
-                    } ?? cursor.first()
+                var item = try cursor.first(after: after)
                 while let current = item, out.count < limit {
                     guard let id = ULID(bytes: current.key) else { throw CorruptDataError("event key is not an id") }
                     out.append(try decodeValue(current.value, id: id, txn: txn))
@@ -145,10 +142,7 @@ extension EventLog {
         try reading { txn in
             try txn.withCursor(tables.deadLetters) { cursor in
                 var out: [DeadLetter] = []
-                var item =
-                    try after.map { after in
-                        try cursor.seek(after.bytes).flatMap { $0.key == after.bytes ? try cursor.next() : $0 }
-                    } ?? cursor.first()
+                var item = try cursor.first(after: after)
                 while let current = item, out.count < limit {
                     guard let key = ULID(bytes: current.key) else { break }
                     out.append(try DeadLetter(key: key, decoding: current.value))
@@ -258,5 +252,16 @@ extension EventLog {
             after = last
         }
         return events
+    }
+}
+
+extension Cursor {
+    /// The first entry whose key is greater than `after`'s bytes (the first entry when
+    /// nil): where a page that continues from a cursor value starts.
+    mutating func first(after: ULID?) throws -> (key: [UInt8], value: [UInt8])? {
+        guard let after else { return try first() }
+        let key = after.bytes
+        guard let found = try seek(key) else { return nil }
+        return found.key == key ? try next() : found
     }
 }
