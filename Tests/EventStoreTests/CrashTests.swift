@@ -5,26 +5,6 @@ import Testing
 
 @testable import EventStore
 
-/// Finds a binary this package builds (next to the test bundle, or as named by
-/// EVSTORE_BIN_DIR).
-func builtBinary(_ name: String) throws -> URL {
-    var candidates: [URL] = []
-    if let dir = ProcessInfo.processInfo.environment["EVSTORE_BIN_DIR"] { candidates.append(URL(fileURLWithPath: dir)) }
-    var bundle = Bundle.main.bundleURL
-    for _ in 0..<3 {
-        candidates.append(bundle)
-        bundle.deleteLastPathComponent()
-    }
-    let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-        .deletingLastPathComponent()
-    candidates.append(root.appendingPathComponent(".build/debug"))
-    for dir in candidates {
-        let url = dir.appendingPathComponent(name)
-        if FileManager.default.isExecutableFile(atPath: url.path) { return url }
-    }
-    throw CocoaError(.fileNoSuchFile, userInfo: [NSFilePathErrorKey: name])
-}
-
 @Suite("Crash safety", .serialized)
 struct CrashTests {
     @Test("kill -9 during bulk appends loses no acknowledged batch", arguments: Array(1...8))

@@ -6,11 +6,11 @@ extension EventLog {
     /// idempotency key and the updated projection. All or nothing: an invalid event, an
     /// `if_match` mismatch or a deleted entity aborts the whole batch and writes nothing.
     public func append(_ inputs: [InputEvent]) throws(EventStoreError) -> AppendResult {
-        guard !inputs.isEmpty else { return AppendResult(ids: [], versions: [:], appended: 0) }
+        guard !inputs.isEmpty else { return AppendResult(ids: [], versions: [:], written: []) }
         return try write { batch, txn, writer in
-            let (ids, appended) = try batch.append(inputs, txn: &txn, writer: &writer)
+            let (ids, written) = try batch.append(inputs, txn: &txn, writer: &writer)
             let versions = try batch.finish(txn: &txn)
-            return AppendResult(ids: ids, versions: versions, appended: appended)
+            return AppendResult(ids: ids, versions: versions, written: written)
         }
     }
 
@@ -29,14 +29,14 @@ extension EventLog {
             for inputs in groups {
                 let before = batch
                 do {
-                    let (ids, appended) = try txn.nested { child in
+                    let (ids, written) = try txn.nested { child in
                         try batch.append(inputs, txn: &child, writer: &writer)
                     }
                     var versions: [EntityKey: ULID] = [:]
                     for input in inputs {
                         if let version = batch.touched[input.entity]?.state.version { versions[input.entity] = version }
                     }
-                    results.append(.success(AppendResult(ids: ids, versions: versions, appended: appended)))
+                    results.append(.success(AppendResult(ids: ids, versions: versions, written: written)))
                 } catch let error as EventStoreError {
                     batch = before
                     results.append(.failure(error))
@@ -136,18 +136,19 @@ struct WriteBatch {
 
     /// Appends one client batch; the first failing input fails it, with its index.
     mutating func append(_ inputs: [InputEvent], txn: inout WriteTransaction, writer: inout EventLog.Writer) throws
-        -> (ids: [ULID], appended: Int)
+        -> (ids: [ULID], written: [ULID])
     {
         var ids: [ULID] = []
         ids.reserveCapacity(inputs.count)
-        var appended = 0
+        var written: [ULID] = []
+        written.reserveCapacity(inputs.count)
         versionsAtBatchStart.removeAll(keepingCapacity: true)
         for (index, input) in inputs.enumerated() {
             do {
                 switch try append(input, txn: &txn, writer: &writer) {
                 case .appended(let id):
                     ids.append(id)
-                    appended += 1
+                    written.append(id)
                 case .keySeenBefore(let id):
                     ids.append(id)
                 }
@@ -155,7 +156,7 @@ struct WriteBatch {
                 throw error.at(index: index)
             }
         }
-        return (ids, appended)
+        return (ids, written)
     }
 
     /// Appends one input, or finds the event its idempotency key already names.

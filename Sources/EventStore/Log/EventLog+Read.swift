@@ -15,6 +15,12 @@ extension EventLog {
         try reading { txn in try readEvent(id, txn: txn) }
     }
 
+    /// The events with these ids, in the order given, in one read transaction; ids not
+    /// held are left out.
+    public func events(ids: [ULID]) throws(EventStoreError) -> [Event] {
+        try reading { txn in try ids.compactMap { id in try readEvent(id, txn: txn) } }
+    }
+
     /// Events in id order after `after` (exclusive), at most `limit`, and the cursor for
     /// the next page (nil at the end).
     public func events(after: ULID? = nil, limit: Int = 1000) throws(EventStoreError) -> (events: [Event], next: ULID?)

@@ -12,6 +12,9 @@ public final class EventLog: Sendable {
     public let options: StoreOptions
     /// This node's id: the `origin` of every event appended here.
     public let nodeID: ULID
+    /// The node id this store had before this open gave it a fresh one, because it was
+    /// recorded on another machine (see `StoreOptions.machineID`); nil when kept.
+    public let previousNodeID: ULID?
 
     let environment: Environment
     let tables: Tables
@@ -70,6 +73,7 @@ public final class EventLog: Sendable {
         static let digest = Array("digest".utf8)
         static let dictionaryVersion = Array("dictionary_version".utf8)
         static let dictionaryTrainedAt = Array("dictionary_trained_at".utf8)
+        static let machineID = Array("machine_id".utf8)
     }
 
     /// The store format this version writes and reads.
@@ -114,7 +118,9 @@ public final class EventLog: Sendable {
         )
         let tables = self.tables
         let now = options.wallClock()
-        let (nodeID, dictionaryVersion, dictionaryBytes, clock, nextTrainingAt) = try environment.write { txn in
+        let (nodeID, previousNodeID, dictionaryVersion, dictionaryBytes, clock, nextTrainingAt) = try environment.write
+        {
+            txn in
             if let format = try txn.get(tables.meta, Meta.format) {
                 guard format.count == 4 else {
                     throw EventStoreError(.corrupt, "the store's format marker is unreadable")
@@ -133,13 +139,26 @@ public final class EventLog: Sendable {
                 }
                 try txn.put(tables.meta, Meta.format, bigEndian(EventLog.formatVersion))
             }
-            let nodeID: ULID
+            var nodeID: ULID
+            var previousNodeID: ULID?
             if let stored = try txn.get(tables.meta, Meta.nodeID), let id = ULID(bytes: stored), stored.count == 16 {
                 nodeID = id
             } else {
                 var clock = HybridClock(maxSkewMilliseconds: options.maxClockSkewMilliseconds)
                 nodeID = clock.next(now: now)
                 try txn.put(tables.meta, Meta.nodeID, nodeID.bytes)
+            }
+            // A store copied to another machine must not go on creating events under the
+            // origin the original machine keeps using: it takes a fresh node id.
+            if let machine = options.machineID.map({ Array($0.utf8) }), !machine.isEmpty {
+                let recorded = try txn.get(tables.meta, Meta.machineID)
+                if let recorded, recorded != machine {
+                    previousNodeID = nodeID
+                    var clock = HybridClock(maxSkewMilliseconds: options.maxClockSkewMilliseconds, last: nodeID)
+                    nodeID = clock.next(now: now)
+                    try txn.put(tables.meta, Meta.nodeID, nodeID.bytes)
+                }
+                if recorded != machine { try txn.put(tables.meta, Meta.machineID, machine) }
             }
             let version =
                 try txn.get(tables.meta, Meta.dictionaryVersion).map(uint32(bigEndian:))
@@ -160,11 +179,12 @@ public final class EventLog: Sendable {
             try EventLog.observeStoredIDs(&clock, txn: txn, events: tables.events, now: now)
             let trainedAt = try txn.get(tables.meta, Meta.dictionaryTrainedAt).map(uint64(bigEndian:)) ?? 0
             return (
-                nodeID, version, dictionary, clock,
+                nodeID, previousNodeID, version, dictionary, clock,
                 EventLog.trainingDue(after: Int(clamping: trainedAt), options: options)
             )
         }
         self.nodeID = nodeID
+        self.previousNodeID = previousNodeID
         var dictionary: CompressionDictionary?
         var cache: [UInt32: CompressionDictionary] = [:]
         if let dictionaryBytes {

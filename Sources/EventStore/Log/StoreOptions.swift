@@ -19,6 +19,10 @@ public struct StoreOptions: Sendable {
     /// zstd level for event values.
     public var compressionLevel: Int32 = 3
     public var environment = EnvironmentOptions()
+    /// The host's identity (/etc/machine-id). The store records it at first open; opened
+    /// on a host with another one — a data directory copied to another machine — it takes
+    /// a fresh node id (`EventLog.previousNodeID` tells). Nil: not checked.
+    public var machineID: String?
     /// Milliseconds since the Unix epoch; tests inject their own.
     public var wallClock: @Sendable () -> UInt64 = StoreOptions.systemMilliseconds
 
@@ -40,8 +44,16 @@ public struct AppendResult: Equatable, Sendable {
     public var ids: [ULID]
     /// The version of each entity the batch touched, after the batch.
     public var versions: [EntityKey: ULID]
-    /// How many events were actually written (keys seen before write nothing).
-    public var appended: Int
+    /// The ids of the events actually written, in order (keys seen before write nothing).
+    public var written: [ULID]
+    /// How many events were actually written.
+    public var appended: Int { written.count }
+
+    public init(ids: [ULID], versions: [EntityKey: ULID], written: [ULID]) {
+        self.ids = ids
+        self.versions = versions
+        self.written = written
+    }
 }
 
 /// The outcome of `EventLog.ingest(_:from:)`.

@@ -17,6 +17,13 @@ public struct JSONScanner {
         self.maxDepth = maxDepth
     }
 
+    /// A scanner that starts at `offset` of `input` (a value inside a larger text).
+    public init(_ input: [UInt8], from offset: Int, maxDepth: Int = JSONScanner.defaultMaxDepth) {
+        self.input = input
+        self.position = offset
+        self.maxDepth = maxDepth
+    }
+
     public var offset: Int { position }
 
     // MARK: - Structure
