@@ -6,6 +6,7 @@ let package = Package(
     products: [
         .library(name: "EventStore", targets: ["EventStore"]),
         .library(name: "Projections", targets: ["Projections"]),
+        .executable(name: "evstored", targets: ["evstored"]),
         .executable(name: "evstore-bench", targets: ["Bench"]),
     ],
     targets: [
@@ -24,6 +25,13 @@ let package = Package(
             name: "EventStore",
             dependencies: ["CLMDB", "CZstd", "Projections"]
         ),
+        // Unix stream sockets: the only place the daemon and the CLI touch socket syscalls.
+        .target(name: "UnixSocket"),
+        .target(
+            name: "Daemon",
+            dependencies: ["EventStore", "Projections", "UnixSocket"]
+        ),
+        .executableTarget(name: "evstored", dependencies: ["Daemon"], path: "Sources/evstored"),
         .executableTarget(
             name: "Bench",
             dependencies: ["EventStore", "Projections", "CLMDB", "CZstd"],
@@ -39,6 +47,11 @@ let package = Package(
         .target(name: "TestSupport", path: "Tests/TestSupport"),
         .testTarget(name: "ProjectionsTests", dependencies: ["Projections", "TestSupport"]),
         .testTarget(name: "EventStoreTests", dependencies: ["EventStore", "Projections", "TestSupport"]),
+        .testTarget(name: "UnixSocketTests", dependencies: ["UnixSocket"]),
+        .testTarget(
+            name: "DaemonTests",
+            dependencies: ["Daemon", "EventStore", "Projections", "UnixSocket", "TestSupport"]
+        ),
     ],
     swiftLanguageModes: [.v6]
 )

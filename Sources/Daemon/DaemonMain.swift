@@ -1,0 +1,291 @@
+import EventStore
+import Foundation
+import Synchronization
+import UnixSocket
+
+/// `evstored`: reads the configuration, opens the store, serves the socket until SIGTERM.
+public enum DaemonMain {
+    public static let version = "0.3.0"
+
+    /// sysexits(3) codes, as the help text lists them.
+    enum Exit {
+        static let usage: Int32 = 64
+        static let unavailable: Int32 = 69
+        static let cantCreate: Int32 = 73
+        static let ioError: Int32 = 74
+        static let config: Int32 = 78
+    }
+
+    public static func run() -> Never {
+        let environment = ProcessInfo.processInfo.environment
+        let commandLine: Configuration.CommandLine
+        do {
+            commandLine = try Configuration.CommandLine(Array(Swift.CommandLine.arguments.dropFirst()))
+        } catch {
+            fail(
+                "\(error)\nusage: evstored [--config FILE] [--data-dir DIR] [--socket PATH] [OPTIONS]; see evstored --help",
+                Exit.usage)
+        }
+        if commandLine.help {
+            print(Configuration.helpText, terminator: "")
+            exit(0)
+        }
+        if commandLine.version {
+            print("evstored \(version)")
+            exit(0)
+        }
+        let configuration: Configuration
+        do {
+            configuration = try Configuration.resolve(commandLine: commandLine, environment: environment)
+        } catch {
+            fail("configuration: \(error)", Exit.config)
+        }
+        let daemon = Daemon(configuration: configuration, commandLine: commandLine, environment: environment)
+        exit(daemon.serve())
+    }
+
+    static func fail(_ message: String, _ code: Int32) -> Never {
+        FileHandle.standardError.write(Data("evstored: \(message)\n".utf8))
+        exit(code)
+    }
+}
+
+/// One run of the daemon, from open to stop.
+final class Daemon: Sendable {
+    let commandLine: Configuration.CommandLine
+    let environment: [String: String]
+    let logger: Logger
+    let systemd: Systemd
+    let initial: Configuration
+    /// The configuration in force (SIGHUP replaces the reloadable parts).
+    let configuration: Mutex<Configuration>
+
+    init(configuration: Configuration, commandLine: Configuration.CommandLine, environment: [String: String]) {
+        self.initial = configuration
+        self.configuration = Mutex(configuration)
+        self.commandLine = commandLine
+        self.environment = environment
+        self.logger = Logger(label: "evstored", level: configuration.logLevel)
+        self.systemd = Systemd(environment: environment)
+    }
+
+    /// Serves until SIGTERM or SIGINT; returns the exit code.
+    func serve() -> Int32 {
+        let configuration = initial
+        signal(SIGPIPE, SIG_IGN)
+        for stop in [SIGTERM, SIGINT, SIGHUP] { signal(stop, SIG_IGN) }
+        // Signals are taken from the start: a SIGTERM while the store opens still stops us.
+        let stopRequested = DispatchSemaphore(value: 0)
+        let servingContext = Mutex<ServerContext?>(nil)
+        let signalQueue = DispatchQueue(label: "evstored.signals")
+        var sources: [any DispatchSourceSignal] = []
+        for number in [SIGTERM, SIGINT] {
+            let source = DispatchSource.makeSignalSource(signal: number, queue: signalQueue)
+            source.setEventHandler { [logger] in
+                logger.info("\(number == SIGTERM ? "SIGTERM" : "SIGINT"): stopping")
+                stopRequested.signal()
+            }
+            source.resume()
+            sources.append(source)
+        }
+        let hangup = DispatchSource.makeSignalSource(signal: SIGHUP, queue: signalQueue)
+        hangup.setEventHandler { [self] in
+            if let context = servingContext.withLock({ $0 }) { reload(context: context) }
+        }
+        hangup.resume()
+        sources.append(hangup)
+        defer { for source in sources { source.cancel() } }
+
+        let log: EventLog
+        do {
+            try FileManager.default.createDirectory(
+                atPath: configuration.dataDirectory, withIntermediateDirectories: true,
+                attributes: [.posixPermissions: 0o750])
+        } catch {
+            logger.error(
+                "cannot create the data directory \(configuration.dataDirectory): \(error.localizedDescription)")
+            return DaemonMain.Exit.cantCreate
+        }
+        do {
+            var options = StoreOptions()
+            options.maxEventBytes = configuration.maxEventBytes
+            options.maxClockSkewMilliseconds = UInt64(configuration.maxClockSkewSeconds) * 1000
+            options.environment.maxMapSize = configuration.mapMaxBytes
+            options.environment.initialMapSize = min(options.environment.initialMapSize, configuration.mapMaxBytes)
+            options.environment.durable = configuration.durability == .full
+            options.environment.maxReaders = 1024
+            // Trained on the maintenance thread, so no append waits for it.
+            options.trainsDictionaryAutomatically = false
+            options.machineID = Daemon.machineID()
+            log = try EventLog.open(directory: configuration.dataDirectory, options: options)
+        } catch {
+            logger.error("cannot open the store in \(configuration.dataDirectory): \(error)")
+            return DaemonMain.Exit.ioError
+        }
+        if let previous = log.previousNodeID {
+            logger.warning(
+                "this data directory was first used on another machine (its /etc/machine-id differs): this node now creates events as \(log.nodeID) instead of \(previous), so the two never share an origin"
+            )
+        }
+
+        let listener: UnixListener
+        do {
+            listener = try listen(configuration)
+        } catch {
+            logger.error("cannot serve the socket: \(error)")
+            return error.code == EADDRINUSE ? DaemonMain.Exit.unavailable : DaemonMain.Exit.cantCreate
+        }
+
+        let hub = WatchHub(logger: logger)
+        let writer = AppendWriter(log: log, hub: hub, logger: logger)
+        writer.start()
+        let methods = Methods(
+            log: log, node: Methods.NodeInfo(name: configuration.nodeName, dataDirectory: configuration.dataDirectory),
+            startedAt: Date())
+        let context = ServerContext(
+            writer: writer, hub: hub, methods: methods, logger: logger,
+            limits: Limits(maxLineBytes: configuration.maxLineBytes, watchQueueEvents: configuration.watchQueueEvents))
+        let server = Server(listener: listener, context: context)
+        server.start()
+
+        servingContext.withLock { $0 = context }
+        let maintenance = Maintenance(log: log, logger: logger, systemd: systemd, durability: configuration.durability)
+        maintenance.start()
+
+        let statistics = try? log.statistics()
+        let summary = "serving \(statistics?.events ?? 0) events on \(listener.path ?? "the activated socket")"
+        logger.info(
+            "node \(log.nodeID)\(configuration.nodeName.map { " (\($0))" } ?? ""): \(summary), data in \(configuration.dataDirectory)"
+        )
+        systemd.ready(status: summary)
+
+        stopRequested.wait()
+        systemd.stopping(status: "draining \(server.connectionCount) connections")
+        server.stop(timeout: 20)
+        writer.stop()
+        maintenance.stop()
+        if configuration.durability == .relaxed { try? log.sync() }
+        logger.info("stopped cleanly")
+        return 0
+    }
+
+    /// The socket systemd passed, or a new one at the configured path.
+    private func listen(_ configuration: Configuration) throws(SocketError) -> UnixListener {
+        if let descriptor = Systemd.listenDescriptors(environment: environment).first {
+            logger.info("serving the socket systemd passed (descriptor \(descriptor))")
+            return UnixListener.adopting(descriptor: descriptor)
+        }
+        let directory = (configuration.socketPath as NSString).deletingLastPathComponent
+        if !directory.isEmpty {
+            try? FileManager.default.createDirectory(
+                atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o750])
+        }
+        var group: UInt32?
+        if let name = configuration.socketGroup {
+            guard let id = groupID(named: name) else {
+                throw SocketError(
+                    "chown", path: configuration.socketPath, code: EINVAL, message: "no group \"\(name)\"")
+            }
+            group = id
+        }
+        return try UnixListener.bind(
+            path: configuration.socketPath, mode: mode_t(configuration.socketMode), group: group)
+    }
+
+    /// SIGHUP: re-reads the config file and applies what can change while serving.
+    private func reload(context: ServerContext) {
+        do {
+            let fresh = try Configuration.resolve(commandLine: commandLine, environment: environment)
+            let old = configuration.withLock { old in
+                let previous = old
+                old.peers = fresh.peers
+                old.syncIntervalSeconds = fresh.syncIntervalSeconds
+                old.backoffBaseSeconds = fresh.backoffBaseSeconds
+                old.backoffCapSeconds = fresh.backoffCapSeconds
+                old.syncTimeoutSeconds = fresh.syncTimeoutSeconds
+                old.maxLineBytes = fresh.maxLineBytes
+                old.watchQueueEvents = fresh.watchQueueEvents
+                old.logLevel = fresh.logLevel
+                return previous
+            }
+            logger.level = fresh.logLevel
+            context.limits = Limits(maxLineBytes: fresh.maxLineBytes, watchQueueEvents: fresh.watchQueueEvents)
+            var restartNeeded: [String] = []
+            if fresh.dataDirectory != old.dataDirectory { restartNeeded.append("data_dir") }
+            if fresh.socketPath != old.socketPath { restartNeeded.append("socket") }
+            if fresh.durability != old.durability { restartNeeded.append("durability") }
+            if fresh.maxEventBytes != old.maxEventBytes { restartNeeded.append("max_event_bytes") }
+            if fresh.mapMaxBytes != old.mapMaxBytes { restartNeeded.append("map_max_bytes") }
+            if fresh.maxClockSkewSeconds != old.maxClockSkewSeconds { restartNeeded.append("max_clock_skew_s") }
+            logger.info(
+                "SIGHUP: configuration reloaded\(restartNeeded.isEmpty ? "" : "; a restart applies \(restartNeeded.joined(separator: ", "))")"
+            )
+            systemd.status("configuration reloaded")
+        } catch {
+            logger.error("SIGHUP: the configuration was not reloaded: \(error)")
+        }
+    }
+
+    /// This host's identity, from /etc/machine-id (nil when it has none).
+    static func machineID() -> String? {
+        for path in ["/etc/machine-id", "/var/lib/dbus/machine-id"] {
+            if let text = try? String(contentsOfFile: path, encoding: .utf8) {
+                let id = text.trimmingCharacters(in: .whitespacesAndNewlines)
+                if !id.isEmpty { return id }
+            }
+        }
+        return nil
+    }
+}
+
+/// Background chores on one thread: flushing relaxed commits, training the compression
+/// dictionary when due, and the systemd watchdog.
+final class Maintenance: Sendable {
+    let log: EventLog
+    let logger: Logger
+    let systemd: Systemd
+    let durability: Configuration.Durability
+    private let stopped = DispatchSemaphore(value: 0)
+    private let done = DispatchSemaphore(value: 0)
+
+    init(log: EventLog, logger: Logger, systemd: Systemd, durability: Configuration.Durability) {
+        self.log = log
+        self.logger = logger
+        self.systemd = systemd
+        self.durability = durability
+    }
+
+    func start() {
+        let thread = Thread { [self] in
+            run()
+            done.signal()
+        }
+        thread.name = "evstored-maintenance"
+        thread.start()
+    }
+
+    func stop() {
+        stopped.signal()
+        done.wait()
+    }
+
+    private func run() {
+        let tick = min(1.0, (systemd.watchdogInterval ?? 2) / 2)
+        var lastTraining = Date.distantPast
+        while stopped.wait(timeout: .now() + tick) == .timedOut {
+            if durability == .relaxed { try? log.sync() }
+            if Date().timeIntervalSince(lastTraining) >= 5 {
+                lastTraining = Date()
+                do {
+                    if let version = try log.trainDictionaryIfDue() {
+                        logger.info("trained compression dictionary version \(version)")
+                    }
+                } catch {
+                    logger.warning("dictionary training failed: \(error)")
+                }
+            }
+            // The watchdog hears from us only while the store answers.
+            if systemd.watchdogInterval != nil, (try? log.statistics()) != nil { systemd.watchdogPing() }
+        }
+    }
+}

@@ -1,0 +1,73 @@
+import Foundation
+import Synchronization
+
+/// Writes one line per event to stderr, in the shape of swift-log's `Logger` without the
+/// package: a level, a label, a message.
+///
+/// Under systemd (JOURNAL_STREAM set) each line starts with the syslog priority in angle
+/// brackets instead of a timestamp, so the journal files it at the right level.
+final class Logger: Sendable {
+    enum Level: Int, Comparable, Sendable, CaseIterable {
+        case debug = 7
+        case info = 6
+        case notice = 5
+        case warning = 4
+        case error = 3
+
+        static func < (lhs: Level, rhs: Level) -> Bool { lhs.rawValue > rhs.rawValue }
+
+        var name: String {
+            switch self {
+            case .debug: "debug"
+            case .info: "info"
+            case .notice: "notice"
+            case .warning: "warning"
+            case .error: "error"
+            }
+        }
+
+        init?(name: String) {
+            guard let level = Level.allCases.first(where: { $0.name == name }) else { return nil }
+            self = level
+        }
+    }
+
+    let label: String
+    /// The least severe level written; changed by a config reload.
+    private let threshold: Mutex<Level>
+    private let journal: Bool
+    /// One line at a time, so lines from threads never interleave.
+    private let output = Mutex(())
+
+    init(
+        label: String, level: Level = .info,
+        journal: Bool = ProcessInfo.processInfo.environment["JOURNAL_STREAM"] != nil
+    ) {
+        self.label = label
+        self.threshold = Mutex(level)
+        self.journal = journal
+    }
+
+    var level: Level {
+        get { threshold.withLock { $0 } }
+        set { threshold.withLock { $0 = newValue } }
+    }
+
+    func debug(_ message: @autoclosure () -> String) { log(.debug, message()) }
+    func info(_ message: @autoclosure () -> String) { log(.info, message()) }
+    func notice(_ message: @autoclosure () -> String) { log(.notice, message()) }
+    func warning(_ message: @autoclosure () -> String) { log(.warning, message()) }
+    func error(_ message: @autoclosure () -> String) { log(.error, message()) }
+
+    func log(_ level: Level, _ message: @autoclosure () -> String) {
+        guard level >= self.level else { return }
+        let line: String
+        if journal {
+            line = "<\(level.rawValue)>\(message())\n"
+        } else {
+            let time = Date().formatted(.iso8601.year().month().day().time(includingFractionalSeconds: true))
+            line = "\(time) \(level.name) \(label): \(message())\n"
+        }
+        output.withLock { _ in FileHandle.standardError.write(Data(line.utf8)) }
+    }
+}

@@ -1,0 +1,289 @@
+import EventStore
+import Foundation
+import Projections
+
+/// The socket API's methods that answer at once (reads and maintenance); `append` and
+/// `watch` go through the connection, which owns their ordering.
+struct Methods: Sendable {
+    static let names = [
+        "append", "get", "list", "log", "watch", "status", "conflicts", "dead_letters", "rebuild", "backup",
+    ]
+
+    let log: EventLog
+    let node: NodeInfo
+    let startedAt: Date
+
+    struct NodeInfo: Sendable {
+        var name: String?
+        var dataDirectory: String
+    }
+
+    /// Runs `method` and returns its `result` as JSON.
+    func call(_ request: Request) throws(RPCError) -> [UInt8] {
+        do {
+            switch request.method {
+            case "get": return try get(request)
+            case "list": return try list(request)
+            case "log": return try logPage(request)
+            case "status": return try status(request)
+            case "conflicts": return try conflicts(request)
+            case "dead_letters": return try deadLetters(request)
+            case "rebuild": return try rebuild(request)
+            case "backup": return try backup(request)
+            default: throw RPCError.methodNotFound(request.method)
+            }
+        } catch let error as RPCError {
+            throw error
+        } catch let error as EventStoreError {
+            throw RPCError(error)
+        } catch {
+            throw RPCError(code: RPCError.internalErrorCode, message: "\(error)", reason: "internal")
+        }
+    }
+
+    func get(_ request: Request) throws -> [UInt8] {
+        let params = try Params(request.params, method: "get", accepts: ["entity"])
+        guard let entity = try params.entity("entity") else { throw RPCError.invalidParams("get takes \"entity\"") }
+        guard let state = try log.canonicalState(of: entity) else {
+            throw RPCError.application(.notFound, "no event of \(entity) is held on this node")
+        }
+        return state
+    }
+
+    func list(_ request: Request) throws -> [UInt8] {
+        let params = try Params(
+            request.params, method: "list", accepts: ["type", "status", "include_deleted", "limit", "after"])
+        let (entities, next) = try log.entities(
+            type: try params.type("type"), status: try params.string("status"),
+            includeDeleted: try params.bool("include_deleted") ?? false, after: try params.entity("after"),
+            limit: try params.int("limit", in: 1...10_000) ?? 100)
+        var out = JSONWriter(capacity: 64 + entities.count * 96)
+        out.beginObject()
+        out.key("entities")
+        out.beginArray()
+        for summary in entities {
+            out.beginObject()
+            out.key("entity")
+            out.string(summary.entity.description)
+            out.key("version")
+            out.stringOrNull(summary.version?.description)
+            out.key("status")
+            out.stringOrNull(summary.status)
+            out.key("deleted")
+            out.bool(summary.deleted)
+            out.endObject()
+        }
+        out.endArray()
+        out.key("next")
+        out.stringOrNull(next?.description)
+        out.endObject()
+        return out.bytes
+    }
+
+    func logPage(_ request: Request) throws -> [UInt8] {
+        let params = try Params(request.params, method: "log", accepts: ["after", "limit", "entity", "origin"])
+        let after = try params.id("after")
+        let limit = try params.int("limit", in: 1...10_000) ?? 100
+        let entity = try params.entity("entity")
+        let origin = try params.id("origin")
+        let page: (events: [Event], next: ULID?)
+        switch (entity, origin) {
+        case (let entity?, nil): page = try log.events(ofEntity: entity, after: after, limit: limit)
+        case (nil, let origin?): page = try log.events(ofOrigin: origin, after: after, limit: limit)
+        case (nil, nil): page = try log.events(after: after, limit: limit)
+        case (let entity?, let origin?):
+            // Both: the entity's events, filtered by origin, page by page until enough.
+            var found: [Event] = []
+            var cursor = after
+            var next: ULID?
+            repeat {
+                let part = try log.events(ofEntity: entity, after: cursor, limit: limit)
+                for event in part.events where event.origin == origin {
+                    if found.count == limit { break }
+                    found.append(event)
+                }
+                next = part.next
+                cursor = part.next
+            } while found.count < limit && next != nil
+            page = (found, found.count == limit ? found.last?.id : nil)
+        }
+        var out = JSONWriter(capacity: 64 + page.events.count * 256)
+        out.beginObject()
+        out.key("events")
+        out.beginArray()
+        for event in page.events { out.raw(EventCodec.encodeStored(event, includeID: true)) }
+        out.endArray()
+        out.key("next")
+        out.stringOrNull(page.next?.description)
+        out.endObject()
+        return out.bytes
+    }
+
+    func status(_ request: Request) throws -> [UInt8] {
+        _ = try Params(request.params, method: "status", accepts: [])
+        let statistics = try log.statistics()
+        var out = JSONWriter()
+        out.beginObject()
+        out.key("node")
+        out.beginObject()
+        out.key("id")
+        out.string(log.nodeID.description)
+        out.key("name")
+        out.stringOrNull(node.name)
+        out.endObject()
+        out.key("events")
+        out.int(statistics.events)
+        out.key("entities")
+        out.int(statistics.entities)
+        out.key("bytes")
+        out.int(statistics.bytesUsed)
+        out.key("digest")
+        out.string(statistics.digest.description)
+        out.key("clock")
+        out.beginObject()
+        out.key("max_skew_ms")
+        out.int(Int(clamping: log.options.maxClockSkewMilliseconds))
+        out.key("skewed_origins")
+        out.beginObject()
+        for (origin, lead) in statistics.skewedOrigins.sorted(by: { $0.key < $1.key }) {
+            out.key(origin.description)
+            out.int(Int(clamping: lead))
+        }
+        out.endObject()
+        out.endObject()
+        out.key("needs_attention")
+        out.beginObject()
+        out.key("conflicts")
+        out.int(statistics.conflicts)
+        out.key("dead_letters")
+        out.int(statistics.deadLetters)
+        out.key("failing_peers")
+        out.int(0)
+        out.endObject()
+        out.key("peers")
+        out.beginArray()
+        out.endArray()
+        out.key("data_dir")
+        out.string(node.dataDirectory)
+        out.key("map_bytes")
+        out.int(statistics.mapSize)
+        out.key("dictionary_version")
+        out.int(Int(statistics.dictionaryVersion))
+        out.key("uptime_s")
+        out.int(Int(Date().timeIntervalSince(startedAt)))
+        out.endObject()
+        return out.bytes
+    }
+
+    func conflicts(_ request: Request) throws -> [UInt8] {
+        let params = try Params(request.params, method: "conflicts", accepts: ["type", "limit", "after"])
+        let (entities, next) = try log.conflicts(
+            type: try params.type("type"), after: try params.entity("after"),
+            limit: try params.int("limit", in: 1...10_000) ?? 100)
+        var out = JSONWriter()
+        out.beginObject()
+        out.key("entities")
+        out.beginArray()
+        for summary in entities {
+            out.beginObject()
+            out.key("entity")
+            out.string(summary.entity.description)
+            out.key("fields")
+            out.beginArray()
+            for field in summary.fields { out.string(field) }
+            out.endArray()
+            out.key("status")
+            out.bool(summary.status)
+            out.endObject()
+        }
+        out.endArray()
+        out.key("next")
+        out.stringOrNull(next?.description)
+        out.endObject()
+        return out.bytes
+    }
+
+    func deadLetters(_ request: Request) throws -> [UInt8] {
+        let params = try Params(request.params, method: "dead_letters", accepts: ["limit", "after"])
+        let limit = try params.int("limit", in: 1...10_000) ?? 100
+        let letters = try log.deadLetters(after: try params.id("after"), limit: limit + 1)
+        var out = JSONWriter()
+        out.beginObject()
+        out.key("dead_letters")
+        out.beginArray()
+        for letter in letters.prefix(limit) {
+            out.beginObject()
+            out.key("key")
+            out.string(letter.key.description)
+            out.key("id")
+            out.stringOrNull(letter.id)
+            out.key("origin")
+            out.stringOrNull(letter.origin)
+            out.key("peer")
+            out.stringOrNull(letter.peer)
+            out.key("reason")
+            out.string(letter.reason)
+            out.key("received_at")
+            out.int(Int(clamping: letter.receivedAt))
+            out.key("raw")
+            out.string(String(decoding: letter.raw, as: UTF8.self))
+            out.endObject()
+        }
+        out.endArray()
+        out.key("next")
+        out.stringOrNull(letters.count > limit ? letters[limit - 1].key.description : nil)
+        out.endObject()
+        return out.bytes
+    }
+
+    func rebuild(_ request: Request) throws -> [UInt8] {
+        let params = try Params(request.params, method: "rebuild", accepts: ["verify"])
+        let report = try log.rebuild(verify: try params.bool("verify") ?? false)
+        var out = JSONWriter()
+        out.beginObject()
+        out.key("entities")
+        out.int(report.entities)
+        out.key("events")
+        out.int(report.events)
+        out.key("mismatched")
+        out.beginArray()
+        for entity in report.mismatched { out.string(entity.description) }
+        out.endArray()
+        out.key("digest_mismatch")
+        out.bool(report.digestMismatch)
+        out.endObject()
+        return out.bytes
+    }
+
+    func backup(_ request: Request) throws -> [UInt8] {
+        let params = try Params(request.params, method: "backup", accepts: ["path"])
+        guard let path = try params.string("path"), path.hasPrefix("/") else {
+            throw RPCError.invalidParams("backup takes \"path\": an absolute directory path the daemon can write")
+        }
+        let manager = FileManager.default
+        var isDirectory: ObjCBool = false
+        if manager.fileExists(atPath: path, isDirectory: &isDirectory) {
+            guard isDirectory.boolValue, (try? manager.contentsOfDirectory(atPath: path))?.isEmpty == true else {
+                throw RPCError.application(
+                    .conflict, "\(path) exists and is not an empty directory: choose a new path for the backup")
+            }
+        } else {
+            do {
+                try manager.createDirectory(atPath: path, withIntermediateDirectories: true)
+            } catch {
+                throw RPCError.application(
+                    .forbidden, "cannot create \(path) as the daemon's user: \(error.localizedDescription)")
+            }
+        }
+        try log.backup(to: path)
+        let size = ((try? manager.attributesOfItem(atPath: path + "/data.mdb"))?[.size] as? Int) ?? 0
+        var out = JSONWriter()
+        out.beginObject()
+        out.key("path")
+        out.string(path)
+        out.key("bytes")
+        out.int(size)
+        out.endObject()
+        return out.bytes
+    }
+}

@@ -1,0 +1,106 @@
+import EventStore
+import Foundation
+import Projections
+import Synchronization
+
+/// The one writer: a thread that takes every append waiting and commits them together —
+/// one write transaction and one sync to disk per group (group commit) — while each
+/// request's batch stays all or nothing.
+final class AppendWriter: Sendable {
+    struct Job: Sendable {
+        let events: [InputEvent]
+        let completion: @Sendable (Result<AppendResult, EventStoreError>) -> Void
+    }
+
+    let log: EventLog
+    let hub: WatchHub
+    private let queue = BlockingQueue<Job>()
+    private let done = DispatchSemaphore(value: 0)
+    /// Counters for status and benchmarks: commits made, events written.
+    let commits = Atomic<Int>(0)
+    let eventsWritten = Atomic<Int>(0)
+    private let logger: Logger
+
+    init(log: EventLog, hub: WatchHub, logger: Logger) {
+        self.log = log
+        self.hub = hub
+        self.logger = logger
+    }
+
+    func start() {
+        let thread = Thread { [self] in
+            run()
+            done.signal()
+        }
+        thread.name = "evstored-writer"
+        thread.start()
+    }
+
+    /// Queues a batch; `completion` runs on the writer thread once it is committed or
+    /// failed. After `stop()` it fails at once with `unavailable`.
+    func submit(_ events: [InputEvent], completion: @escaping @Sendable (Result<AppendResult, EventStoreError>) -> Void)
+    {
+        if !queue.push(Job(events: events, completion: completion)) {
+            completion(.failure(EventStoreError(.unavailable, "the daemon is stopping; retry when it is back")))
+        }
+    }
+
+    /// Appends and waits (for batch requests, which answer as a whole).
+    func appendAndWait(_ events: [InputEvent]) -> Result<AppendResult, EventStoreError> {
+        let box = Mutex<Result<AppendResult, EventStoreError>?>(nil)
+        let signal = DispatchSemaphore(value: 0)
+        submit(events) { result in
+            box.withLock { $0 = result }
+            signal.signal()
+        }
+        signal.wait()
+        return box.withLock { $0! }
+    }
+
+    /// Commits what is queued, then ends the thread and waits for it.
+    func stop() {
+        queue.close()
+        done.wait()
+    }
+
+    private func run() {
+        while let jobs = queue.popAll() {
+            var start = 0
+            // Bounded groups keep one transaction's memory in check under a flood.
+            while start < jobs.count {
+                var end = start
+                var events = 0
+                while end < jobs.count, events < 50_000 || end == start {
+                    events += jobs[end].events.count
+                    end += 1
+                }
+                commit(Array(jobs[start..<end]))
+                start = end
+            }
+        }
+    }
+
+    private func commit(_ jobs: [Job]) {
+        var results: [Result<AppendResult, EventStoreError>]
+        hub.publishLock.lock()
+        do {
+            results = try log.append(groups: jobs.map(\.events))
+        } catch {
+            results = Array(repeating: .failure(error), count: jobs.count)
+            if error.reason != .storageFull {
+                logger.error("append of \(jobs.count) batches failed: \(error)")
+            }
+        }
+        if hub.hasSubscribers {
+            var written: [ULID] = []
+            for case .success(let result) in results { written.append(contentsOf: result.written) }
+            hub.publish(written, log: log)
+        }
+        hub.publishLock.unlock()
+        commits.add(1, ordering: .relaxed)
+        var count = 0
+        for case .success(let result) in results { count += result.appended }
+        eventsWritten.add(count, ordering: .relaxed)
+        for (job, result) in zip(jobs, results) { job.completion(result) }
+    }
+}

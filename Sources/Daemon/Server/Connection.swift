@@ -1,0 +1,270 @@
+import EventStore
+import Foundation
+import Projections
+import UnixSocket
+
+/// One client: a reader thread that decodes requests in order and a sender thread that
+/// writes their responses in the same order.
+///
+/// Appends go to the writer without waiting, so a client that pipelines appends gets
+/// them group-committed; any other request first waits for this connection's earlier
+/// appends, so a client always reads its own writes.
+final class Connection: @unchecked Sendable {
+    let socket: UnixConnection
+    let outbox: Outbox
+    let context: ServerContext
+    let identifier: Int
+    /// The watches this connection started; touched only by its reader thread.
+    private var subscriptions: [Subscription] = []
+    private let senderDone = DispatchSemaphore(value: 0)
+
+    init(socket: UnixConnection, context: ServerContext, identifier: Int) {
+        self.socket = socket
+        self.context = context
+        self.identifier = identifier
+        self.outbox = Outbox(notificationLimit: context.limits.watchQueueEvents)
+    }
+
+    /// Starts the two threads; `ended` runs once the connection is closed.
+    func start(ended: @escaping @Sendable (Connection) -> Void) {
+        // A client that stops reading for this long is dropped rather than held forever.
+        try? socket.setTimeouts(read: nil, write: 30)
+        let sender = Thread { [self] in
+            send()
+            senderDone.signal()
+        }
+        sender.name = "evstored-send-\(identifier)"
+        sender.start()
+        let reader = Thread { [self] in
+            read()
+            for subscription in subscriptions { context.hub.remove(subscription) }
+            outbox.finish()
+            senderDone.wait()
+            socket.close()
+            ended(self)
+        }
+        reader.name = "evstored-read-\(identifier)"
+        reader.start()
+    }
+
+    /// Stops taking requests; those already read are still answered.
+    func stopReading() {
+        socket.shutdown(writing: false)
+    }
+
+    private func send() {
+        while let bytes = outbox.nextWrite() {
+            do {
+                try socket.write(bytes)
+            } catch {
+                context.logger.debug("connection \(identifier): write failed (\(error)); closing")
+                outbox.abort()
+                break
+            }
+        }
+        // Wakes the reader if it is still waiting for a request.
+        socket.shutdown()
+    }
+
+    private func read() {
+        var reader = LineReader(limit: context.limits.maxLineBytes)
+        while !outbox.isEnding {
+            let line: LineReader.Line
+            do {
+                line = try reader.next { buffer, count in try socket.read(into: &buffer, count: count) }
+            } catch {
+                return
+            }
+            switch line {
+            case .end:
+                return
+            case .tooLong(let bytes):
+                outbox.push(
+                    Connection.response(
+                        id: RequestParser.nullID,
+                        error: .invalidRequest(
+                            "the line is \(bytes) bytes, over the limit of \(reader.limit) (max_line_bytes); split the batch",
+                            reason: "too_large")))
+            case .line(let bytes):
+                if bytes.allSatisfy({ $0 == 0x20 || $0 == 0x09 || $0 == 0x0D }) { continue }
+                handle(bytes)
+            }
+        }
+    }
+
+    private func handle(_ line: [UInt8]) {
+        switch RequestParser.parse(line) {
+        case .failed(let error):
+            outbox.push(Connection.response(id: RequestParser.nullID, error: error))
+        case .single(.invalid(let id, let error)):
+            outbox.push(Connection.response(id: id, error: error))
+        case .single(.request(let request)):
+            handle(request)
+        case .batch(let elements):
+            handleBatch(elements)
+        }
+    }
+
+    private func handle(_ request: Request) {
+        if request.method == "append", case .events(let events) = request.params {
+            let slot = outbox.reserve(isAppend: true)
+            let id = request.id
+            let outbox = self.outbox
+            context.writer.submit(events) { result in
+                outbox.fill(slot, with: id.map { Connection.response(id: $0, append: result) } ?? [])
+            }
+            return
+        }
+        outbox.waitForAppends()
+        let response: [UInt8]
+        if request.method == "watch" {
+            response = watch(request)
+        } else {
+            response = respond(request)
+        }
+        if !response.isEmpty { outbox.push(response) }
+        if request.method == "watch", let subscription = pendingWatch {
+            pendingWatch = nil
+            startWatch(subscription)
+        }
+    }
+
+    /// The response line for a request that is not `append` (empty for a notification).
+    private func respond(_ request: Request) -> [UInt8] {
+        let result: Result<[UInt8], RPCError>
+        if request.method == "append" {
+            // Only reached when the params did not decode.
+            if case .invalid(let error) = request.params {
+                result = .failure(error)
+            } else {
+                result = .failure(.invalidParams("append takes \"events\": an array of events"))
+            }
+        } else {
+            do throws(RPCError) {
+                result = .success(try context.methods.call(request))
+            } catch {
+                result = .failure(error)
+            }
+        }
+        guard let id = request.id else { return [] }
+        switch result {
+        case .success(let bytes): return Connection.response(id: id, result: bytes)
+        case .failure(let error): return Connection.response(id: id, error: error)
+        }
+    }
+
+    private var pendingWatch: (Subscription, ULID?)?
+
+    /// Validates a `watch` and answers it; the stream starts right after the answer.
+    private func watch(_ request: Request) -> [UInt8] {
+        do throws(RPCError) {
+            let params = try Params(request.params, method: "watch", accepts: ["after", "entity", "type"])
+            let after = try params.id("after")
+            let subscription = Subscription(
+                outbox: outbox, entity: try params.entity("entity"), type: try params.type("type"), after: after)
+            pendingWatch = (subscription, after)
+            guard let id = request.id else { return [] }
+            return Connection.response(id: id, result: Array(#"{"watching":true}"#.utf8))
+        } catch {
+            guard let id = request.id else { return [] }
+            return Connection.response(id: id, error: error)
+        }
+    }
+
+    private func startWatch(_ pending: (Subscription, ULID?)) {
+        let (subscription, after) = pending
+        do {
+            if try context.hub.start(subscription, after: after, log: context.writer.log) {
+                subscriptions.append(subscription)
+            }
+        } catch {
+            context.logger.error("watch: reading the log failed: \(error)")
+            outbox.finish()
+        }
+    }
+
+    /// A batch is answered as one array, in order; appends in it wait for their commit.
+    private func handleBatch(_ elements: [ParsedLine.Element]) {
+        var responses: [[UInt8]] = []
+        for element in elements {
+            switch element {
+            case .invalid(let id, let error):
+                responses.append(Connection.response(id: id, error: error, newline: false))
+            case .request(let request):
+                var line: [UInt8]
+                if request.method == "append", case .events(let events) = request.params {
+                    let result = context.writer.appendAndWait(events)
+                    line = request.id.map { Connection.response(id: $0, append: result) } ?? []
+                } else if request.method == "watch" {
+                    line =
+                        request.id.map {
+                            Connection.response(
+                                id: $0,
+                                error: .invalidParams("watch cannot be part of a batch; send it on its own line"))
+                        } ?? []
+                } else {
+                    outbox.waitForAppends()
+                    line = respond(request)
+                }
+                if !line.isEmpty {
+                    line.removeLast()  // the newline: elements are joined with commas
+                    responses.append(line)
+                }
+            }
+        }
+        guard !responses.isEmpty else { return }  // only notifications: nothing is sent
+        var out: [UInt8] = [UInt8(ascii: "[")]
+        for (index, response) in responses.enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            out.append(contentsOf: response)
+        }
+        out.append(contentsOf: [UInt8(ascii: "]"), 0x0A])
+        outbox.push(out)
+    }
+
+    // MARK: - Response lines
+
+    static func response(id: [UInt8], result: [UInt8]) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(result.count + id.count + 32)
+        out.append(contentsOf: Array(#"{"jsonrpc":"2.0","id":"#.utf8))
+        out.append(contentsOf: id)
+        out.append(contentsOf: Array(#","result":"#.utf8))
+        out.append(contentsOf: result)
+        out.append(contentsOf: [UInt8(ascii: "}"), 0x0A])
+        return out
+    }
+
+    static func response(id: [UInt8], error: RPCError, newline: Bool = true) -> [UInt8] {
+        var out = Array(#"{"jsonrpc":"2.0","id":"#.utf8)
+        out.append(contentsOf: id)
+        out.append(contentsOf: Array(#","error":"#.utf8))
+        out.append(contentsOf: error.json())
+        out.append(UInt8(ascii: "}"))
+        if newline { out.append(0x0A) }
+        return out
+    }
+
+    static func response(id: [UInt8], append result: Result<AppendResult, EventStoreError>) -> [UInt8] {
+        switch result {
+        case .failure(let error):
+            return response(id: id, error: RPCError(error))
+        case .success(let appended):
+            var out = JSONWriter(capacity: 64 + appended.ids.count * 29 + appended.versions.count * 80)
+            out.beginObject()
+            out.key("ids")
+            out.beginArray()
+            for id in appended.ids { out.string(id.description) }
+            out.endArray()
+            out.key("versions")
+            out.beginObject()
+            for (entity, version) in appended.versions.sorted(by: { $0.key < $1.key }) {
+                out.key(entity.description)
+                out.string(version.description)
+            }
+            out.endObject()
+            out.endObject()
+            return response(id: id, result: out.bytes)
+        }
+    }
+}

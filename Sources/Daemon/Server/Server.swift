@@ -1,0 +1,105 @@
+import EventStore
+import Foundation
+import Synchronization
+import UnixSocket
+
+/// The limits a config reload may change, read when a connection starts.
+struct Limits: Sendable {
+    var maxLineBytes: Int
+    var watchQueueEvents: Int
+}
+
+/// What every connection shares.
+final class ServerContext: Sendable {
+    let writer: AppendWriter
+    let hub: WatchHub
+    let methods: Methods
+    let logger: Logger
+    private let currentLimits: Mutex<Limits>
+
+    init(writer: AppendWriter, hub: WatchHub, methods: Methods, logger: Logger, limits: Limits) {
+        self.writer = writer
+        self.hub = hub
+        self.methods = methods
+        self.logger = logger
+        self.currentLimits = Mutex(limits)
+    }
+
+    var limits: Limits {
+        get { currentLimits.withLock { $0 } }
+        set { currentLimits.withLock { $0 = newValue } }
+    }
+}
+
+/// Accepts clients on the listening socket, one `Connection` each.
+final class Server: Sendable {
+    let listener: UnixListener
+    let context: ServerContext
+    /// The open connections by id, so a stop can drain them.
+    private let connections = Mutex<[Int: Connection]>([:])
+    private let accepting = Atomic<Bool>(true)
+    private let acceptDone = DispatchSemaphore(value: 0)
+    /// Signalled each time a connection ends (a stop waits on it).
+    private let connectionEnded = DispatchSemaphore(value: 0)
+
+    init(listener: UnixListener, context: ServerContext) {
+        self.listener = listener
+        self.context = context
+    }
+
+    func start() {
+        let thread = Thread { [self] in
+            acceptLoop()
+            acceptDone.signal()
+        }
+        thread.name = "evstored-accept"
+        thread.start()
+    }
+
+    var connectionCount: Int { connections.withLock { $0.count } }
+
+    private func acceptLoop() {
+        var next = 0
+        while accepting.load(ordering: .relaxed) {
+            let socket: UnixConnection?
+            do {
+                socket = try listener.accept(timeout: 0.2)
+            } catch {
+                context.logger.error("accept failed: \(error)")
+                Thread.sleep(forTimeInterval: 0.1)  // e.g. out of descriptors: do not spin
+                continue
+            }
+            guard let socket else { continue }
+            guard accepting.load(ordering: .relaxed) else {
+                socket.close()
+                break
+            }
+            next += 1
+            let connection = Connection(socket: socket, context: context, identifier: next)
+            connections.withLock { $0[next] = connection }
+            connection.start { [self] ended in
+                connections.withLock { $0[ended.identifier] = nil }
+                connectionEnded.signal()
+            }
+        }
+    }
+
+    /// Stops accepting, lets every connection answer what it has read, and waits for them
+    /// (up to `timeout` seconds) to close.
+    func stop(timeout: Double) {
+        accepting.store(false, ordering: .relaxed)
+        acceptDone.wait()
+        listener.close()
+        for connection in connections.withLock({ Array($0.values) }) { connection.stopReading() }
+        let deadline = Date().addingTimeInterval(timeout)
+        while connectionCount > 0 {
+            let left = deadline.timeIntervalSinceNow
+            if left <= 0 {
+                context.logger.warning("\(connectionCount) connections did not finish in \(Int(timeout)) s; closing")
+                for connection in connections.withLock({ Array($0.values) }) { connection.socket.shutdown() }
+                break
+            }
+            _ = connectionEnded.wait(timeout: .now() + min(left, 0.5))
+        }
+    }
+}

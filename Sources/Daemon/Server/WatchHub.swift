@@ -1,0 +1,183 @@
+import EventStore
+import Foundation
+import Projections
+
+/// A connection's `watch`: which events it wants and where they go.
+final class Subscription: @unchecked Sendable {
+    let outbox: Outbox
+    let entity: EntityKey?
+    /// `TYPE/`, the prefix of the entities of the type watched.
+    let typePrefix: [UInt8]?
+    /// The id of the last event queued to it (for `resume_after`). Guarded by the hub's lock
+    /// once registered; before that only the registering thread touches it.
+    var lastQueued: ULID?
+
+    init(outbox: Outbox, entity: EntityKey?, type: String?, after: ULID?) {
+        self.outbox = outbox
+        self.entity = entity
+        self.typePrefix = type.map { Array($0.utf8) + [UInt8(ascii: "/")] }
+        self.lastQueued = after
+    }
+
+    func wants(_ event: Event) -> Bool {
+        if let entity, event.entity != entity { return false }
+        if let typePrefix, !event.entity.bytes.starts(with: typePrefix) { return false }
+        return true
+    }
+}
+
+/// Delivers committed events to the watching connections.
+///
+/// - Important: The writer holds `publishLock` from before its commit until it has
+///   published; a subscriber takes it to read the last events and join. So every event is
+///   either in what the subscriber read or in what it is sent, never both, never neither.
+final class WatchHub: @unchecked Sendable {
+    /// Serializes commit-and-publish against a subscriber's switch from reading to live.
+    let publishLock = NSLock()
+    /// Guarded by `publishLock`.
+    private var subscriptions: [ObjectIdentifier: Subscription] = [:]
+    private let logger: Logger
+
+    init(logger: Logger) {
+        self.logger = logger
+    }
+
+    /// Whether anyone watches. Call with `publishLock` held.
+    var hasSubscribers: Bool { !subscriptions.isEmpty }
+
+    /// Sends the events with these ids to whoever wants them. Call with `publishLock` held,
+    /// right after the commit that wrote them.
+    func publish(_ ids: [ULID], log: EventLog) {
+        guard !subscriptions.isEmpty, !ids.isEmpty else { return }
+        let events: [Event]
+        do {
+            events = try log.events(ids: ids)
+        } catch {
+            logger.error("watch: reading back committed events failed: \(error)")
+            return
+        }
+        for event in events {
+            var notification: [UInt8]?
+            for (key, subscription) in subscriptions where subscription.wants(event) {
+                let bytes = notification ?? WatchHub.notification(event)
+                notification = bytes
+                if subscription.outbox.offerNotification(bytes) {
+                    subscription.lastQueued = event.id
+                } else {
+                    subscriptions[key] = nil
+                    subscription.outbox.finish(after: WatchHub.overflow(resumeAfter: subscription.lastQueued))
+                    logger.info(
+                        "watch: a consumer fell \(subscription.outbox.notificationLimit) events behind; disconnected it"
+                    )
+                }
+            }
+        }
+    }
+
+    /// Streams the held events after `after` (all of them when it is the zero id; none
+    /// when nil), then joins the live stream. Runs on the connection's reader thread;
+    /// waits while the consumer is behind. False when the connection ended meanwhile.
+    func start(_ subscription: Subscription, after: ULID?, log: EventLog) throws(EventStoreError) -> Bool {
+        let page = 1000
+        var cursor: ULID? = after == ULID.zero ? nil : after
+        if after != nil {
+            // Catch up without the lock while pages are full...
+            while true {
+                let (events, scanned, more) = try read(subscription, after: cursor, log: log, limit: page)
+                for event in events {
+                    guard subscription.outbox.pushNotificationWaiting(WatchHub.notification(event)) else {
+                        return false
+                    }
+                    subscription.lastQueued = event.id
+                }
+                cursor = scanned
+                guard more else { break }
+            }
+        }
+        // ...then read what came meanwhile and join, with the writer held off.
+        while true {
+            publishLock.lock()
+            if after != nil {
+                let events: [Event]
+                let scanned: ULID?
+                let more: Bool
+                do {
+                    (events, scanned, more) = try read(subscription, after: cursor, log: log, limit: page)
+                } catch {
+                    publishLock.unlock()
+                    throw error
+                }
+                cursor = scanned
+                if more {
+                    publishLock.unlock()
+                    for event in events {
+                        guard subscription.outbox.pushNotificationWaiting(WatchHub.notification(event)) else {
+                            return false
+                        }
+                        subscription.lastQueued = event.id
+                    }
+                    continue
+                }
+                for event in events {
+                    // Few by now: queue them even past the limit rather than wait under the lock.
+                    _ = subscription.outbox.offerNotification(WatchHub.notification(event))
+                    subscription.lastQueued = event.id
+                }
+            }
+            subscriptions[ObjectIdentifier(subscription)] = subscription
+            publishLock.unlock()
+            return true
+        }
+    }
+
+    /// Ends a subscription (its connection closed).
+    func remove(_ subscription: Subscription) {
+        publishLock.lock()
+        subscriptions[ObjectIdentifier(subscription)] = nil
+        publishLock.unlock()
+    }
+
+    /// A page of the events after `after` that the subscription wants; `scanned` is the
+    /// last id read (where the next page starts) and `more` whether the log goes on.
+    private func read(_ subscription: Subscription, after: ULID?, log: EventLog, limit: Int) throws(EventStoreError)
+        -> (events: [Event], scanned: ULID?, more: Bool)
+    {
+        let page: (events: [Event], next: ULID?)
+        if let entity = subscription.entity {
+            page = try log.events(ofEntity: entity, after: after, limit: limit)
+        } else {
+            page = try log.events(after: after, limit: limit)
+        }
+        return (page.events.filter(subscription.wants), page.events.last?.id ?? after, page.next != nil)
+    }
+
+    static func notification(_ event: Event) -> [UInt8] {
+        var out = Array(#"{"jsonrpc":"2.0","method":"event","params":{"event":"#.utf8)
+        EventCodec.encodeStored(event, includeID: true, into: &out)
+        out.append(contentsOf: Array("}}\n".utf8))
+        return out
+    }
+
+    static func overflow(resumeAfter: ULID?) -> [UInt8] {
+        var out = JSONWriter()
+        out.beginObject()
+        out.key("jsonrpc")
+        out.string("2.0")
+        out.key("method")
+        out.string("watch.overflow")
+        out.key("params")
+        out.beginObject()
+        out.key("reason")
+        out.string("too_far_behind")
+        out.key("message")
+        out.string(
+            "this watch fell too far behind the events being written and was ended; watch again with \"after\" set to resume_after to continue without a gap"
+        )
+        out.key("resume_after")
+        out.stringOrNull(resumeAfter?.description)
+        out.endObject()
+        out.endObject()
+        out.bytes.append(0x0A)
+        return out.bytes
+    }
+}

@@ -1,0 +1,79 @@
+/// Splits a byte stream into newline-terminated lines, each at most `limit` bytes.
+///
+/// A line longer than the limit is not kept: its bytes are dropped as they arrive, up to
+/// and including its newline, and the reader reports `.tooLong` in its place, so a
+/// hostile client cannot make the reader hold more than `limit` bytes.
+public struct LineReader {
+    public enum Line: Equatable {
+        /// A complete line without its newline (a trailing "\r" is kept).
+        case line([UInt8])
+        /// A line that went over the limit; `bytes` is its length, as far as it was read.
+        case tooLong(bytes: Int)
+        /// The stream ended; a last line without a newline comes before this.
+        case end
+    }
+
+    public var limit: Int
+    var buffer: [UInt8] = []
+    /// Where the unread part of `buffer` starts.
+    var start = 0
+    /// Where the search for a newline resumes (everything before it is searched).
+    var scanned = 0
+    /// Bytes of an over-long line dropped so far; nil while not dropping.
+    var dropping: Int?
+    var ended = false
+    let chunk: Int
+
+    public init(limit: Int, chunk: Int = 64 * 1024) {
+        self.limit = limit
+        self.chunk = chunk
+    }
+
+    /// The next line, reading more from `read` (which appends up to `count` bytes to the
+    /// buffer and returns how many, 0 at the end) when the buffer holds no whole line.
+    public mutating func next(
+        reading read: (inout [UInt8], _ count: Int) throws -> Int
+    ) rethrows -> Line {
+        while true {
+            if let newline = buffer[scanned...].firstIndex(of: 0x0A) {
+                let length = newline - start
+                defer {
+                    start = newline + 1
+                    scanned = start
+                }
+                if let dropped = dropping {
+                    dropping = nil
+                    return .tooLong(bytes: dropped + length)
+                }
+                if length > limit { return .tooLong(bytes: length) }
+                return .line(Array(buffer[start..<newline]))
+            }
+            scanned = buffer.count
+            if buffer.count - start > limit {
+                dropping = (dropping ?? 0) + buffer.count - start
+                buffer.removeAll(keepingCapacity: true)
+                start = 0
+                scanned = 0
+            }
+            if ended {
+                if let dropped = dropping {
+                    dropping = nil
+                    return .tooLong(bytes: dropped + buffer.count - start)
+                }
+                if start < buffer.count {
+                    let line = Array(buffer[start...])
+                    start = buffer.count
+                    scanned = start
+                    return .line(line)
+                }
+                return .end
+            }
+            if start > 0, start >= buffer.count / 2 {
+                buffer.removeFirst(start)
+                scanned -= start
+                start = 0
+            }
+            if try read(&buffer, chunk) == 0 { ended = true }
+        }
+    }
+}

@@ -1,0 +1,135 @@
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// A connected stream socket (`AF_UNIX`, `SOCK_STREAM`): blocking reads and writes on a
+/// file descriptor this value owns.
+///
+/// - Important: Reads and writes may run on two different threads at once (one each);
+///   `close()` must be the last call.
+public final class UnixConnection: @unchecked Sendable {
+    /// The descriptor; -1 once closed. Written only by `close()`, after every other use.
+    public private(set) var descriptor: Int32
+
+    public init(adopting descriptor: Int32) {
+        self.descriptor = descriptor
+    }
+
+    deinit {
+        if descriptor >= 0 { Glibc.close(descriptor) }
+    }
+
+    /// Connects to the socket at `path`. The corresponding C function is `connect`.
+    public static func connect(to path: String) throws(SocketError) -> UnixConnection {
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw SocketError.last("socket") }
+        let connection = UnixConnection(adopting: fd)
+        let result = try withAddress(path) { address, length in
+            Glibc.connect(fd, address, length)
+        }
+        guard result == 0 else { throw SocketError.last("connect", path: path) }
+        return connection
+    }
+
+    /// Reads what is available, up to `buffer`'s free capacity `count`, blocking until at
+    /// least one byte or the end. Returns 0 at the end of the stream.
+    public func read(into buffer: inout [UInt8], count: Int) throws(SocketError) -> Int {
+        let start = buffer.count
+        buffer.append(contentsOf: repeatElement(0, count: count))
+        while true {
+            let n = buffer.withUnsafeMutableBytes { raw in
+                Glibc.read(descriptor, raw.baseAddress! + start, count)
+            }
+            if n >= 0 {
+                buffer.removeLast(count - n)
+                return n
+            }
+            if errno == EINTR { continue }
+            let error = SocketError.last("read")
+            buffer.removeLast(count)
+            throw error
+        }
+    }
+
+    /// Writes all of `bytes`, however many calls it takes.
+    public func write(_ bytes: [UInt8]) throws(SocketError) {
+        var offset = 0
+        while offset < bytes.count {
+            let n = bytes.withUnsafeBytes { raw in
+                Glibc.send(descriptor, raw.baseAddress! + offset, bytes.count - offset, Int32(MSG_NOSIGNAL))
+            }
+            if n > 0 {
+                offset += n
+            } else if n < 0, errno == EINTR {
+                continue
+            } else {
+                throw SocketError.last("write")
+            }
+        }
+    }
+
+    /// Bounds how long a read or a write may block; nil for no bound. A read or write that
+    /// waits longer throws an error whose `isTimeout` is true.
+    public func setTimeouts(read: Double?, write: Double?) throws(SocketError) {
+        func set(_ option: Int32, _ seconds: Double?) throws(SocketError) {
+            let total = seconds ?? 0
+            var value = timeval(tv_sec: Int(total), tv_usec: Int((total - Double(Int(total))) * 1_000_000))
+            guard setsockopt(descriptor, SOL_SOCKET, option, &value, socklen_t(MemoryLayout<timeval>.size)) == 0
+            else { throw SocketError.last("setsockopt") }
+        }
+        try set(SO_RCVTIMEO, read)
+        try set(SO_SNDTIMEO, write)
+    }
+
+    /// The process at the other end, as the kernel saw it connect (`SO_PEERCRED`).
+    public func peerCredentials() throws(SocketError) -> PeerCredentials {
+        // struct ucred from <sys/socket.h> (visible to C only with _GNU_SOURCE): pid, uid, gid.
+        var credentials = (pid: Int32(0), uid: UInt32(0), gid: UInt32(0))
+        var length = socklen_t(MemoryLayout<(Int32, UInt32, UInt32)>.size)
+        guard getsockopt(descriptor, SOL_SOCKET, SO_PEERCRED, &credentials, &length) == 0 else {
+            throw SocketError.last("getsockopt(SO_PEERCRED)")
+        }
+        return PeerCredentials(pid: credentials.pid, uid: credentials.uid, gid: credentials.gid)
+    }
+
+    /// Ends the reading side, or both: a thread blocked in `read` wakes and sees the end.
+    public func shutdown(writing: Bool = true) {
+        guard descriptor >= 0 else { return }
+        _ = Glibc.shutdown(descriptor, Int32(writing ? SHUT_RDWR : SHUT_RD))
+    }
+
+    /// Closes the descriptor. Call once, after every other use has returned.
+    public func close() {
+        guard descriptor >= 0 else { return }
+        Glibc.close(descriptor)
+        descriptor = -1
+    }
+}
+
+/// Who is at the other end of a Unix socket.
+public struct PeerCredentials: Equatable, Sendable {
+    public var pid: Int32
+    public var uid: UInt32
+    public var gid: UInt32
+}
+
+/// Runs `body` with a `sockaddr_un` for `path`.
+func withAddress<R>(_ path: String, _ body: (UnsafePointer<sockaddr>, socklen_t) -> R) throws(SocketError) -> R {
+    var address = sockaddr_un()
+    address.sun_family = sa_family_t(AF_UNIX)
+    let bytes = Array(path.utf8)
+    let capacity = MemoryLayout.size(ofValue: address.sun_path)
+    guard !bytes.isEmpty, bytes.count < capacity, !bytes.contains(0) else {
+        throw SocketError(
+            "bind", path: path, code: ENAMETOOLONG,
+            message: "a Unix socket path must be 1 to \(capacity - 1) bytes; choose a shorter path")
+    }
+    withUnsafeMutableBytes(of: &address.sun_path) { raw in
+        raw.copyBytes(from: bytes)
+    }
+    return withUnsafePointer(to: &address) { pointer in
+        pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+            body($0, socklen_t(MemoryLayout<sockaddr_un>.size))
+        }
+    }
+}

@@ -1,0 +1,3 @@
+import Daemon
+
+DaemonMain.run()

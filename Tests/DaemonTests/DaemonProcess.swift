@@ -1,0 +1,174 @@
+import Foundation
+import TestSupport
+import Testing
+import UnixSocket
+
+/// A real `evstored` in a temp directory: started as a child process, talked to over its
+/// socket, signalled or killed by the test.
+final class DaemonProcess: @unchecked Sendable {
+    let root: String
+    let dataDirectory: String
+    let socketPath: String
+    let process = Process()
+    let stderrPath: String
+
+    /// Starts the daemon and waits until its socket accepts a connection.
+    init(
+        root existing: String? = nil, arguments: [String] = [], environment: [String: String] = [:],
+        waitForSocket: Bool = true
+    ) throws {
+        root =
+            existing
+            ?? FileManager.default.temporaryDirectory.appendingPathComponent("evd-\(UUID().uuidString.prefix(8))").path
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        dataDirectory = root + "/data"
+        socketPath = root + "/evstored.sock"
+        stderrPath = root + "/stderr-\(UUID().uuidString.prefix(4)).log"
+        _ = FileManager.default.createFile(atPath: stderrPath, contents: nil)
+        process.executableURL = try builtBinary("evstored")
+        process.arguments = ["--data-dir", dataDirectory, "--socket", socketPath] + arguments
+        var env = ProcessInfo.processInfo.environment.filter {
+            !$0.key.hasPrefix("EVSTORE_") && $0.key != "NOTIFY_SOCKET"
+        }
+        env.merge(environment) { $1 }
+        process.environment = env
+        process.standardError = FileHandle(forWritingAtPath: stderrPath)
+        process.standardOutput = FileHandle.nullDevice
+        try process.run()
+        if waitForSocket { try self.waitForSocket() }
+    }
+
+    func waitForSocket(timeout: Double = 20) throws {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if let connection = try? UnixConnection.connect(to: socketPath) {
+                connection.close()
+                return
+            }
+            if !process.isRunning {
+                throw DaemonError("evstored exited with \(process.terminationStatus): \(stderr)")
+            }
+            Thread.sleep(forTimeInterval: 0.02)
+        }
+        throw DaemonError("evstored did not accept connections within \(timeout) s: \(stderr)")
+    }
+
+    var stderr: String { (try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? "" }
+
+    func client() throws -> RPCClient { try RPCClient(path: socketPath) }
+
+    func signal(_ number: Int32) { kill(process.processIdentifier, number) }
+
+    /// Waits for the process to exit and returns its status.
+    @discardableResult
+    func waitForExit(timeout: Double = 30) throws -> Int32 {
+        let deadline = Date().addingTimeInterval(timeout)
+        while process.isRunning {
+            if Date() > deadline {
+                kill(process.processIdentifier, SIGKILL)
+                throw DaemonError("evstored did not exit within \(timeout) s")
+            }
+            Thread.sleep(forTimeInterval: 0.02)
+        }
+        return process.terminationStatus
+    }
+
+    /// SIGTERM and wait; the exit status.
+    @discardableResult
+    func stop() throws -> Int32 {
+        signal(SIGTERM)
+        return try waitForExit()
+    }
+
+    func removeFiles() {
+        if process.isRunning {
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+        }
+        try? FileManager.default.removeItem(atPath: root)
+    }
+}
+
+struct DaemonError: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// A minimal JSON-RPC client over the socket, for tests.
+final class RPCClient: @unchecked Sendable {
+    let connection: UnixConnection
+    var reader = LineReader(limit: 1 << 30)
+    var nextID = 0
+
+    init(path: String) throws {
+        connection = try UnixConnection.connect(to: path)
+        try connection.setTimeouts(read: 60, write: 60)
+    }
+
+    deinit { connection.close() }
+
+    func send(_ line: String) throws { try send(Array(line.utf8) + [0x0A]) }
+    func send(_ bytes: [UInt8]) throws { try connection.write(bytes) }
+
+    /// The next line from the daemon, nil at the end of the stream.
+    func readLine() throws -> String? {
+        switch try reader.next(reading: { buffer, count in try connection.read(into: &buffer, count: count) }) {
+        case .line(let bytes): return String(decoding: bytes, as: UTF8.self)
+        case .tooLong: throw DaemonError("response line too long")
+        case .end: return nil
+        }
+    }
+
+    func readJSON() throws -> [String: Any] {
+        guard let line = try readLine() else { throw DaemonError("the daemon closed the connection") }
+        guard let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else {
+            throw DaemonError("not a JSON object: \(line)")
+        }
+        return object
+    }
+
+    /// Sends a request and returns the whole response object.
+    func request(_ method: String, _ params: String = "{}") throws -> [String: Any] {
+        nextID += 1
+        try send(#"{"jsonrpc":"2.0","id":\#(nextID),"method":"\#(method)","params":\#(params)}"#)
+        let response = try readJSON()
+        #expect(response["id"] as? Int == nextID)
+        return response
+    }
+
+    /// The result of a call that must succeed.
+    func call(_ method: String, _ params: String = "{}") throws -> [String: Any] {
+        let response = try request(method, params)
+        guard let result = response["result"] as? [String: Any] else {
+            throw DaemonError("\(method) failed: \(response)")
+        }
+        return result
+    }
+
+    /// The `data.reason` of a call that must fail.
+    func failure(_ method: String, _ params: String = "{}") throws -> (reason: String, code: Int, message: String) {
+        let response = try request(method, params)
+        guard let error = response["error"] as? [String: Any] else {
+            throw DaemonError("\(method) did not fail: \(response)")
+        }
+        let data = error["data"] as? [String: Any]
+        return (data?["reason"] as? String ?? "", error["code"] as? Int ?? 0, error["message"] as? String ?? "")
+    }
+}
+
+/// `{"events":[...]}` from input-form lines.
+func eventsParams(_ events: [String]) -> String { #"{"events":[\#(events.joined(separator: ","))]}"# }
+
+/// The workload generator shipped beside the repository, when present.
+func workloadScript() -> String? {
+    let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent()
+    for candidate in [
+        root.appendingPathComponent("../shared/workload/fieldops.py").path,
+        root.appendingPathComponent("shared/workload/fieldops.py").path,
+    ]
+    where FileManager.default.fileExists(atPath: candidate) {
+        return candidate
+    }
+    return nil
+}

@@ -1,0 +1,188 @@
+import Foundation
+import TestSupport
+import Testing
+import UnixSocket
+
+@Suite("Lifecycle: signals, systemd, the socket file")
+struct LifecycleTests {
+    @Test("SIGTERM with appends in flight: every answered append is kept, the daemon exits 0")
+    func sigtermDrains() throws {
+        let daemon = try DaemonProcess()
+        defer { daemon.removeFiles() }
+        let client = try daemon.client()
+        var lines: [UInt8] = []
+        for index in 0..<200 {
+            let events = (0..<50).map { #"{"entity":"job/\#(index)-\#($0)","kind":"status","status":"new"}"# }
+            lines +=
+                Array(#"{"jsonrpc":"2.0","id":\#(index),"method":"append","params":\#(eventsParams(events))}"#.utf8) + [
+                    0x0A
+                ]
+        }
+        try client.send(lines)
+        daemon.signal(SIGTERM)
+        var acknowledged: [String] = []
+        var answered = 0
+        while let line = try client.readLine() {
+            let response = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+            #expect(response["id"] as? Int == answered, "in order")
+            answered += 1
+            if let ids = (response["result"] as? [String: Any])?["ids"] as? [String] {
+                acknowledged += ids
+            } else {
+                let reason = ((response["error"] as? [String: Any])?["data"] as? [String: Any])?["reason"] as? String
+                #expect(reason == "unavailable", "\(response)")
+            }
+        }
+        #expect(try daemon.waitForExit() == 0)
+        #expect(daemon.stderr.contains("stopped cleanly"))
+        let again = try DaemonProcess(root: daemon.root)
+        let client2 = try again.client()
+        var logged: [String] = []
+        var after: String?
+        repeat {
+            let page = try client2.call("log", after.map { #"{"after":"\#($0)","limit":1000}"# } ?? #"{"limit":1000}"#)
+            logged += (page["events"] as? [[String: Any]] ?? []).compactMap { $0["id"] as? String }
+            after = page["next"] as? String
+        } while after != nil
+        // Answered appends are all there; one the daemon took but could not answer may be too.
+        #expect(Set(acknowledged).isSubset(of: Set(logged)), "answered \(answered) of 200")
+        #expect(logged.count - acknowledged.count <= 50 * (200 - answered))
+        #expect(Set(logged).count == logged.count)
+        try again.stop()
+    }
+
+    @Test("READY, STATUS and STOPPING reach NOTIFY_SOCKET; SIGINT stops like SIGTERM")
+    func notifiesSystemd() throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("evd-\(UUID().uuidString.prefix(8))")
+            .path
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        let receiver = try DatagramReceiver(path: root + "/notify.sock")
+        let daemon = try DaemonProcess(
+            root: root, environment: ["NOTIFY_SOCKET": receiver.path, "WATCHDOG_USEC": "400000"], waitForSocket: false)
+        defer { daemon.removeFiles() }
+        var messages: [String] = []
+        while !messages.contains(where: { $0.contains("READY=1") }) {
+            let message = try #require(try receiver.receive(timeout: 20), "no READY within 20 s: \(daemon.stderr)")
+            messages.append(String(decoding: message, as: UTF8.self))
+        }
+        let ready = try #require(messages.last)
+        #expect(ready.contains("STATUS=serving 0 events"))
+        #expect(ready.contains("MAINPID=\(daemon.process.processIdentifier)"))
+        // The socket accepts by the time READY is sent.
+        _ = try daemon.client().call("status")
+        // Watchdog pings come at least every half interval.
+        let ping = try #require(try receiver.receive(timeout: 2))
+        #expect(String(decoding: ping, as: UTF8.self) == "WATCHDOG=1")
+        daemon.signal(SIGINT)
+        var stopping = false
+        while let message = try receiver.receive(timeout: 10) {
+            if String(decoding: message, as: UTF8.self).contains("STOPPING=1") {
+                stopping = true
+                break
+            }
+        }
+        #expect(stopping)
+        #expect(try daemon.waitForExit() == 0)
+    }
+
+    @Test("the socket file gets mode 0660 by default, or the configured mode")
+    func socketMode() throws {
+        for (arguments, mode) in [([String](), 0o660), (["--socket-mode", "0600"], 0o600)] {
+            let daemon = try DaemonProcess(arguments: arguments)
+            defer { daemon.removeFiles() }
+            let attributes = try FileManager.default.attributesOfItem(atPath: daemon.socketPath)
+            #expect((attributes[.posixPermissions] as? Int) == mode)
+            #expect(attributes[.type] as? FileAttributeType == .typeSocket)
+            try daemon.stop()
+            #expect(!FileManager.default.fileExists(atPath: daemon.socketPath), "removed at a clean stop")
+        }
+    }
+
+    @Test("a stale socket from a killed daemon is replaced; a live one is not taken over")
+    func staleAndLiveSockets() throws {
+        let first = try DaemonProcess()
+        defer { first.removeFiles() }
+        _ = try first.client().call("append", eventsParams([#"{"entity":"job/1","kind":"delete"}"#]))
+        first.signal(SIGKILL)
+        _ = try first.waitForExit()
+        #expect(FileManager.default.fileExists(atPath: first.socketPath), "kill -9 leaves the socket file")
+        let second = try DaemonProcess(root: first.root)
+        #expect(try second.client().call("status")["events"] as? Int == 1)
+        // A third on the same socket refuses to start, and says why.
+        let third = try DaemonProcess(
+            root: first.root, arguments: ["--data-dir", first.root + "/other"], waitForSocket: false)
+        #expect(try third.waitForExit() == 69)
+        #expect(third.stderr.contains("another daemon is serving this socket"))
+        _ = try second.client().call("status")
+        try second.stop()
+    }
+
+    @Test("SIGHUP re-reads the config file and applies the limits")
+    func reloadOnHangup() throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("evd-\(UUID().uuidString.prefix(8))")
+            .path
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        let config = root + "/evstored.json"
+        try #"{"max_line_bytes": 100000, "node": "gateway-1"}"#.write(toFile: config, atomically: true, encoding: .utf8)
+        let daemon = try DaemonProcess(root: root, arguments: ["--config", config])
+        defer { daemon.removeFiles() }
+        let pad = String(repeating: "a", count: 50_000)
+        let line = #"{"jsonrpc":"2.0","id":1,"method":"status","params":{"pad":"\#(pad)"}}"#
+        let before = try daemon.client()
+        try before.send(line)
+        #expect(
+            (try before.readJSON()["error"] as? [String: Any])?["code"] as? Int == -32602,
+            "under the limit: params checked")
+        try #"{"max_line_bytes": 10000, "node": "gateway-1"}"#.write(toFile: config, atomically: true, encoding: .utf8)
+        daemon.signal(SIGHUP)
+        let deadline = Date().addingTimeInterval(10)
+        while !daemon.stderr.contains("configuration reloaded"), Date() < deadline {
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        let after = try daemon.client()
+        try after.send(line)
+        let response = try after.readJSON()
+        #expect(((response["error"] as? [String: Any])?["data"] as? [String: Any])?["reason"] as? String == "too_large")
+        // A broken file is reported and changes nothing.
+        try "{not json".write(toFile: config, atomically: true, encoding: .utf8)
+        daemon.signal(SIGHUP)
+        while !daemon.stderr.contains("not reloaded"), Date() < deadline.addingTimeInterval(10) {
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        #expect(daemon.stderr.contains("not reloaded"))
+        #expect(((try after.call("status"))["node"] as? [String: Any])?["name"] as? String == "gateway-1")
+        try daemon.stop()
+    }
+
+    @Test("evstored --help, --version, bad flags and bad config files")
+    func commandLine() throws {
+        func run(_ arguments: [String], environment: [String: String] = [:]) throws -> (Int32, String, String) {
+            let process = Process()
+            process.executableURL = try builtBinary("evstored")
+            process.arguments = arguments
+            process.environment = environment
+            let out = Pipe()
+            let err = Pipe()
+            process.standardOutput = out
+            process.standardError = err
+            try process.run()
+            let stdout = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            let stderr = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            process.waitUntilExit()
+            return (process.terminationStatus, stdout, stderr)
+        }
+        let help = try run(["--help"])
+        #expect(help.0 == 0 && help.1.contains("--data-dir") && help.1.contains("EVSTORE_SOCKET"))
+        #expect(try run(["--version"]).1.hasPrefix("evstored "))
+        let unknown = try run(["--no-such-flag"])
+        #expect(unknown.0 == 64 && unknown.2.contains("unknown option --no-such-flag"))
+        #expect(try run(["positional"]).0 == 64)
+        #expect(try run(["--socket"]).0 == 64)
+        let missing = try run(["--config", "/nonexistent/evstored.json"])
+        #expect(missing.0 == 78 && missing.2.contains("/nonexistent/evstored.json"))
+        let badValue = try run(["--durability", "sometimes"])
+        #expect(badValue.0 == 78 && badValue.2.contains("\"full\" or \"relaxed\""))
+        let badEnvironment = try run([], environment: ["EVSTORE_MAX_EVENT_BYTES": "lots"])
+        #expect(badEnvironment.0 == 78 && badEnvironment.2.contains("EVSTORE_MAX_EVENT_BYTES"))
+    }
+}
