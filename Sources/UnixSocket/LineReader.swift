@@ -58,7 +58,10 @@ public struct LineReader {
             if ended {
                 if let dropped = dropping {
                     dropping = nil
-                    return .tooLong(bytes: dropped + buffer.count - start)
+                    let length = dropped + buffer.count - start
+                    start = buffer.count
+                    scanned = start
+                    return .tooLong(bytes: length)
                 }
                 if start < buffer.count {
                     let line = Array(buffer[start...])

@@ -186,3 +186,38 @@ struct LifecycleTests {
         #expect(badEnvironment.0 == 78 && badEnvironment.2.contains("EVSTORE_MAX_EVENT_BYTES"))
     }
 }
+
+@Suite("Socket activation")
+struct SocketActivationTests {
+    @Test("started by systemd-socket-activate, the daemon serves the socket it was passed")
+    func socketActivation() throws {
+        let activator = "/usr/bin/systemd-socket-activate"
+        try #require(
+            FileManager.default.isExecutableFile(atPath: activator), "systemd-socket-activate is not installed")
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("evd-\(UUID().uuidString.prefix(8))")
+            .path
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let socket = root + "/activated.sock"
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: activator)
+        process.arguments = ["-l", socket, try builtBinary("evstored").path, "--data-dir", root + "/data"]
+        let log = root + "/stderr.log"
+        _ = FileManager.default.createFile(atPath: log, contents: nil)
+        process.standardError = FileHandle(forWritingAtPath: log)
+        process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("EVSTORE_") }
+        try process.run()
+        defer {
+            if process.isRunning { process.terminate() }
+            process.waitUntilExit()
+        }
+        let deadline = Date().addingTimeInterval(10)
+        while !FileManager.default.fileExists(atPath: socket), Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
+        // The first connection starts the daemon on the activator's socket.
+        let client = try RPCClient(path: socket)
+        _ = try client.call("append", eventsParams([#"{"entity":"job/1","kind":"status","status":"new"}"#]))
+        #expect(try client.call("status")["events"] as? Int == 1)
+        let stderr = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+        #expect(stderr.contains("serving the socket systemd passed"))
+    }
+}

@@ -1,0 +1,131 @@
+import Foundation
+import Testing
+import UnixSocket
+
+@Suite("LineReader")
+struct LineReaderTests {
+    /// Feeds `input` in chunks of `chunk` bytes and collects every line until the end.
+    func lines(_ input: [UInt8], limit: Int, chunk: Int) -> [LineReader.Line] {
+        var reader = LineReader(limit: limit, chunk: chunk)
+        var offset = 0
+        var out: [LineReader.Line] = []
+        while true {
+            let line = reader.next { buffer, count in
+                let n = min(count, input.count - offset)
+                buffer.append(contentsOf: input[offset..<(offset + n)])
+                offset += n
+                return n
+            }
+            out.append(line)
+            if line == .end { return out }
+        }
+    }
+
+    @Test(
+        "splits at newlines whatever the chunk size; a last line without newline counts",
+        arguments: [1, 2, 5, 64, 4096])
+    func splits(chunk: Int) {
+        let input = Array("one\ntwo\n\nthree".utf8)
+        #expect(
+            lines(input, limit: 100, chunk: chunk) == [
+                .line(Array("one".utf8)), .line(Array("two".utf8)), .line([]), .line(Array("three".utf8)), .end,
+            ])
+    }
+
+    @Test(
+        "a line over the limit is reported, not kept, and the next line is read whole", arguments: [1, 7, 64, 100_000])
+    func overLimit(chunk: Int) {
+        let long = [UInt8](repeating: UInt8(ascii: "x"), count: 5000)
+        let input = Array("ok\n".utf8) + long + [0x0A] + Array("after\n".utf8) + long
+        #expect(
+            lines(input, limit: 1000, chunk: chunk) == [
+                .line(Array("ok".utf8)), .tooLong(bytes: 5000), .line(Array("after".utf8)), .tooLong(bytes: 5000), .end,
+            ])
+    }
+
+    @Test("exactly at the limit is a line")
+    func atLimit() {
+        let line = [UInt8](repeating: UInt8(ascii: "y"), count: 64)
+        #expect(lines(line + [0x0A], limit: 64, chunk: 16) == [.line(line), .end])
+        #expect(lines(line + [0x79, 0x0A], limit: 64, chunk: 16) == [.tooLong(bytes: 65), .end])
+    }
+}
+
+@Suite("Unix sockets")
+struct UnixSocketTests {
+    func temporaryPath(_ name: String) -> String {
+        FileManager.default.temporaryDirectory.appendingPathComponent("us-\(UUID().uuidString.prefix(8))-\(name)").path
+    }
+
+    @Test("a listener binds with the mode asked for, replaces a stale socket, refuses a live one")
+    func listenerRules() throws {
+        let path = temporaryPath("a.sock")
+        defer { unlink(path) }
+        let first = try UnixListener.bind(path: path, mode: 0o600)
+        let attributes = try FileManager.default.attributesOfItem(atPath: path)
+        #expect(attributes[.posixPermissions] as? Int == 0o600)
+        // A client connects; the server sees who it is.
+        let client = try UnixConnection.connect(to: path)
+        let server = try #require(try first.accept(timeout: 5))
+        let credentials = try server.peerCredentials()
+        #expect(credentials.pid == getpid() && credentials.uid == getuid() && credentials.gid == getgid())
+        try client.write(Array("ping\n".utf8))
+        var buffer: [UInt8] = []
+        let count = try server.read(into: &buffer, count: 16)
+        #expect(count == 5)
+        #expect(buffer == Array("ping\n".utf8))
+        client.close()
+        #expect(try server.read(into: &buffer, count: 16) == 0, "end of stream")
+        server.close()
+        // A second listener on a live socket is refused (its probe is accepted and closed).
+        #expect {
+            _ = try UnixListener.bind(path: path)
+        } throws: { error in
+            (error as? SocketError)?.code == EADDRINUSE
+        }
+        // Leave the file behind as a crashed daemon would: close the descriptor only.
+        let stale = temporaryPath("b.sock")
+        defer { unlink(stale) }
+        let crashed = try UnixListener.bind(path: stale)
+        let descriptor = crashed.descriptor
+        _ = Foundation.close(descriptor)
+        #expect(FileManager.default.fileExists(atPath: stale))
+        let replaced = try UnixListener.bind(path: stale)
+        _ = try UnixConnection.connect(to: stale)
+        #expect(try replaced.accept(timeout: 5) != nil)
+        first.close()
+        #expect(!FileManager.default.fileExists(atPath: path), "close removes the file")
+    }
+
+    @Test("a path that is not a socket is never removed; connecting to nothing says so")
+    func refusals() throws {
+        let path = temporaryPath("file")
+        #expect(FileManager.default.createFile(atPath: path, contents: Data("keep".utf8)))
+        defer { unlink(path) }
+        #expect {
+            _ = try UnixListener.bind(path: path)
+        } throws: { error in
+            (error as? SocketError)?.code == EEXIST
+        }
+        #expect(FileManager.default.contents(atPath: path) == Data("keep".utf8))
+        #expect {
+            _ = try UnixConnection.connect(to: temporaryPath("missing.sock"))
+        } throws: { error in
+            (error as? SocketError)?.isMissing == true
+        }
+        #expect {
+            _ = try UnixConnection.connect(to: "/" + String(repeating: "x", count: 200))
+        } throws: { error in
+            (error as? SocketError)?.code == ENAMETOOLONG
+        }
+    }
+
+    @Test("datagrams reach a receiver, also in the abstract namespace")
+    func datagrams() throws {
+        let path = temporaryPath("n.sock")
+        let receiver = try DatagramReceiver(path: path)
+        try sendDatagram(Array("READY=1".utf8), to: path)
+        #expect(try receiver.receive(timeout: 5) == Array("READY=1".utf8))
+        #expect(try receiver.receive(timeout: 0.05) == nil)
+    }
+}
