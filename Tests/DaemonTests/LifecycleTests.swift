@@ -221,3 +221,25 @@ struct SocketActivationTests {
         #expect(stderr.contains("serving the socket systemd passed"))
     }
 }
+
+@Suite("systemd units")
+struct SystemdUnitTests {
+    @Test(
+        "evstored.service and evstored.socket pass systemd-analyze verify",
+        .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/systemd-analyze")))
+    func unitsVerify() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/sh")
+        process.arguments = [root.appendingPathComponent("systemd/verify.sh").path, try builtBinary("evstored").path]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = output
+        try process.run()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0, "\(text)")
+        #expect(text.contains("systemd units: ok"))
+    }
+}
