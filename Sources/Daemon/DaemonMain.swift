@@ -96,6 +96,30 @@ final class Daemon: Sendable {
         sources.append(hangup)
         defer { for source in sources { source.cancel() } }
 
+        let (code, store) = serveStore(configuration, stopRequested: stopRequested, servingContext: servingContext)
+        guard code == 0 else { return code }
+        // Every user of the store has ended; the last references go as their threads exit.
+        let deadline = Date().addingTimeInterval(2)
+        while store.log != nil, Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+        if store.log == nil {
+            logger.info("stopped cleanly; the store is closed")
+        } else {
+            logger.warning("stopped; the store was still referenced, the system closes it at exit")
+        }
+        return 0
+    }
+
+    /// Holds the log weakly, to tell whether it was closed.
+    final class WeakLog {
+        weak var log: EventLog?
+        init(_ log: EventLog?) { self.log = log }
+    }
+
+    /// Opens the store, serves until a stop is requested, drains; the exit code.
+    private func serveStore(
+        _ configuration: Configuration, stopRequested: DispatchSemaphore,
+        servingContext: borrowing Mutex<ServerContext?>
+    ) -> (Int32, WeakLog) {
         let log: EventLog
         do {
             try FileManager.default.createDirectory(
@@ -104,7 +128,7 @@ final class Daemon: Sendable {
         } catch {
             logger.error(
                 "cannot create the data directory \(configuration.dataDirectory): \(error.localizedDescription)")
-            return DaemonMain.Exit.cantCreate
+            return (DaemonMain.Exit.cantCreate, WeakLog(nil))
         }
         do {
             var options = StoreOptions()
@@ -120,7 +144,7 @@ final class Daemon: Sendable {
             log = try EventLog.open(directory: configuration.dataDirectory, options: options)
         } catch {
             logger.error("cannot open the store in \(configuration.dataDirectory): \(error)")
-            return DaemonMain.Exit.ioError
+            return (DaemonMain.Exit.ioError, WeakLog(nil))
         }
         if let previous = log.previousNodeID {
             logger.warning(
@@ -133,7 +157,7 @@ final class Daemon: Sendable {
             listener = try listen(configuration)
         } catch {
             logger.error("cannot serve the socket: \(error)")
-            return error.code == EADDRINUSE ? DaemonMain.Exit.unavailable : DaemonMain.Exit.cantCreate
+            return (error.code == EADDRINUSE ? DaemonMain.Exit.unavailable : DaemonMain.Exit.cantCreate, WeakLog(nil))
         }
 
         let hub = WatchHub(logger: logger)
@@ -165,8 +189,8 @@ final class Daemon: Sendable {
         writer.stop()
         maintenance.stop()
         if configuration.durability == .relaxed { try? log.sync() }
-        logger.info("stopped cleanly")
-        return 0
+        servingContext.withLock { $0 = nil }
+        return (0, WeakLog(log))
     }
 
     /// The socket systemd passed, or a new one at the configured path.
