@@ -98,6 +98,20 @@ struct LifecycleTests {
         }
     }
 
+    @Test("the socket's group is the configured one; an unknown group stops the start with a message")
+    func socketGroup() throws {
+        let group = getgid()
+        let daemon = try DaemonProcess(arguments: ["--socket-group", "\(group)"])
+        defer { daemon.removeFiles() }
+        let attributes = try FileManager.default.attributesOfItem(atPath: daemon.socketPath)
+        #expect((attributes[.groupOwnerAccountID] as? NSNumber)?.uint32Value == group)
+        try daemon.stop()
+        let unknown = try DaemonProcess(
+            root: daemon.root, arguments: ["--socket-group", "no-such-group-evstore"], waitForSocket: false)
+        #expect(try unknown.waitForExit() == 73)
+        #expect(unknown.stderr.contains("no group \"no-such-group-evstore\""))
+    }
+
     @Test("a stale socket from a killed daemon is replaced; a live one is not taken over")
     func staleAndLiveSockets() throws {
         let first = try DaemonProcess()
