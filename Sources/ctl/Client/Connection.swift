@@ -1,0 +1,185 @@
+import Arguments
+import Foundation
+import Projections
+import UnixSocket
+
+/// One message from the daemon: a reply to a request, or a notification (from `watch`).
+enum Message {
+    case reply(Reply)
+    /// `bytes` is the whole message as the daemon wrote it.
+    case notification(method: String, params: [String: Any], bytes: [UInt8])
+}
+
+/// A reply: its result or its error, and the result's bytes exactly as the daemon sent them.
+struct Reply {
+    var id: Int?
+    var result: Any?
+    var resultBytes: [UInt8]
+    var error: RPCError?
+}
+
+/// A connection to the daemon speaking newline-delimited JSON-RPC 2.0.
+///
+/// Every failure comes out as a `CommandFailure` with evctl's exit status and a sentence
+/// for the user; no errno numbers.
+final class Connection: @unchecked Sendable {
+    let path: String
+    let socket: UnixConnection
+    /// The reading side; used by one thread at a time.
+    var reader = LineReader(limit: 1 << 30)
+    /// The next request id; used by the writing thread only.
+    var nextID = 1
+
+    private init(path: String, socket: UnixConnection) {
+        self.path = path
+        self.socket = socket
+    }
+
+    static func open(_ path: String) throws(CommandFailure) -> Connection {
+        do {
+            return Connection(path: path, socket: try UnixConnection.connect(to: path))
+        } catch {
+            throw failure(connecting: path, error)
+        }
+    }
+
+    static func failure(connecting path: String, _ error: SocketError) -> CommandFailure {
+        if error.isMissing || error.isConnectionRefused {
+            return CommandFailure(
+                exitCode: ExitStatus.unavailable,
+                "no evstore daemon is listening on \(path). Start it with `evstored` (or `systemctl start evstored`), "
+                    + "or point evctl at its socket with --socket or EVSTORE_SOCKET.")
+        }
+        if error.isPermissionDenied {
+            return CommandFailure(exitCode: ExitStatus.forbidden, permissionMessage(path))
+        }
+        return CommandFailure(
+            exitCode: ExitStatus.unavailable,
+            "cannot connect to the evstore daemon at \(path): \(error.message.lowercased()).")
+    }
+
+    /// Who may connect is decided by the socket's group: say which group that is.
+    static func permissionMessage(_ path: String) -> String {
+        let attributes = try? FileManager.default.attributesOfItem(atPath: path)
+        guard let group = attributes?[.groupOwnerAccountName] as? String else {
+            return "permission denied on \(path): you may not open the socket or the directory that holds it. "
+                + "Ask an administrator to add you to the socket's group (evstore under systemd), then log in again."
+        }
+        let mode = (attributes?[.posixPermissions] as? Int).map { " (mode " + String($0, radix: 8) + ")" } ?? ""
+        return "permission denied on \(path): the socket belongs to group \(group)\(mode), and only its members may "
+            + "connect. Add yourself to it (`sudo usermod -aG \(group) $USER`, then log in again), "
+            + "or run evctl as a member of \(group)."
+    }
+
+    // MARK: Requests
+
+    /// The bytes of a request line: `{"jsonrpc":"2.0","id":N,"method":M,"params":P}\n`.
+    static func requestLine(id: Int, method: String, params: [UInt8]) -> [UInt8] {
+        var line = Array(#"{"jsonrpc":"2.0","id":"#.utf8)
+        line += Array(String(id).utf8)
+        line += Array(#","method":"#.utf8)
+        CanonicalWriter.appendString(method, to: &line)
+        line += Array(#","params":"#.utf8)
+        line += params
+        line += Array("}\n".utf8)
+        return line
+    }
+
+    /// Sends one request; returns its id.
+    @discardableResult
+    func send(_ method: String, _ params: JSONObjectWriter = JSONObjectWriter()) throws(CommandFailure) -> Int {
+        let id = nextID
+        nextID += 1
+        try write(Connection.requestLine(id: id, method: method, params: params.bytes))
+        return id
+    }
+
+    func write(_ bytes: [UInt8]) throws(CommandFailure) {
+        do {
+            try socket.write(bytes)
+        } catch {
+            throw lost(error)
+        }
+    }
+
+    /// Sends a request and waits for its reply; an error reply becomes a failure with the
+    /// exit status of its reason.
+    func call(_ method: String, _ params: JSONObjectWriter = JSONObjectWriter()) throws(CommandFailure) -> Reply {
+        let id = try send(method, params)
+        while true {
+            switch try receive() {
+            case .notification:
+                continue
+            case .reply(let reply):
+                guard reply.id == id || reply.id == nil else { continue }
+                if let error = reply.error {
+                    throw CommandFailure(exitCode: error.exitStatus, error.description)
+                }
+                return reply
+            }
+        }
+    }
+
+    /// The next message; the end of the stream is a failure (the daemon went away).
+    func receive() throws(CommandFailure) -> Message {
+        guard let message = try receiveOrEnd() else {
+            throw CommandFailure(
+                exitCode: ExitStatus.unavailable,
+                "the daemon at \(path) closed the connection before answering; it may have stopped.")
+        }
+        return message
+    }
+
+    /// The next message, or nil when the daemon closed the connection.
+    func receiveOrEnd() throws(CommandFailure) -> Message? {
+        let socket = self.socket
+        let line: LineReader.Line
+        do {
+            line = try reader.next { buffer, count in try socket.read(into: &buffer, count: count) }
+        } catch let error as SocketError {
+            throw lost(error)
+        } catch {
+            throw CommandFailure(
+                exitCode: ExitStatus.unavailable, "reading from the daemon at \(path) failed: \(error)")
+        }
+        switch line {
+        case .end:
+            return nil
+        case .tooLong(let bytes):
+            throw CommandFailure(
+                exitCode: ExitStatus.failed, "the daemon sent a reply of \(bytes) bytes, too long to read.")
+        case .line(let bytes):
+            return try Connection.decode(bytes)
+        }
+    }
+
+    static func decode(_ bytes: [UInt8]) throws(CommandFailure) -> Message {
+        guard let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any] else {
+            let start = String(decoding: bytes.prefix(80), as: UTF8.self)
+            throw CommandFailure(
+                exitCode: ExitStatus.failed, "the daemon sent something that is not JSON-RPC: \(start)")
+        }
+        if object["id"] == nil, let method = object["method"] as? String {
+            return .notification(method: method, params: object["params"] as? [String: Any] ?? [:], bytes: bytes)
+        }
+        var reply = Reply(id: object["id"] as? Int, result: object["result"], resultBytes: [], error: nil)
+        if let error = object["error"] as? [String: Any] {
+            reply.error = RPCError(error)
+        } else {
+            reply.resultBytes = RawJSON.member("result", of: bytes) ?? Array("null".utf8)
+        }
+        return .reply(reply)
+    }
+
+    func lost(_ error: SocketError) -> CommandFailure {
+        CommandFailure(exitCode: ExitStatus.unavailable, lostReason(error) + "; it may have stopped.")
+    }
+
+    func lostReason(_ error: SocketError) -> String {
+        "lost the connection to the daemon at \(path) (\(error.message.lowercased()))"
+    }
+
+    func close() {
+        socket.shutdown()
+    }
+}

@@ -1,0 +1,130 @@
+import Arguments
+import Foundation
+
+/// `evctl get ENTITY`: an entity's current state.
+struct Get: Command {
+    static var configuration: CommandConfiguration {
+        CommandConfiguration(
+            name: "get",
+            abstract: "Show an entity's current state: status, fields, sets, conflicts.",
+            discussion: """
+                Fields whose concurrent edits conflict are listed with every competing value; \
+                `evctl resolve` settles them. With --json, the state exactly as the daemon returns it.
+                """,
+            arguments: [
+                .flag("history", help: "Also list every status the entity has had."),
+                .positional("ENTITY", help: "The entity, TYPE/ID (e.g. job/42)."),
+            ])
+    }
+
+    var global: GlobalOptions
+    var entity: String
+    var history: Bool
+
+    init(_ arguments: ParsedArguments) {
+        global = GlobalOptions(arguments)
+        entity = arguments["ENTITY"] ?? ""
+        history = arguments.flag("history")
+    }
+
+    func run() throws {
+        let connection = try global.connect()
+        var params = JSONObjectWriter()
+        params.add("entity", entity)
+        let reply = try connection.call("get", params)
+        var output = StandardOutput()
+        if global.json {
+            output.line(bytes: reply.resultBytes)
+        } else {
+            for line in EntityText.lines(reply.result as? [String: Any] ?? [:], history: history) {
+                output.line(line)
+            }
+        }
+        output.flush()
+    }
+}
+
+/// An entity's state as lines for a person.
+enum EntityText {
+    static func lines(_ state: [String: Any], history: Bool) -> [String] {
+        let entity = state["entity"] as? String ?? "?"
+        var rows: [[String]] = [
+            ["entity:", entity],
+            ["version:", state["version"] as? String ?? "-"],
+            ["events:", String(state["events"] as? Int ?? 0)],
+        ]
+        let deleted = state["deleted"] as? Bool ?? false
+        rows.append(["deleted:", deleted ? "yes (evctl append \(entity) restore brings it back)" : "no"])
+        let status = state["status"] as? [String: Any]
+        let current = status?["current"].map { $0 is NSNull ? "-" : RawJSON.display($0) } ?? "-"
+        rows.append(["status:", current])
+        var lines = Format.table(rows)
+
+        if history, let entries = status?["history"] as? [[String: Any]], !entries.isEmpty {
+            lines.append("history:")
+            let table = entries.map { entry in
+                [
+                    "  " + (entry["id"] as? String ?? "?"), entry["status"].map(RawJSON.display) ?? "?",
+                    (entry["origin"] as? String).map { "from \($0)" } ?? "",
+                ]
+            }
+            lines += Format.table(table)
+        }
+
+        let fields = state["fields"] as? [String: Any] ?? [:]
+        if fields.isEmpty {
+            lines.append("fields: none")
+        } else {
+            lines.append("fields:")
+            lines += fields.keys.sorted().map { "  \($0): \(RawJSON.display(fields[$0]!))" }
+        }
+
+        let sets = state["sets"] as? [String: Any] ?? [:]
+        if !sets.isEmpty {
+            lines.append("sets:")
+            for name in sets.keys.sorted() {
+                let elements = (sets[name] as? [Any] ?? []).map(RawJSON.display)
+                lines.append("  \(name): " + (elements.isEmpty ? "(empty)" : elements.joined(separator: ", ")))
+            }
+        }
+
+        lines += conflictLines(state)
+        return lines
+    }
+
+    /// The conflicts in words, each competing value with the event that set it.
+    static func conflictLines(_ state: [String: Any]) -> [String] {
+        let conflicts = state["conflicts"] as? [String: Any] ?? [:]
+        let fields = conflicts["fields"] as? [String: Any] ?? [:]
+        let statuses = conflicts["status"] as? [[String: Any]] ?? []
+        let names = fields.keys.sorted().filter { !((fields[$0] as? [Any]) ?? []).isEmpty }
+        guard !names.isEmpty || !statuses.isEmpty else { return ["conflicts: none"] }
+
+        var what = names.map { "\($0) (\(((fields[$0] as? [Any]) ?? []).count) values)" }
+        if !statuses.isEmpty { what.append("status (\(statuses.count) values)") }
+        var lines = ["CONFLICT: concurrent changes to " + what.joined(separator: ", ") + ":"]
+        func heads(_ entries: [[String: Any]], valueKey: String) -> [String] {
+            Format.table(
+                entries.map { head in
+                    let value = head[valueKey] ?? head["value"] ?? head["status"]
+                    return [
+                        "    " + (value.map(RawJSON.display) ?? "?"), head["id"] as? String ?? "",
+                        (head["origin"] as? String).map { "from \($0)" } ?? "",
+                    ]
+                })
+        }
+        for name in names {
+            lines.append("  \(name):")
+            lines += heads(fields[name] as? [[String: Any]] ?? [], valueKey: "value")
+        }
+        if !statuses.isEmpty {
+            lines.append("  status:")
+            lines += heads(statuses, valueKey: "status")
+        }
+        let entity = state["entity"] as? String ?? "ENTITY"
+        var command = "evctl resolve \(entity)" + names.map { " \($0)=VALUE" }.joined()
+        if !statuses.isEmpty { command += " --status STATUS" }
+        lines.append("  settle with: \(command)")
+        return lines
+    }
+}

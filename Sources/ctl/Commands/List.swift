@@ -1,0 +1,75 @@
+import Arguments
+
+/// `evctl list`: entities, by type and status.
+struct List: Command {
+    static var configuration: CommandConfiguration {
+        CommandConfiguration(
+            name: "list",
+            abstract: "List entities: their status, version and whether they are deleted.",
+            arguments: [
+                .option("status", value: "STATUS", help: "Only entities whose current status is STATUS."),
+                .flag("include-deleted", help: "Also list deleted entities."),
+                .option(
+                    "limit", value: "N", help: "At most N entities per page (1-10000; the daemon's default is 100)."),
+                .option("after", value: "ENTITY", help: "Start after this entity (the `next` of a previous page)."),
+                .flag("all", help: "Read every page, not only the first."),
+                .positional("TYPE", optional: true, help: "Only entities of this type (e.g. job)."),
+            ])
+    }
+
+    var global: GlobalOptions
+    var type: String?
+    var status: String?
+    var includeDeleted: Bool
+    var limit: Int?
+    var after: String?
+    var all: Bool
+
+    init(_ arguments: ParsedArguments) throws {
+        global = GlobalOptions(arguments)
+        type = arguments["TYPE"]
+        status = arguments["status"]
+        includeDeleted = arguments.flag("include-deleted")
+        limit = try arguments.integer("limit", in: 1...10000)
+        after = arguments["after"]
+        all = arguments.flag("all")
+    }
+
+    func run() throws {
+        let pages = Pages(connection: try global.connect(), method: "list", itemsMember: "entities", all: all)
+        var raw: [[UInt8]] = []
+        var rows: [[String]] = []
+        let next = try pages.read(after: after) { cursor in
+            var params = JSONObjectWriter()
+            params.add("type", type)
+            params.add("status", status)
+            if includeDeleted { params.add("include_deleted", true) }
+            params.add("limit", limit ?? (all ? 1000 : nil))
+            params.add("after", cursor)
+            return params
+        } page: { reply in
+            if global.json {
+                if all { raw += pages.rawItems(reply) } else { raw = [reply.resultBytes] }
+            } else {
+                rows += pages.items(reply).map { item in
+                    [
+                        item["entity"] as? String ?? "?",
+                        (item["status"] as? String).map { RawJSON.display($0) } ?? "-",
+                        item["version"] as? String ?? "-",
+                        (item["deleted"] as? Bool ?? false) ? "yes" : "no",
+                    ]
+                }
+            }
+        }
+        var output = StandardOutput()
+        if global.json {
+            output.line(bytes: all ? pages.merged(raw, next: next) : raw.first ?? [])
+        } else if rows.isEmpty {
+            output.line("no entities")
+        } else {
+            for line in Format.table([["ENTITY", "STATUS", "VERSION", "DELETED"]] + rows) { output.line(line) }
+        }
+        output.flush()
+        if !global.json { Pages.hintMore(next) }
+    }
+}

@@ -1,0 +1,119 @@
+import Arguments
+import Foundation
+
+/// `evctl status`: what is saved locally, what each peer still lacks, what needs attention.
+struct Status: Command {
+    static var configuration: CommandConfiguration {
+        CommandConfiguration(
+            name: "status",
+            abstract: "Show the store's state: saved locally, pending per peer, needs attention.",
+            discussion: """
+                The first line sums it up; then the node, the store's size and digest (equal \
+                digests mean equal projections), clock skew seen from other nodes, what needs \
+                attention, and the peers.
+                """)
+    }
+
+    var global: GlobalOptions
+
+    init(_ arguments: ParsedArguments) {
+        global = GlobalOptions(arguments)
+    }
+
+    func run() throws {
+        let reply = try global.connect().call("status")
+        var output = StandardOutput()
+        if global.json {
+            output.line(bytes: reply.resultBytes)
+        } else {
+            for line in Status.lines(reply.result as? [String: Any] ?? [:]) { output.line(line) }
+        }
+        output.flush()
+    }
+
+    static func lines(_ status: [String: Any]) -> [String] {
+        let events = status["events"] as? Int ?? 0
+        let entities = status["entities"] as? Int ?? 0
+        let peers = status["peers"] as? [[String: Any]] ?? []
+        let attention = status["needs_attention"] as? [String: Any] ?? [:]
+        let conflicts = attention["conflicts"] as? Int ?? 0
+        let deadLetters = attention["dead_letters"] as? Int ?? 0
+        let failingPeers = attention["failing_peers"] as? Int ?? 0
+
+        var attentionWords: [String] = []
+        if conflicts > 0 { attentionWords.append(Format.count(conflicts, "entity", "entities") + " in conflict") }
+        if deadLetters > 0 { attentionWords.append(Format.count(deadLetters, "dead letter")) }
+        if failingPeers > 0 { attentionWords.append(Format.count(failingPeers, "failing peer")) }
+        let attentionText = attentionWords.isEmpty ? "nothing" : attentionWords.joined(separator: ", ")
+
+        let pendingText: String
+        if peers.isEmpty {
+            pendingText = "no peers"
+        } else {
+            pendingText =
+                peers.map { peer in
+                    "\(peer["pending"] as? Int ?? 0) pending for \(peer["name"] as? String ?? "?")"
+                }.joined(separator: ", ")
+        }
+        var lines = [
+            "saved locally: \(Format.count(events, "event")) in \(Format.count(entities, "entity", "entities")); "
+                + "\(pendingText); needs attention: \(attentionText)"
+        ]
+
+        let node = status["node"] as? [String: Any] ?? [:]
+        var nodeText = node["id"] as? String ?? "?"
+        if let name = node["name"] as? String, !name.isEmpty { nodeText += " (\(name))" }
+        var rows: [[String]] = [
+            ["node:", nodeText],
+            ["events:", String(events)],
+            ["entities:", String(entities)],
+            ["size:", Format.bytes(status["bytes"] as? Int ?? 0)],
+            ["digest:", status["digest"] as? String ?? "-"],
+        ]
+        let clock = status["clock"] as? [String: Any] ?? [:]
+        let skewed = clock["skewed_origins"] as? [String: Any] ?? [:]
+        // max_skew_ms is the skew the node accepts; the origins listed are further ahead.
+        let allowed = Format.milliseconds(clock["max_skew_ms"] as? Int ?? 0)
+        if skewed.isEmpty {
+            rows.append(["clock skew:", "none beyond the \(allowed) allowed"])
+        } else {
+            let count = Format.count(skewed.count, "node")
+            rows.append(["clock skew:", "\(count) ahead of this clock by more than the \(allowed) allowed:"])
+            for origin in skewed.keys.sorted() {
+                rows.append(["", "  \(origin): \(Format.milliseconds(skewed[origin] as? Int ?? 0)) ahead"])
+            }
+        }
+        var attentionRows: [String] = []
+        if conflicts > 0 {
+            attentionRows.append(Format.count(conflicts, "entity", "entities") + " in conflict (evctl conflicts)")
+        }
+        if deadLetters > 0 { attentionRows.append(Format.count(deadLetters, "dead letter") + " (evctl dead-letters)") }
+        if failingPeers > 0 { attentionRows.append(Format.count(failingPeers, "failing peer")) }
+        if attentionRows.isEmpty { attentionRows = ["nothing"] }
+        for (index, row) in attentionRows.enumerated() { rows.append([index == 0 ? "needs attention:" : "", row]) }
+        if peers.isEmpty { rows.append(["peers:", "no peers"]) }
+        lines += Format.table(rows)
+
+        if !peers.isEmpty {
+            lines.append("peers:")
+            lines += Format.table(
+                peers.map { peer in
+                    var row = [
+                        "  " + (peer["name"] as? String ?? "?"), peer["url"] as? String ?? "",
+                        peer["state"] as? String ?? "?", "\(peer["pending"] as? Int ?? 0) pending",
+                    ]
+                    if let last = peer["last_success"], !(last is NSNull) {
+                        row.append("last success \(RawJSON.display(last))")
+                    } else {
+                        row.append("never synced")
+                    }
+                    if let error = peer["last_error"], !(error is NSNull) {
+                        let message = (error as? [String: Any])?["message"] as? String ?? RawJSON.display(error)
+                        row.append("last error: \(message)")
+                    }
+                    return row
+                })
+        }
+        return lines
+    }
+}

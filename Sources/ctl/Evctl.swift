@@ -1,0 +1,59 @@
+import Arguments
+import Foundation
+
+/// `evctl`: the command line of an evstore daemon.
+struct Evctl: Command {
+    static let version = "0.1.0"
+
+    static var configuration: CommandConfiguration {
+        CommandConfiguration(
+            name: "evctl",
+            abstract: "Talk to the evstore daemon: append events, read entities, the log and the store's state.",
+            discussion: """
+                evctl finds the daemon's socket from --socket, else EVSTORE_SOCKET, else the first \
+                of these that exists: $XDG_RUNTIME_DIR/evstore/evstored.sock, \
+                /run/evstore/evstored.sock, ./.evstore/evstored.sock.
+
+                Output is for people; with --json it is the daemon's JSON reply, one line (NDJSON \
+                for streams of events). Field values follow HTTPie's habit: name=text is a string, \
+                name:=JSON is any JSON value.
+
+                  evctl new job
+                  evctl append job/42 status en_route
+                  evctl append job/42 set address="12 Main St" floor:=3
+                  evctl append --file events.ndjson
+                  evctl get job/42
+                """,
+            usage: ["[--socket PATH] [--json] COMMAND [ARGUMENT...]"],
+            arguments: [
+                .option("socket", value: "PATH", help: "The daemon's socket (also EVSTORE_SOCKET)."),
+                .flag("json", help: "Print JSON for scripts instead of text for people."),
+            ],
+            subcommands: [
+                New.self, Append.self, Get.self, List.self, Log.self, Status.self, Conflicts.self, Resolve.self,
+                DeadLetters.self, Rebuild.self, Backup.self,
+            ],
+            version: version,
+            sections: [HelpSection("exit status", ExitStatus.helpText)])
+    }
+
+    init(_ arguments: ParsedArguments) {}
+}
+
+/// The options every command shares.
+struct GlobalOptions {
+    var socketOption: String?
+    var json: Bool
+
+    init(_ arguments: ParsedArguments) {
+        socketOption = arguments["socket"]
+        json = arguments.flag("json")
+    }
+
+    /// The socket's path, resolved now.
+    var socketPath: String { SocketLocation.resolve(option: socketOption) }
+
+    func connect() throws(CommandFailure) -> Connection {
+        try Connection.open(socketPath)
+    }
+}

@@ -1,0 +1,106 @@
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Standard output, buffered: written out when the buffer is large and by `flush()`.
+/// `line` writes at once when `immediately` is set (followed output, acknowledgements a
+/// watching process must see before evctl ends).
+struct StandardOutput {
+    private var buffer: [UInt8] = []
+
+    mutating func line(_ text: String, immediately: Bool = false) {
+        buffer += Array(text.utf8)
+        buffer.append(0x0A)
+        if immediately || buffer.count >= 64 * 1024 { flush() }
+    }
+
+    mutating func line(bytes: [UInt8], immediately: Bool = false) {
+        buffer += bytes
+        buffer.append(0x0A)
+        if immediately || buffer.count >= 64 * 1024 { flush() }
+    }
+
+    mutating func flush() {
+        guard !buffer.isEmpty else { return }
+        StandardOutput.write(buffer)
+        buffer.removeAll(keepingCapacity: true)
+    }
+
+    /// Writes to standard output at once. When the reader has gone (`evctl log | head` with
+    /// SIGPIPE ignored), evctl ends quietly, as it would by the signal.
+    static func write(_ bytes: [UInt8]) {
+        do {
+            try FileHandle.standardOutput.write(contentsOf: bytes)
+        } catch {
+            exit(ExitStatus.failed)
+        }
+    }
+}
+
+enum Terminal {
+    /// Whether standard error is a terminal (progress lines are shown only there).
+    static var standardErrorIsTerminal: Bool { isatty(2) == 1 }
+
+    /// Writes `evctl: text` and a newline to standard error.
+    static func note(_ text: String) {
+        try? FileHandle.standardError.write(contentsOf: Data("evctl: \(text)\n".utf8))
+    }
+
+    /// Writes to standard error as it is (progress lines).
+    static func writeError(_ text: String) {
+        try? FileHandle.standardError.write(contentsOf: Data(text.utf8))
+    }
+}
+
+enum Format {
+    /// Bytes in binary units: `812 B`, `1.2 MiB`.
+    static func bytes(_ count: Int) -> String {
+        let units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"]
+        var value = Double(count)
+        var unit = 0
+        while value >= 1024, unit < units.count - 1 {
+            value /= 1024
+            unit += 1
+        }
+        if unit == 0 { return "\(count) B" }
+        return String(format: value < 10 ? "%.1f" : "%.0f", value) + " " + units[unit]
+    }
+
+    /// Milliseconds as a person reads a duration: `850 ms`, `2.5 s`, `3 min`, `2.0 h`.
+    static func milliseconds(_ ms: Int) -> String {
+        if ms < 1000 { return "\(ms) ms" }
+        let seconds = Double(ms) / 1000
+        if seconds < 60 { return String(format: "%.1f s", seconds) }
+        if seconds < 3600 { return String(format: "%.0f min", seconds / 60) }
+        if seconds < 86400 { return String(format: "%.1f h", seconds / 3600) }
+        return String(format: "%.1f days", seconds / 86400)
+    }
+
+    /// `1 event`, `3 events`.
+    static func count(_ n: Int, _ singular: String, _ plural: String? = nil) -> String {
+        "\(n) " + (n == 1 ? singular : plural ?? singular + "s")
+    }
+
+    /// Rows in columns two spaces apart, each column as wide as its widest cell; the last
+    /// column is not padded.
+    static func table(_ rows: [[String]]) -> [String] {
+        guard let columns = rows.map(\.count).max() else { return [] }
+        var widths = Array(repeating: 0, count: columns)
+        for row in rows {
+            for (column, cell) in row.enumerated() { widths[column] = max(widths[column], cell.count) }
+        }
+        return rows.map { row in
+            var line = ""
+            for (column, cell) in row.enumerated() {
+                if column == row.count - 1 {
+                    line += cell
+                } else {
+                    line += cell + String(repeating: " ", count: widths[column] - cell.count + 2)
+                }
+            }
+            return line
+        }
+    }
+}
