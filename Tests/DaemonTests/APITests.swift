@@ -23,11 +23,13 @@ struct APITests {
         #expect(ids.count == 4 && Set(ids).count == 4)
         let versions = try #require(appended["versions"] as? [String: String])
         #expect(versions == ["job/1": ids[1], "job/2": ids[2], "site/9": ids[3]])
+        #expect(appended["appended"] as? Int == 4)
 
         // An idempotency key seen before returns the first id and writes nothing.
         let again = try client.call(
             "append", eventsParams([#"{"entity":"job/1","kind":"status","status":"x","key":"k-1"}"#]))
         #expect(again["ids"] as? [String] == [ids[1]])
+        #expect(again["appended"] as? Int == 0)
 
         let state = try client.call("get", #"{"entity":"job/1"}"#)
         #expect(state["entity"] as? String == "job/1")

@@ -116,17 +116,12 @@ final class Connection: @unchecked Sendable {
             return
         }
         outbox.waitForAppends()
-        let response: [UInt8]
         if request.method == "watch" {
-            response = watch(request)
-        } else {
-            response = respond(request)
+            watch(request)
+            return
         }
+        let response = respond(request)
         if !response.isEmpty { outbox.push(response) }
-        if request.method == "watch", let subscription = pendingWatch {
-            pendingWatch = nil
-            startWatch(subscription)
-        }
     }
 
     /// The response line for a request that is not `append` (empty for a notification).
@@ -153,34 +148,38 @@ final class Connection: @unchecked Sendable {
         }
     }
 
-    private var pendingWatch: (Subscription, ULID?)?
-
-    /// Validates a `watch` and answers it; the stream starts right after the answer.
-    private func watch(_ request: Request) -> [UInt8] {
+    /// Starts a watch. Its answer goes before every notification: without `after` the
+    /// subscription joins first and the answer follows (an event the client appends once
+    /// it has the answer is always sent to it); with `after`, the answer goes first and the
+    /// replay follows it.
+    private func watch(_ request: Request) {
+        let slot = outbox.reserve()
+        let subscription: Subscription
+        let after: ULID?
         do throws(RPCError) {
             let params = try Params(request.params, method: "watch", accepts: ["after", "entity", "type"])
-            let after = try params.id("after")
-            let subscription = Subscription(
+            after = try params.id("after")
+            subscription = Subscription(
                 outbox: outbox, entity: try params.entity("entity"), type: try params.type("type"), after: after)
-            pendingWatch = (subscription, after)
-            guard let id = request.id else { return [] }
-            return Connection.response(id: id, result: Array(#"{"watching":true}"#.utf8))
         } catch {
-            guard let id = request.id else { return [] }
-            return Connection.response(id: id, error: error)
+            outbox.fill(slot, with: request.id.map { Connection.response(id: $0, error: error) } ?? [])
+            return
         }
-    }
-
-    private func startWatch(_ pending: (Subscription, ULID?)) {
-        let (subscription, after) = pending
+        let answer = request.id.map { Connection.response(id: $0, result: Array(#"{"watching":true}"#.utf8)) } ?? []
+        if after != nil { outbox.fill(slot, with: answer) }
         do {
             if try context.hub.start(subscription, after: after, log: context.writer.log) {
                 subscriptions.append(subscription)
             }
         } catch {
             context.logger.error("watch: reading the log failed: \(error)")
+            if after == nil {
+                outbox.fill(slot, with: request.id.map { Connection.response(id: $0, error: RPCError(error)) } ?? [])
+            }
             outbox.finish()
+            return
         }
+        if after == nil { outbox.fill(slot, with: answer) }
     }
 
     /// A batch is answered as one array, in order; appends in it wait for their commit.
@@ -263,6 +262,8 @@ final class Connection: @unchecked Sendable {
                 out.string(version.description)
             }
             out.endObject()
+            out.key("appended")
+            out.int(appended.appended)
             out.endObject()
             return response(id: id, result: out.bytes)
         }

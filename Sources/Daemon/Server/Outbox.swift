@@ -107,6 +107,13 @@ final class Outbox: @unchecked Sendable {
         condition.unlock()
     }
 
+    /// How many more notifications fit under `notificationLimit` now.
+    var notificationRoom: Int {
+        condition.lock()
+        defer { condition.unlock() }
+        return max(0, notificationLimit - queuedNotifications)
+    }
+
     /// Waits until every append this connection sent has its response.
     func waitForAppends() {
         condition.lock()

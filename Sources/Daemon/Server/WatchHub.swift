@@ -108,7 +108,9 @@ final class WatchHub: @unchecked Sendable {
                     throw error
                 }
                 cursor = scanned
-                if more {
+                // Join only when the rest fits in the queue now (nothing else adds to it
+                // before it joins): otherwise queue it with waiting, outside the lock.
+                if more || events.count > subscription.outbox.notificationRoom {
                     publishLock.unlock()
                     for event in events {
                         guard subscription.outbox.pushNotificationWaiting(WatchHub.notification(event)) else {
@@ -119,8 +121,8 @@ final class WatchHub: @unchecked Sendable {
                     continue
                 }
                 for event in events {
-                    // Few by now: queue them even past the limit rather than wait under the lock.
-                    _ = subscription.outbox.offerNotification(WatchHub.notification(event))
+                    let queued = subscription.outbox.offerNotification(WatchHub.notification(event))
+                    assert(queued, "room was checked under the lock")
                     subscription.lastQueued = event.id
                 }
             }
