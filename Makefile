@@ -1,8 +1,8 @@
 # evstore — build, test, benchmark.
 #
 #   make test    install what is missing, build, run every test
-#   make run     install what is missing, build release
-#   make bench   release-build the benchmark and run it on the shared field workload
+#   make run     install what is missing, build release, run evstored in the foreground
+#   make bench   release-build the benchmarks and run them on the shared field workload
 #   make test-tsan / make test-asan   the suite under the thread / address sanitizer
 
 SWIFT        ?= swift
@@ -11,6 +11,8 @@ SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 WORKLOAD     ?= $(firstword $(wildcard ../shared/workload/fieldops.py) $(wildcard shared/workload/fieldops.py))
 BENCH_EVENTS ?= 100000
 BENCH_SINGLE ?= 100000
+# Events in the large store of the socket benchmark (memory, start to READY); 0 skips it.
+BENCH_LARGE  ?= 1000000
 BENCH_OUT    ?= .build/bench
 
 .PHONY: all deps build release run test test-tsan test-asan bench clean format
@@ -31,11 +33,13 @@ build: deps
 release: deps
 	$(SWIFT) build -c release
 
-# The storage library has no daemon of its own in this version: `run` builds the release
-# products and says what there is to run.
+# Runs the daemon in the foreground on the default data directory and socket
+# ($$XDG_STATE_HOME / $$XDG_RUNTIME_DIR, or ./.evstore when they are unset). Ctrl-C stops it.
 run: release
-	@echo "built: .build/release/evstore-bench (storage benchmark); the EventStore library is in Sources/EventStore."
-	@echo "try:   make bench"
+	@echo "evstored starts in the foreground (Ctrl-C stops it). In another terminal here, try:"
+	@echo "  .build/release/evctl append job/42 status en_route && .build/release/evctl get job/42"
+	@echo
+	.build/release/evstored
 
 test: deps
 	$(SWIFT) build --build-tests
@@ -53,12 +57,16 @@ test-asan: deps
 		$(SWIFT) test --skip-build --sanitize=address --scratch-path .build/asan
 
 bench: deps
-	$(SWIFT) build -c release --product evstore-bench
+	$(SWIFT) build -c release
 	@mkdir -p $(BENCH_OUT)
 	@test -n "$(WORKLOAD)" || { echo "fieldops.py not found: set WORKLOAD=path/to/fieldops.py"; exit 1; }
 	python3 $(WORKLOAD) --events $(BENCH_EVENTS) > $(BENCH_OUT)/workload.ndjson
 	.build/release/evstore-bench --workload $(BENCH_OUT)/workload.ndjson --single $(BENCH_SINGLE) \
 		--dir $(BENCH_OUT)/stores --json $(BENCH_OUT)/results.json
+	@if [ "$(BENCH_LARGE)" != 0 ]; then python3 $(WORKLOAD) --events $(BENCH_LARGE) --seed 7 > $(BENCH_OUT)/large.ndjson; fi
+	.build/release/evstore-socket-bench --bin .build/release --workload $(BENCH_OUT)/workload.ndjson \
+		$(if $(filter-out 0,$(BENCH_LARGE)),--large $(BENCH_OUT)/large.ndjson) \
+		--dir $(BENCH_OUT)/daemons --json $(BENCH_OUT)/socket-results.json
 
 format:
 	$(SWIFT) format --in-place --recursive Sources Tests Benchmarks

@@ -7,7 +7,9 @@ let package = Package(
         .library(name: "EventStore", targets: ["EventStore"]),
         .library(name: "Projections", targets: ["Projections"]),
         .executable(name: "evstored", targets: ["evstored"]),
+        .executable(name: "evctl", targets: ["evctl"]),
         .executable(name: "evstore-bench", targets: ["Bench"]),
+        .executable(name: "evstore-socket-bench", targets: ["SocketBench"]),
     ],
     targets: [
         .systemLibrary(
@@ -27,15 +29,27 @@ let package = Package(
         ),
         // Unix stream sockets: the only place the daemon and the CLI touch socket syscalls.
         .target(name: "UnixSocket"),
+        // Command-line argument parsing for evctl and evstored.
+        .target(name: "Arguments"),
         .target(
             name: "Daemon",
-            dependencies: ["EventStore", "Projections", "UnixSocket"]
+            dependencies: ["EventStore", "Projections", "UnixSocket", "Arguments"]
         ),
         .executableTarget(name: "evstored", dependencies: ["Daemon"], path: "Sources/evstored"),
+        .executableTarget(
+            name: "evctl",
+            dependencies: ["Arguments", "UnixSocket", "Projections"],
+            path: "Sources/ctl"
+        ),
         .executableTarget(
             name: "Bench",
             dependencies: ["EventStore", "Projections", "CLMDB", "CZstd"],
             path: "Benchmarks/Bench"
+        ),
+        .executableTarget(
+            name: "SocketBench",
+            dependencies: ["UnixSocket"],
+            path: "Benchmarks/SocketBench"
         ),
         // A child process for crash tests: appends batches, prints each acknowledged one.
         .executableTarget(
@@ -48,10 +62,12 @@ let package = Package(
         .testTarget(name: "ProjectionsTests", dependencies: ["Projections", "TestSupport"]),
         .testTarget(name: "EventStoreTests", dependencies: ["EventStore", "Projections", "TestSupport"]),
         .testTarget(name: "UnixSocketTests", dependencies: ["UnixSocket"]),
+        .testTarget(name: "ArgumentsTests", dependencies: ["Arguments"]),
         .testTarget(
             name: "DaemonTests",
             dependencies: ["Daemon", "EventStore", "Projections", "UnixSocket", "TestSupport"]
         ),
+        .testTarget(name: "CtlTests", dependencies: ["Projections", "UnixSocket", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,0 +1,341 @@
+// evstore-socket-bench: the daemon's figures over its Unix socket, each with a baseline
+// measured in the same run. Prints a table and writes JSON.
+//
+//   evstore-socket-bench --bin DIR --workload events.ndjson [--large events.ndjson]
+//                        [--dir DIR] [--json FILE] [--seconds S]
+//
+// - bulk `evctl append --file` of the workload, against the daemon's own commit rate
+//   for the same events in large batches (what the writer alone can do);
+// - 16 clients each appending one durable event at a time, against 1 such client;
+// - `get` round trips, p50/p99, 1 and 8 clients, against a request the daemon answers
+//   without touching the store (the transport's floor);
+// - with --large (1M events): resident memory after loading them, and start to READY
+//   on that store (READY as systemd's NOTIFY_SOCKET receives it).
+import Foundation
+import UnixSocket
+
+struct Options {
+    var bin = ".build/release"
+    var workload = ""
+    var large: String?
+    var directory = FileManager.default.temporaryDirectory.appendingPathComponent("evstore-socket-bench").path
+    var json: String?
+    var seconds = 5.0
+
+    init() {
+        var args = CommandLine.arguments.dropFirst().makeIterator()
+        while let arg = args.next() {
+            switch arg {
+            case "--bin": bin = args.next() ?? bin
+            case "--workload": workload = args.next() ?? ""
+            case "--large": large = args.next()
+            case "--dir": directory = args.next() ?? directory
+            case "--json": json = args.next()
+            case "--seconds": seconds = Double(args.next() ?? "") ?? seconds
+            default:
+                FileHandle.standardError.write(
+                    Data(
+                        "usage: evstore-socket-bench --bin DIR --workload FILE [--large FILE] [--dir DIR] [--json FILE] [--seconds S]\n"
+                            .utf8))
+                exit(64)
+            }
+        }
+        guard !workload.isEmpty else {
+            FileHandle.standardError.write(Data("--workload FILE is required (fieldops.py output)\n".utf8))
+            exit(64)
+        }
+    }
+}
+
+struct Row {
+    var name: String
+    var value: Double
+    var unit: String
+    var note = ""
+}
+
+struct BenchError: Error, CustomStringConvertible {
+    var description: String
+}
+
+/// A daemon started for one measurement.
+final class Daemon {
+    let process = Process()
+    let socket: String
+    let root: String
+    /// Seconds from spawn to READY=1 on the notify socket.
+    private(set) var secondsToReady = 0.0
+
+    init(bin: String, root: String, extra: [String] = []) throws {
+        self.root = root
+        socket = root + "/evstored.sock"
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        let notify = try DatagramReceiver(path: root + "/notify-\(UUID().uuidString.prefix(6)).sock")
+        process.executableURL = URL(fileURLWithPath: bin + "/evstored")
+        process.arguments = ["--data-dir", root + "/data", "--socket", socket] + extra
+        var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("EVSTORE_") }
+        environment["NOTIFY_SOCKET"] = notify.path
+        process.environment = environment
+        process.standardError = FileHandle(forWritingAtPath: "/dev/null")
+        let start = ContinuousClock.now
+        try process.run()
+        while true {
+            guard let message = try notify.receive(timeout: 120) else {
+                throw BenchError(description: "no READY in 120 s")
+            }
+            if String(decoding: message, as: UTF8.self).contains("READY=1") { break }
+        }
+        secondsToReady = seconds(ContinuousClock.now - start)
+    }
+
+    /// Resident memory of the daemon, from /proc.
+    var residentBytes: Int {
+        guard let status = try? String(contentsOfFile: "/proc/\(process.processIdentifier)/status", encoding: .utf8)
+        else { return 0 }
+        for line in status.split(separator: "\n") where line.hasPrefix("VmRSS:") {
+            return (Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0) * 1024
+        }
+        return 0
+    }
+
+    func stop() {
+        process.terminate()
+        process.waitUntilExit()
+    }
+}
+
+/// A blocking JSON-RPC client: one request, one response line.
+final class Client {
+    let connection: UnixConnection
+    var reader = LineReader(limit: 1 << 30)
+
+    init(_ path: String) throws {
+        connection = try UnixConnection.connect(to: path)
+    }
+
+    func roundTrip(_ line: [UInt8]) throws -> [UInt8] {
+        try connection.write(line)
+        switch try reader.next(reading: { buffer, count in try connection.read(into: &buffer, count: count) }) {
+        case .line(let bytes): return bytes
+        default: throw BenchError(description: "the daemon closed the connection")
+        }
+    }
+}
+
+func seconds(_ duration: Duration) -> Double {
+    Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+}
+
+func percentile(_ sorted: [Double], _ p: Double) -> Double {
+    guard !sorted.isEmpty else { return 0 }
+    return sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))]
+}
+
+func runEvctl(_ bin: String, socket: String, _ arguments: [String]) throws -> Double {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: bin + "/evctl")
+    process.arguments = ["--socket", socket] + arguments
+    process.standardOutput = FileHandle(forWritingAtPath: "/dev/null")
+    let start = ContinuousClock.now
+    try process.run()
+    process.waitUntilExit()
+    guard process.terminationStatus == 0 else {
+        throw BenchError(description: "evctl \(arguments.joined(separator: " ")) exited \(process.terminationStatus)")
+    }
+    return seconds(ContinuousClock.now - start)
+}
+
+let options = Options()
+let bin = options.bin
+try? FileManager.default.removeItem(atPath: options.directory)
+try FileManager.default.createDirectory(atPath: options.directory, withIntermediateDirectories: true)
+let lines = try String(contentsOfFile: options.workload, encoding: .utf8).split(separator: "\n").map(String.init)
+let entities = Array(
+    Set(
+        lines.compactMap { line -> String? in
+            guard let range = line.range(of: #""entity":""#) else { return nil }
+            return String(line[range.upperBound...].prefix { $0 != "\"" })
+        })
+).sorted()
+var rows: [Row] = []
+print("workload: \(lines.count) events, \(entities.count) entities")
+
+// 1. Bulk append over the socket with evctl, against the writer's own rate for the same
+//    events sent in batches of 1000 by a client that does nothing else.
+do {
+    let bulk = try Daemon(bin: bin, root: options.directory + "/bulk")
+    let elapsed = try runEvctl(bin, socket: bulk.socket, ["append", "--file", options.workload])
+    bulk.stop()
+    let direct = try Daemon(bin: bin, root: options.directory + "/direct")
+    let client = try Client(direct.socket)
+    var requests: [[UInt8]] = []
+    for start in stride(from: 0, to: lines.count, by: 1000) {
+        let batch = lines[start..<min(start + 1000, lines.count)].joined(separator: ",")
+        requests.append(
+            Array(#"{"jsonrpc":"2.0","id":1,"method":"append","params":{"events":[\#(batch)]}}"#.utf8) + [0x0A])
+    }
+    let start = ContinuousClock.now
+    for request in requests { _ = try client.roundTrip(request) }
+    let directSeconds = seconds(ContinuousClock.now - start)
+    direct.stop()
+    let bulkRate = Double(lines.count) / elapsed
+    let directRate = Double(lines.count) / directSeconds
+    rows.append(
+        Row(
+            name: "bulk evctl append --file", value: bulkRate, unit: "events/s",
+            note: "whole process, \(lines.count) events"))
+    rows.append(Row(name: "baseline: 1000-event requests, one at a time", value: directRate, unit: "events/s"))
+    rows.append(Row(name: "bulk evctl / baseline", value: bulkRate / directRate, unit: "x"))
+}
+
+// 2. Durable single-event appends: 16 clients against 1.
+func singleEventRate(clients: Int, root: String) throws -> Double {
+    let daemon = try Daemon(bin: bin, root: root)
+    defer { daemon.stop() }
+    let socket = daemon.socket
+    let counter = Counter()
+    let deadline = ContinuousClock.now + .seconds(options.seconds)
+    let group = DispatchGroup()
+    for index in 0..<clients {
+        group.enter()
+        Thread.detachNewThread {
+            defer { group.leave() }
+            guard let client = try? Client(socket) else { return }
+            var sent = 0
+            while ContinuousClock.now < deadline {
+                let line = lines[(index * 7919 + sent) % lines.count]
+                let request =
+                    Array(#"{"jsonrpc":"2.0","id":1,"method":"append","params":{"events":[\#(line)]}}"#.utf8) + [0x0A]
+                guard (try? client.roundTrip(request)) != nil else { return }
+                sent += 1
+            }
+            counter.add(sent)
+        }
+    }
+    group.wait()
+    return Double(counter.value) / options.seconds
+}
+
+final class Counter: @unchecked Sendable {
+    private let lock = NSLock()
+    private var total = 0
+    private var samples: [Double] = []
+    func add(_ n: Int) { lock.withLock { total += n } }
+    func add(samples more: [Double]) { lock.withLock { samples += more } }
+    var value: Int { lock.withLock { total } }
+    var sorted: [Double] { lock.withLock { samples.sorted() } }
+}
+
+do {
+    let one = try singleEventRate(clients: 1, root: options.directory + "/single-1")
+    let sixteen = try singleEventRate(clients: 16, root: options.directory + "/single-16")
+    rows.append(Row(name: "durable single-event appends, 1 client", value: one, unit: "events/s"))
+    rows.append(Row(name: "durable single-event appends, 16 clients", value: sixteen, unit: "events/s"))
+    rows.append(Row(name: "16 clients / 1 client (group commit)", value: sixteen / one, unit: "x", note: "goal ≥ 8"))
+}
+
+// 3. get round trips for random entities, against a request answered without the store.
+do {
+    let daemon = try Daemon(bin: bin, root: options.directory + "/get")
+    _ = try runEvctl(bin, socket: daemon.socket, ["append", "--file", options.workload])
+    let socket = daemon.socket
+    func latencies(clients: Int, request: @escaping @Sendable (Int) -> [UInt8]) throws -> [Double] {
+        let counter = Counter()
+        let group = DispatchGroup()
+        let perClient = 20_000 / clients
+        for index in 0..<clients {
+            group.enter()
+            Thread.detachNewThread {
+                defer { group.leave() }
+                guard let client = try? Client(socket) else { return }
+                var samples: [Double] = []
+                samples.reserveCapacity(perClient)
+                for n in 0..<perClient {
+                    let line = request(index * perClient + n)
+                    let start = ContinuousClock.now
+                    guard (try? client.roundTrip(line)) != nil else { return }
+                    samples.append(seconds(ContinuousClock.now - start) * 1e6)
+                }
+                counter.add(samples: samples)
+            }
+        }
+        group.wait()
+        return counter.sorted
+    }
+    let names = entities
+    let get: @Sendable (Int) -> [UInt8] = { n in
+        let entity = names[(n &* 2_654_435_761) % names.count]
+        return Array(#"{"jsonrpc":"2.0","id":1,"method":"get","params":{"entity":"\#(entity)"}}"#.utf8) + [0x0A]
+    }
+    let floor: @Sendable (Int) -> [UInt8] = { _ in
+        Array(#"{"jsonrpc":"2.0","id":1,"method":"no_such_method"}"#.utf8) + [0x0A]
+    }
+    for clients in [1, 8] {
+        let gets = try latencies(clients: clients, request: get)
+        let floors = try latencies(clients: clients, request: floor)
+        rows.append(Row(name: "get p50, \(clients) client(s)", value: percentile(gets, 0.5), unit: "µs"))
+        rows.append(Row(name: "get p99, \(clients) client(s)", value: percentile(gets, 0.99), unit: "µs"))
+        rows.append(
+            Row(
+                name: "baseline: no-store request p50, \(clients) client(s)", value: percentile(floors, 0.5), unit: "µs"
+            ))
+        rows.append(
+            Row(
+                name: "baseline: no-store request p99, \(clients) client(s)", value: percentile(floors, 0.99),
+                unit: "µs"))
+    }
+    daemon.stop()
+}
+
+// 4. The 1M-event store: memory after the load, start to READY (median of 3), against
+//    start to READY on an empty store.
+if let large = options.large {
+    let root = options.directory + "/large"
+    let daemon = try Daemon(bin: bin, root: root)
+    let loadSeconds = try runEvctl(bin, socket: daemon.socket, ["append", "--file", large])
+    let count = try String(contentsOfFile: large, encoding: .utf8).split(separator: "\n").count
+    rows.append(
+        Row(
+            name: "bulk evctl append --file, large store", value: Double(count) / loadSeconds, unit: "events/s",
+            note: "\(count) events"))
+    rows.append(Row(name: "daemon RSS after the load", value: Double(daemon.residentBytes) / 1_048_576, unit: "MiB"))
+    daemon.stop()
+    var ready: [Double] = []
+    var empty: [Double] = []
+    for round in 0..<3 {
+        let again = try Daemon(bin: bin, root: root)
+        ready.append(again.secondsToReady * 1000)
+        if round == 0 {
+            rows.append(
+                Row(
+                    name: "daemon RSS after start, large store", value: Double(again.residentBytes) / 1_048_576,
+                    unit: "MiB"))
+        }
+        again.stop()
+        let fresh = try Daemon(bin: bin, root: options.directory + "/empty-\(round)")
+        empty.append(fresh.secondsToReady * 1000)
+        fresh.stop()
+    }
+    rows.append(
+        Row(
+            name: "start to READY, \(count)-event store", value: ready.sorted()[1], unit: "ms",
+            note: "median of 3, goal < 200"))
+    rows.append(
+        Row(name: "baseline: start to READY, empty store", value: empty.sorted()[1], unit: "ms", note: "median of 3"))
+}
+
+print("")
+let width = rows.map(\.name.count).max() ?? 0
+for row in rows {
+    let value = row.value >= 100 ? String(format: "%.0f", row.value) : String(format: "%.2f", row.value)
+    print(
+        row.name.padding(toLength: width + 2, withPad: " ", startingAt: 0)
+            + value.padding(toLength: 12, withPad: " ", startingAt: 0)
+            + row.unit.padding(toLength: 10, withPad: " ", startingAt: 0)
+            + row.note)
+}
+if let path = options.json {
+    let object = rows.map { ["name": $0.name, "value": $0.value, "unit": $0.unit, "note": $0.note] as [String: Any] }
+    try JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys]).write(
+        to: URL(fileURLWithPath: path))
+}
