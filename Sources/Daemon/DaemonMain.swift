@@ -165,7 +165,7 @@ final class Daemon: Sendable {
         writer.start()
         let methods = Methods(
             log: log, node: Methods.NodeInfo(name: configuration.nodeName, dataDirectory: configuration.dataDirectory),
-            startedAt: Date())
+            startedAt: Date(), writer: writer)
         let context = ServerContext(
             writer: writer, hub: hub, methods: methods, logger: logger,
             limits: Limits(maxLineBytes: configuration.maxLineBytes, watchQueueEvents: configuration.watchQueueEvents))

@@ -29,6 +29,24 @@ final class BlockingQueue<Element: Sendable>: @unchecked Sendable {
         return taken
     }
 
+    /// Like `popAll()`, but once something waits, waits up to `patience` seconds more
+    /// until `isComplete` says what waits is enough (how group commit gathers a group).
+    func popAll(patience: Double, until isComplete: ([Element]) -> Bool) -> [Element]? {
+        condition.lock()
+        defer { condition.unlock() }
+        while items.isEmpty && !closed { condition.wait() }
+        if !closed && !isComplete(items) {
+            let deadline = Date(timeIntervalSinceNow: patience)
+            while !closed && !isComplete(items) {
+                if !condition.wait(until: deadline) { break }
+            }
+        }
+        if items.isEmpty { return nil }
+        let taken = items
+        items.removeAll(keepingCapacity: true)
+        return taken
+    }
+
     /// Refuses further pushes; the consumer still gets what is queued.
     func close() {
         condition.lock()

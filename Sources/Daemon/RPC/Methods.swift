@@ -12,6 +12,8 @@ struct Methods: Sendable {
     let log: EventLog
     let node: NodeInfo
     let startedAt: Date
+    /// The writer's counters, for `status`.
+    let writer: AppendWriter
 
     struct NodeInfo: Sendable {
         var name: String?
@@ -171,6 +173,15 @@ struct Methods: Sendable {
         out.int(Int(statistics.dictionaryVersion))
         out.key("uptime_s")
         out.int(Int(Date().timeIntervalSince(startedAt)))
+        out.key("writer")
+        out.beginObject()
+        out.key("commits")
+        out.int(writer.commits.load(ordering: .relaxed))
+        out.key("requests")
+        out.int(writer.requests.load(ordering: .relaxed))
+        out.key("events")
+        out.int(writer.eventsWritten.load(ordering: .relaxed))
+        out.endObject()
         out.endObject()
         return out.bytes
     }

@@ -8,6 +8,8 @@ import Synchronization
 /// request's batch stays all or nothing.
 final class AppendWriter: Sendable {
     struct Job: Sendable {
+        /// The connection that sent it.
+        let source: Int
         let events: [InputEvent]
         let completion: @Sendable (Result<AppendResult, EventStoreError>) -> Void
     }
@@ -18,6 +20,7 @@ final class AppendWriter: Sendable {
     private let done = DispatchSemaphore(value: 0)
     /// Counters for status and benchmarks: commits made, events written.
     let commits = Atomic<Int>(0)
+    let requests = Atomic<Int>(0)
     let eventsWritten = Atomic<Int>(0)
     private let logger: Logger
 
@@ -38,18 +41,20 @@ final class AppendWriter: Sendable {
 
     /// Queues a batch; `completion` runs on the writer thread once it is committed or
     /// failed. After `stop()` it fails at once with `unavailable`.
-    func submit(_ events: [InputEvent], completion: @escaping @Sendable (Result<AppendResult, EventStoreError>) -> Void)
-    {
-        if !queue.push(Job(events: events, completion: completion)) {
+    func submit(
+        _ events: [InputEvent], from source: Int,
+        completion: @escaping @Sendable (Result<AppendResult, EventStoreError>) -> Void
+    ) {
+        if !queue.push(Job(source: source, events: events, completion: completion)) {
             completion(.failure(EventStoreError(.unavailable, "the daemon is stopping; retry when it is back")))
         }
     }
 
     /// Appends and waits (for batch requests, which answer as a whole).
-    func appendAndWait(_ events: [InputEvent]) -> Result<AppendResult, EventStoreError> {
+    func appendAndWait(_ events: [InputEvent], from source: Int) -> Result<AppendResult, EventStoreError> {
         let box = Mutex<Result<AppendResult, EventStoreError>?>(nil)
         let signal = DispatchSemaphore(value: 0)
-        submit(events) { result in
+        submit(events, from: source) { result in
             box.withLock { $0 = result }
             signal.signal()
         }
@@ -64,7 +69,21 @@ final class AppendWriter: Sendable {
     }
 
     private func run() {
-        while let jobs = queue.popAll() {
+        // Group commit. A client that appended recently and has no append waiting is
+        // most likely on its way with the next one (reading the answer, sending again):
+        // once something waits, the writer gives those clients a moment to join rather
+        // than commit — and sync — twice. One client alone never waits.
+        var recent: [Int: ContinuousClock.Instant] = [:]
+        while true {
+            let now = ContinuousClock.now
+            recent = recent.filter { now - $0.value < AppendWriter.activeWindow }
+            let expected = recent.count
+            let taken = queue.popAll(patience: AppendWriter.gatherPatience) { jobs in
+                expected <= 1 || Set(jobs.map(\.source)).count >= expected
+            }
+            guard let jobs = taken else { break }
+            let arrived = ContinuousClock.now
+            for job in jobs { recent[job.source] = arrived }
             var start = 0
             // Bounded groups keep one transaction's memory in check under a flood.
             while start < jobs.count {
@@ -79,6 +98,12 @@ final class AppendWriter: Sendable {
             }
         }
     }
+
+    /// How long the writer waits for the rest of a group, seconds: less than a durable
+    /// commit on a laptop SSD, so gathering never costs more than a second sync would.
+    static let gatherPatience = 0.001
+    /// A client that appended within this window counts as active.
+    static let activeWindow = Duration.milliseconds(20)
 
     private func commit(_ jobs: [Job]) {
         var results: [Result<AppendResult, EventStoreError>]
@@ -98,6 +123,7 @@ final class AppendWriter: Sendable {
         }
         hub.publishLock.unlock()
         commits.add(1, ordering: .relaxed)
+        requests.add(jobs.count, ordering: .relaxed)
         var count = 0
         for case .success(let result) in results { count += result.appended }
         eventsWritten.add(count, ordering: .relaxed)

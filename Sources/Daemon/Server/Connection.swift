@@ -110,7 +110,7 @@ final class Connection: @unchecked Sendable {
             let slot = outbox.reserve(isAppend: true)
             let id = request.id
             let outbox = self.outbox
-            context.writer.submit(events) { result in
+            context.writer.submit(events, from: identifier) { result in
                 outbox.fill(slot, with: id.map { Connection.response(id: $0, append: result) } ?? [])
             }
             return
@@ -192,7 +192,7 @@ final class Connection: @unchecked Sendable {
             case .request(let request):
                 var line: [UInt8]
                 if request.method == "append", case .events(let events) = request.params {
-                    let result = context.writer.appendAndWait(events)
+                    let result = context.writer.appendAndWait(events, from: identifier)
                     line = request.id.map { Connection.response(id: $0, append: result) } ?? []
                 } else if request.method == "watch" {
                     line =
