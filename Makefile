@@ -13,6 +13,9 @@ BENCH_EVENTS ?= 100000
 BENCH_SINGLE ?= 100000
 # Events in the large store of the socket benchmark (memory, start to READY); 0 skips it.
 BENCH_LARGE  ?= 1000000
+# The socket benchmark's clients run on CPU 1 and the daemon on CPU 0, so they do not
+# compete for a core (as a client on another core or machine would not).
+PIN_CLIENTS  := $(shell command -v taskset >/dev/null && [ "$$(nproc)" -ge 2 ] && echo "taskset -c 1")
 BENCH_OUT    ?= .build/bench
 
 .PHONY: all deps build release run test test-tsan test-asan bench clean format
@@ -64,7 +67,7 @@ bench: deps
 	.build/release/evstore-bench --workload $(BENCH_OUT)/workload.ndjson --single $(BENCH_SINGLE) \
 		--dir $(BENCH_OUT)/stores --json $(BENCH_OUT)/results.json
 	@if [ "$(BENCH_LARGE)" != 0 ]; then python3 $(WORKLOAD) --events $(BENCH_LARGE) --seed 7 > $(BENCH_OUT)/large.ndjson; fi
-	.build/release/evstore-socket-bench --bin .build/release --workload $(BENCH_OUT)/workload.ndjson \
+	$(PIN_CLIENTS) .build/release/evstore-socket-bench --bin .build/release --workload $(BENCH_OUT)/workload.ndjson \
 		$(if $(filter-out 0,$(BENCH_LARGE)),--large $(BENCH_OUT)/large.ndjson) \
 		--dir $(BENCH_OUT)/daemons --json $(BENCH_OUT)/socket-results.json
 

@@ -71,8 +71,15 @@ final class Daemon {
         socket = root + "/evstored.sock"
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
         let notify = try DatagramReceiver(path: root + "/notify-\(UUID().uuidString.prefix(6)).sock")
-        process.executableURL = URL(fileURLWithPath: bin + "/evstored")
-        process.arguments = ["--data-dir", root + "/data", "--socket", socket] + extra
+        let arguments = ["--data-dir", root + "/data", "--socket", socket] + extra
+        if Daemon.pinned {
+            // The daemon on CPU 0; `make bench` runs this process (the clients) on CPU 1.
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/taskset")
+            process.arguments = ["-c", "0", bin + "/evstored"] + arguments
+        } else {
+            process.executableURL = URL(fileURLWithPath: bin + "/evstored")
+            process.arguments = arguments
+        }
         var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("EVSTORE_") }
         environment["NOTIFY_SOCKET"] = notify.path
         process.environment = environment
@@ -87,6 +94,11 @@ final class Daemon {
         }
         secondsToReady = seconds(ContinuousClock.now - start)
     }
+
+    /// Whether the daemon runs on a CPU of its own (taskset, two CPUs or more).
+    static let pinned =
+        FileManager.default.isExecutableFile(atPath: "/usr/bin/taskset")
+        && ProcessInfo.processInfo.activeProcessorCount >= 2
 
     /// Resident memory of the daemon, from /proc.
     var residentBytes: Int {
@@ -158,7 +170,9 @@ let entities = Array(
         })
 ).sorted()
 var rows: [Row] = []
-print("workload: \(lines.count) events, \(entities.count) entities")
+print(
+    "workload: \(lines.count) events, \(entities.count) entities; "
+        + (Daemon.pinned ? "evstored pinned to CPU 0" : "no CPU pinning (taskset missing or one CPU)"))
 
 // 1. Bulk append over the socket with evctl, against the writer's own rate for the same
 //    events sent in batches of 1000 by a client that does nothing else.
