@@ -1,3 +1,5 @@
+import Synchronization
+
 #if canImport(Glibc)
     import Glibc
 #endif
@@ -8,15 +10,18 @@
 /// - Important: Reads and writes may run on two different threads at once (one each);
 ///   `close()` must be the last call.
 public final class UnixConnection: @unchecked Sendable {
-    /// The descriptor; -1 once closed. Written only by `close()`, after every other use.
-    public private(set) var descriptor: Int32
+    /// The descriptor, for reads and writes (which end before `close()`).
+    public let descriptor: Int32
+    /// Whether the descriptor is still open: `shutdown` from another thread must never
+    /// reach a descriptor number that was closed and handed to another connection.
+    private let open = Mutex(true)
 
     public init(adopting descriptor: Int32) {
         self.descriptor = descriptor
     }
 
     deinit {
-        if descriptor >= 0 { Glibc.close(descriptor) }
+        close()
     }
 
     /// Connects to the socket at `path`. The corresponding C function is `connect`.
@@ -94,15 +99,17 @@ public final class UnixConnection: @unchecked Sendable {
 
     /// Ends the reading side, or both: a thread blocked in `read` wakes and sees the end.
     public func shutdown(writing: Bool = true) {
-        guard descriptor >= 0 else { return }
-        _ = Glibc.shutdown(descriptor, Int32(writing ? SHUT_RDWR : SHUT_RD))
+        open.withLock { open in
+            if open { _ = Glibc.shutdown(descriptor, Int32(writing ? SHUT_RDWR : SHUT_RD)) }
+        }
     }
 
     /// Closes the descriptor. Call once, after every other use has returned.
     public func close() {
-        guard descriptor >= 0 else { return }
-        Glibc.close(descriptor)
-        descriptor = -1
+        open.withLock { open in
+            if open { Glibc.close(descriptor) }
+            open = false
+        }
     }
 }
 
