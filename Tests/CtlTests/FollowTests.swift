@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 import TestSupport
 import Testing
 
@@ -80,7 +79,7 @@ struct FollowTests {
         #expect(stored.count == 3001 && stored.first == first)
 
         // Now read: everything, in order, each event once.
-        let output = Mutex(Data())
+        let output = LockedData()
         let reader = Thread {
             while true {
                 let chunk = pipe.fileHandleForReading.availableData
@@ -106,5 +105,18 @@ struct FollowTests {
             "printed \(printed.count) of \(stored.count), first difference at \(firstDifference ?? -1): \(notes)")
         #expect(
             notes.contains("evctl: the daemon ended the watch: evctl fell too far behind; reconnecting"), "\(notes)")
+    }
+}
+
+/// Bytes appended by one thread and read by another (an NSLock, which the thread
+/// sanitizer sees, unlike Synchronization.Mutex on Linux).
+final class LockedData: @unchecked Sendable {
+    private let lock = NSLock()
+    private var data = Data()
+
+    func withLock<R>(_ body: (inout Data) -> R) -> R {
+        lock.lock()
+        defer { lock.unlock() }
+        return body(&data)
     }
 }
