@@ -1,3 +1,7 @@
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// Splits a byte stream into newline-terminated lines, each at most `limit` bytes.
 ///
 /// A line longer than the limit is not kept: its bytes are dropped as they arrive, up to
@@ -35,7 +39,7 @@ public struct LineReader {
         reading read: (inout [UInt8], _ count: Int) throws -> Int
     ) rethrows -> Line {
         while true {
-            if let newline = buffer[scanned...].firstIndex(of: 0x0A) {
+            if let newline = LineReader.firstNewline(in: buffer, from: scanned) {
                 let length = newline - start
                 defer {
                     start = newline + 1
@@ -77,6 +81,15 @@ public struct LineReader {
                 start = 0
             }
             if try read(&buffer, chunk) == 0 { ended = true }
+        }
+    }
+
+    /// The index of the first "\n" at or after `start` (memchr: lines can be megabytes).
+    static func firstNewline(in buffer: [UInt8], from start: Int) -> Int? {
+        guard start < buffer.count else { return nil }
+        return buffer.withUnsafeBytes { raw -> Int? in
+            guard let found = memchr(raw.baseAddress! + start, 0x0A, raw.count - start) else { return nil }
+            return raw.baseAddress!.distance(to: UnsafeRawPointer(found))
         }
     }
 }

@@ -16,12 +16,17 @@ public final class UnixConnection: @unchecked Sendable {
     /// reach a descriptor number that was closed and handed to another connection.
     private let open = Mutex(true)
 
+    /// Where `read` receives bytes before they are appended to the caller's buffer (one
+    /// reader at a time).
+    private let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 16)
+
     public init(adopting descriptor: Int32) {
         self.descriptor = descriptor
     }
 
     deinit {
         close()
+        scratch.deallocate()
     }
 
     /// Connects to the socket at `path`. The corresponding C function is `connect`.
@@ -36,23 +41,20 @@ public final class UnixConnection: @unchecked Sendable {
         return connection
     }
 
-    /// Reads what is available, up to `buffer`'s free capacity `count`, blocking until at
-    /// least one byte or the end. Returns 0 at the end of the stream.
+    /// Reads what is available, at most `count` bytes, and appends it to `buffer`,
+    /// blocking until at least one byte or the end. Returns 0 at the end of the stream.
+    ///
+    /// - Important: One thread reads at a time.
     public func read(into buffer: inout [UInt8], count: Int) throws(SocketError) -> Int {
-        let start = buffer.count
-        buffer.append(contentsOf: repeatElement(0, count: count))
+        let limit = min(count, scratch.count)
         while true {
-            let n = buffer.withUnsafeMutableBytes { raw in
-                Glibc.read(descriptor, raw.baseAddress! + start, count)
-            }
+            let n = Glibc.read(descriptor, scratch.baseAddress, limit)
             if n >= 0 {
-                buffer.removeLast(count - n)
+                buffer.append(contentsOf: UnsafeRawBufferPointer(rebasing: scratch[..<n]))
                 return n
             }
             if errno == EINTR { continue }
-            let error = SocketError.last("read")
-            buffer.removeLast(count)
-            throw error
+            throw SocketError.last("read")
         }
     }
 
