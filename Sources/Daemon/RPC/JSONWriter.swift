@@ -34,8 +34,7 @@ struct JSONWriter {
     /// A member's key; the value follows with one of the value calls.
     mutating func key(_ name: StaticString) {
         separate()
-        CanonicalWriter.appendKey(name, to: &bytes)
-        bytes.append(UInt8(ascii: ":"))
+        CanonicalWriter.appendKey(name, to: &bytes)  // with its colon
         needsComma = false
     }
 
@@ -79,6 +78,45 @@ struct JSONWriter {
 
     mutating func stringOrNull(_ value: String?) {
         if let value { string(value) } else { null() }
+    }
+
+    // MARK: Members: a key and its value in one call
+
+    mutating func member(_ name: StaticString, _ value: String) {
+        key(name)
+        string(value)
+    }
+
+    mutating func member(_ name: StaticString, _ value: String?) {
+        key(name)
+        stringOrNull(value)
+    }
+
+    mutating func member(_ name: StaticString, _ value: Int) {
+        key(name)
+        int(value)
+    }
+
+    mutating func member(_ name: StaticString, _ value: Bool) {
+        key(name)
+        bool(value)
+    }
+
+    /// `{"<name>":[items...],"next":cursor-or-null}`: one page of a listing, each item
+    /// written by `item`.
+    static func page<Item>(
+        _ name: StaticString, _ items: some Sequence<Item>, next: String?, capacity: Int = 256,
+        item: (inout JSONWriter, Item) -> Void
+    ) -> [UInt8] {
+        var out = JSONWriter(capacity: capacity)
+        out.beginObject()
+        out.key(name)
+        out.beginArray()
+        for element in items { item(&out, element) }
+        out.endArray()
+        out.member("next", next)
+        out.endObject()
+        return out.bytes
     }
 
     private mutating func separate() {

@@ -59,27 +59,15 @@ struct Methods: Sendable {
             type: try params.type("type"), status: try params.string("status"),
             includeDeleted: try params.bool("include_deleted") ?? false, after: try params.entity("after"),
             limit: try params.int("limit", in: 1...10_000) ?? 100)
-        var out = JSONWriter(capacity: 64 + entities.count * 96)
-        out.beginObject()
-        out.key("entities")
-        out.beginArray()
-        for summary in entities {
+        return JSONWriter.page("entities", entities, next: next?.description, capacity: 64 + entities.count * 96) {
+            out, summary in
             out.beginObject()
-            out.key("entity")
-            out.string(summary.entity.description)
-            out.key("version")
-            out.stringOrNull(summary.version?.description)
-            out.key("status")
-            out.stringOrNull(summary.status)
-            out.key("deleted")
-            out.bool(summary.deleted)
+            out.member("entity", summary.entity.description)
+            out.member("version", summary.version?.description)
+            out.member("status", summary.status)
+            out.member("deleted", summary.deleted)
             out.endObject()
         }
-        out.endArray()
-        out.key("next")
-        out.stringOrNull(next?.description)
-        out.endObject()
-        return out.bytes
     }
 
     func logPage(_ request: Request) throws -> [UInt8] {
@@ -109,16 +97,9 @@ struct Methods: Sendable {
             } while found.count < limit && next != nil
             page = (found, found.count == limit ? found.last?.id : nil)
         }
-        var out = JSONWriter(capacity: 64 + page.events.count * 256)
-        out.beginObject()
-        out.key("events")
-        out.beginArray()
-        for event in page.events { out.raw(EventCodec.encodeStored(event, includeID: true)) }
-        out.endArray()
-        out.key("next")
-        out.stringOrNull(page.next?.description)
-        out.endObject()
-        return out.bytes
+        return JSONWriter.page("events", page.events, next: page.next?.description, capacity: page.events.count * 256) {
+            out, event in out.raw(EventCodec.encodeStored(event, includeID: true))
+        }
     }
 
     func status(_ request: Request) throws -> [UInt8] {
@@ -128,23 +109,16 @@ struct Methods: Sendable {
         out.beginObject()
         out.key("node")
         out.beginObject()
-        out.key("id")
-        out.string(log.nodeID.description)
-        out.key("name")
-        out.stringOrNull(node.name)
+        out.member("id", log.nodeID.description)
+        out.member("name", node.name)
         out.endObject()
-        out.key("events")
-        out.int(statistics.events)
-        out.key("entities")
-        out.int(statistics.entities)
-        out.key("bytes")
-        out.int(statistics.bytesUsed)
-        out.key("digest")
-        out.string(statistics.digest.description)
+        out.member("events", statistics.events)
+        out.member("entities", statistics.entities)
+        out.member("bytes", statistics.bytesUsed)
+        out.member("digest", statistics.digest.description)
         out.key("clock")
         out.beginObject()
-        out.key("max_skew_ms")
-        out.int(Int(clamping: log.options.maxClockSkewMilliseconds))
+        out.member("max_skew_ms", Int(clamping: log.options.maxClockSkewMilliseconds))
         out.key("skewed_origins")
         out.beginObject()
         for (origin, lead) in statistics.skewedOrigins.sorted(by: { $0.key < $1.key }) {
@@ -155,32 +129,22 @@ struct Methods: Sendable {
         out.endObject()
         out.key("needs_attention")
         out.beginObject()
-        out.key("conflicts")
-        out.int(statistics.conflicts)
-        out.key("dead_letters")
-        out.int(statistics.deadLetters)
-        out.key("failing_peers")
-        out.int(0)
+        out.member("conflicts", statistics.conflicts)
+        out.member("dead_letters", statistics.deadLetters)
+        out.member("failing_peers", 0)
         out.endObject()
         out.key("peers")
         out.beginArray()
         out.endArray()
-        out.key("data_dir")
-        out.string(node.dataDirectory)
-        out.key("map_bytes")
-        out.int(statistics.mapSize)
-        out.key("dictionary_version")
-        out.int(Int(statistics.dictionaryVersion))
-        out.key("uptime_s")
-        out.int(Int(Date().timeIntervalSince(startedAt)))
+        out.member("data_dir", node.dataDirectory)
+        out.member("map_bytes", statistics.mapSize)
+        out.member("dictionary_version", Int(statistics.dictionaryVersion))
+        out.member("uptime_s", Int(Date().timeIntervalSince(startedAt)))
         out.key("writer")
         out.beginObject()
-        out.key("commits")
-        out.int(writer.commits.load(ordering: .relaxed))
-        out.key("requests")
-        out.int(writer.requests.load(ordering: .relaxed))
-        out.key("events")
-        out.int(writer.eventsWritten.load(ordering: .relaxed))
+        out.member("commits", writer.commits.load(ordering: .relaxed))
+        out.member("requests", writer.requests.load(ordering: .relaxed))
+        out.member("events", writer.eventsWritten.load(ordering: .relaxed))
         out.endObject()
         out.endObject()
         return out.bytes
@@ -191,60 +155,34 @@ struct Methods: Sendable {
         let (entities, next) = try log.conflicts(
             type: try params.type("type"), after: try params.entity("after"),
             limit: try params.int("limit", in: 1...10_000) ?? 100)
-        var out = JSONWriter()
-        out.beginObject()
-        out.key("entities")
-        out.beginArray()
-        for summary in entities {
+        return JSONWriter.page("entities", entities, next: next?.description) { out, summary in
             out.beginObject()
-            out.key("entity")
-            out.string(summary.entity.description)
+            out.member("entity", summary.entity.description)
             out.key("fields")
             out.beginArray()
             for field in summary.fields { out.string(field) }
             out.endArray()
-            out.key("status")
-            out.bool(summary.status)
+            out.member("status", summary.status)
             out.endObject()
         }
-        out.endArray()
-        out.key("next")
-        out.stringOrNull(next?.description)
-        out.endObject()
-        return out.bytes
     }
 
     func deadLetters(_ request: Request) throws -> [UInt8] {
         let params = try Params(request.params, method: "dead_letters", accepts: ["limit", "after"])
         let limit = try params.int("limit", in: 1...10_000) ?? 100
         let letters = try log.deadLetters(after: try params.id("after"), limit: limit + 1)
-        var out = JSONWriter()
-        out.beginObject()
-        out.key("dead_letters")
-        out.beginArray()
-        for letter in letters.prefix(limit) {
+        let next = letters.count > limit ? letters[limit - 1].key.description : nil
+        return JSONWriter.page("dead_letters", letters.prefix(limit), next: next) { out, letter in
             out.beginObject()
-            out.key("key")
-            out.string(letter.key.description)
-            out.key("id")
-            out.stringOrNull(letter.id)
-            out.key("origin")
-            out.stringOrNull(letter.origin)
-            out.key("peer")
-            out.stringOrNull(letter.peer)
-            out.key("reason")
-            out.string(letter.reason)
-            out.key("received_at")
-            out.int(Int(clamping: letter.receivedAt))
-            out.key("raw")
-            out.string(String(decoding: letter.raw, as: UTF8.self))
+            out.member("key", letter.key.description)
+            out.member("id", letter.id)
+            out.member("origin", letter.origin)
+            out.member("peer", letter.peer)
+            out.member("reason", letter.reason)
+            out.member("received_at", Int(clamping: letter.receivedAt))
+            out.member("raw", String(decoding: letter.raw, as: UTF8.self))
             out.endObject()
         }
-        out.endArray()
-        out.key("next")
-        out.stringOrNull(letters.count > limit ? letters[limit - 1].key.description : nil)
-        out.endObject()
-        return out.bytes
     }
 
     func rebuild(_ request: Request) throws -> [UInt8] {
@@ -252,16 +190,13 @@ struct Methods: Sendable {
         let report = try log.rebuild(verify: try params.bool("verify") ?? false)
         var out = JSONWriter()
         out.beginObject()
-        out.key("entities")
-        out.int(report.entities)
-        out.key("events")
-        out.int(report.events)
+        out.member("entities", report.entities)
+        out.member("events", report.events)
         out.key("mismatched")
         out.beginArray()
         for entity in report.mismatched { out.string(entity.description) }
         out.endArray()
-        out.key("digest_mismatch")
-        out.bool(report.digestMismatch)
+        out.member("digest_mismatch", report.digestMismatch)
         out.endObject()
         return out.bytes
     }
@@ -290,10 +225,8 @@ struct Methods: Sendable {
         let size = ((try? manager.attributesOfItem(atPath: path + "/data.mdb"))?[.size] as? Int) ?? 0
         var out = JSONWriter()
         out.beginObject()
-        out.key("path")
-        out.string(path)
-        out.key("bytes")
-        out.int(size)
+        out.member("path", path)
+        out.member("bytes", size)
         out.endObject()
         return out.bytes
     }

@@ -65,20 +65,16 @@ struct RPCError: Error, Equatable, Sendable {
     func json() -> [UInt8] {
         var out = JSONWriter()
         out.beginObject()
-        out.key("code")
-        out.int(code)
-        out.key("message")
-        out.string(message)
+        out.member("code", code)
+        out.member("message", message)
         if reason != nil || index != nil {
             out.key("data")
             out.beginObject()
             if let reason {
-                out.key("reason")
-                out.string(reason)
+                out.member("reason", reason)
             }
             if let index {
-                out.key("index")
-                out.int(index)
+                out.member("index", index)
             }
             out.endObject()
         }

@@ -25,6 +25,31 @@ struct Pages {
         }
     }
 
+    /// What a listing command prints: with --json the daemon's result (every page merged
+    /// into one with --all), otherwise one text row per item.
+    struct Collected {
+        var json: [UInt8] = []
+        var rows: [[String]] = []
+        var next: String?
+    }
+
+    /// Reads the pages and collects what the command prints; `row` makes an item's text row.
+    func collect(
+        after: String?, json: Bool, params: (String?) -> JSONObjectWriter, row: ([String: Any]) -> [String]
+    ) throws -> Collected {
+        var collected = Collected()
+        var raw: [[UInt8]] = []
+        collected.next = try read(after: after, params: params) { reply in
+            if json {
+                if all { raw += rawItems(reply) } else { raw = [reply.resultBytes] }
+            } else {
+                collected.rows += items(reply).map(row)
+            }
+        }
+        if json { collected.json = all ? merged(raw, next: collected.next) : raw.first ?? [] }
+        return collected
+    }
+
     /// The items of a reply, each parsed.
     func items(_ reply: Reply) -> [[String: Any]] {
         (reply.result as? [String: Any])?[itemsMember] as? [[String: Any]] ?? []

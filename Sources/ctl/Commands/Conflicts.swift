@@ -35,28 +35,21 @@ struct Conflicts: Command {
 
     func run() throws {
         let pages = Pages(connection: try global.connect(), method: "conflicts", itemsMember: "entities", all: all)
-        var raw: [[UInt8]] = []
-        var rows: [[String]] = []
-        let next = try pages.read(after: after) { cursor in
+        let collected = try pages.collect(after: after, json: global.json) { cursor in
             var params = JSONObjectWriter()
             params.add("type", type)
             params.add("limit", limit ?? (all ? 1000 : nil))
             params.add("after", cursor)
             return params
-        } page: { reply in
-            if global.json {
-                if all { raw += pages.rawItems(reply) } else { raw = [reply.resultBytes] }
-            } else {
-                rows += pages.items(reply).map { item in
-                    var what = item["fields"] as? [String] ?? []
-                    if item["status"] as? Bool == true { what.append("(status)") }
-                    return [item["entity"] as? String ?? "?", what.joined(separator: ", ")]
-                }
-            }
+        } row: { item in
+            var what = item["fields"] as? [String] ?? []
+            if item["status"] as? Bool == true { what.append("(status)") }
+            return [item["entity"] as? String ?? "?", what.joined(separator: ", ")]
         }
+        let rows = collected.rows
         var output = StandardOutput()
         if global.json {
-            output.line(bytes: all ? pages.merged(raw, next: next) : raw.first ?? [])
+            output.line(bytes: collected.json)
         } else if rows.isEmpty {
             output.line("no conflicts")
         } else {
@@ -65,6 +58,6 @@ struct Conflicts: Command {
                 "see the competing values with `evctl get ENTITY`; settle them with `evctl resolve ENTITY NAME=VALUE`")
         }
         output.flush()
-        if !global.json { Pages.hintMore(next) }
+        if !global.json { Pages.hintMore(collected.next) }
     }
 }

@@ -32,35 +32,28 @@ struct DeadLetters: Command {
     func run() throws {
         let pages = Pages(
             connection: try global.connect(), method: "dead_letters", itemsMember: "dead_letters", all: all)
-        var raw: [[UInt8]] = []
-        var rows: [[String]] = []
-        let next = try pages.read(after: after) { cursor in
+        let collected = try pages.collect(after: after, json: global.json) { cursor in
             var params = JSONObjectWriter()
             params.add("limit", limit ?? (all ? 1000 : nil))
             params.add("after", cursor)
             return params
-        } page: { reply in
-            if global.json {
-                if all { raw += pages.rawItems(reply) } else { raw = [reply.resultBytes] }
-            } else {
-                rows += pages.items(reply).map { item in
-                    [
-                        item["received_at"].map(RawJSON.display) ?? "-", item["peer"].map(RawJSON.display) ?? "-",
-                        item["id"].map(RawJSON.display) ?? "-", item["origin"].map(RawJSON.display) ?? "-",
-                        item["reason"].map(RawJSON.display) ?? "-",
-                    ]
-                }
-            }
+        } row: { item in
+            [
+                item["received_at"].map(RawJSON.display) ?? "-", item["peer"].map(RawJSON.display) ?? "-",
+                item["id"].map(RawJSON.display) ?? "-", item["origin"].map(RawJSON.display) ?? "-",
+                item["reason"].map(RawJSON.display) ?? "-",
+            ]
         }
+        let rows = collected.rows
         var output = StandardOutput()
         if global.json {
-            output.line(bytes: all ? pages.merged(raw, next: next) : raw.first ?? [])
+            output.line(bytes: collected.json)
         } else if rows.isEmpty {
             output.line("no dead letters")
         } else {
             for line in Format.table([["RECEIVED", "PEER", "ID", "ORIGIN", "REASON"]] + rows) { output.line(line) }
         }
         output.flush()
-        if !global.json { Pages.hintMore(next) }
+        if !global.json { Pages.hintMore(collected.next) }
     }
 }

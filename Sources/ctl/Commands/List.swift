@@ -37,9 +37,7 @@ struct List: Command {
 
     func run() throws {
         let pages = Pages(connection: try global.connect(), method: "list", itemsMember: "entities", all: all)
-        var raw: [[UInt8]] = []
-        var rows: [[String]] = []
-        let next = try pages.read(after: after) { cursor in
+        let collected = try pages.collect(after: after, json: global.json) { cursor in
             var params = JSONObjectWriter()
             params.add("type", type)
             params.add("status", status)
@@ -47,29 +45,24 @@ struct List: Command {
             params.add("limit", limit ?? (all ? 1000 : nil))
             params.add("after", cursor)
             return params
-        } page: { reply in
-            if global.json {
-                if all { raw += pages.rawItems(reply) } else { raw = [reply.resultBytes] }
-            } else {
-                rows += pages.items(reply).map { item in
-                    [
-                        item["entity"] as? String ?? "?",
-                        (item["status"] as? String).map { RawJSON.display($0) } ?? "-",
-                        item["version"] as? String ?? "-",
-                        (item["deleted"] as? Bool ?? false) ? "yes" : "no",
-                    ]
-                }
-            }
+        } row: { item in
+            [
+                item["entity"] as? String ?? "?",
+                (item["status"] as? String).map { RawJSON.display($0) } ?? "-",
+                item["version"] as? String ?? "-",
+                (item["deleted"] as? Bool ?? false) ? "yes" : "no",
+            ]
         }
+        let rows = collected.rows
         var output = StandardOutput()
         if global.json {
-            output.line(bytes: all ? pages.merged(raw, next: next) : raw.first ?? [])
+            output.line(bytes: collected.json)
         } else if rows.isEmpty {
             output.line("no entities")
         } else {
             for line in Format.table([["ENTITY", "STATUS", "VERSION", "DELETED"]] + rows) { output.line(line) }
         }
         output.flush()
-        if !global.json { Pages.hintMore(next) }
+        if !global.json { Pages.hintMore(collected.next) }
     }
 }
