@@ -32,11 +32,36 @@ struct DaemonCrashTests {
         return out
     }
 
-    @Test(
-        "acknowledged events survive kill -9, once each, and what was committed is a prefix of the file",
-        .enabled(if: workloadScript() != nil))
+    /// Writes `count` events to `file`: the field workload when its generator is at hand,
+    /// else jobs that are edited and walked through statuses.
+    func writeWorkload(_ file: String, count: Int, seed: Int) throws {
+        if let script = workloadScript() {
+            let generate = Process()
+            generate.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+            generate.arguments = ["python3", script, "--events", "\(count)", "--seed", "\(seed)"]
+            _ = FileManager.default.createFile(atPath: file, contents: nil)
+            generate.standardOutput = FileHandle(forWritingAtPath: file)
+            try generate.run()
+            generate.waitUntilExit()
+            if generate.terminationStatus == 0 { return }
+        }
+        let statuses = ["assigned", "en_route", "on_site", "done"]
+        var text = ""
+        for index in 0..<count {
+            let job = "job/s\(seed)-\(index / 5)"
+            if index % 5 == 0 {
+                text +=
+                    #"{"entity":"\#(job)","kind":"edit","fields":{"customer":"c\#(index)","address":"\#(index) Main St"}}"#
+            } else {
+                text += #"{"entity":"\#(job)","kind":"status","status":"\#(statuses[index % 5 - 1])"}"#
+            }
+            text += "\n"
+        }
+        try text.write(toFile: file, atomically: true, encoding: .utf8)
+    }
+
+    @Test("acknowledged events survive kill -9, once each, and what was committed is a prefix of the file")
     func killDuringBulkAppend() throws {
-        let script = try #require(workloadScript())
         let evctl = try builtBinary("evctl")
         var daemon = try DaemonProcess()
         defer { daemon.removeFiles() }
@@ -46,13 +71,7 @@ struct DaemonCrashTests {
         var midway = 0
         for round in 0..<10 {
             let file = root + "/workload-\(round).ndjson"
-            let generate = Process()
-            generate.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-            generate.arguments = ["python3", script, "--events", "20000", "--seed", "\(100 + round)"]
-            _ = FileManager.default.createFile(atPath: file, contents: nil)
-            generate.standardOutput = FileHandle(forWritingAtPath: file)
-            try generate.run()
-            generate.waitUntilExit()
+            try writeWorkload(file, count: 20_000, seed: 100 + round)
             let lines = try summaries(file)
 
             let client = Process()
