@@ -172,3 +172,18 @@ func workloadScript() -> String? {
     }
     return nil
 }
+
+/// Runs a program to its end; its exit status and what it wrote to stdout and stderr
+/// together.
+func runProgram(_ path: String, _ arguments: [String]) throws -> (status: Int32, output: String) {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: path)
+    process.arguments = arguments
+    let output = Pipe()
+    process.standardOutput = output
+    process.standardError = output
+    try process.run()
+    let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+    process.waitUntilExit()
+    return (process.terminationStatus, text)
+}

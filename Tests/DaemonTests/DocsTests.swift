@@ -17,16 +17,8 @@ struct DocsTests {
         defer { daemon.removeFiles() }
         let script = daemon.root + "/evstore_client.py"
         try code.write(toFile: script, atomically: true, encoding: .utf8)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-        process.arguments = [script, daemon.socketPath]
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = output
-        try process.run()
-        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 0, "\(text)")
+        let (status, text) = try runProgram("/usr/bin/python3", [script, daemon.socketPath])
+        #expect(status == 0, "\(text)")
         #expect(text.contains("job/42 is en_route at version"))
         #expect(text.contains("not found: not_found"))
         #expect(text.contains("first event of job/42: status"))

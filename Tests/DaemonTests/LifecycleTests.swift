@@ -246,16 +246,9 @@ struct SystemdUnitTests {
     func unitsVerify() throws {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .deletingLastPathComponent()
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/bin/sh")
-        process.arguments = [root.appendingPathComponent("systemd/verify.sh").path, try builtBinary("evstored").path]
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = output
-        try process.run()
-        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 0, "\(text)")
+        let (status, text) = try runProgram(
+            "/bin/sh", [root.appendingPathComponent("systemd/verify.sh").path, try builtBinary("evstored").path])
+        #expect(status == 0, "\(text)")
         #expect(text.contains("systemd units: ok"))
     }
 }
