@@ -230,6 +230,28 @@ struct APITests {
         try daemon.stop()
     }
 
+    @Test("a read on another connection is answered while a large append is written, and sees all of it or none")
+    func readsDoNotWaitForTheWriter() throws {
+        let daemon = try DaemonProcess()
+        defer { daemon.removeFiles() }
+        let reader = try daemon.client()
+        _ = try reader.call("append", eventsParams([#"{"entity":"job/r","kind":"status","status":"new"}"#]))
+        let writer = try daemon.client()
+        let big = (0..<40_000).map { #"{"entity":"job/b\#($0 % 4000)","kind":"edit","fields":{"n":\#($0)}}"# }
+        try writer.send(#"{"jsonrpc":"2.0","id":1,"method":"append","params":\#(eventsParams(big))}"#)
+        // While the writer decodes and commits 40,000 events, another connection reads.
+        let state = try reader.call("get", #"{"entity":"job/r"}"#)
+        #expect((state["status"] as? [String: Any])?["current"] as? String == "new")
+        // It sees the store before that commit or after it (a slow machine may finish the
+        // append first), never part of it.
+        let during = try reader.call("status")["events"] as? Int
+        #expect(during == 1 || during == 40_001, "events: \(during ?? -1)")
+        let appended = try writer.readJSON()
+        #expect(((appended["result"] as? [String: Any])?["ids"] as? [Any])?.count == 40_000)
+        #expect(try reader.call("status")["events"] as? Int == 40_001)
+        try daemon.stop()
+    }
+
     @Test("32 clients appending and reading at once: every acknowledged event is there, once")
     func concurrentClients() throws {
         let daemon = try DaemonProcess()
