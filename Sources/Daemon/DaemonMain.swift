@@ -140,7 +140,7 @@ final class Daemon: Sendable {
             options.environment.maxReaders = 1024
             // Trained on the maintenance thread, so no append waits for it.
             options.trainsDictionaryAutomatically = false
-            options.machineID = Daemon.machineID()
+            options.machineID = Daemon.machineID(from: configuration.machineIDFile)
             log = try EventLog.open(directory: configuration.dataDirectory, options: options)
         } catch {
             logger.error("cannot open the store in \(configuration.dataDirectory): \(error)")
@@ -250,9 +250,10 @@ final class Daemon: Sendable {
         }
     }
 
-    /// This host's identity, from /etc/machine-id (nil when it has none).
-    static func machineID() -> String? {
-        for path in ["/etc/machine-id", "/var/lib/dbus/machine-id"] {
+    /// This host's identity, from `path` (or D-Bus's copy of /etc/machine-id); nil when
+    /// there is none, and then the check is skipped.
+    static func machineID(from path: String) -> String? {
+        for path in [path, "/var/lib/dbus/machine-id"] {
             if let text = try? String(contentsOfFile: path, encoding: .utf8) {
                 let id = text.trimmingCharacters(in: .whitespacesAndNewlines)
                 if !id.isEmpty { return id }

@@ -131,6 +131,41 @@ struct LifecycleTests {
         try second.stop()
     }
 
+    @Test("a data directory moved to another machine takes a fresh node id, says so, and keeps its events")
+    func machineChangeRenewsNodeID() throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("evd-\(UUID().uuidString.prefix(8))")
+            .path
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        let machineFile = root + "/machine-id"
+        try "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n".write(toFile: machineFile, atomically: true, encoding: .utf8)
+        let first = try DaemonProcess(root: root, arguments: ["--machine-id-file", machineFile])
+        defer { first.removeFiles() }
+        let client = try first.client()
+        _ = try client.call("append", eventsParams([#"{"entity":"job/1","kind":"status","status":"new"}"#]))
+        let before = try #require((try client.call("status")["node"] as? [String: Any])?["id"] as? String)
+        try first.stop()
+        // The same machine: the same node.
+        let again = try DaemonProcess(root: root, arguments: ["--machine-id-file", machineFile])
+        #expect((try again.client().call("status")["node"] as? [String: Any])?["id"] as? String == before)
+        try again.stop()
+        // Another machine (its machine-id differs): a new node id, logged; the events stay.
+        try "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\n".write(toFile: machineFile, atomically: true, encoding: .utf8)
+        let moved = try DaemonProcess(root: root, arguments: ["--machine-id-file", machineFile])
+        let status = try moved.client().call("status")
+        let after = try #require((status["node"] as? [String: Any])?["id"] as? String)
+        #expect(after != before)
+        #expect(status["events"] as? Int == 1)
+        #expect(moved.stderr.contains("first used on another machine") && moved.stderr.contains(before))
+        let appended = try moved.client().call(
+            "append", eventsParams([#"{"entity":"job/1","kind":"status","status":"done"}"#]))
+        let id = try #require((appended["ids"] as? [String])?.first)
+        let log = try moved.client().call("log", #"{"entity":"job/1"}"#)
+        let origins = (log["events"] as? [[String: Any]] ?? []).map { "\($0["id"] ?? "") \($0["origin"] ?? "")" }
+        #expect(origins.contains("\(id) \(after)"))
+        #expect(origins.contains { $0.hasSuffix(before) })
+        try moved.stop()
+    }
+
     @Test("SIGHUP re-reads the config file and applies the limits")
     func reloadOnHangup() throws {
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("evd-\(UUID().uuidString.prefix(8))")

@@ -34,6 +34,10 @@ struct Configuration: Equatable, Sendable {
     var maxLineBytes = 16 << 20
     var watchQueueEvents = 10_000
     var logLevel = Logger.Level.info
+    /// Where this host's identity is read (a data directory copied to another machine
+    /// takes a fresh node id). Containers that share or lack /etc/machine-id point it at a
+    /// file of their own.
+    var machineIDFile = "/etc/machine-id"
 
     /// One setting as each source names it.
     struct Option: Sendable {
@@ -63,6 +67,7 @@ struct Configuration: Equatable, Sendable {
         Option(key: "max_line_bytes", help: "longest request line, bytes (16 MiB)"),
         Option(key: "watch_queue_events", help: "notifications a watcher may fall behind before it is dropped (10000)"),
         Option(key: "log_level", help: "debug, info, notice, warning or error (info)"),
+        Option(key: "machine_id_file", help: "this host's identity, compared at start (/etc/machine-id)"),
     ]
 
     /// A setting that cannot be used, and where it came from.
@@ -227,6 +232,7 @@ struct Configuration: Equatable, Sendable {
             durability = value
         case "max_line_bytes": maxLineBytes = try integer(1024...(1 << 30))
         case "watch_queue_events": watchQueueEvents = try integer(1...10_000_000)
+        case "machine_id_file": machineIDFile = text
         case "log_level":
             guard let level = Logger.Level(name: text) else {
                 throw Invalid(message: "\(source) must be debug, info, notice, warning or error, not \"\(text)\"")
