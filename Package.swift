@@ -65,7 +65,7 @@ let package = Package(
         .testTarget(name: "ArgumentsTests", dependencies: ["Arguments"]),
         .testTarget(
             name: "DaemonTests",
-            dependencies: ["Daemon", "EventStore", "Projections", "UnixSocket", "TestSupport"]
+            dependencies: ["Daemon", "Arguments", "EventStore", "Projections", "UnixSocket", "TestSupport"]
         ),
         .testTarget(name: "CtlTests", dependencies: ["Projections", "UnixSocket", "TestSupport"]),
     ],

@@ -1,52 +1,85 @@
+import Arguments
 import EventStore
 import Foundation
 import Synchronization
 import UnixSocket
 
 /// `evstored`: reads the configuration, opens the store, serves the socket until SIGTERM.
-public enum DaemonMain {
+public struct Evstored: Command {
     public static let version = "0.3.0"
 
     /// sysexits(3) codes, as the help text lists them.
     enum Exit {
-        static let usage: Int32 = 64
         static let unavailable: Int32 = 69
         static let cantCreate: Int32 = 73
         static let ioError: Int32 = 74
         static let config: Int32 = 78
     }
 
-    public static func run() -> Never {
+    public static var configuration: CommandConfiguration {
+        CommandConfiguration(
+            name: "evstored",
+            abstract: "The evstore daemon: serves the event store to local clients on a Unix socket.",
+            discussion: """
+                Runs in the foreground and speaks newline-delimited JSON-RPC 2.0 on its socket.
+
+                Each setting comes from, strongest first: its flag, its EVSTORE_* environment \
+                variable, the JSON config file (--config FILE or EVSTORE_CONFIG; under systemd also \
+                \(Configuration.systemConfigFile) when it exists), then the default. The config \
+                file's keys are the option names with underscores: data_dir, socket, ...
+                """,
+            usage: ["[--config FILE] [--data-dir DIR] [--socket PATH] [--node NAME] [OPTION...]"],
+            arguments: [.option("config", value: "FILE", help: "The JSON config file (also EVSTORE_CONFIG).")]
+                + Configuration.options.filter { !$0.fileOnly }.map { option in
+                    .option(
+                        option.flagName, value: "VALUE",
+                        help: option.help.prefix(1).uppercased() + option.help.dropFirst()
+                            + " (also \(option.variable)).")
+                },
+            version: version,
+            sections: [
+                HelpSection(
+                    "defaults",
+                    """
+                    data in $STATE_DIRECTORY, else $XDG_STATE_HOME/evstore, else ./.evstore/data;
+                    the socket $RUNTIME_DIRECTORY/evstored.sock, else $XDG_RUNTIME_DIR/evstore/evstored.sock,
+                    else ./.evstore/evstored.sock; peers only in the config file ("peers").
+                    """),
+                HelpSection("signals", "SIGTERM or SIGINT drain and stop (exit 0); SIGHUP re-reads the config file."),
+                HelpSection(
+                    "exit status",
+                    """
+                     0   stopped cleanly
+                    64   usage: the command line is wrong
+                    69   the socket is in use by another daemon
+                    73   the data directory or the socket cannot be created
+                    74   the store cannot be opened
+                    78   the configuration is not usable
+                    """),
+            ])
+    }
+
+    let commandLine: Configuration.CommandLine
+
+    public init(_ arguments: ParsedArguments) {
+        var commandLine = Configuration.CommandLine(configFile: arguments["config"])
+        for option in Configuration.options where !option.fileOnly {
+            if let value = arguments[option.flagName] { commandLine.values[option.key] = value }
+        }
+        self.commandLine = commandLine
+    }
+
+    public func run() throws {
         let environment = ProcessInfo.processInfo.environment
-        let commandLine: Configuration.CommandLine
-        do {
-            commandLine = try Configuration.CommandLine(Array(Swift.CommandLine.arguments.dropFirst()))
-        } catch {
-            fail(
-                "\(error)\nusage: evstored [--config FILE] [--data-dir DIR] [--socket PATH] [OPTIONS]; see evstored --help",
-                Exit.usage)
-        }
-        if commandLine.help {
-            print(Configuration.helpText, terminator: "")
-            exit(0)
-        }
-        if commandLine.version {
-            print("evstored \(version)")
-            exit(0)
-        }
         let configuration: Configuration
         do {
             configuration = try Configuration.resolve(commandLine: commandLine, environment: environment)
         } catch {
-            fail("configuration: \(error)", Exit.config)
+            throw CommandFailure(exitCode: Exit.config, "configuration: \(error)")
         }
         let daemon = Daemon(configuration: configuration, commandLine: commandLine, environment: environment)
-        exit(daemon.serve())
-    }
-
-    static func fail(_ message: String, _ code: Int32) -> Never {
-        FileHandle.standardError.write(Data("evstored: \(message)\n".utf8))
-        exit(code)
+        let code = daemon.serve()
+        if code != 0 { throw CommandFailure(exitCode: code, nil) }
     }
 }
 
@@ -128,7 +161,7 @@ final class Daemon: Sendable {
         } catch {
             logger.error(
                 "cannot create the data directory \(configuration.dataDirectory): \(error.localizedDescription)")
-            return (DaemonMain.Exit.cantCreate, WeakLog(nil))
+            return (Evstored.Exit.cantCreate, WeakLog(nil))
         }
         do {
             var options = StoreOptions()
@@ -144,7 +177,7 @@ final class Daemon: Sendable {
             log = try EventLog.open(directory: configuration.dataDirectory, options: options)
         } catch {
             logger.error("cannot open the store in \(configuration.dataDirectory): \(error)")
-            return (DaemonMain.Exit.ioError, WeakLog(nil))
+            return (Evstored.Exit.ioError, WeakLog(nil))
         }
         if let previous = log.previousNodeID {
             logger.warning(
@@ -157,7 +190,7 @@ final class Daemon: Sendable {
             listener = try listen(configuration)
         } catch {
             logger.error("cannot serve the socket: \(error)")
-            return (error.code == EADDRINUSE ? DaemonMain.Exit.unavailable : DaemonMain.Exit.cantCreate, WeakLog(nil))
+            return (error.code == EADDRINUSE ? Evstored.Exit.unavailable : Evstored.Exit.cantCreate, WeakLog(nil))
         }
 
         let hub = WatchHub(logger: logger)

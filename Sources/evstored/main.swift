@@ -1,3 +1,3 @@
 import Daemon
 
-DaemonMain.run()
+Evstored.main()

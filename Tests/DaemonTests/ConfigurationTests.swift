@@ -1,3 +1,4 @@
+import Arguments
 import Foundation
 import Testing
 
@@ -6,7 +7,9 @@ import Testing
 @Suite("Configuration and request decoding")
 struct ConfigurationTests {
     func resolve(_ arguments: [String], _ environment: [String: String] = [:]) throws -> Configuration {
-        try Configuration.resolve(commandLine: try Configuration.CommandLine(arguments), environment: environment)
+        let invocation = try Parser.parse(arguments, root: Evstored.self)
+        return try Configuration.resolve(
+            commandLine: Evstored(invocation.arguments).commandLine, environment: environment)
     }
 
     @Test("flags beat the environment, which beats the config file, which beats the defaults")

@@ -224,7 +224,7 @@ struct LifecycleTests {
         #expect(help.0 == 0 && help.1.contains("--data-dir") && help.1.contains("EVSTORE_SOCKET"))
         #expect(try run(["--version"]).1.hasPrefix("evstored "))
         let unknown = try run(["--no-such-flag"])
-        #expect(unknown.0 == 64 && unknown.2.contains("unknown option --no-such-flag"))
+        #expect(unknown.0 == 64 && unknown.2.contains("unknown option '--no-such-flag'"))
         #expect(try run(["positional"]).0 == 64)
         #expect(try run(["--socket"]).0 == 64)
         let missing = try run(["--config", "/nonexistent/evstored.json"])

@@ -43,7 +43,9 @@ struct Configuration: Equatable, Sendable {
     struct Option: Sendable {
         let key: String
         let help: String
-        var flag: String { "--" + key.replacingOccurrences(of: "_", with: "-") }
+        /// The flag's name without its dashes: data-dir.
+        var flagName: String { key.replacingOccurrences(of: "_", with: "-") }
+        var flag: String { "--" + flagName }
         var variable: String { "EVSTORE_" + key.uppercased() }
         /// Settable from the config file only (a list).
         var fileOnly = false
@@ -76,48 +78,10 @@ struct Configuration: Equatable, Sendable {
         var description: String { message }
     }
 
-    /// What the command line asked for.
+    /// What the command line set: the config file and the settings given as flags.
     struct CommandLine: Equatable, Sendable {
         var values: [String: String] = [:]
         var configFile: String?
-        var help = false
-        var version = false
-
-        /// Parses `evstored [--config FILE] [--KEY VALUE | --KEY=VALUE]... [--help] [--version]`.
-        init(_ arguments: [String]) throws(Invalid) {
-            var index = 0
-            while index < arguments.count {
-                let argument = arguments[index]
-                index += 1
-                if argument == "--help" || argument == "-h" {
-                    help = true
-                    continue
-                }
-                if argument == "--version" {
-                    version = true
-                    continue
-                }
-                guard argument.hasPrefix("--") else {
-                    throw Invalid(message: "unexpected argument \"\(argument)\"; evstored takes only options")
-                }
-                var name = String(argument.dropFirst(2))
-                var value: String?
-                if let equals = name.firstIndex(of: "=") {
-                    value = String(name[name.index(after: equals)...])
-                    name = String(name[..<equals])
-                }
-                let key = name.replacingOccurrences(of: "-", with: "_")
-                guard key == "config" || Configuration.options.contains(where: { $0.key == key && !$0.fileOnly }) else {
-                    throw Invalid(message: "unknown option --\(name)")
-                }
-                if value == nil {
-                    guard index < arguments.count else { throw Invalid(message: "--\(name) needs a value") }
-                    value = arguments[index]
-                    index += 1
-                }
-                if key == "config" { configFile = value } else { values[key] = value }
-            }
-        }
     }
 
     /// Resolves every setting. `environment` is the process environment.
@@ -241,41 +205,4 @@ struct Configuration: Equatable, Sendable {
         default: throw Invalid(message: "unknown setting \(source)")
         }
     }
-
-    static let helpText: String = {
-        var text = """
-            evstored: the evstore daemon. Serves the event store in DATA_DIR to local clients on a
-            Unix socket (newline-delimited JSON-RPC 2.0), in the foreground.
-
-            usage: evstored [--config FILE] [--data-dir DIR] [--socket PATH] [--node NAME] [OPTIONS]
-
-            Each setting comes from, strongest first: its flag, its EVSTORE_* environment variable,
-            the JSON config file (--config FILE or EVSTORE_CONFIG; under systemd also
-            \(systemConfigFile) when it exists), then the default.
-
-            options:
-              --config FILE  (EVSTORE_CONFIG)
-                    the JSON config file; its keys are the option names below, with underscores
-
-            """
-        for option in options {
-            let name =
-                option.fileOnly ? "\"\(option.key)\" (config file only)" : "\(option.flag) VALUE  (\(option.variable))"
-            text += "  \(name)\n        \(option.help)\n"
-        }
-        text += """
-              --help        show this text
-              --version     show the version
-
-            defaults: data in $STATE_DIRECTORY, else $XDG_STATE_HOME/evstore, else ./.evstore/data;
-            the socket $RUNTIME_DIRECTORY/evstored.sock, else $XDG_RUNTIME_DIR/evstore/evstored.sock,
-            else ./.evstore/evstored.sock.
-
-            signals: SIGTERM or SIGINT drain and stop (exit 0); SIGHUP re-reads the config file.
-            exit codes: 0 stopped cleanly, 1 failed while serving, 64 usage, 69 the socket is in use,
-            73 cannot create the store or the socket, 74 the store cannot be opened, 78 bad configuration.
-
-            """
-        return text
-    }()
 }
