@@ -18,19 +18,9 @@ final class BlockingQueue<Element: Sendable>: @unchecked Sendable {
         return true
     }
 
-    /// Waits for elements and takes every one waiting; nil once closed and empty.
-    func popAll() -> [Element]? {
-        condition.lock()
-        defer { condition.unlock() }
-        while items.isEmpty && !closed { condition.wait() }
-        if items.isEmpty { return nil }
-        let taken = items
-        items.removeAll(keepingCapacity: true)
-        return taken
-    }
-
-    /// Like `popAll()`, but once something waits, waits up to `patience` seconds more
-    /// until `isComplete` says what waits is enough (how group commit gathers a group).
+    /// Waits for elements and takes every one waiting; nil once closed and empty. Once
+    /// something waits, waits up to `patience` seconds more until `isComplete` says what
+    /// waits is enough (how group commit gathers a group).
     func popAll(patience: Double, until isComplete: ([Element]) -> Bool) -> [Element]? {
         condition.lock()
         defer { condition.unlock() }
@@ -53,11 +43,5 @@ final class BlockingQueue<Element: Sendable>: @unchecked Sendable {
         closed = true
         condition.broadcast()
         condition.unlock()
-    }
-
-    var count: Int {
-        condition.lock()
-        defer { condition.unlock() }
-        return items.count
     }
 }

@@ -84,12 +84,7 @@ final class WatchHub: @unchecked Sendable {
             // Catch up without the lock while pages are full...
             while true {
                 let (events, scanned, more) = try read(subscription, after: cursor, log: log, limit: page)
-                for event in events {
-                    guard subscription.outbox.pushNotificationWaiting(WatchHub.notification(event)) else {
-                        return false
-                    }
-                    subscription.lastQueued = event.id
-                }
+                guard queueWaiting(events, to: subscription) else { return false }
                 cursor = scanned
                 guard more else { break }
             }
@@ -112,12 +107,7 @@ final class WatchHub: @unchecked Sendable {
                 // before it joins): otherwise queue it with waiting, outside the lock.
                 if more || events.count > subscription.outbox.notificationRoom {
                     publishLock.unlock()
-                    for event in events {
-                        guard subscription.outbox.pushNotificationWaiting(WatchHub.notification(event)) else {
-                            return false
-                        }
-                        subscription.lastQueued = event.id
-                    }
+                    guard queueWaiting(events, to: subscription) else { return false }
                     continue
                 }
                 for event in events {
@@ -130,6 +120,16 @@ final class WatchHub: @unchecked Sendable {
             publishLock.unlock()
             return true
         }
+    }
+
+    /// Queues replayed events, waiting while the consumer is behind (never with the lock
+    /// held). False when the connection ended meanwhile.
+    private func queueWaiting(_ events: [Event], to subscription: Subscription) -> Bool {
+        for event in events {
+            guard subscription.outbox.pushNotificationWaiting(WatchHub.notification(event)) else { return false }
+            subscription.lastQueued = event.id
+        }
+        return true
     }
 
     /// Ends a subscription (its connection closed).
