@@ -106,6 +106,14 @@ public final class UnixConnection: @unchecked Sendable {
         }
     }
 
+    /// Ends the writing side only: the other end reads the end of the stream, and what it
+    /// still sends can be read here. The corresponding C function is `shutdown` with `SHUT_WR`.
+    public func shutdownWriting() {
+        open.withLock { open in
+            if open { _ = Glibc.shutdown(descriptor, Int32(SHUT_WR)) }
+        }
+    }
+
     /// Closes the descriptor. Call once, after every other use has returned.
     public func close() {
         open.withLock { open in
