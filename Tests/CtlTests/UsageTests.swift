@@ -6,6 +6,7 @@ import Testing
 @Suite struct UsageTests {
     static let commands = [
         "new", "append", "get", "list", "log", "status", "conflicts", "resolve", "dead-letters", "rebuild", "backup",
+        "sync-serve",
     ]
 
     @Test func rootHelpListsCommandsAndExitStatuses() throws {
