@@ -196,11 +196,16 @@ final class Daemon: Sendable {
         let hub = WatchHub(logger: logger)
         let writer = AppendWriter(log: log, hub: hub, logger: logger)
         writer.start()
+        let sync = SyncService(
+            node: SyncNode(log: log, name: configuration.nodeName) { (events, peer) throws(EventStoreError) in
+                try writer.ingest(events, from: peer)
+            },
+            settings: SyncService.Settings(configuration), logger: logger)
         let methods = Methods(
             log: log, node: Methods.NodeInfo(name: configuration.nodeName, dataDirectory: configuration.dataDirectory),
-            startedAt: Date(), writer: writer)
+            startedAt: Date(), writer: writer, sync: sync)
         let context = ServerContext(
-            writer: writer, hub: hub, methods: methods, logger: logger,
+            writer: writer, hub: hub, methods: methods, sync: sync, logger: logger,
             limits: Limits(maxLineBytes: configuration.maxLineBytes, watchQueueEvents: configuration.watchQueueEvents))
         let server = Server(listener: listener, context: context)
         server.start()
@@ -208,6 +213,7 @@ final class Daemon: Sendable {
         servingContext.withLock { $0 = context }
         let maintenance = Maintenance(log: log, logger: logger, systemd: systemd, durability: configuration.durability)
         maintenance.start()
+        sync.start()
 
         let statistics = try? log.statistics()
         let summary = "serving \(statistics?.events ?? 0) events on \(listener.path ?? "the activated socket")"
@@ -218,6 +224,7 @@ final class Daemon: Sendable {
 
         stopRequested.wait()
         systemd.stopping(status: "draining \(server.connectionCount) connections")
+        sync.stop()
         server.stop(timeout: 20)
         writer.stop()
         maintenance.stop()
@@ -260,6 +267,7 @@ final class Daemon: Sendable {
                 old.backoffBaseSeconds = fresh.backoffBaseSeconds
                 old.backoffCapSeconds = fresh.backoffCapSeconds
                 old.syncTimeoutSeconds = fresh.syncTimeoutSeconds
+                old.sshCommand = fresh.sshCommand
                 old.maxLineBytes = fresh.maxLineBytes
                 old.watchQueueEvents = fresh.watchQueueEvents
                 old.logLevel = fresh.logLevel
@@ -267,6 +275,7 @@ final class Daemon: Sendable {
             }
             logger.level = fresh.logLevel
             context.limits = Limits(maxLineBytes: fresh.maxLineBytes, watchQueueEvents: fresh.watchQueueEvents)
+            context.sync.update(SyncService.Settings(fresh))
             var restartNeeded: [String] = []
             if fresh.dataDirectory != old.dataDirectory { restartNeeded.append("data_dir") }
             if fresh.socketPath != old.socketPath { restartNeeded.append("socket") }

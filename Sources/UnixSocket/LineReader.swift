@@ -84,6 +84,16 @@ public struct LineReader {
         }
     }
 
+    /// The bytes read but not yet returned as lines, handed over to whoever reads the
+    /// stream next (the reader is empty afterwards).
+    public mutating func takeBuffered() -> [UInt8] {
+        let rest = Array(buffer[start...])
+        buffer.removeAll()
+        start = 0
+        scanned = 0
+        return rest
+    }
+
     /// The index of the first "\n" at or after `start` (memchr: lines can be megabytes).
     static func firstNewline(in buffer: [UInt8], from start: Int) -> Int? {
         guard start < buffer.count else { return nil }

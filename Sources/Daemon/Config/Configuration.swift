@@ -1,4 +1,5 @@
 import Foundation
+import UnixSocket
 
 /// The daemon's settings, from (strongest first) flags, `EVSTORE_*` environment variables,
 /// the JSON config file and the defaults.
@@ -27,6 +28,8 @@ struct Configuration: Equatable, Sendable {
     var backoffBaseSeconds = 2
     var backoffCapSeconds = 600
     var syncTimeoutSeconds = 30
+    /// The ssh client for ssh:// peers, split as a shell splits words.
+    var sshCommand = "ssh"
     var maxClockSkewSeconds = 3600
     var maxEventBytes = 65_536
     var mapMaxBytes = 64 << 30
@@ -62,6 +65,7 @@ struct Configuration: Equatable, Sendable {
         Option(key: "backoff_base_s", help: "first retry delay after a failed sync, seconds (2)"),
         Option(key: "backoff_cap_s", help: "longest retry delay, seconds (600)"),
         Option(key: "sync_timeout_s", help: "a peer silent this long ends the session, seconds (30)"),
+        Option(key: "ssh_command", help: "the ssh client for ssh:// peers, with its options (ssh)"),
         Option(key: "max_clock_skew_s", help: "how far ahead a stored id may be and still move the clock (3600)"),
         Option(key: "max_event_bytes", help: "largest event, canonical JSON bytes (65536)"),
         Option(key: "map_max_bytes", help: "largest size the store may grow to, bytes (64 GiB)"),
@@ -148,6 +152,14 @@ struct Configuration: Equatable, Sendable {
                     guard let name = item["name"] as? String, let url = item["url"] as? String, !name.isEmpty,
                         !url.isEmpty
                     else { throw Invalid(message: "each of \(source) needs a \"name\" and a \"url\"") }
+                    guard PeerName.isValid(name) else {
+                        throw Invalid(message: "peer name \"\(name)\" in \(source) is not valid: \(PeerName.rule)")
+                    }
+                    do throws(SyncError) {
+                        _ = try PeerURL(url)
+                    } catch {
+                        throw Invalid(message: "peer \"\(name)\" in \(source): \(error.message)")
+                    }
                     return Peer(name: name, url: url)
                 }
                 continue
@@ -186,6 +198,12 @@ struct Configuration: Equatable, Sendable {
         case "backoff_base_s": backoffBaseSeconds = try integer(0...86_400)
         case "backoff_cap_s": backoffCapSeconds = try integer(0...86_400)
         case "sync_timeout_s": syncTimeoutSeconds = try integer(1...86_400)
+        case "ssh_command":
+            guard (try? ShellWords.split(text))?.isEmpty == false else {
+                throw Invalid(
+                    message: "\(source) must be a command such as \"ssh -i /etc/evstore/id_ed25519\", not \"\(text)\"")
+            }
+            sshCommand = text
         case "max_clock_skew_s": maxClockSkewSeconds = try integer(0...31_536_000)
         case "max_event_bytes": maxEventBytes = try integer(256...(16 << 20))
         case "map_max_bytes": mapMaxBytes = try integer((1 << 20)...(1 << 50))

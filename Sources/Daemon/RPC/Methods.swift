@@ -6,7 +6,8 @@ import Projections
 /// `watch` go through the connection, which owns their ordering.
 struct Methods: Sendable {
     static let names = [
-        "append", "get", "list", "log", "watch", "status", "conflicts", "dead_letters", "rebuild", "backup",
+        "append", "get", "list", "log", "watch", "status", "conflicts", "dead_letters", "rebuild", "backup", "sync",
+        "peers.add", "peers.remove", "peers.list",
     ]
 
     let log: EventLog
@@ -14,6 +15,7 @@ struct Methods: Sendable {
     let startedAt: Date
     /// The writer's counters, for `status`.
     let writer: AppendWriter
+    let sync: SyncService
 
     struct NodeInfo: Sendable {
         var name: String?
@@ -32,6 +34,8 @@ struct Methods: Sendable {
             case "dead_letters": return try deadLetters(request)
             case "rebuild": return try rebuild(request)
             case "backup": return try backup(request)
+            case "sync": return try syncNow(request)
+            case "peers.add", "peers.remove", "peers.list": return try peers(request)
             default: throw RPCError.methodNotFound(request.method)
             }
         } catch let error as RPCError {
@@ -131,10 +135,25 @@ struct Methods: Sendable {
         out.beginObject()
         out.member("conflicts", statistics.conflicts)
         out.member("dead_letters", statistics.deadLetters)
-        out.member("failing_peers", 0)
+        let peers = sync.status()
+        out.member("failing_peers", peers.filter(\.schedule.needsAttention).count)
         out.endObject()
         out.key("peers")
         out.beginArray()
+        for peer in peers {
+            out.beginObject()
+            out.member("name", peer.peer.name)
+            out.member("url", peer.peer.url)
+            out.member("state", peer.schedule.state.rawValue)
+            out.member("last_success", peer.schedule.lastSuccess.map(Methods.timestamp))
+            out.member("pending", peer.pending)
+            out.member("failures", peer.schedule.failures)
+            out.member("next_attempt", Methods.timestamp(peer.schedule.nextAttempt))
+            out.key("last_error")
+            Methods.write(peer.schedule.lastError, to: &out)
+            out.member("source", peer.peer.fromConfig ? "config" : "api")
+            out.endObject()
+        }
         out.endArray()
         out.member("data_dir", node.dataDirectory)
         out.member("map_bytes", statistics.mapSize)
@@ -229,5 +248,81 @@ struct Methods: Sendable {
         out.member("bytes", size)
         out.endObject()
         return out.bytes
+    }
+
+    // MARK: Replication
+
+    func syncNow(_ request: Request) throws -> [UInt8] {
+        let params = try Params(request.params, method: "sync", accepts: ["peer"])
+        let outcomes = try sync.syncNow(try params.string("peer"))
+        var out = JSONWriter()
+        out.beginObject()
+        out.key("peers")
+        out.beginArray()
+        for outcome in outcomes {
+            out.beginObject()
+            out.member("name", outcome.name)
+            out.member("url", outcome.url)
+            out.member("sent", outcome.report.sent)
+            out.member("received", outcome.report.received)
+            out.member("skipped", outcome.report.skipped)
+            out.member("dead_letters", outcome.report.deadLettered)
+            out.member("reconciled", outcome.report.reconciledSent + outcome.report.reconciledReceived)
+            out.member("bytes_sent", outcome.report.bytesSent)
+            out.member("bytes_received", outcome.report.bytesReceived)
+            out.member("duration_ms", outcome.milliseconds)
+            out.key("error")
+            Methods.write(outcome.error, to: &out)
+            out.endObject()
+        }
+        out.endArray()
+        out.endObject()
+        return out.bytes
+    }
+
+    func peers(_ request: Request) throws -> [UInt8] {
+        let list: [SyncService.Peer]
+        switch request.method {
+        case "peers.add":
+            let params = try Params(request.params, method: "peers.add", accepts: ["name", "url"])
+            guard let name = try params.string("name"), let url = try params.string("url") else {
+                throw RPCError.invalidParams("peers.add takes \"name\" and \"url\"")
+            }
+            list = try sync.add(name: name, url: url)
+        case "peers.remove":
+            let params = try Params(request.params, method: "peers.remove", accepts: ["name"])
+            guard let name = try params.string("name") else {
+                throw RPCError.invalidParams("peers.remove takes \"name\"")
+            }
+            list = try sync.remove(name: name)
+        default:
+            _ = try Params(request.params, method: "peers.list", accepts: [])
+            list = sync.peers()
+        }
+        return JSONWriter.page("peers", list, next: nil) { out, peer in
+            out.beginObject()
+            out.member("name", peer.name)
+            out.member("url", peer.url)
+            out.member("source", peer.fromConfig ? "config" : "api")
+            out.endObject()
+        }
+    }
+
+    static func write(_ error: SyncError?, to out: inout JSONWriter) {
+        guard let error else {
+            out.null()
+            return
+        }
+        out.beginObject()
+        out.member("reason", error.reason.rawValue)
+        out.member("message", error.message)
+        out.endObject()
+    }
+
+    /// RFC 3339 UTC with milliseconds.
+    static func timestamp(_ milliseconds: UInt64) -> String {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        return formatter.string(from: Date(timeIntervalSince1970: Double(milliseconds) / 1000))
     }
 }

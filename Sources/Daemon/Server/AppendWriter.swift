@@ -62,6 +62,18 @@ final class AppendWriter: Sendable {
         return box.withLock { $0! }
     }
 
+    /// Commits events received from a peer in one transaction on the calling thread, and
+    /// publishes them to watchers as the writer does its own.
+    func ingest(_ events: [ReplicatedEvent], from peer: String) throws(EventStoreError) -> IngestResult {
+        hub.publishLock.lock()
+        defer { hub.publishLock.unlock() }
+        let result = try log.ingest(events, from: peer)
+        if hub.hasSubscribers, !result.ingested.isEmpty { hub.publish(result.ingested, log: log) }
+        commits.add(1, ordering: .relaxed)
+        eventsWritten.add(result.ingested.count, ordering: .relaxed)
+        return result
+    }
+
     /// Commits what is queued, then ends the thread and waits for it.
     func stop() {
         queue.close()

@@ -68,6 +68,7 @@ final class Connection: @unchecked Sendable {
 
     private func read() {
         var reader = LineReader(limit: context.limits.maxLineBytes)
+        var first = true
         while !outbox.isEnding {
             let line: LineReader.Line
             do {
@@ -86,6 +87,13 @@ final class Connection: @unchecked Sendable {
                             "the line is \(bytes) bytes, over the limit of \(reader.limit) (max_line_bytes); split the batch",
                             reason: "too_large")))
             case .line(let bytes):
+                // A peer's sync session announces itself in the first line; the connection
+                // then speaks the sync protocol until the session ends.
+                if first, let version = Connection.syncPreamble(bytes) {
+                    context.sync.serve(socket, buffered: reader.takeBuffered(), version: version)
+                    return
+                }
+                first = false
                 if bytes.allSatisfy({ $0 == 0x20 || $0 == 0x09 || $0 == 0x0D }) { continue }
                 handle(bytes)
             }
@@ -219,6 +227,13 @@ final class Connection: @unchecked Sendable {
         }
         out.append(contentsOf: [UInt8(ascii: "]"), 0x0A])
         outbox.push(out)
+    }
+
+    /// The protocol version of a sync preamble line ("EVSYNC/1"), or nil for any other line.
+    static func syncPreamble(_ line: [UInt8]) -> Int? {
+        let prefix = Array("EVSYNC/".utf8)
+        guard line.count <= prefix.count + 9, line.starts(with: prefix) else { return nil }
+        return Int(String(decoding: line[prefix.count...], as: UTF8.self))
     }
 
     // MARK: - Response lines

@@ -15,12 +15,14 @@ final class ServerContext: Sendable {
     let hub: WatchHub
     let methods: Methods
     let logger: Logger
+    let sync: SyncService
     private let currentLimits: Mutex<Limits>
 
-    init(writer: AppendWriter, hub: WatchHub, methods: Methods, logger: Logger, limits: Limits) {
+    init(writer: AppendWriter, hub: WatchHub, methods: Methods, sync: SyncService, logger: Logger, limits: Limits) {
         self.writer = writer
         self.hub = hub
         self.methods = methods
+        self.sync = sync
         self.logger = logger
         self.currentLimits = Mutex(limits)
     }

@@ -9,18 +9,28 @@ extension EventLog {
     /// by idempotency key). An event that fails validation goes to the dead-letter table
     /// with the reason and never blocks the valid ones around it.
     public func ingest(_ rawEvents: [[UInt8]], from peer: String? = nil) throws(EventStoreError) -> IngestResult {
-        guard !rawEvents.isEmpty else { return IngestResult() }
+        try ingest(rawEvents.map { ReplicatedEvent(id: nil, json: $0) }, from: peer)
+    }
+
+    /// Takes replicated events whose id may travel beside their JSON (as sync sends them);
+    /// otherwise as `ingest(_:from:)`.
+    public func ingest(_ replicated: [ReplicatedEvent], from peer: String? = nil) throws(EventStoreError)
+        -> IngestResult
+    {
+        guard !replicated.isEmpty else { return IngestResult() }
         return try write { batch, txn, writer in
             var result = IngestResult()
             var seen = Set<ULID>()
-            for raw in rawEvents {
+            for record in replicated {
+                let raw = record.json
                 let event: Event
                 let payload: [UInt8]
                 do {
-                    event = try EventCodec.decodeStored(raw)
+                    event = try EventCodec.decodeStored(raw, id: record.id)
                     payload = try batch.storedPayload(of: event)
                 } catch let error as EventStoreError {
-                    result.deadLettered.append(try batch.deadLetter(raw, reason: error, peer: peer, txn: &txn))
+                    result.deadLettered.append(
+                        try batch.deadLetter(raw, id: record.id, reason: error, peer: peer, txn: &txn))
                     continue
                 }
                 if seen.contains(event.id) {
@@ -34,7 +44,8 @@ extension EventLog {
                         let error = EventStoreError(
                             .invalidEvent,
                             "event \(event.id) is already held with different content; the one held first is kept")
-                        result.deadLettered.append(try batch.deadLetter(raw, reason: error, peer: peer, txn: &txn))
+                        result.deadLettered.append(
+                            try batch.deadLetter(raw, id: record.id, reason: error, peer: peer, txn: &txn))
                     } else {
                         result.skipped += 1
                     }
@@ -58,10 +69,11 @@ extension EventLog {
 
 extension WriteBatch {
     /// Keeps an event that failed validation, with why, where it came from and when.
-    mutating func deadLetter(_ raw: [UInt8], reason: EventStoreError, peer: String?, txn: inout WriteTransaction) throws
-        -> DeadLetter
-    {
-        let (id, origin) = EventCodec.identity(of: raw)
+    mutating func deadLetter(
+        _ raw: [UInt8], id knownID: ULID? = nil, reason: EventStoreError, peer: String?, txn: inout WriteTransaction
+    ) throws -> DeadLetter {
+        var (id, origin) = EventCodec.identity(of: raw)
+        if let knownID { id = knownID.description }
         // From the hybrid clock, so dead letters keep the order they arrived in.
         let key = clock.next(now: now)
         let kept = Array(raw.prefix(DeadLetter.maxRawBytes))

@@ -222,6 +222,17 @@ enum MDB {
         return (foundKey.bytes, foundValue.bytes)
     }
 
+    /// A page of values of a `.dupFixed` key, as one buffer (`MDB_GET_MULTIPLE` for the page
+    /// the cursor is on, `MDB_NEXT_MULTIPLE` for the next one); nil when there is none.
+    static func cursorGetMultiple(_ cursor: OpaquePointer, next: Bool) throws(LMDBError) -> [UInt8]? {
+        var key = MDB_val()
+        var value = MDB_val()
+        let code = mdb_cursor_get(cursor, &key, &value, next ? MDB_NEXT_MULTIPLE : MDB_GET_MULTIPLE)
+        if code == MDB_NOTFOUND { return nil }
+        try check(code, "mdb_cursor_get")
+        return value.bytes
+    }
+
     static func cursorPut(
         _ cursor: OpaquePointer, _ key: [UInt8], _ value: [UInt8], flags: UInt32
     ) throws(LMDBError) {

@@ -1,0 +1,185 @@
+import UnixSocket
+
+/// One unit of the sync protocol after the preamble:
+///
+///     type (1 byte) | length (4 bytes, big-endian) | CRC-32C of the payload (4, big-endian) | payload
+///
+/// docs/sync.md gives every frame's payload.
+struct Frame: Equatable, Sendable {
+    enum Kind: UInt8, Sendable {
+        case hello = 0x48  // "H"
+        case reconcile = 0x52  // "R"
+        case batch = 0x42  // "B"
+        case ack = 0x41  // "A"
+        case done = 0x44  // "D"
+        case error = 0x45  // "E"
+    }
+
+    var kind: Kind
+    var payload: [UInt8]
+
+    static let headerBytes = 9
+    /// The largest payload either side accepts.
+    static let maxPayloadBytes = 64 << 20
+
+    /// The protocol this version speaks.
+    static let protocolVersion = 1
+    /// Each side's first bytes: "EVSYNC/" and the version in decimal, then a newline.
+    static func preamble(version: Int = protocolVersion) -> [UInt8] { Array("EVSYNC/\(version)\n".utf8) }
+
+    func encoded() -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(Frame.headerBytes + payload.count)
+        out.append(kind.rawValue)
+        appendBigEndian(UInt32(payload.count), to: &out)
+        appendBigEndian(CRC32C.checksum(payload), to: &out)
+        out.append(contentsOf: payload)
+        return out
+    }
+}
+
+func appendBigEndian(_ value: UInt32, to out: inout [UInt8]) {
+    out.append(UInt8(truncatingIfNeeded: value >> 24))
+    out.append(UInt8(truncatingIfNeeded: value >> 16))
+    out.append(UInt8(truncatingIfNeeded: value >> 8))
+    out.append(UInt8(truncatingIfNeeded: value))
+}
+
+func readBigEndian32(_ bytes: [UInt8], at offset: Int) -> UInt32 {
+    UInt32(bytes[offset]) << 24 | UInt32(bytes[offset + 1]) << 16 | UInt32(bytes[offset + 2]) << 8
+        | UInt32(bytes[offset + 3])
+}
+
+/// Frames over a connection, with the bytes counted each way. Every read is bounded by
+/// the connection's read timeout, so a silent peer ends the session.
+final class FrameChannel {
+    let connection: UnixConnection
+    private var buffer: [UInt8]
+    private var start = 0
+    private(set) var bytesReceived = 0
+    private(set) var bytesSent = 0
+    /// The timeout the connection was given, for messages.
+    let timeoutSeconds: Double
+
+    /// `buffered`: bytes already read from the connection (after the preamble line, when the
+    /// daemon recognised the session from its first line).
+    init(connection: UnixConnection, timeoutSeconds: Double, buffered: [UInt8] = []) {
+        self.connection = connection
+        self.timeoutSeconds = timeoutSeconds
+        self.buffer = buffered
+        self.bytesReceived = buffered.count
+        try? connection.setTimeouts(read: timeoutSeconds, write: timeoutSeconds)
+    }
+
+    func writePreamble() throws(SyncError) {
+        try write(Frame.preamble())
+    }
+
+    /// Reads the peer's preamble and returns its protocol version; anything else is
+    /// `not_evstore`, quoting what the peer sent.
+    func readPreamble() throws(SyncError) -> Int {
+        let prefix = Array("EVSYNC/".utf8)
+        while true {
+            let available = buffer[start...]
+            if let newline = available.firstIndex(of: 0x0A) {
+                let line = Array(buffer[start..<newline])
+                guard line.starts(with: prefix), line.count <= prefix.count + 9,
+                    let version = Int(String(decoding: line[prefix.count...], as: UTF8.self))
+                else { throw notEvstore(Array(available)) }
+                start = newline + 1
+                return version
+            }
+            // The preamble is short: a peer that sends more without a newline, or bytes that
+            // cannot begin one, is not speaking the protocol.
+            let head = Array(available.prefix(prefix.count))
+            if !prefix.starts(with: head) || available.count > 32 { throw notEvstore(Array(available)) }
+            if try !fill() {
+                throw available.isEmpty
+                    ? SyncError(.closed, "the peer closed the connection without a word")
+                    : notEvstore(Array(available))
+            }
+        }
+    }
+
+    private func notEvstore(_ sent: [UInt8]) -> SyncError {
+        var quote = sent.prefix(80).map { byte -> Character in
+            (0x20..<0x7F).contains(byte) ? Character(Unicode.Scalar(byte)) : (byte == 0x0A ? " " : "·")
+        }
+        if sent.count > 80 { quote.append("…") }
+        return SyncError(
+            .notEvstore,
+            "the peer answered with something that is not the evstore sync protocol (a captive portal or another service?): \"\(String(quote))\""
+        )
+    }
+
+    func write(_ frame: Frame) throws(SyncError) {
+        try write(frame.encoded())
+    }
+
+    private func write(_ bytes: [UInt8]) throws(SyncError) {
+        do {
+            try connection.write(bytes)
+            bytesSent += bytes.count
+        } catch {
+            if error.isTimeout {
+                throw SyncError(.timeout, "the peer took no data for \(Int(timeoutSeconds)) s (sync_timeout_s)")
+            }
+            throw SyncError(.closed, "the peer closed the connection (\(error))")
+        }
+    }
+
+    /// The next frame, its checksum verified.
+    func read() throws(SyncError) -> Frame {
+        try need(Frame.headerBytes, what: "a frame header")
+        let typeByte = buffer[start]
+        let length = Int(readBigEndian32(buffer, at: start + 1))
+        let checksum = readBigEndian32(buffer, at: start + 5)
+        guard let kind = Frame.Kind(rawValue: typeByte) else {
+            throw SyncError(.protocolError, "the peer sent a frame of unknown type 0x\(String(typeByte, radix: 16))")
+        }
+        guard length <= Frame.maxPayloadBytes else {
+            throw SyncError(
+                .protocolError, "the peer sent a frame of \(length) bytes; the limit is \(Frame.maxPayloadBytes)")
+        }
+        try need(Frame.headerBytes + length, what: "a frame of \(length) bytes")
+        let payload = Array(buffer[(start + Frame.headerBytes)..<(start + Frame.headerBytes + length)])
+        start += Frame.headerBytes + length
+        guard CRC32C.checksum(payload) == checksum else {
+            throw SyncError(
+                .corruptBatch, "a frame of \(length) bytes failed its checksum: the connection corrupted it")
+        }
+        return Frame(kind: kind, payload: payload)
+    }
+
+    /// Reads until `count` unread bytes are buffered.
+    private func need(_ count: Int, what: String) throws(SyncError) {
+        while buffer.count - start < count {
+            if try !fill() {
+                throw SyncError(
+                    .closed,
+                    buffer.count == start
+                        ? "the peer closed the connection before the session ended"
+                        : "the peer closed the connection in the middle of \(what) (truncated after \(buffer.count - start) bytes)"
+                )
+            }
+        }
+    }
+
+    /// Reads more; false at the end of the stream.
+    private func fill() throws(SyncError) -> Bool {
+        if start > 0, start >= buffer.count / 2 {
+            buffer.removeFirst(start)
+            start = 0
+        }
+        do {
+            let n = try connection.read(into: &buffer, count: 256 * 1024)
+            bytesReceived += n
+            return n > 0
+        } catch {
+            if error.isTimeout {
+                throw SyncError(.timeout, "the peer sent nothing for \(Int(timeoutSeconds)) s (sync_timeout_s)")
+            }
+            throw SyncError(.closed, "reading from the peer failed: \(error)")
+        }
+    }
+}

@@ -1,0 +1,130 @@
+import EventStore
+import Foundation
+import Projections
+
+/// The JSON payloads of the control frames (hello, reconcile, ack, done, error). They are
+/// small and rare, so they use Foundation's coders; batches are binary (`BatchCodec`).
+enum Messages {
+    struct Hello: Codable, Equatable {
+        var protocolVersion: Int
+        /// The sender's node id.
+        var node: String
+        var name: String?
+        /// Per origin, the greatest id held.
+        var vector: [String: String]
+        /// In the responder's hello: the fingerprints of the ranges both hold.
+        var ranges: [WireRange]?
+
+        enum CodingKeys: String, CodingKey {
+            case protocolVersion = "protocol"
+            case node, name, vector, ranges
+        }
+    }
+
+    /// A range of one origin's ids, `(after, through]`, with either its fingerprint or its ids.
+    struct WireRange: Codable, Equatable {
+        var origin: String
+        var after: String?
+        var through: String
+        var count: Int?
+        var hash: String?
+        var ids: [String]?
+    }
+
+    struct Reconcile: Codable, Equatable {
+        var ranges: [WireRange]
+        /// Ids the receiver holds and the sender lacks.
+        var needs: [String]
+    }
+
+    struct Ack: Codable, Equatable {
+        var received: Int
+        var skipped: Int
+        var deadLetters: Int
+
+        enum CodingKeys: String, CodingKey {
+            case received, skipped
+            case deadLetters = "dead_letters"
+        }
+    }
+
+    struct Done: Codable, Equatable {
+        var sent: Int
+    }
+
+    struct Failure: Codable, Equatable {
+        var reason: String
+        var message: String
+    }
+
+    static func encode(_ value: some Encodable) -> [UInt8] {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return Array((try? encoder.encode(value)) ?? Data())
+    }
+
+    static func decode<T: Decodable>(_ type: T.Type, _ payload: [UInt8], frame: String) throws(SyncError) -> T {
+        do {
+            return try JSONDecoder().decode(type, from: Data(payload))
+        } catch {
+            throw SyncError(.protocolError, "the peer's \(frame) frame does not decode: \(error)")
+        }
+    }
+}
+
+extension Messages.WireRange {
+    init(_ range: IDRange) {
+        origin = range.origin.description
+        after = range.after?.description
+        through = range.through.description
+        switch range.content {
+        case .fingerprint(let fingerprint):
+            count = fingerprint.count
+            hash = fingerprint.hash
+        case .ids(let ids):
+            self.ids = ids.map(\.description)
+        }
+    }
+
+    func decoded() throws(SyncError) -> IDRange {
+        func id(_ text: String, _ what: String) throws(SyncError) -> ULID {
+            guard let id = ULID(text) else {
+                throw SyncError(.protocolError, "a range's \(what) is not an id: \(text)")
+            }
+            return id
+        }
+        let content: IDRange.Content
+        if let ids {
+            var parsed: [ULID] = []
+            for text in ids { parsed.append(try id(text, "id")) }
+            content = .ids(parsed)
+        } else if let count, let hash, let fingerprint = Fingerprint(count: count, hash: hash) {
+            content = .fingerprint(fingerprint)
+        } else {
+            throw SyncError(.protocolError, "a range has neither ids nor a valid fingerprint")
+        }
+        return IDRange(
+            origin: try id(origin, "origin"),
+            after: try after.map { (text) throws(SyncError) in try id(text, "after") },
+            through: try id(through, "through"), content: content)
+    }
+}
+
+extension Messages.Hello {
+    func decodedVector() throws(SyncError) -> [ULID: ULID] {
+        var out: [ULID: ULID] = [:]
+        for (origin, last) in vector {
+            guard let o = ULID(origin), let l = ULID(last) else {
+                throw SyncError(.protocolError, "the peer's version vector holds something that is not an id")
+            }
+            out[o] = l
+        }
+        return out
+    }
+}
+
+extension [ULID: ULID] {
+    var wire: [String: String] {
+        [String: String](uniqueKeysWithValues: map { ($0.key.description, $0.value.description) })
+    }
+}

@@ -1,0 +1,83 @@
+import Foundation
+import UnixSocket
+
+/// The connection to a peer, and for exec: and ssh:// peers the process that carries it.
+final class PeerLink {
+    let connection: UnixConnection
+    let child: ChildProcess?
+    let url: PeerURL
+
+    private init(connection: UnixConnection, child: ChildProcess?, url: PeerURL) {
+        self.connection = connection
+        self.child = child
+        self.url = url
+    }
+
+    /// Connects to the peer at `url`; `ssh` is the ssh client's command.
+    static func open(_ url: PeerURL, ssh: [String]) throws(SyncError) -> PeerLink {
+        if case .unix(let path) = url {
+            do {
+                return PeerLink(connection: try UnixConnection.connect(to: path), child: nil, url: url)
+            } catch {
+                throw SyncError(.unreachable, "no daemon answers at \(path): \(error)")
+            }
+        }
+        let command = url.command(ssh: ssh)!
+        do {
+            let (child, connection) = try ChildProcess.spawn(command)
+            return PeerLink(connection: connection, child: child, url: url)
+        } catch {
+            throw SyncError(.unreachable, "cannot start \(command[0]): \(error)")
+        }
+    }
+
+    /// Ends the link. For a process, waits a moment for it to exit (then stops it) and,
+    /// when the session failed, explains the failure from what the process said: ssh's
+    /// complaints about keys and hosts, a missing remote evctl, a remote daemon not running.
+    func close(after error: SyncError?) -> SyncError? {
+        connection.shutdown()
+        guard let child else {
+            connection.close()
+            return error
+        }
+        let termination = child.wait(timeout: error == nil ? 5 : 1) ?? child.terminate(grace: 1)
+        connection.close()
+        guard let error else { return nil }
+        let said = child.standardError.split(whereSeparator: \.isNewline).map(String.init)
+            .filter { !$0.isEmpty && !$0.hasPrefix("Warning: Permanently added") }
+        let lastLine = said.last ?? ""
+        let all = said.joined(separator: " ")
+        let exit: Int32? = if case .exited(let code) = termination { code } else { nil }
+        // Only a session that failed on the transport (nothing or garbage came back) is
+        // explained by the process; a protocol error stands as it is.
+        switch error.reason {
+        case .closed, .timeout, .notEvstore: break
+        default: return error
+        }
+        if all.contains("Permission denied") || all.contains("Host key verification failed")
+            || all.contains("Too many authentication failures")
+            || all.contains("REMOTE HOST IDENTIFICATION HAS CHANGED")
+        {
+            return SyncError(.authentication, "ssh was refused: \(lastLine)")
+        }
+        if all.contains("Connection refused") || all.contains("Could not resolve hostname")
+            || all.contains("No route to host") || all.contains("Connection timed out")
+            || all.contains("Network is unreachable") || all.contains("Connection closed by")
+        {
+            return SyncError(.unreachable, "ssh could not connect: \(lastLine)")
+        }
+        if exit == 127 || all.contains("command not found") {
+            return SyncError(
+                .remoteCommand, "the peer's command was not found (is evctl installed and in PATH there?): \(lastLine)")
+        }
+        if exit == 69 {
+            return SyncError(.unreachable, "the peer's daemon is not running: \(lastLine)")
+        }
+        if !lastLine.isEmpty {
+            var refined = error
+            refined.message += " (the peer's command said: \(lastLine))"
+            return refined
+        }
+        return error
+    }
+}

@@ -1,0 +1,124 @@
+import EventStore
+import Projections
+
+/// A range of one origin's ids, `(after, through]`, described by its fingerprint or listed.
+struct IDRange: Equatable, Sendable {
+    enum Content: Equatable, Sendable {
+        case fingerprint(Fingerprint)
+        case ids([ULID])
+    }
+
+    var origin: ULID
+    /// nil: from the origin's first id.
+    var after: ULID?
+    var through: ULID
+    var content: Content
+}
+
+/// Where the reconciler reads this node's ids: the event log, or a set in tests.
+protocol IDSource {
+    func fingerprint(origin: ULID, after: ULID?, through: ULID?) throws(EventStoreError) -> Fingerprint
+    func ids(origin: ULID, after: ULID?, through: ULID?) throws(EventStoreError) -> [ULID]
+}
+
+extension EventLog: IDSource {}
+
+/// Range-based set reconciliation (the method of negentropy), per origin, for the
+/// holdings version vectors cannot see: a node restored from an old backup, or one that
+/// holds a set that is not a prefix of an origin's events.
+///
+/// Both sides compare fingerprints of the range they both cover (up to the smaller of
+/// their vector entries). On a mismatch the side that finds it splits the range into
+/// `fanOut` parts of its own ids and sends their fingerprints; a side holding at most
+/// `idListLimit` ids of a mismatched range sends them outright, and the other side then
+/// knows exactly which ids each lacks. Every round narrows the ranges sixteenfold, so a
+/// few differences among a million ids take a handful of round trips.
+struct Reconciler {
+    static let fanOut = 16
+    static let idListLimit = 64
+
+    let source: any IDSource
+    /// Ids this node holds that the peer lacks (found so far), beyond its version vector.
+    private(set) var theyLack: Set<ULID> = []
+    /// Ids the peer holds that this node lacks, beyond this node's version vector.
+    private(set) var weLack: Set<ULID> = []
+
+    init(source: any IDSource) {
+        self.source = source
+    }
+
+    /// The opening ranges: for each origin both hold, the fingerprint of what both
+    /// vectors cover.
+    func opening(mine: [ULID: ULID], theirs: [ULID: ULID]) throws(EventStoreError) -> [IDRange] {
+        var ranges: [IDRange] = []
+        for (origin, last) in mine.sorted(by: { $0.key < $1.key }) {
+            guard let theirLast = theirs[origin] else { continue }
+            let through = min(last, theirLast)
+            ranges.append(
+                IDRange(
+                    origin: origin, after: nil, through: through,
+                    content: .fingerprint(try source.fingerprint(origin: origin, after: nil, through: through))))
+        }
+        return ranges
+    }
+
+    /// Answers the peer's ranges: nothing for those that match, smaller ranges or id lists
+    /// for those that do not; `needs` lists ids the peer listed that this node lacks.
+    mutating func respond(to incoming: [IDRange]) throws(EventStoreError) -> (ranges: [IDRange], needs: [ULID]) {
+        var reply: [IDRange] = []
+        var needs: [ULID] = []
+        for range in incoming {
+            switch range.content {
+            case .fingerprint(let theirs):
+                let mine = try source.fingerprint(origin: range.origin, after: range.after, through: range.through)
+                if mine == theirs { continue }
+                if theirs.count == 0 {
+                    // They hold nothing here: all of ours is theirs to take.
+                    theyLack.formUnion(try source.ids(origin: range.origin, after: range.after, through: range.through))
+                    continue
+                }
+                if mine.count <= Reconciler.idListLimit {
+                    let ids = try source.ids(origin: range.origin, after: range.after, through: range.through)
+                    reply.append(
+                        IDRange(origin: range.origin, after: range.after, through: range.through, content: .ids(ids)))
+                    continue
+                }
+                let ids = try source.ids(origin: range.origin, after: range.after, through: range.through)
+                reply.append(contentsOf: Reconciler.split(range, ids: ids))
+            case .ids(let theirs):
+                let mine = try source.ids(origin: range.origin, after: range.after, through: range.through)
+                let theirSet = Set(theirs)
+                let mineSet = Set(mine)
+                theyLack.formUnion(mine.filter { !theirSet.contains($0) })
+                let missing = theirs.filter { !mineSet.contains($0) }
+                weLack.formUnion(missing)
+                needs.append(contentsOf: missing)
+            }
+        }
+        return (reply, needs)
+    }
+
+    /// The peer's list of ids it lacks and this node holds.
+    mutating func take(needs: [ULID]) {
+        theyLack.formUnion(needs)
+    }
+
+    /// `fanOut` consecutive parts of `range`, each with the fingerprint of its share of `ids`.
+    static func split(_ range: IDRange, ids: [ULID]) -> [IDRange] {
+        let parts = min(fanOut, ids.count)
+        var out: [IDRange] = []
+        var lower = range.after
+        var begin = 0
+        for part in 0..<parts {
+            let end = ids.count * (part + 1) / parts
+            let through = part == parts - 1 ? range.through : ids[end - 1]
+            out.append(
+                IDRange(
+                    origin: range.origin, after: lower, through: through,
+                    content: .fingerprint(Fingerprint(ids[begin..<end]))))
+            lower = through
+            begin = end
+        }
+        return out
+    }
+}

@@ -1,0 +1,51 @@
+/// Why a sync session ended early, with a stable `reason` (shown in `status` and by
+/// `evctl sync`) and whether retrying can help.
+struct SyncError: Error, Sendable, Equatable, CustomStringConvertible {
+    enum Reason: String, Sendable {
+        /// The peer could not be reached: no socket, connection refused, ssh could not connect.
+        case unreachable
+        /// The peer sent nothing for `sync_timeout_s`.
+        case timeout
+        /// The peer closed the connection in the middle of the session.
+        case closed
+        /// The peer answered with something that is not the sync protocol (a captive
+        /// portal's HTML page, a shell's greeting, random bytes).
+        case notEvstore = "not_evstore"
+        /// The peer speaks another version of the protocol.
+        case protocolMismatch = "protocol_mismatch"
+        /// The peer broke the protocol: a frame out of place, a message that does not decode.
+        case protocolError = "protocol"
+        /// A batch whose checksum, compression or records are wrong; nothing of it was kept.
+        case corruptBatch = "corrupt_batch"
+        /// ssh refused us: a key or a host key is wrong.
+        case authentication = "auth"
+        /// The remote side has no `evctl`, or its daemon is not running.
+        case remoteCommand = "remote_command"
+        /// The peer is this very node.
+        case sameNode = "same_node"
+        /// The peer reported a failure of its own (its message says which).
+        case peerFailed = "peer_error"
+        /// This node could not store what it received.
+        case storage
+        /// Not allowed: a peer or URL that is not acceptable.
+        case invalidPeer = "invalid_peer"
+    }
+
+    var reason: Reason
+    var message: String
+
+    init(_ reason: Reason, _ message: String) {
+        self.reason = reason
+        self.message = message
+    }
+
+    /// Retrying later cannot help until someone changes something (a key, a version).
+    var isTerminal: Bool {
+        switch reason {
+        case .protocolMismatch, .authentication, .sameNode, .invalidPeer, .remoteCommand: true
+        default: false
+        }
+    }
+
+    var description: String { "\(reason.rawValue): \(message)" }
+}

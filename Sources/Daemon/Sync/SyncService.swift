@@ -1,0 +1,365 @@
+import EventStore
+import Foundation
+import Projections
+import Synchronization
+import UnixSocket
+
+/// Peer names: what `evctl sync NAME` and the config file use.
+enum PeerName {
+    static let rule = "1 to 64 letters, digits, '.', '_' or '-', starting with a letter or a digit"
+
+    static func isValid(_ name: String) -> Bool {
+        let bytes = Array(name.utf8)
+        guard (1...64).contains(bytes.count), let first = bytes.first else { return false }
+        func alnum(_ b: UInt8) -> Bool {
+            (0x30...0x39).contains(b) || (0x41...0x5A).contains(b) || (0x61...0x7A).contains(b)
+        }
+        return alnum(first)
+            && bytes.allSatisfy {
+                alnum($0) || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "_") || $0 == UInt8(ascii: "-")
+            }
+    }
+}
+
+/// Replication in the daemon: the peers (from the config file and from `peers.add`, kept
+/// in the store), a background thread that syncs each one on its schedule, `sync` on
+/// demand, and the responder side of sessions other nodes start.
+final class SyncService: Sendable {
+    struct Settings: Equatable, Sendable {
+        var interval: Double
+        var backoffBase: Double
+        var backoffCap: Double
+        var timeout: Double
+        var configPeers: [Configuration.Peer]
+        var sshCommand: [String]
+
+        init(_ configuration: Configuration) {
+            interval = Double(configuration.syncIntervalSeconds)
+            backoffBase = Double(configuration.backoffBaseSeconds)
+            backoffCap = Double(configuration.backoffCapSeconds)
+            timeout = Double(configuration.syncTimeoutSeconds)
+            configPeers = configuration.peers
+            sshCommand = (try? ShellWords.split(configuration.sshCommand)) ?? ["ssh"]
+        }
+    }
+
+    struct Peer: Equatable, Sendable {
+        var name: String
+        var url: String
+        var fromConfig: Bool
+    }
+
+    /// One peer's sync, for `sync`'s answer.
+    struct Outcome: Sendable {
+        var name: String?
+        var url: String
+        var report: SyncReport
+        var error: SyncError?
+        var milliseconds: Int
+    }
+
+    /// What `status` shows of a peer.
+    struct PeerStatus: Sendable {
+        var peer: Peer
+        var schedule: PeerSchedule
+        var pending: Int
+    }
+
+    let node: SyncNode
+    let logger: Logger
+    /// Milliseconds since the epoch.
+    let now: @Sendable () -> UInt64
+    private let settings: Mutex<Settings>
+    private let schedules = Mutex<[String: PeerSchedule]>([:])
+    /// Per peer name: the peer's node id and, merged over the sessions, what it holds.
+    private let known = Mutex<[String: Known]>([:])
+    /// Outgoing sessions run one at a time.
+    private let sessions = DispatchSemaphore(value: 1)
+    private let wake = DispatchSemaphore(value: 0)
+    private let stopping = Atomic<Bool>(false)
+    private let finished = DispatchSemaphore(value: 0)
+    private let running = Atomic<Bool>(false)
+
+    struct Known: Sendable {
+        var node: ULID?
+        var vector: [ULID: ULID] = [:]
+        var lastSuccess: UInt64?
+    }
+
+    init(
+        node: SyncNode, settings: Settings, logger: Logger,
+        now: @escaping @Sendable () -> UInt64 = SyncService.wallClock
+    ) {
+        self.node = node
+        self.settings = Mutex(settings)
+        self.logger = logger
+        self.now = now
+        loadKnown()
+    }
+
+    static let wallClock: @Sendable () -> UInt64 = { UInt64(max(0, Date().timeIntervalSince1970 * 1000)) }
+
+    // MARK: Peers
+
+    /// Config peers first, then those added through the API, each name once.
+    func peers() -> [Peer] {
+        let fromConfig = settings.withLock { $0.configPeers }.map { Peer(name: $0.name, url: $0.url, fromConfig: true) }
+        var seen = Set(fromConfig.map(\.name))
+        var all = fromConfig
+        for entry in (try? node.log.peerEntries()) ?? [] where entry.key.hasPrefix("peer/") {
+            let name = String(entry.key.dropFirst("peer/".count))
+            guard !seen.contains(name) else { continue }
+            seen.insert(name)
+            all.append(Peer(name: name, url: String(decoding: entry.value, as: UTF8.self), fromConfig: false))
+        }
+        return all
+    }
+
+    func add(name: String, url: String) throws(RPCError) -> [Peer] {
+        guard PeerName.isValid(name) else {
+            throw RPCError.invalidParams("peer name \"\(name)\" is not valid: \(PeerName.rule)")
+        }
+        do {
+            _ = try PeerURL(url)
+        } catch {
+            throw RPCError.invalidParams(error.message)
+        }
+        if let existing = peers().first(where: { $0.name == name }) {
+            guard existing.url != url else { return peers() }
+            throw RPCError.application(
+                .conflict,
+                existing.fromConfig
+                    ? "peer \(name) is defined in the config file; change it there and reload (SIGHUP)"
+                    : "peer \(name) exists with URL \(existing.url); remove it first")
+        }
+        do {
+            try node.log.setPeerEntries([("peer/\(name)", Array(url.utf8))])
+        } catch {
+            throw RPCError(error)
+        }
+        schedules.withLock { $0[name] = PeerSchedule(nextAttempt: now()) }
+        wake.signal()
+        return peers()
+    }
+
+    func remove(name: String) throws(RPCError) -> [Peer] {
+        guard let existing = peers().first(where: { $0.name == name }) else {
+            throw RPCError.application(.notFound, "no peer is named \(name)")
+        }
+        guard !existing.fromConfig else {
+            throw RPCError.application(
+                .forbidden, "peer \(name) is defined in the config file; remove it there and reload (SIGHUP)")
+        }
+        do {
+            try node.log.setPeerEntries([("peer/\(name)", nil), ("state/\(name)", nil)])
+        } catch {
+            throw RPCError(error)
+        }
+        schedules.withLock { _ = $0.removeValue(forKey: name) }
+        known.withLock { _ = $0.removeValue(forKey: name) }
+        return peers()
+    }
+
+    /// Applies reloaded settings; peers whose URL changed are synced soon.
+    func update(_ fresh: Settings) {
+        settings.withLock { $0 = fresh }
+        wake.signal()
+    }
+
+    // MARK: Background
+
+    func start() {
+        running.store(true, ordering: .relaxed)
+        let thread = Thread { [self] in
+            schedule()
+            finished.signal()
+        }
+        thread.name = "evstored-sync"
+        thread.start()
+    }
+
+    func stop() {
+        stopping.store(true, ordering: .relaxed)
+        guard running.load(ordering: .relaxed) else { return }
+        wake.signal()
+        finished.wait()
+    }
+
+    private func schedule() {
+        while !stopping.load(ordering: .relaxed) {
+            let peers = peers()
+            let current = now()
+            var due: [Peer] = []
+            var earliest = current + 60_000
+            schedules.withLock { schedules in
+                for peer in peers {
+                    let schedule = schedules[peer.name] ?? PeerSchedule(nextAttempt: current)
+                    schedules[peer.name] = schedule
+                    if schedule.nextAttempt <= current {
+                        due.append(peer)
+                    } else {
+                        earliest = min(earliest, schedule.nextAttempt)
+                    }
+                }
+                for name in schedules.keys where !peers.contains(where: { $0.name == name }) {
+                    schedules.removeValue(forKey: name)
+                }
+            }
+            for peer in due {
+                if stopping.load(ordering: .relaxed) { return }
+                _ = sync(peer)
+            }
+            if !due.isEmpty { continue }
+            let wait = Double(earliest - min(earliest, now())) / 1000
+            _ = wake.wait(timeout: .now() + min(max(wait, 0.01), 60))
+        }
+    }
+
+    // MARK: Sessions
+
+    /// Syncs now with the peer named `target`, with a URL, or (nil) with every peer.
+    func syncNow(_ target: String?) throws(RPCError) -> [Outcome] {
+        let peers = peers()
+        guard let target else { return peers.map { sync($0) } }
+        if let peer = peers.first(where: { $0.name == target }) { return [sync(peer)] }
+        if let peer = peers.first(where: { $0.url == target }) { return [sync(peer)] }
+        guard target.contains(":") else {
+            throw RPCError.application(.notFound, "no peer is named \(target); `evctl peers list` shows them")
+        }
+        do {
+            _ = try PeerURL(target)
+        } catch {
+            throw RPCError.invalidParams(error.message)
+        }
+        return [run(url: target, name: nil)]
+    }
+
+    /// A sync with a known peer: its schedule and what it holds are updated.
+    private func sync(_ peer: Peer) -> Outcome {
+        let outcome = run(url: peer.url, name: peer.name)
+        let settings = settings.withLock { $0 }
+        let at = now()
+        schedules.withLock { schedules in
+            var schedule = schedules[peer.name] ?? PeerSchedule(nextAttempt: at)
+            if let error = outcome.error {
+                schedule.failed(
+                    error, at: at, base: settings.backoffBase, cap: settings.backoffCap,
+                    jitter: Double.random(in: 0..<1))
+            } else {
+                schedule.succeeded(at: at, interval: settings.interval)
+            }
+            schedules[peer.name] = schedule
+        }
+        if outcome.error == nil {
+            remember(peer.name, node: outcome.report.peerNode, vector: outcome.report.peerVector, at: at)
+        }
+        return outcome
+    }
+
+    private func run(url: String, name: String?) -> Outcome {
+        sessions.wait()
+        defer { sessions.signal() }
+        let settings = settings.withLock { $0 }
+        let started = ContinuousClock.now
+        var report = SyncReport()
+        var failure: SyncError?
+        do throws(SyncError) {
+            let link = try PeerLink.open(try PeerURL(url), ssh: settings.sshCommand)
+            let session = SyncSession(
+                node: node, channel: FrameChannel(connection: link.connection, timeoutSeconds: settings.timeout),
+                peerLabel: name ?? url)
+            do {
+                report = try session.initiate()
+            } catch {
+                report = session.report
+                failure = error
+            }
+            failure = link.close(after: failure)
+        } catch {
+            failure = error
+        }
+        let elapsed = ContinuousClock.now - started
+        let milliseconds = Int(
+            elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000)
+        let label = name ?? url
+        if let failure {
+            logger.warning("sync with \(label) failed after \(milliseconds) ms: \(failure)")
+        } else {
+            logger.info(
+                "sync with \(label): sent \(report.sent), received \(report.received) in \(milliseconds) ms (\(report.bytesSent) bytes out, \(report.bytesReceived) in)"
+            )
+        }
+        return Outcome(name: name, url: url, report: report, error: failure, milliseconds: milliseconds)
+    }
+
+    /// Answers a session another node started on this daemon's socket, once its preamble
+    /// (protocol `version`) was read; `buffered` holds what came after the preamble.
+    func serve(_ connection: UnixConnection, buffered: [UInt8], version: Int) {
+        let timeout = settings.withLock { $0.timeout }
+        let session = SyncSession(
+            node: node, channel: FrameChannel(connection: connection, timeoutSeconds: timeout, buffered: buffered),
+            peerLabel: "")
+        do {
+            let report = try session.respond(initiatorVersion: version)
+            logger.info(
+                "sync from \(session.peerLabel): received \(report.received), sent \(report.sent) (\(report.bytesReceived) bytes in, \(report.bytesSent) out)"
+            )
+            // A configured peer that syncs with us: what it holds is known now too.
+            let at = now()
+            let names = known.withLock { known in known.filter { $0.value.node == report.peerNode }.map(\.key) }
+            for name in names { remember(name, node: report.peerNode, vector: report.peerVector, at: at) }
+        } catch {
+            logger.warning("sync from \(session.peerLabel.isEmpty ? "a peer" : session.peerLabel) failed: \(error)")
+        }
+    }
+
+    // MARK: What peers hold
+
+    /// Records what a peer holds after a successful session, in memory and in the store.
+    private func remember(_ name: String, node peerNode: ULID?, vector: [ULID: ULID], at: UInt64) {
+        let entry = known.withLock { known -> Known in
+            var entry = known[name] ?? Known()
+            entry.node = peerNode ?? entry.node
+            entry.vector.merge(vector) { max($0, $1) }
+            entry.lastSuccess = at
+            known[name] = entry
+            return entry
+        }
+        var record: [String: Any] = [
+            "vector": entry.vector.wire, "last_success": Int(clamping: at),
+        ]
+        if let node = entry.node { record["node"] = node.description }
+        if let data = try? JSONSerialization.data(withJSONObject: record, options: [.sortedKeys]) {
+            try? node.log.setPeerEntries([("state/\(name)", Array(data))])
+        }
+    }
+
+    private func loadKnown() {
+        var loaded: [String: Known] = [:]
+        for entry in (try? node.log.peerEntries()) ?? [] where entry.key.hasPrefix("state/") {
+            guard let object = try? JSONSerialization.jsonObject(with: Data(entry.value)) as? [String: Any] else {
+                continue
+            }
+            var known = Known()
+            known.node = (object["node"] as? String).flatMap { ULID($0) }
+            for (origin, last) in object["vector"] as? [String: String] ?? [:] {
+                if let o = ULID(origin), let l = ULID(last) { known.vector[o] = l }
+            }
+            known.lastSuccess = (object["last_success"] as? NSNumber).map { UInt64(truncating: $0) }
+            loaded[String(entry.key.dropFirst("state/".count))] = known
+        }
+        known.withLock { $0 = loaded }
+    }
+
+    /// Every peer with its schedule and how many local events it lacks by what it last held.
+    func status() -> [PeerStatus] {
+        let current = now()
+        return peers().map { peer in
+            let known = known.withLock { $0[peer.name] } ?? Known()
+            var schedule = schedules.withLock { $0[peer.name] } ?? PeerSchedule(nextAttempt: current)
+            if schedule.lastSuccess == nil { schedule.lastSuccess = known.lastSuccess }
+            let pending = (try? node.log.countAfter(known.vector)) ?? 0
+            return PeerStatus(peer: peer, schedule: schedule, pending: pending)
+        }
+    }
+}

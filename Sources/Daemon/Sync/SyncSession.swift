@@ -1,0 +1,326 @@
+import EventStore
+import Foundation
+import Projections
+
+/// What a session needs of its node.
+struct SyncNode: Sendable {
+    let log: EventLog
+    let name: String?
+    /// Commits received events in one transaction (in the daemon through the writer, so
+    /// watchers see them); the string names the peer for dead letters.
+    let ingest: @Sendable ([ReplicatedEvent], String) throws(EventStoreError) -> IngestResult
+
+    init(
+        log: EventLog, name: String?,
+        ingest: @escaping @Sendable ([ReplicatedEvent], String) throws(EventStoreError) -> IngestResult
+    ) {
+        self.log = log
+        self.name = name
+        self.ingest = ingest
+    }
+
+    /// Ingests straight into the log (tools and tests).
+    init(log: EventLog, name: String? = nil) {
+        self.init(log: log, name: name) { (events, peer) throws(EventStoreError) in
+            try log.ingest(events, from: peer)
+        }
+    }
+}
+
+/// What one session moved.
+struct SyncReport: Sendable, Equatable {
+    var peerNode: ULID?
+    var peerName: String?
+    /// Events sent, and events received and kept (new to this node).
+    var sent = 0
+    var received = 0
+    /// Received events this node held already, and those that became dead letters.
+    var skipped = 0
+    var deadLettered = 0
+    var bytesSent = 0
+    var bytesReceived = 0
+    /// Ids found by reconciliation beyond the version vectors, each way.
+    var reconciledSent = 0
+    var reconciledReceived = 0
+    /// What the peer holds once the session is done: its vector and ours, merged.
+    var peerVector: [ULID: ULID] = [:]
+}
+
+/// One sync session over a frame channel, from either end.
+///
+/// The initiator sends its preamble and hello; the responder answers with its preamble and
+/// a hello carrying the fingerprints of the ranges both hold; reconcile frames go back and
+/// forth while ranges differ; then the initiator streams what the responder lacks (each
+/// batch acknowledged once committed, up to `window` in flight) and says done, and the
+/// responder does the same the other way. docs/sync.md has it byte by byte.
+final class SyncSession {
+    let node: SyncNode
+    let channel: FrameChannel
+    /// The peer, as named in dead letters and logs.
+    private(set) var peerLabel: String
+    private(set) var report = SyncReport()
+    static let window = 4
+    private let compressor = Compressor(level: 3)
+    private let decompressor = Decompressor(windowLogMax: 27)
+
+    init(node: SyncNode, channel: FrameChannel, peerLabel: String) {
+        self.node = node
+        self.channel = channel
+        self.peerLabel = peerLabel
+    }
+
+    /// Runs the session as the side that connected.
+    func initiate() throws(SyncError) -> SyncReport {
+        try failing { () throws(SyncError) in
+            let mine = try vector()
+            try channel.writePreamble()
+            try send(
+                .hello,
+                Messages.Hello(
+                    protocolVersion: Frame.protocolVersion, node: node.log.nodeID.description, name: node.name,
+                    vector: mine.wire, ranges: nil))
+            let version = try channel.readPreamble()
+            guard version == Frame.protocolVersion else {
+                throw SyncError(
+                    .protocolMismatch,
+                    "the peer speaks sync protocol \(version) and this node \(Frame.protocolVersion): run the same evstore version on both"
+                )
+            }
+            let hello = try Messages.decode(Messages.Hello.self, try expect(.hello).payload, frame: "hello")
+            let theirs = try accept(hello)
+            var reconciler = Reconciler(source: node.log)
+            var incoming = try (hello.ranges ?? []).map { (range) throws(SyncError) in try range.decoded() }
+            while !incoming.isEmpty {
+                let (reply, needs) = try reconcile(&reconciler, incoming)
+                try send(
+                    .reconcile,
+                    Messages.Reconcile(ranges: reply.map(Messages.WireRange.init), needs: needs.map(\.description)))
+                if reply.isEmpty { break }
+                let message = try Messages.decode(
+                    Messages.Reconcile.self, try expect(.reconcile).payload, frame: "reconcile")
+                reconciler.take(needs: try ids(message.needs))
+                incoming = try message.ranges.map { (range) throws(SyncError) in try range.decoded() }
+            }
+            try push(lacking: theirs, extras: reconciler.theyLack, mine: mine)
+            report.reconciledReceived = reconciler.weLack.count
+            try receive()
+            report.peerVector = theirs.merging(mine) { max($0, $1) }
+        }
+        return finished()
+    }
+
+    /// Runs the session as the side that was connected to, once the initiator's preamble
+    /// (protocol `version`) has been read.
+    func respond(initiatorVersion version: Int) throws(SyncError) -> SyncReport {
+        try failing { () throws(SyncError) in
+            try channel.writePreamble()
+            guard version == Frame.protocolVersion else {
+                throw SyncError(
+                    .protocolMismatch,
+                    "the peer speaks sync protocol \(version) and this node \(Frame.protocolVersion): run the same evstore version on both"
+                )
+            }
+            let hello = try Messages.decode(Messages.Hello.self, try expect(.hello).payload, frame: "hello")
+            let theirs = try accept(hello)
+            let mine = try vector()
+            var reconciler = Reconciler(source: node.log)
+            let opening = try storage { () throws(EventStoreError) in try reconciler.opening(mine: mine, theirs: theirs)
+            }
+            try send(
+                .hello,
+                Messages.Hello(
+                    protocolVersion: Frame.protocolVersion, node: node.log.nodeID.description, name: node.name,
+                    vector: mine.wire, ranges: opening.map(Messages.WireRange.init)))
+            if !opening.isEmpty {
+                while true {
+                    let message = try Messages.decode(
+                        Messages.Reconcile.self, try expect(.reconcile).payload, frame: "reconcile")
+                    reconciler.take(needs: try ids(message.needs))
+                    if message.ranges.isEmpty { break }
+                    let incoming = try message.ranges.map { (range) throws(SyncError) in try range.decoded() }
+                    let (reply, needs) = try reconcile(&reconciler, incoming)
+                    try send(
+                        .reconcile,
+                        Messages.Reconcile(ranges: reply.map(Messages.WireRange.init), needs: needs.map(\.description)))
+                    if reply.isEmpty { break }
+                }
+            }
+            report.reconciledReceived = reconciler.weLack.count
+            try receive()
+            try push(lacking: theirs, extras: reconciler.theyLack, mine: mine)
+            report.peerVector = theirs.merging(mine) { max($0, $1) }
+        }
+        return finished()
+    }
+
+    private func finished() -> SyncReport {
+        report.bytesSent = channel.bytesSent
+        report.bytesReceived = channel.bytesReceived
+        return report
+    }
+
+    /// Runs `body`; on failure tells the peer why (when the channel still works) and rethrows.
+    private func failing(_ body: () throws(SyncError) -> Void) throws(SyncError) {
+        do {
+            try body()
+        } catch {
+            report.bytesSent = channel.bytesSent
+            report.bytesReceived = channel.bytesReceived
+            switch error.reason {
+            case .closed, .timeout, .peerFailed, .notEvstore: break
+            default:
+                try? channel.write(
+                    Frame(
+                        kind: .error,
+                        payload: Messages.encode(
+                            Messages.Failure(reason: error.reason.rawValue, message: error.message))))
+            }
+            throw error
+        }
+    }
+
+    // MARK: Steps
+
+    private func vector() throws(SyncError) -> [ULID: ULID] {
+        try storage { () throws(EventStoreError) in try node.log.versionVector() }
+    }
+
+    /// Checks the peer's hello; its version vector.
+    private func accept(_ hello: Messages.Hello) throws(SyncError) -> [ULID: ULID] {
+        guard hello.protocolVersion == Frame.protocolVersion else {
+            throw SyncError(.protocolMismatch, "the peer's hello says protocol \(hello.protocolVersion)")
+        }
+        guard let peer = ULID(hello.node) else { throw SyncError(.protocolError, "the peer's node id is not an id") }
+        guard peer != node.log.nodeID else {
+            throw SyncError(.sameNode, "the peer is this very node (\(peer)): check the peer's URL")
+        }
+        report.peerNode = peer
+        report.peerName = hello.name
+        if peerLabel.isEmpty { peerLabel = hello.name.map { "\($0) (\(peer))" } ?? peer.description }
+        return try hello.decodedVector()
+    }
+
+    private func reconcile(_ reconciler: inout Reconciler, _ incoming: [IDRange]) throws(SyncError) -> (
+        [IDRange], [ULID]
+    ) {
+        try storage { () throws(EventStoreError) in try reconciler.respond(to: incoming) }
+    }
+
+    private func ids(_ texts: [String]) throws(SyncError) -> [ULID] {
+        var out: [ULID] = []
+        for text in texts {
+            guard let id = ULID(text) else { throw SyncError(.protocolError, "the peer listed \"\(text)\" as an id") }
+            out.append(id)
+        }
+        return out
+    }
+
+    /// Streams the events a node holding `theirs` lacks: per origin in id order, then the
+    /// ids reconciliation found; waits for every acknowledgement, then says done.
+    private func push(lacking theirs: [ULID: ULID], extras: Set<ULID>, mine: [ULID: ULID]) throws(SyncError) {
+        var inFlight = 0
+        func sendBatch(_ events: [ReplicatedEvent]) throws(SyncError) {
+            guard !events.isEmpty else { return }
+            try channel.write(Frame(kind: .batch, payload: try BatchCodec.encode(events, compressor: compressor)))
+            report.sent += events.count
+            inFlight += 1
+            if inFlight >= SyncSession.window {
+                try readAck()
+                inFlight -= 1
+            }
+        }
+        for origin in mine.keys.sorted() {
+            var cursor = theirs[origin]
+            if let cursor, cursor >= mine[origin]! { continue }
+            while true {
+                let (events, more) = try storage { () throws(EventStoreError) in
+                    try node.log.replicationEvents(
+                        origin: origin, after: cursor, limit: BatchCodec.maxEvents, maxBytes: BatchCodec.targetBytes)
+                }
+                try sendBatch(events)
+                guard more, let last = events.last?.id else { break }
+                cursor = last
+            }
+        }
+        let sortedExtras = extras.sorted()
+        report.reconciledSent = sortedExtras.count
+        var start = 0
+        while start < sortedExtras.count {
+            let chunk = Array(sortedExtras[start..<min(start + BatchCodec.maxEvents, sortedExtras.count)])
+            try sendBatch(try storage { () throws(EventStoreError) in try node.log.replicationEvents(ids: chunk) })
+            start += chunk.count
+        }
+        while inFlight > 0 {
+            try readAck()
+            inFlight -= 1
+        }
+        try send(.done, Messages.Done(sent: report.sent))
+    }
+
+    private func readAck() throws(SyncError) {
+        _ = try Messages.decode(Messages.Ack.self, try expect(.ack).payload, frame: "ack")
+    }
+
+    /// Takes the peer's batches, committing and acknowledging each, until it says done.
+    private func receive() throws(SyncError) {
+        while true {
+            let frame = try read()
+            switch frame.kind {
+            case .batch:
+                let events = try BatchCodec.decode(
+                    frame.payload, decompressor: decompressor, maxEventBytes: node.log.options.maxEventBytes)
+                let label = peerLabel
+                let result = try storage { () throws(EventStoreError) in try node.ingest(events, label) }
+                report.received += result.ingested.count
+                report.skipped += result.skipped
+                report.deadLettered += result.deadLettered.count
+                try send(
+                    .ack,
+                    Messages.Ack(
+                        received: result.ingested.count, skipped: result.skipped,
+                        deadLetters: result.deadLettered.count))
+            case .done:
+                _ = try Messages.decode(Messages.Done.self, frame.payload, frame: "done")
+                return
+            default:
+                throw SyncError(.protocolError, "the peer sent a \(frame.kind) frame where a batch or done belongs")
+            }
+        }
+    }
+
+    // MARK: Frames
+
+    private func send(_ kind: Frame.Kind, _ message: some Encodable) throws(SyncError) {
+        try channel.write(Frame(kind: kind, payload: Messages.encode(message)))
+    }
+
+    /// The next frame; an error frame from the peer ends the session with its reason.
+    private func read() throws(SyncError) -> Frame {
+        let frame = try channel.read()
+        if frame.kind == .error {
+            let failure = try Messages.decode(Messages.Failure.self, frame.payload, frame: "error")
+            let reason = SyncError.Reason(rawValue: failure.reason)
+            throw SyncError(
+                reason == .protocolMismatch ? .protocolMismatch : .peerFailed,
+                "the peer ended the session: \(failure.reason): \(failure.message)")
+        }
+        return frame
+    }
+
+    private func expect(_ kind: Frame.Kind) throws(SyncError) -> Frame {
+        let frame = try read()
+        guard frame.kind == kind else {
+            throw SyncError(.protocolError, "the peer sent a \(frame.kind) frame where a \(kind) frame belongs")
+        }
+        return frame
+    }
+
+    /// Runs a store call; its failure becomes a `storage` error.
+    private func storage<R>(_ body: () throws(EventStoreError) -> R) throws(SyncError) -> R {
+        do {
+            return try body()
+        } catch {
+            throw SyncError(.storage, "this node's store failed: \(error)")
+        }
+    }
+}

@@ -1,0 +1,125 @@
+import Projections
+
+/// What replication reads: per-origin ranges of ids, their fingerprints and the events
+/// themselves in their stored form, without decoding them.
+///
+/// A range of one origin's ids is `(after, through]`: greater than `after` (nil: from the
+/// first) and at most `through` (nil: to the last).
+extension EventLog {
+    /// The fingerprint of one origin's ids in `(after, through]`.
+    public func fingerprint(origin: ULID, after: ULID? = nil, through: ULID? = nil) throws(EventStoreError)
+        -> Fingerprint
+    {
+        var fingerprint = Fingerprint()
+        try forEachID(origin: origin, after: after, through: through) { fingerprint.add($0) }
+        return fingerprint
+    }
+
+    /// One origin's ids in `(after, through]`, in order.
+    public func ids(origin: ULID, after: ULID? = nil, through: ULID? = nil) throws(EventStoreError) -> [ULID] {
+        var ids: [ULID] = []
+        try forEachID(origin: origin, after: after, through: through) { ids.append($0) }
+        return ids
+    }
+
+    /// For each origin, how many of its held ids are greater than `vector`'s entry (all of
+    /// them for an origin `vector` lacks): the events a node with that vector lacks.
+    public func countAfter(_ vector: [ULID: ULID]) throws(EventStoreError) -> Int {
+        var total = 0
+        for origin in try versionVector().keys {
+            try forEachID(origin: origin, after: vector[origin], through: nil) { _ in total += 1 }
+        }
+        return total
+    }
+
+    /// Walks the origin index a page at a time (`MDB_GET_MULTIPLE`): a full scan of a
+    /// million ids costs milliseconds.
+    func forEachID(origin: ULID, after: ULID?, through: ULID?, _ body: (ULID) -> Void) throws(EventStoreError) {
+        if let after, let through, through <= after { return }
+        try reading { txn in
+            try txn.withCursor(tables.originIndex) { cursor in
+                let start = (after ?? .zero).bytes
+                guard try cursor.seekBoth(origin.bytes, start) != nil else { return }
+                var page = try cursor.multiple(next: false)
+                while let values = page {
+                    var offset = 0
+                    while offset + 16 <= values.count {
+                        let id = ULID(bytes: values, at: offset)!
+                        offset += 16
+                        if let after, id <= after { continue }
+                        if let through, id > through { return }
+                        body(id)
+                    }
+                    page = try cursor.multiple(next: true)
+                }
+            }
+        }
+    }
+
+    /// Up to `limit` events of one origin after `after`, in id order, in their stored form,
+    /// stopping early once `maxBytes` of JSON are gathered; `more` tells whether any are left.
+    public func replicationEvents(origin: ULID, after: ULID?, limit: Int, maxBytes: Int) throws(EventStoreError)
+        -> (events: [ReplicatedEvent], more: Bool)
+    {
+        try reading { txn in
+            let (ids, more) = try eventIDs(
+                in: tables.originIndex, key: origin.bytes, after: after, limit: limit, txn: txn)
+            var events: [ReplicatedEvent] = []
+            events.reserveCapacity(ids.count)
+            var bytes = 0
+            for id in ids {
+                guard let value = try txn.get(tables.events, id.bytes) else {
+                    throw CorruptDataError("the origin index names a missing event \(id)")
+                }
+                let json = try payload(of: value, txn: txn)
+                events.append(ReplicatedEvent(id: id, json: json))
+                bytes += json.count
+                if bytes >= maxBytes { return (events, more || events.count < ids.count) }
+            }
+            return (events, more)
+        }
+    }
+
+    /// The held events among `ids`, in their stored form (ids not held are left out).
+    public func replicationEvents(ids: [ULID]) throws(EventStoreError) -> [ReplicatedEvent] {
+        try reading { txn in
+            var events: [ReplicatedEvent] = []
+            for id in ids {
+                guard let value = try txn.get(tables.events, id.bytes) else { continue }
+                events.append(ReplicatedEvent(id: id, json: try payload(of: value, txn: txn)))
+            }
+            return events
+        }
+    }
+
+    // MARK: Peers
+
+    /// Every entry of the peers table (replication's own records), by key.
+    public func peerEntries() throws(EventStoreError) -> [(key: String, value: [UInt8])] {
+        try reading { txn in
+            try txn.withCursor(tables.peers) { cursor in
+                var entries: [(key: String, value: [UInt8])] = []
+                var item = try cursor.first()
+                while let (key, value) = item {
+                    entries.append((String(decoding: key, as: UTF8.self), value))
+                    item = try cursor.next()
+                }
+                return entries
+            }
+        }
+    }
+
+    /// Stores (or with nil, deletes) entries of the peers table in one transaction.
+    public func setPeerEntries(_ entries: [(key: String, value: [UInt8]?)]) throws(EventStoreError) {
+        // Through the writer, which owns the write transaction.
+        try write { _, txn, _ in
+            for (key, value) in entries {
+                if let value {
+                    try txn.put(tables.peers, Array(key.utf8), value)
+                } else {
+                    _ = try txn.delete(tables.peers, Array(key.utf8))
+                }
+            }
+        }
+    }
+}
