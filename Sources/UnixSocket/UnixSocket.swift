@@ -41,6 +41,15 @@ public final class UnixConnection: @unchecked Sendable {
         return connection
     }
 
+    /// Two connected ends of a new socket pair (`socketpair`), for a session inside one
+    /// process or with a child.
+    public static func pair() throws(SocketError) -> (UnixConnection, UnixConnection) {
+        var sockets: [Int32] = [-1, -1]
+        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &sockets) == 0
+        else { throw SocketError.last("socketpair") }
+        return (UnixConnection(adopting: sockets[0]), UnixConnection(adopting: sockets[1]))
+    }
+
     /// Reads what is available, at most `count` bytes, and appends it to `buffer`,
     /// blocking until at least one byte or the end. Returns 0 at the end of the stream.
     ///

@@ -50,6 +50,8 @@ enum Messages {
 
     struct Done: Codable, Equatable {
         var sent: Int
+        /// Of those, the events found by reconciliation beyond the version vector.
+        var reconciled: Int
     }
 
     struct Failure: Codable, Equatable {

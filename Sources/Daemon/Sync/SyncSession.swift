@@ -102,7 +102,6 @@ final class SyncSession {
                 incoming = try message.ranges.map { (range) throws(SyncError) in try range.decoded() }
             }
             try push(lacking: theirs, extras: reconciler.theyLack, mine: mine)
-            report.reconciledReceived = reconciler.weLack.count
             try receive()
             report.peerVector = theirs.merging(mine) { max($0, $1) }
         }
@@ -145,7 +144,6 @@ final class SyncSession {
                     if reply.isEmpty { break }
                 }
             }
-            report.reconciledReceived = reconciler.weLack.count
             try receive()
             try push(lacking: theirs, extras: reconciler.theyLack, mine: mine)
             report.peerVector = theirs.merging(mine) { max($0, $1) }
@@ -254,7 +252,7 @@ final class SyncSession {
             try readAck()
             inFlight -= 1
         }
-        try send(.done, Messages.Done(sent: report.sent))
+        try send(.done, Messages.Done(sent: report.sent, reconciled: report.reconciledSent))
     }
 
     private func readAck() throws(SyncError) {
@@ -280,7 +278,8 @@ final class SyncSession {
                         received: result.ingested.count, skipped: result.skipped,
                         deadLetters: result.deadLettered.count))
             case .done:
-                _ = try Messages.decode(Messages.Done.self, frame.payload, frame: "done")
+                let done = try Messages.decode(Messages.Done.self, frame.payload, frame: "done")
+                report.reconciledReceived = done.reconciled
                 return
             default:
                 throw SyncError(.protocolError, "the peer sent a \(frame.kind) frame where a batch or done belongs")
