@@ -1,0 +1,274 @@
+import EventStore
+import Foundation
+import Projections
+import TestSupport
+import Testing
+import UnixSocket
+
+@testable import Daemon
+
+@Suite("Sync protocol pieces")
+struct SyncProtocolTests {
+    @Test("CRC-32C of the check string is 0xE3069283")
+    func crc() {
+        #expect(CRC32C.checksum(Array("123456789".utf8)) == 0xE306_9283)
+        #expect(CRC32C.checksum([UInt8]()) == 0)
+    }
+
+    /// A channel pair: what one side writes, the other reads.
+    func channels(timeout: Double = 5) throws -> (FrameChannel, FrameChannel, UnixConnection) {
+        let (a, b) = try UnixConnection.pair()
+        return (FrameChannel(connection: a, timeoutSeconds: timeout), FrameChannel(connection: b, timeoutSeconds: timeout), b)
+    }
+
+    @Test("frames round-trip with their checksum; a flipped bit, a cut frame and an unknown type are refused")
+    func frames() throws {
+        let (writer, reader, readerSocket) = try channels()
+        try writer.writePreamble()
+        try writer.write(Frame(kind: .hello, payload: Array(#"{"x":1}"#.utf8)))
+        try writer.write(Frame(kind: .done, payload: []))
+        #expect(try reader.readPreamble() == 1)
+        #expect(try reader.read() == Frame(kind: .hello, payload: Array(#"{"x":1}"#.utf8)))
+        #expect(try reader.read() == Frame(kind: .done, payload: []))
+        readerSocket.close()
+
+        var damaged = Frame(kind: .batch, payload: Array(repeating: 7, count: 100)).encoded()
+        damaged[50] ^= 0x10
+        let (w2, r2, _) = try channels()
+        try w2.connection.write(damaged)
+        do {
+            _ = try r2.read()
+            Issue.record("a damaged frame was read")
+        } catch {
+            #expect(error.reason == .corruptBatch)
+        }
+
+        let (w3, r3, _) = try channels()
+        try w3.connection.write(Array(Frame(kind: .batch, payload: Array(repeating: 1, count: 100)).encoded().prefix(60)))
+        w3.connection.shutdown()
+        do {
+            _ = try r3.read()
+            Issue.record("a cut frame was read")
+        } catch {
+            #expect(error.reason == .closed)
+            #expect(error.message.contains("in the middle of a frame"))
+        }
+
+        let (w4, r4, _) = try channels()
+        try w4.connection.write([0x5A, 0, 0, 0, 0, 0, 0, 0, 0])
+        do {
+            _ = try r4.read()
+            Issue.record("an unknown frame type was read")
+        } catch {
+            #expect(error.reason == .protocolError)
+        }
+    }
+
+    @Test(
+        "a peer that answers with anything but the preamble is not evstore, quoted",
+        arguments: [
+            "HTTP/1.1 302 Found\r\nLocation: http://portal.example/login\r\n\r\n",
+            "<!DOCTYPE html><html><body>Welcome to Airport WiFi</body></html>",
+            "SSH-2.0-OpenSSH_9.2\r\n",
+            "EVSYNC",
+        ])
+    func garbagePreamble(text: String) throws {
+        let (w, r, _) = try channels(timeout: 0.5)
+        try w.connection.write(Array(text.utf8))
+        w.connection.shutdown()
+        do {
+            _ = try r.readPreamble()
+            Issue.record("accepted \(text)")
+        } catch {
+            #expect(error.reason == .notEvstore)
+            #expect(error.message.contains(String(text.prefix(6))))
+        }
+    }
+
+    @Test("random bytes are not a preamble", arguments: [1, 2, 3, 4, 5] as [UInt64])
+    func randomPreamble(seed: UInt64) throws {
+        var rng = SeededGenerator(seed: seed)
+        let bytes = (0..<200).map { _ in UInt8.random(in: 0...255, using: &rng) }
+        let (w, r, _) = try channels(timeout: 0.5)
+        try w.connection.write(bytes)
+        do {
+            _ = try r.readPreamble()
+            Issue.record("accepted random bytes")
+        } catch {
+            #expect(error.reason == .notEvstore)
+        }
+    }
+
+    @Test("a silent peer ends the read with a timeout")
+    func silence() throws {
+        let (w, r, _) = try channels(timeout: 0.3)
+        defer { withExtendedLifetime(w) {} }
+        let started = Date()
+        do {
+            _ = try r.readPreamble()
+            Issue.record("read from a silent peer")
+        } catch {
+            #expect(error.reason == .timeout)
+        }
+        #expect(Date().timeIntervalSince(started) < 5)
+    }
+
+    @Test("batches round-trip; a count that does not match the records is corrupt")
+    func batches() throws {
+        let events = (0..<50).map { index in
+            ReplicatedEvent(
+                id: ULID(timestamp: 1_700_000_000_000 + UInt64(index), random: (0, UInt64(index))),
+                json: Array(#"{"entity":"job/\#(index)","kind":"delete","origin":"01HZZZZZZZZZZZZZZZZZZZZZZZ"}"#.utf8))
+        }
+        let payload = try BatchCodec.encode(events, compressor: Compressor())
+        #expect(try BatchCodec.decode(payload, decompressor: Decompressor(), maxEventBytes: 65536) == events)
+        var lying = payload
+        lying[3] = 49
+        #expect(throws: SyncError.self) { try BatchCodec.decode(lying, decompressor: Decompressor(), maxEventBytes: 65536) }
+        var broken = payload
+        broken[broken.count - 3] ^= 0xFF
+        #expect(throws: SyncError.self) { try BatchCodec.decode(broken, decompressor: Decompressor(), maxEventBytes: 65536) }
+        #expect(throws: SyncError.self) { try BatchCodec.decode([0, 0], decompressor: Decompressor(), maxEventBytes: 65536) }
+    }
+
+    @Test(
+        "peer URLs parse into their three forms",
+        arguments: [
+            ("unix:///run/evstore/evstored.sock", PeerURL.unix(path: "/run/evstore/evstored.sock")),
+            ("exec:evctl --socket '/tmp/a b.sock' sync-serve", .exec(arguments: ["evctl", "--socket", "/tmp/a b.sock", "sync-serve"])),
+            ("ssh://field@van-7", .ssh(user: "field", host: "van-7", port: nil, socket: nil)),
+            ("ssh://field@10.0.0.7:2222/run/evstore/evstored.sock", .ssh(user: "field", host: "10.0.0.7", port: 2222, socket: "/run/evstore/evstored.sock")),
+            ("ssh://gateway", .ssh(user: nil, host: "gateway", port: nil, socket: nil)),
+        ] as [(String, PeerURL)])
+    func urls(text: String, expected: PeerURL) throws {
+        #expect(try PeerURL(text) == expected)
+    }
+
+    @Test(
+        "bad peer URLs are refused with the forms that work",
+        arguments: ["http://example.com", "unix://relative.sock", "exec:", "exec:'open", "ssh://", "ssh://u@h:99999", "ssh://-oProxyCommand=x", "field-2"])
+    func badURLs(text: String) {
+        do {
+            _ = try PeerURL(text)
+            Issue.record("accepted \(text)")
+        } catch {
+            #expect(error.reason == .invalidPeer)
+            #expect(error.message.contains("unix://"))
+        }
+    }
+
+    @Test("the ssh command runs evctl sync-serve on the host, with the socket quoted for the remote shell")
+    func sshCommand() throws {
+        let url = try PeerURL("ssh://field@van-7:2222/run/my dir/evstored.sock")
+        #expect(
+            url.command(ssh: ["ssh", "-i", "/k"]) == [
+                "ssh", "-i", "/k", "-o", "BatchMode=yes", "-p", "2222", "field@van-7",
+                "evctl --socket '/run/my dir/evstored.sock' sync-serve",
+            ])
+    }
+
+    @Test("backoff: doubling from the base, capped, ±50 % jitter; failing after 8, terminal at once; a success resets")
+    func backoff() {
+        var clock: UInt64 = 1_000_000
+        var schedule = PeerSchedule(nextAttempt: clock)
+        let refused = SyncError(.unreachable, "refused")
+        var delays: [UInt64] = []
+        for failure in 1...10 {
+            // jitter 0.5 is the nominal delay; 0 and 1 its bounds
+            schedule.failed(refused, at: clock, base: 2, cap: 600, jitter: 0.5)
+            delays.append(schedule.nextAttempt - clock)
+            #expect(schedule.state == (failure >= 8 ? .failing : .retrying))
+            #expect(schedule.needsAttention == (failure >= 8))
+            clock = schedule.nextAttempt
+        }
+        #expect(delays == [2000, 4000, 8000, 16000, 32000, 64000, 128000, 256000, 512000, 600_000])
+        #expect(PeerSchedule.backoff(failures: 3, base: 2, cap: 600, jitter: 0) == 4)
+        #expect(PeerSchedule.backoff(failures: 3, base: 2, cap: 600, jitter: 1) == 12)
+        #expect(PeerSchedule.backoff(failures: 40, base: 2, cap: 600, jitter: 1) == 900)
+        #expect(PeerSchedule.backoff(failures: 1000, base: 2, cap: 600, jitter: 0.5) == 600)
+
+        schedule.succeeded(at: clock, interval: 30)
+        #expect(schedule.state == .ok)
+        #expect(schedule.failures == 0)
+        #expect(schedule.lastSuccess == clock)
+        #expect(schedule.nextAttempt == clock + 30_000)
+
+        schedule.failed(SyncError(.protocolMismatch, "v2"), at: clock, base: 2, cap: 600, jitter: 0.5)
+        #expect(schedule.state == .terminal)
+        #expect(schedule.needsAttention)
+        #expect(schedule.nextAttempt == clock + 2000)
+    }
+
+    /// Ids held in memory, for the reconciler alone.
+    struct MemorySource: IDSource {
+        var ids: [ULID: [ULID]]
+        func ids(origin: ULID, after: ULID?, through: ULID?) -> [ULID] {
+            (ids[origin] ?? []).filter { id in after.map { id > $0 } ?? true && through.map { id <= $0 } ?? true }
+        }
+        func fingerprint(origin: ULID, after: ULID?, through: ULID?) -> Fingerprint {
+            Fingerprint(ids(origin: origin, after: after, through: through))
+        }
+    }
+
+    @Test("reconciliation finds exactly the ids each side lacks in the common range", arguments: Array(1...30) as [UInt64])
+    func reconciliation(seed: UInt64) throws {
+        var rng = SeededGenerator(seed: seed)
+        let origins = (0..<3).map { ULID(timestamp: 1000 + UInt64($0), random: (0, 0)) }
+        var a: [ULID: [ULID]] = [:]
+        var b: [ULID: [ULID]] = [:]
+        for origin in origins {
+            let count = Int.random(in: 0..<3000, using: &rng)
+            var t: UInt64 = 2_000_000
+            let all = (0..<count).map { _ in
+                t += UInt64.random(in: 1...5, using: &rng)
+                return ULID(timestamp: t, random: (UInt16.random(in: 0...UInt16.max, using: &rng), rng.next()))
+            }
+            // Each side misses some: none, a few, a run, or most.
+            func keep(_ mode: Int) -> [ULID] {
+                switch mode {
+                case 0: all
+                case 1: all.filter { _ in Int.random(in: 0..<100, using: &rng) != 0 }
+                case 2:
+                    all.enumerated().filter { !(count / 3..<count / 2).contains($0.offset) }.map(\.element)
+                default: all.filter { _ in Int.random(in: 0..<10, using: &rng) == 0 }
+                }
+            }
+            a[origin] = keep(Int.random(in: 0..<4, using: &rng))
+            b[origin] = keep(Int.random(in: 0..<4, using: &rng))
+        }
+        let sourceA = MemorySource(ids: a)
+        let sourceB = MemorySource(ids: b)
+        let vectorA = a.compactMapValues(\.last)
+        let vectorB = b.compactMapValues(\.last)
+        var ra = Reconciler(source: sourceA)
+        var rb = Reconciler(source: sourceB)
+        var incoming = try rb.opening(mine: vectorB, theirs: vectorA)
+        var turnA = true
+        var rounds = 0
+        while !incoming.isEmpty {
+            rounds += 1
+            if turnA {
+                let (reply, needs) = try ra.respond(to: incoming)
+                rb.take(needs: needs)
+                incoming = reply
+            } else {
+                let (reply, needs) = try rb.respond(to: incoming)
+                ra.take(needs: needs)
+                incoming = reply
+            }
+            turnA.toggle()
+        }
+        #expect(rounds < 12)
+        for origin in origins {
+            guard let lastA = vectorA[origin], let lastB = vectorB[origin] else { continue }
+            let through = min(lastA, lastB)
+            let inA = Set(sourceA.ids(origin: origin, after: nil, through: through))
+            let inB = Set(sourceB.ids(origin: origin, after: nil, through: through))
+            #expect(ra.theyLack.filter { origins.contains(origin) && $0 <= through && inA.contains($0) }.isSuperset(of: inA.subtracting(inB)))
+            #expect(rb.theyLack.filter { inB.contains($0) }.isSuperset(of: inB.subtracting(inA)))
+        }
+        // Nothing either side already holds is named.
+        for id in ra.theyLack { #expect(!b.values.contains { $0.contains(id) }) }
+        for id in rb.theyLack { #expect(!a.values.contains { $0.contains(id) }) }
+    }
+}
