@@ -18,7 +18,10 @@ struct SyncProtocolTests {
     /// A channel pair: what one side writes, the other reads.
     func channels(timeout: Double = 5) throws -> (FrameChannel, FrameChannel, UnixConnection) {
         let (a, b) = try UnixConnection.pair()
-        return (FrameChannel(connection: a, timeoutSeconds: timeout), FrameChannel(connection: b, timeoutSeconds: timeout), b)
+        return (
+            FrameChannel(connection: a, timeoutSeconds: timeout), FrameChannel(connection: b, timeoutSeconds: timeout),
+            b
+        )
     }
 
     @Test("frames round-trip with their checksum; a flipped bit, a cut frame and an unknown type are refused")
@@ -44,7 +47,8 @@ struct SyncProtocolTests {
         }
 
         let (w3, r3, _) = try channels()
-        try w3.connection.write(Array(Frame(kind: .batch, payload: Array(repeating: 1, count: 100)).encoded().prefix(60)))
+        try w3.connection.write(
+            Array(Frame(kind: .batch, payload: Array(repeating: 1, count: 100)).encoded().prefix(60)))
         w3.connection.shutdown()
         do {
             _ = try r3.read()
@@ -124,20 +128,32 @@ struct SyncProtocolTests {
         #expect(try BatchCodec.decode(payload, decompressor: Decompressor(), maxEventBytes: 65536) == events)
         var lying = payload
         lying[3] = 49
-        #expect(throws: SyncError.self) { try BatchCodec.decode(lying, decompressor: Decompressor(), maxEventBytes: 65536) }
+        #expect(throws: SyncError.self) {
+            try BatchCodec.decode(lying, decompressor: Decompressor(), maxEventBytes: 65536)
+        }
         var broken = payload
         broken[broken.count - 3] ^= 0xFF
-        #expect(throws: SyncError.self) { try BatchCodec.decode(broken, decompressor: Decompressor(), maxEventBytes: 65536) }
-        #expect(throws: SyncError.self) { try BatchCodec.decode([0, 0], decompressor: Decompressor(), maxEventBytes: 65536) }
+        #expect(throws: SyncError.self) {
+            try BatchCodec.decode(broken, decompressor: Decompressor(), maxEventBytes: 65536)
+        }
+        #expect(throws: SyncError.self) {
+            try BatchCodec.decode([0, 0], decompressor: Decompressor(), maxEventBytes: 65536)
+        }
     }
 
     @Test(
         "peer URLs parse into their three forms",
         arguments: [
             ("unix:///run/evstore/evstored.sock", PeerURL.unix(path: "/run/evstore/evstored.sock")),
-            ("exec:evctl --socket '/tmp/a b.sock' sync-serve", .exec(arguments: ["evctl", "--socket", "/tmp/a b.sock", "sync-serve"])),
+            (
+                "exec:evctl --socket '/tmp/a b.sock' sync-serve",
+                .exec(arguments: ["evctl", "--socket", "/tmp/a b.sock", "sync-serve"])
+            ),
             ("ssh://field@van-7", .ssh(user: "field", host: "van-7", port: nil, socket: nil)),
-            ("ssh://field@10.0.0.7:2222/run/evstore/evstored.sock", .ssh(user: "field", host: "10.0.0.7", port: 2222, socket: "/run/evstore/evstored.sock")),
+            (
+                "ssh://field@10.0.0.7:2222/run/evstore/evstored.sock",
+                .ssh(user: "field", host: "10.0.0.7", port: 2222, socket: "/run/evstore/evstored.sock")
+            ),
             ("ssh://gateway", .ssh(user: nil, host: "gateway", port: nil, socket: nil)),
         ] as [(String, PeerURL)])
     func urls(text: String, expected: PeerURL) throws {
@@ -146,7 +162,10 @@ struct SyncProtocolTests {
 
     @Test(
         "bad peer URLs are refused with the forms that work",
-        arguments: ["http://example.com", "unix://relative.sock", "exec:", "exec:'open", "ssh://", "ssh://u@h:99999", "ssh://-oProxyCommand=x", "field-2"])
+        arguments: [
+            "http://example.com", "unix://relative.sock", "exec:", "exec:'open", "ssh://", "ssh://u@h:99999",
+            "ssh://-oProxyCommand=x", "field-2",
+        ])
     func badURLs(text: String) {
         do {
             _ = try PeerURL(text)
@@ -210,7 +229,9 @@ struct SyncProtocolTests {
         }
     }
 
-    @Test("reconciliation finds exactly the ids each side lacks in the common range", arguments: Array(1...30) as [UInt64])
+    @Test(
+        "reconciliation finds exactly the ids each side lacks in the common range", arguments: Array(1...30) as [UInt64]
+    )
     func reconciliation(seed: UInt64) throws {
         var rng = SeededGenerator(seed: seed)
         let origins = (0..<3).map { ULID(timestamp: 1000 + UInt64($0), random: (0, 0)) }
@@ -264,7 +285,9 @@ struct SyncProtocolTests {
             let through = min(lastA, lastB)
             let inA = Set(sourceA.ids(origin: origin, after: nil, through: through))
             let inB = Set(sourceB.ids(origin: origin, after: nil, through: through))
-            #expect(ra.theyLack.filter { origins.contains(origin) && $0 <= through && inA.contains($0) }.isSuperset(of: inA.subtracting(inB)))
+            #expect(
+                ra.theyLack.filter { origins.contains(origin) && $0 <= through && inA.contains($0) }.isSuperset(
+                    of: inA.subtracting(inB)))
             #expect(rb.theyLack.filter { inB.contains($0) }.isSuperset(of: inB.subtracting(inA)))
         }
         // Nothing either side already holds is named.
