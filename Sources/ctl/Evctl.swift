@@ -31,7 +31,7 @@ struct Evctl: Command {
             ],
             subcommands: [
                 New.self, Append.self, Get.self, List.self, Log.self, Status.self, Conflicts.self, Resolve.self,
-                DeadLetters.self, Rebuild.self, Backup.self, Sync.self, SyncServe.self,
+                DeadLetters.self, Rebuild.self, Backup.self, Sync.self, Peers.self, SyncServe.self,
             ],
             version: version,
             sections: [HelpSection("exit status", ExitStatus.helpText)])
