@@ -8,7 +8,7 @@ struct Evctl: Command {
     static var configuration: CommandConfiguration {
         CommandConfiguration(
             name: "evctl",
-            abstract: "Talk to the evstore daemon: append events, read entities, the log and the store's state.",
+            abstract: "Talk to the evstore daemon: append events, read entities, the log and the store's state, sync.",
             discussion: """
                 evctl finds the daemon's socket from --socket, else EVSTORE_SOCKET, else the first \
                 of these that exists: $XDG_RUNTIME_DIR/evstore/evstored.sock, \
@@ -31,7 +31,7 @@ struct Evctl: Command {
             ],
             subcommands: [
                 New.self, Append.self, Get.self, List.self, Log.self, Status.self, Conflicts.self, Resolve.self,
-                DeadLetters.self, Rebuild.self, Backup.self, SyncServe.self,
+                DeadLetters.self, Rebuild.self, Backup.self, Sync.self, Peers.self, SyncServe.self,
             ],
             version: version,
             sections: [HelpSection("exit status", ExitStatus.helpText)])

@@ -119,7 +119,10 @@ struct CommandTests {
         {
             #expect(human.contains { $0.hasPrefix(label) }, "\(label) in \(human)")
         }
-        #expect(human.contains { $0.hasPrefix("peers:") && $0.hasSuffix("no peers") })
+        #expect(
+            human.contains {
+                $0.hasPrefix("peers:") && $0.hasSuffix("no peers (add one with `evctl peers add NAME URL`)")
+            })
         let json = try ok("--json", "status").json()
         #expect(json["events"] as? Int == 2)
         #expect((json["node"] as? [String: Any])?["id"] is String)

@@ -6,7 +6,7 @@ import Testing
 @Suite struct UsageTests {
     static let commands = [
         "new", "append", "get", "list", "log", "status", "conflicts", "resolve", "dead-letters", "rebuild", "backup",
-        "sync-serve",
+        "sync", "peers", "sync-serve",
     ]
 
     @Test func rootHelpListsCommandsAndExitStatuses() throws {
@@ -80,6 +80,13 @@ import Testing
         (["resolve", "job/1"], "give the values to keep"),
         (["backup"], "missing PATH"),
         (["status", "now"], "unexpected argument 'now'"),
+        (["sync", "http://hq.example.net"], "'http://hq.example.net' is not a peer URL"),
+        (["peers"], "a command is required"),
+        (["peers", "show"], "unknown command 'show'"),
+        (["peers", "add", "hq"], "missing URL"),
+        (["peers", "add", "hq", "hq.example.net"], "'hq.example.net' is not a peer URL"),
+        (["peers", "remove"], "missing NAME"),
+        (["peers", "list", "hq"], "unexpected argument 'hq'"),
     ])
     func usageErrorsExit64WithTheUsage(_ arguments: [String], _ message: String) throws {
         let result = try evctl(arguments, socket: "/nonexistent/evstored.sock")

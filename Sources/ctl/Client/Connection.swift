@@ -105,6 +105,16 @@ final class Connection: @unchecked Sendable {
     /// Sends a request and waits for its reply; an error reply becomes a failure with the
     /// exit status of its reason.
     func call(_ method: String, _ params: JSONObjectWriter = JSONObjectWriter()) throws(CommandFailure) -> Reply {
+        let reply = try exchange(method, params)
+        if let error = reply.error {
+            throw CommandFailure(exitCode: error.exitStatus, error.description)
+        }
+        return reply
+    }
+
+    /// Sends a request and waits for its reply, an error reply included, for a command that
+    /// decides on the error's reason itself.
+    func exchange(_ method: String, _ params: JSONObjectWriter = JSONObjectWriter()) throws(CommandFailure) -> Reply {
         let id = try send(method, params)
         while true {
             switch try receive() {
@@ -112,9 +122,6 @@ final class Connection: @unchecked Sendable {
                 continue
             case .reply(let reply):
                 guard reply.id == id || reply.id == nil else { continue }
-                if let error = reply.error {
-                    throw CommandFailure(exitCode: error.exitStatus, error.description)
-                }
                 return reply
             }
         }

@@ -1,3 +1,5 @@
+import Arguments
+
 /// evctl's exit statuses (the 6x–7x ones are sysexits.h's).
 enum ExitStatus {
     static let ok: Int32 = 0
@@ -14,15 +16,18 @@ enum ExitStatus {
     /// The table at the end of `evctl --help`.
     static let helpText = """
           0   ok
-          1   failed (e.g. rebuild --verify found a mismatch, or an internal error)
-          2   not found (no such entity)
-          3   conflict: --if-match did not match, or the entity is deleted
+          1   failed (e.g. a sync failed, rebuild --verify found a mismatch, or an
+              internal error)
+          2   not found (no such entity or peer)
+          3   conflict: --if-match did not match, the entity is deleted, or a peer's
+              name is taken
          64   usage: the command line is wrong (the usage is printed)
          65   invalid input: an event, a field value or an input line the daemon cannot take
          66   the --file input cannot be read
          69   the daemon is unreachable (not running, or it went away), or unavailable
          74   the store is full (disk or map size)
          77   forbidden: no permission to use the socket, or the daemon refused
+              (e.g. to remove a peer defined in the config file)
         """
 }
 
@@ -68,6 +73,14 @@ struct RPCError: Error {
             default: return ExitStatus.failed
             }
         }
+    }
+
+    /// Invalid params are a value from the command line the daemon cannot use (a peer's
+    /// name or URL): a usage error, with the daemon's reason.
+    var usageError: UsageError? {
+        guard code == -32602 else { return nil }
+        let prefix = "invalid params: "
+        return UsageError(message.hasPrefix(prefix) ? String(message.dropFirst(prefix.count)) : message)
     }
 
     /// The daemon's sentence, with the reason after it when there is one.

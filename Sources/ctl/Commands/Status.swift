@@ -31,7 +31,8 @@ struct Status: Command {
         output.flush()
     }
 
-    static func lines(_ status: [String: Any]) -> [String] {
+    /// The text for people; `now` is when relative times ("2 min ago") are counted from.
+    static func lines(_ status: [String: Any], now: Date = Date()) -> [String] {
         let events = status["events"] as? Int ?? 0
         let entities = status["entities"] as? Int ?? 0
         let peers = status["peers"] as? [[String: Any]] ?? []
@@ -43,7 +44,13 @@ struct Status: Command {
         var attentionWords: [String] = []
         if conflicts > 0 { attentionWords.append(Format.count(conflicts, "entity", "entities") + " in conflict") }
         if deadLetters > 0 { attentionWords.append(Format.count(deadLetters, "dead letter")) }
-        if failingPeers > 0 { attentionWords.append(Format.count(failingPeers, "failing peer")) }
+        // Failing and terminal peers count under needs attention; name them.
+        let failingNames = peers.filter { ["failing", "terminal"].contains($0["state"] as? String) }
+            .compactMap { $0["name"] as? String }
+        let failingText =
+            Format.count(failingPeers, "failing peer")
+            + (failingNames.isEmpty ? "" : " (\(failingNames.joined(separator: ", ")))")
+        if failingPeers > 0 { attentionWords.append(failingText) }
         let attentionText = attentionWords.isEmpty ? "nothing" : attentionWords.joined(separator: ", ")
 
         let pendingText: String
@@ -88,32 +95,44 @@ struct Status: Command {
             attentionRows.append(Format.count(conflicts, "entity", "entities") + " in conflict (evctl conflicts)")
         }
         if deadLetters > 0 { attentionRows.append(Format.count(deadLetters, "dead letter") + " (evctl dead-letters)") }
-        if failingPeers > 0 { attentionRows.append(Format.count(failingPeers, "failing peer")) }
+        if failingPeers > 0 { attentionRows.append(failingText + " (see peers below)") }
         if attentionRows.isEmpty { attentionRows = ["nothing"] }
         for (index, row) in attentionRows.enumerated() { rows.append([index == 0 ? "needs attention:" : "", row]) }
-        if peers.isEmpty { rows.append(["peers:", "no peers"]) }
+        if peers.isEmpty { rows.append(["peers:", "no peers (add one with `evctl peers add NAME URL`)"]) }
         lines += Format.table(rows)
 
         if !peers.isEmpty {
             lines.append("peers:")
-            lines += Format.table(
-                peers.map { peer in
-                    var row = [
-                        "  " + (peer["name"] as? String ?? "?"), peer["url"] as? String ?? "",
-                        peer["state"] as? String ?? "?", "\(peer["pending"] as? Int ?? 0) pending",
-                    ]
-                    if let last = peer["last_success"], !(last is NSNull) {
-                        row.append("last success \(RawJSON.display(last))")
-                    } else {
-                        row.append("never synced")
-                    }
-                    if let error = peer["last_error"], !(error is NSNull) {
-                        let message = (error as? [String: Any])?["message"] as? String ?? RawJSON.display(error)
-                        row.append("last error: \(message)")
-                    }
-                    return row
-                })
+            lines += Format.table(peers.map { ["  " + (($0["name"] as? String) ?? "?"), peerText($0, now: now)] })
         }
         return lines
+    }
+
+    /// `ok, last sync 2 min ago, 0 pending`, or
+    /// `retrying (3 failures, next in 14 s), last sync 2 h ago, 5 pending; timeout: ...`.
+    static func peerText(_ peer: [String: Any], now: Date) -> String {
+        let state = peer["state"] as? String ?? "?"
+        var words: [String] = []
+        if state == "ok" {
+            words.append(state)
+        } else {
+            var next = "next attempt now"
+            if let at = (peer["next_attempt"] as? String).flatMap(Format.date), at > now {
+                next = "next in " + Format.span(at.timeIntervalSince(now))
+            }
+            words.append("\(state) (\(Format.count(peer["failures"] as? Int ?? 0, "failure")), \(next))")
+        }
+        if let last = (peer["last_success"] as? String).flatMap(Format.date) {
+            let ago = now.timeIntervalSince(last)
+            words.append(ago < 1 ? "last sync just now" : "last sync \(Format.span(ago)) ago")
+        } else {
+            words.append("never synced")
+        }
+        words.append("\(peer["pending"] as? Int ?? 0) pending")
+        var text = words.joined(separator: ", ")
+        if let error = peer["last_error"] as? [String: Any] {
+            text += "; \(error["reason"] as? String ?? "error"): \(error["message"] as? String ?? "no message")"
+        }
+        return text
     }
 }

@@ -78,6 +78,24 @@ enum Format {
         return String(format: "%.1f days", seconds / 86400)
     }
 
+    /// A span of time to the second, as a person says it: `14 s`, `3 min`, `2 h`, `5 days`.
+    static func span(_ seconds: TimeInterval) -> String {
+        let whole = Int(max(0, seconds).rounded(.up))
+        if whole < 60 { return "\(whole) s" }
+        if whole < 3600 { return "\(whole / 60) min" }
+        if whole < 86400 { return "\(whole / 3600) h" }
+        return count(whole / 86400, "day")
+    }
+
+    /// An RFC 3339 time as the daemon writes it (UTC, with or without fractional seconds).
+    static func date(_ text: String) -> Date? {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        if let date = formatter.date(from: text) { return date }
+        formatter.formatOptions = [.withInternetDateTime]
+        return formatter.date(from: text)
+    }
+
     /// `1 event`, `3 events`.
     static func count(_ n: Int, _ singular: String, _ plural: String? = nil) -> String {
         "\(n) " + (n == 1 ? singular : plural ?? singular + "s")
