@@ -7,6 +7,7 @@
 
 SWIFT        ?= swift
 DEBIAN_PKGS  := liblmdb-dev libzstd-dev
+SSH_PKGS     := openssh-client openssh-server
 SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 WORKLOAD     ?= $(firstword $(wildcard ../shared/workload/fieldops.py) $(wildcard shared/workload/fieldops.py))
 BENCH_EVENTS ?= 100000
@@ -23,11 +24,12 @@ BENCH_OUT    ?= .build/bench
 all: build
 
 # Installs the Debian packages the build links against, only when pkg-config cannot find them.
+# openssh-client carries ssh:// peers; openssh-server lets the tests run a real sshd on 127.0.0.1.
 deps:
-	@if ! pkg-config --exists lmdb libzstd 2>/dev/null; then \
-		echo "installing $(DEBIAN_PKGS)"; \
+	@if ! pkg-config --exists lmdb libzstd 2>/dev/null || ! command -v ssh >/dev/null || [ ! -x /usr/sbin/sshd ]; then \
+		echo "installing $(DEBIAN_PKGS) $(SSH_PKGS)"; \
 		$(SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $(DEBIAN_PKGS) pkg-config; \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(DEBIAN_PKGS) $(SSH_PKGS) pkg-config; \
 	fi
 
 build: deps

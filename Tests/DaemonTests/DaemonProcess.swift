@@ -83,9 +83,21 @@ final class DaemonProcess: @unchecked Sendable {
     func removeFiles() {
         if process.isRunning {
             kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
+            reap(process)
         }
         try? FileManager.default.removeItem(atPath: root)
+    }
+}
+
+/// Waits for a killed child to be gone. Foundation notices a child's exit through
+/// SIGCHLD; when many children end at once it can miss one, and `waitUntilExit` would then
+/// wait forever, so this reaps the child itself after a moment.
+func reap(_ process: Process, timeout: Double = 5) {
+    let deadline = Date().addingTimeInterval(timeout)
+    while process.isRunning, Date() < deadline {
+        var status: Int32 = 0
+        if waitpid(process.processIdentifier, &status, WNOHANG) == process.processIdentifier { return }
+        Thread.sleep(forTimeInterval: 0.01)
     }
 }
 

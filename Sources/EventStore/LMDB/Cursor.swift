@@ -84,7 +84,8 @@ public struct Cursor: ~Copyable {
     /// The values of the current key in a `.dupFixed` database a page at a time, as one
     /// buffer of fixed-size values: the page the cursor is on (`MDB_GET_MULTIPLE`, which
     /// may start before the cursor's value), then with `next` the following page
-    /// (`MDB_NEXT_MULTIPLE`). Nil past the key's last value.
+    /// (`MDB_NEXT_MULTIPLE`). Nil past the key's last value. A key holding a single value
+    /// has no such page: LMDB then answers with an empty buffer.
     public mutating func multiple(next: Bool) throws(LMDBError) -> [UInt8]? {
         try perform("mdb_cursor_get") { cursor throws(LMDBError) in try MDB.cursorGetMultiple(cursor, next: next) }
     }

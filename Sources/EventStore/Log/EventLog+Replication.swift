@@ -39,8 +39,10 @@ extension EventLog {
         try reading { txn in
             try txn.withCursor(tables.originIndex) { cursor in
                 let start = (after ?? .zero).bytes
-                guard try cursor.seekBoth(origin.bytes, start) != nil else { return }
+                guard let first = try cursor.seekBoth(origin.bytes, start) else { return }
                 var page = try cursor.multiple(next: false)
+                // A key with a single value has no page of duplicates: LMDB answers with none.
+                if page?.isEmpty ?? true { page = first.value }
                 while let values = page {
                     var offset = 0
                     while offset + 16 <= values.count {

@@ -221,7 +221,7 @@ struct ReplicationTests {
                 Thread.sleep(forTimeInterval: 0.01)
             }
             kill(target.process.processIdentifier, SIGKILL)
-            target.process.waitUntilExit()
+            reap(target.process, timeout: 30)
             _ = finished.wait(timeout: .now() + 60)
             #expect(try source.client().call("status")["events"] as? Int == total)  // the source serves on
 

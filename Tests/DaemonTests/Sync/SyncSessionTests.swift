@@ -44,6 +44,14 @@ struct SyncSessionTests {
         try b.append(work[1])
         let countA = try a.log.statistics().events
         let countB = try b.log.statistics().events
+        #expect(try a.log.countAfter([:]) == countA)
+        #expect(try a.log.fingerprint(origin: a.log.nodeID).count == countA)
+        // An origin with a single event is stored without a page of duplicates.
+        let single = try TempStore()
+        defer { single.remove() }
+        try single.append([#"{"entity":"job/1","kind":"delete"}"#])
+        #expect(try single.log.ids(origin: single.log.nodeID).count == 1)
+        #expect(try single.log.countAfter([:]) == 1)
         let (mine, theirs) = try syncPair(a.log, b.log)
         #expect(mine.sent == countA)
         #expect(mine.received == countB)
