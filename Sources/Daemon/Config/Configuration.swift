@@ -195,8 +195,8 @@ struct Configuration: Equatable, Sendable {
         case "socket_group": socketGroup = text.isEmpty ? nil : text
         case "node": nodeName = text.isEmpty ? nil : text
         case "sync_interval_s": syncIntervalSeconds = try integer(1...86_400)
-        case "backoff_base_s": backoffBaseSeconds = try integer(0...86_400)
-        case "backoff_cap_s": backoffCapSeconds = try integer(0...86_400)
+        case "backoff_base_s": backoffBaseSeconds = try integer(1...86_400)
+        case "backoff_cap_s": backoffCapSeconds = try integer(1...86_400)
         case "sync_timeout_s": syncTimeoutSeconds = try integer(1...86_400)
         case "ssh_command":
             guard (try? ShellWords.split(text))?.isEmpty == false else {

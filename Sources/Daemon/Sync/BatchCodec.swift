@@ -36,7 +36,9 @@ enum BatchCodec {
         return out
     }
 
-    /// The events of a batch payload; `maxEventBytes` bounds each record.
+    /// The events of a batch payload; `maxEventBytes` bounds each record. The receiver
+    /// passes the largest size any store accepts, not its own limit: an event over its own
+    /// limit is a dead letter (`too_large`), not a reason to refuse the batch around it.
     static func decode(_ payload: [UInt8], decompressor: Decompressor, maxEventBytes: Int) throws(SyncError)
         -> [ReplicatedEvent]
     {

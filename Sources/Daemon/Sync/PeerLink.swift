@@ -54,6 +54,11 @@ final class PeerLink {
         case .closed, .timeout, .notEvstore: break
         default: return error
         }
+        if exit == 77 {
+            return SyncError(
+                .authentication,
+                "the remote user may not use the peer's daemon socket (add it to its group): \(lastLine)")
+        }
         if all.contains("Permission denied") || all.contains("Host key verification failed")
             || all.contains("Too many authentication failures")
             || all.contains("REMOTE HOST IDENTIFICATION HAS CHANGED")

@@ -79,6 +79,8 @@ final class SyncService: Sendable {
     private let stopping = Atomic<Bool>(false)
     private let finished = DispatchSemaphore(value: 0)
     private let running = Atomic<Bool>(false)
+    /// The connection of the outgoing session in progress, so a stop can cut it.
+    private let current = Mutex<UnixConnection?>(nil)
 
     struct Known: Sendable {
         var node: ULID?
@@ -160,9 +162,15 @@ final class SyncService: Sendable {
         return peers()
     }
 
-    /// Applies reloaded settings; peers whose URL changed are synced soon.
+    /// Applies reloaded settings; peers that are new or whose URL changed are synced now.
     func update(_ fresh: Settings) {
+        let before = Dictionary(peers().map { ($0.name, $0.url) }, uniquingKeysWith: { first, _ in first })
         settings.withLock { $0 = fresh }
+        let current = now()
+        let changed = peers().filter { before[$0.name] != $0.url }.map(\.name)
+        schedules.withLock { schedules in
+            for name in changed { schedules[name] = PeerSchedule(nextAttempt: current) }
+        }
         wake.signal()
     }
 
@@ -178,8 +186,11 @@ final class SyncService: Sendable {
         thread.start()
     }
 
+    /// Ends the background thread; an outgoing session in progress is cut (the batches
+    /// acknowledged so far are kept, the next session resumes).
     func stop() {
         stopping.store(true, ordering: .relaxed)
+        current.withLock { $0?.shutdown() }
         guard running.load(ordering: .relaxed) else { return }
         wake.signal()
         finished.wait()
@@ -264,7 +275,10 @@ final class SyncService: Sendable {
         var report = SyncReport()
         var failure: SyncError?
         do throws(SyncError) {
+            if stopping.load(ordering: .relaxed) { throw SyncError(.closed, "the daemon is stopping") }
             let link = try PeerLink.open(try PeerURL(url), ssh: settings.sshCommand)
+            current.withLock { $0 = link.connection }
+            defer { current.withLock { $0 = nil } }
             let session = SyncSession(
                 node: node, channel: FrameChannel(connection: link.connection, timeoutSeconds: settings.timeout),
                 peerLabel: name ?? url)

@@ -266,7 +266,7 @@ final class SyncSession {
             switch frame.kind {
             case .batch:
                 let events = try BatchCodec.decode(
-                    frame.payload, decompressor: decompressor, maxEventBytes: node.log.options.maxEventBytes)
+                    frame.payload, decompressor: decompressor, maxEventBytes: StoreOptions.absoluteMaxEventBytes)
                 let label = peerLabel
                 let result = try storage { () throws(EventStoreError) in try node.ingest(events, label) }
                 report.received += result.ingested.count

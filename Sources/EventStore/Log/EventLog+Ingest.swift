@@ -29,8 +29,11 @@ extension EventLog {
                     event = try EventCodec.decodeStored(raw, id: record.id)
                     payload = try batch.storedPayload(of: event)
                 } catch let error as EventStoreError {
-                    result.deadLettered.append(
-                        try batch.deadLetter(raw, id: record.id, reason: error, peer: peer, txn: &txn))
+                    if let letter = try batch.deadLetter(raw, id: record.id, reason: error, peer: peer, txn: &txn) {
+                        result.deadLettered.append(letter)
+                    } else {
+                        result.skipped += 1
+                    }
                     continue
                 }
                 if seen.contains(event.id) {
@@ -44,8 +47,11 @@ extension EventLog {
                         let error = EventStoreError(
                             .invalidEvent,
                             "event \(event.id) is already held with different content; the one held first is kept")
-                        result.deadLettered.append(
-                            try batch.deadLetter(raw, id: record.id, reason: error, peer: peer, txn: &txn))
+                        if let letter = try batch.deadLetter(raw, id: record.id, reason: error, peer: peer, txn: &txn) {
+                            result.deadLettered.append(letter)
+                        } else {
+                            result.skipped += 1
+                        }
                     } else {
                         result.skipped += 1
                     }
@@ -69,11 +75,15 @@ extension EventLog {
 
 extension WriteBatch {
     /// Keeps an event that failed validation, with why, where it came from and when.
+    /// Nil when an event of that id is a dead letter already (a peer sends an invalid event
+    /// again at each session while it is the last of its origin).
     mutating func deadLetter(
         _ raw: [UInt8], id knownID: ULID? = nil, reason: EventStoreError, peer: String?, txn: inout WriteTransaction
-    ) throws -> DeadLetter {
+    ) throws -> DeadLetter? {
         var (id, origin) = EventCodec.identity(of: raw)
         if let knownID { id = knownID.description }
+        let eventID = knownID ?? id.flatMap { ULID($0) }
+        if let eventID, try txn.get(log.tables.deadLetterIDs, eventID.bytes) != nil { return nil }
         // From the hybrid clock, so dead letters keep the order they arrived in.
         let key = clock.next(now: now)
         let kept = Array(raw.prefix(DeadLetter.maxRawBytes))
@@ -82,6 +92,7 @@ extension WriteBatch {
             receivedAt: now,
             raw: kept)
         try txn.put(log.tables.deadLetters, key.bytes, letter.canonicalJSON(), flags: .noOverwrite)
+        if let eventID { try txn.put(log.tables.deadLetterIDs, eventID.bytes, key.bytes) }
         return letter
     }
 }

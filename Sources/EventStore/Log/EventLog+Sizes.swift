@@ -27,6 +27,7 @@ extension EventLog {
                 ("projections", tables.projections), ("idempotency_keys", tables.keys),
                 ("status_index", tables.statusIndex), ("status_history", tables.statusHistory),
                 ("conflicts", tables.conflicts), ("dead_letters", tables.deadLetters),
+                ("dead_letter_ids", tables.deadLetterIDs),
                 ("dictionaries", tables.dictionaries),
                 ("meta", tables.meta),
             ]

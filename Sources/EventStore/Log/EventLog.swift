@@ -57,6 +57,9 @@ public final class EventLog: Sendable {
         let conflicts: Database
         /// local ULID → dead letter as canonical JSON.
         let deadLetters: Database
+        /// event id → the key of its dead letter, so an invalid event a peer sends again
+        /// is not kept twice.
+        let deadLetterIDs: Database
         /// peer name → peer record (used by replication).
         let peers: Database
         /// version (4 bytes, big-endian) → zstd dictionary.
@@ -111,6 +114,7 @@ public final class EventLog: Sendable {
             statusHistory: try environment.openDatabase("status_history", flags: [.create, .dupSort]),
             conflicts: try environment.openDatabase("conflicts", flags: [.create]),
             deadLetters: try environment.openDatabase("dead_letters", flags: [.create]),
+            deadLetterIDs: try environment.openDatabase("dead_letter_ids", flags: [.create]),
             peers: try environment.openDatabase("peers", flags: [.create]),
             dictionaries: try environment.openDatabase("dictionaries", flags: [.create]),
             skew: try environment.openDatabase("clock_skew", flags: [.create]),
