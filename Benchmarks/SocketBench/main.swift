@@ -29,7 +29,7 @@ struct Options {
             case "--bin": bin = args.next() ?? bin
             case "--workload": workload = args.next() ?? ""
             case "--large": large = args.next()
-            case "--dir": directory = args.next() ?? directory
+            case "--dir": directory = URL(fileURLWithPath: args.next() ?? directory).standardizedFileURL.path
             case "--json": json = args.next()
             case "--seconds": seconds = Double(args.next() ?? "") ?? seconds
             default:
@@ -66,7 +66,7 @@ final class Daemon {
     /// Seconds from spawn to READY=1 on the notify socket.
     private(set) var secondsToReady = 0.0
 
-    init(bin: String, root: String, extra: [String] = []) throws {
+    init(bin: String, root: String, extra: [String] = [], cpu: Int = 0) throws {
         self.root = root
         socket = root + "/evstored.sock"
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
@@ -75,7 +75,7 @@ final class Daemon {
         if Daemon.pinned {
             // The daemon on CPU 0; `make bench` runs this process (the clients) on CPU 1.
             process.executableURL = URL(fileURLWithPath: "/usr/bin/taskset")
-            process.arguments = ["-c", "0", bin + "/evstored"] + arguments
+            process.arguments = ["-c", "\(cpu)", bin + "/evstored"] + arguments
         } else {
             process.executableURL = URL(fileURLWithPath: bin + "/evstored")
             process.arguments = arguments
@@ -123,6 +123,27 @@ final class Client {
 
     init(_ path: String) throws {
         connection = try UnixConnection.connect(to: path)
+    }
+
+    /// The `result` of a call, as a JSON object.
+    func call(_ method: String, _ params: String = "{}") throws -> [String: Any] {
+        let line = try roundTrip(
+            Array(#"{"jsonrpc":"2.0","id":1,"method":"\#(method)","params":\#(params)}"#.utf8) + [0x0A])
+        guard let object = try JSONSerialization.jsonObject(with: Data(line)) as? [String: Any],
+            let result = object["result"] as? [String: Any]
+        else { throw BenchError(description: "\(method) failed: \(String(decoding: line, as: UTF8.self))") }
+        return result
+    }
+
+    /// Syncs with `peer`; its entry of the answer, checked for success.
+    func sync(_ peer: String) throws -> (outcome: [String: Any], seconds: Double) {
+        let start = ContinuousClock.now
+        let result = try call("sync", #"{"peer":"\#(peer)"}"#)
+        let elapsed = seconds(ContinuousClock.now - start)
+        guard let outcome = (result["peers"] as? [[String: Any]])?.first, outcome["error"] is NSNull else {
+            throw BenchError(description: "sync failed: \(result)")
+        }
+        return (outcome, elapsed)
     }
 
     func roundTrip(_ line: [UInt8]) throws -> [UInt8] {
@@ -301,6 +322,42 @@ do {
     daemon.stop()
 }
 
+// 3b. Replication: a full sync of the workload between two daemons (each on a CPU of its
+//     own) against bulk append of the same events in the same run; a sync with nothing
+//     new; bytes on the wire per event against bytes stored per event.
+do {
+    let source = try Daemon(bin: bin, root: options.directory + "/sync-source", cpu: 0)
+    let loadSeconds = try runEvctl(bin, socket: source.socket, ["append", "--file", options.workload])
+    let target = try Daemon(bin: bin, root: options.directory + "/sync-target", cpu: 1)
+    let client = try Client(source.socket)
+    let (full, fullSeconds) = try client.sync("unix://\(target.socket)")
+    let sent = full["sent"] as? Int ?? 0
+    let bytesSent = full["bytes_sent"] as? Int ?? 0
+    let bulkRate = Double(lines.count) / loadSeconds
+    let syncRate = Double(sent) / fullSeconds
+    rows.append(Row(name: "full sync between two daemons", value: syncRate, unit: "events/s", note: "\(sent) events"))
+    rows.append(Row(name: "baseline: bulk evctl append --file, same events", value: bulkRate, unit: "events/s"))
+    rows.append(Row(name: "full sync / bulk append", value: syncRate / bulkRate, unit: "x", note: "goal >= 0.5"))
+    var noop: [Double] = []
+    var noopBytes = 0
+    for _ in 0..<5 {
+        let (again, againSeconds) = try client.sync("unix://\(target.socket)")
+        noop.append(againSeconds * 1000)
+        noopBytes = (again["bytes_sent"] as? Int ?? 0) + (again["bytes_received"] as? Int ?? 0)
+    }
+    rows.append(Row(name: "no-op sync wall time", value: noop.sorted()[2], unit: "ms", note: "median of 5, goal < 20"))
+    rows.append(
+        Row(
+            name: "no-op sync bytes on the wire", value: Double(noopBytes), unit: "bytes",
+            note: "both ways, goal < 2048"))
+    let status = try Client(target.socket).call("status")
+    let storedPerEvent = Double(status["bytes"] as? Int ?? 0) / Double(max(1, status["events"] as? Int ?? 1))
+    rows.append(Row(name: "wire bytes per event sent", value: Double(bytesSent) / Double(max(1, sent)), unit: "bytes"))
+    rows.append(Row(name: "baseline: store bytes per event (whole store)", value: storedPerEvent, unit: "bytes"))
+    source.stop()
+    target.stop()
+}
+
 // 4. The 1M-event store: memory after the load, start to READY (median of 3), against
 //    start to READY on an empty store.
 if let large = options.large {
@@ -336,6 +393,33 @@ if let large = options.large {
             note: "median of 3, goal < 200"))
     rows.append(
         Row(name: "baseline: start to READY, empty store", value: empty.sorted()[1], unit: "ms", note: "median of 3"))
+
+    // A peer that holds the large store too, then 1000 new events on the large one.
+    let largeSource = try Daemon(bin: bin, root: root, cpu: 0)
+    let peer = try Daemon(bin: bin, root: options.directory + "/large-peer", cpu: 1)
+    let client = try Client(largeSource.socket)
+    let (full, fullSeconds) = try client.sync("unix://\(peer.socket)")
+    rows.append(
+        Row(
+            name: "full sync, large store", value: Double(full["sent"] as? Int ?? 0) / fullSeconds, unit: "events/s",
+            note: "\(full["sent"] as? Int ?? 0) events"))
+    let fresh = (0..<1000).map { #"{"entity":"job/new-\#($0)","kind":"status","status":"assigned"}"# }.joined(
+        separator: ",")
+    _ = try client.call("append", #"{"events":[\#(fresh)]}"#)
+    let (delta, deltaSeconds) = try client.sync("unix://\(peer.socket)")
+    rows.append(
+        Row(
+            name: "sync of 1000 new events, large store", value: deltaSeconds * 1000, unit: "ms",
+            note:
+                "\(delta["sent"] as? Int ?? 0) events, \((delta["bytes_sent"] as? Int ?? 0) + (delta["bytes_received"] as? Int ?? 0)) bytes on the wire"
+        ))
+    let (noop, noopSeconds) = try client.sync("unix://\(peer.socket)")
+    rows.append(
+        Row(
+            name: "no-op sync, large store", value: noopSeconds * 1000, unit: "ms",
+            note: "\((noop["bytes_sent"] as? Int ?? 0) + (noop["bytes_received"] as? Int ?? 0)) bytes on the wire"))
+    largeSource.stop()
+    peer.stop()
 }
 
 print("")

@@ -46,7 +46,7 @@ extension EventLog {
                 while let values = page {
                     var offset = 0
                     while offset + 16 <= values.count {
-                        let id = ULID(bytes: values, at: offset)!
+                        let id = EventLog.id(in: values, at: offset)
                         offset += 16
                         if let after, id <= after { continue }
                         if let through, id > through { return }
@@ -56,6 +56,15 @@ extension EventLog {
                 }
             }
         }
+    }
+
+    /// The id whose 16 bytes start at `offset` (the scan's inner loop: no generic indexing).
+    static func id(in bytes: [UInt8], at offset: Int) -> ULID {
+        var high: UInt64 = 0
+        var low: UInt64 = 0
+        for index in offset..<(offset + 8) { high = high << 8 | UInt64(bytes[index]) }
+        for index in (offset + 8)..<(offset + 16) { low = low << 8 | UInt64(bytes[index]) }
+        return ULID(high: high, low: low)
     }
 
     /// Up to `limit` events of one origin after `after`, in id order, in their stored form,
