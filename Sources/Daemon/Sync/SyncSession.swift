@@ -73,12 +73,19 @@ final class SyncSession {
     func initiate() throws(SyncError) -> SyncReport {
         try failing { () throws(SyncError) in
             let mine = try vector()
-            try channel.writePreamble()
-            try send(
-                .hello,
-                Messages.Hello(
-                    protocolVersion: Frame.protocolVersion, node: node.log.nodeID.description, name: node.name,
-                    vector: mine.wire, ranges: nil))
+            do throws(SyncError) {
+                try channel.writePreamble()
+                try send(
+                    .hello,
+                    Messages.Hello(
+                        protocolVersion: Frame.protocolVersion, node: node.log.nodeID.description, name: node.name,
+                        vector: mine.wire, ranges: nil))
+            } catch {
+                // A peer that answers at once and hangs up (a portal, another service) is
+                // better described by what it said than by the failed write.
+                if error.reason == .closed, let said = garbageBeforeClosing() { throw said }
+                throw error
+            }
             let version = try channel.readPreamble()
             guard version == Frame.protocolVersion else {
                 throw SyncError(
@@ -149,6 +156,16 @@ final class SyncSession {
             report.peerVector = theirs.merging(mine) { max($0, $1) }
         }
         return finished()
+    }
+
+    /// What the peer sent before it hung up, when that was not the protocol.
+    private func garbageBeforeClosing() -> SyncError? {
+        do {
+            _ = try channel.readPreamble()
+            return nil
+        } catch {
+            return error.reason == .notEvstore ? error : nil
+        }
     }
 
     private func finished() -> SyncReport {
