@@ -88,7 +88,7 @@ struct ReplicationTests {
 
     @Test(
         "daemons loaded with the field workload's replicas and synced in random pairs converge; conflicts show everywhere and resolving clears them everywhere",
-        .timeLimit(.minutes(8)), arguments: [(3, 1), (4, 2)] as [(Int, Int)])
+        .timeLimit(.minutes(8)), arguments: [(3, 1), (4, 2), (5, 3)] as [(Int, Int)])
     func convergence(replicas: Int, seed: Int) throws {
         var rng = SeededGenerator(seed: UInt64(seed))
         let daemons = try (0..<replicas).map { index in try DaemonProcess(arguments: ["--node", "n\(index)"]) }
@@ -117,31 +117,30 @@ struct ReplicationTests {
         for daemon in daemons.dropFirst() {
             #expect((try status(daemon)["needs_attention"] as! [String: Any])["conflicts"] as? Int == conflicts)
         }
-        // Resolve every conflict on one node: an edit or status event names every head.
+        // Resolve every conflict on one node with `evctl resolve`: its events name every head.
+        let evctl = try builtBinary("evctl").path
         let client = try daemons[1].client()
+        var pending: [[String: Any]] = []
         var after: String?
         repeat {
             let page = try client.call(
                 "conflicts", after.map { #"{"limit":1000,"after":"\#($0)"}"# } ?? #"{"limit":1000}"#)
-            for entry in page["entities"] as! [[String: Any]] {
-                let entity = entry["entity"] as! String
-                var events: [String] = []
-                let fields = entry["fields"] as! [String]
-                if !fields.isEmpty {
-                    let values = fields.map { #""\#($0)":"resolved""# }.joined(separator: ",")
-                    events.append(#"{"entity":"\#(entity)","kind":"edit","fields":{\#(values)}}"#)
-                }
-                if entry["status"] as! Bool {
-                    events.append(#"{"entity":"\#(entity)","kind":"status","status":"done"}"#)
-                }
-                let response = try client.request("append", eventsParams(events))
-                if response["error"] != nil {
-                    // A deleted entity takes a restore first.
-                    _ = try client.call("append", eventsParams([#"{"entity":"\#(entity)","kind":"restore"}"#] + events))
-                }
-            }
+            pending += page["entities"] as! [[String: Any]]
             after = page["next"] as? String
         } while after != nil
+        for entry in pending {
+            let entity = entry["entity"] as! String
+            var arguments = ["--socket", daemons[1].socketPath, "resolve", entity]
+            arguments += (entry["fields"] as! [String]).map { "\($0)=resolved" }
+            if entry["status"] as! Bool { arguments += ["--status", "done"] }
+            var (code, output) = try runProgram(evctl, arguments)
+            if code != 0 {
+                // A deleted entity takes a restore first.
+                _ = try client.call("append", eventsParams([#"{"entity":"\#(entity)","kind":"restore"}"#]))
+                (code, output) = try runProgram(evctl, arguments)
+            }
+            #expect(code == 0, "\(output)")
+        }
         #expect((try status(daemons[1])["needs_attention"] as! [String: Any])["conflicts"] as? Int == 0)
         for daemon in daemons where daemon !== daemons[1] {
             _ = try sync(daemon, "unix://\(daemons[1].socketPath)")
