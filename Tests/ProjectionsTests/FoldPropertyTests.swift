@@ -84,5 +84,8 @@ struct FoldPropertyTests {
             _ = try? EntityState(entity: job, decoding: mutated)
         }
         #expect(throws: CorruptDataError.self) { try EntityState(entity: job, decoding: bytes + [0]) }
+        // A counter past Int.max where the event count belongs (after the format byte).
+        let huge = [bytes[0]] + [0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x01] + bytes.dropFirst(2)
+        #expect(throws: CorruptDataError.self) { try EntityState(entity: job, decoding: Array(huge)) }
     }
 }

@@ -62,6 +62,12 @@ public struct ByteReader {
         }
     }
 
+    /// A varint that must fit an `Int` (a counter): a corrupt one is an error, not a trap.
+    public mutating func integer() throws(CorruptDataError) -> Int {
+        guard let value = Int(exactly: try varint()) else { throw CorruptDataError("counter out of range") }
+        return value
+    }
+
     /// A count or length, bounded by what is left to read so a corrupt count cannot make
     /// the caller reserve gigabytes.
     public mutating func count(minimumElementSize: Int = 1) throws(CorruptDataError) -> Int {

@@ -60,7 +60,7 @@ extension EntityState {
                 "projection format \(format) is not known (this version reads \(EntityState.formatVersion))")
         }
         self.init(entity: entity)
-        eventCount = Int(try reader.varint())
+        eventCount = try reader.integer()
         let version = try reader.ulid()
         self.version = eventCount == 0 ? nil : version
         let origins = try reader.ulids()
@@ -75,7 +75,7 @@ extension EntityState {
             }
             fields.append(FieldRegister(name: name, heads: heads))
         }
-        statusCount = Int(try reader.varint())
+        statusCount = try reader.integer()
         guard let digest = StateDigest(bytes: try reader.bytes(16)) else {
             throw CorruptDataError("truncated history digest")
         }

@@ -15,6 +15,19 @@ struct SyncProtocolTests {
         #expect(CRC32C.checksum([UInt8]()) == 0)
     }
 
+    @Test("the fingerprint's worked example in docs/sync.md")
+    func fingerprintExample() {
+        let id = ULID(high: 0x01a2_2cf9_639f_269e, low: 0xf2a7_4de4_52e6_b438)
+        let fingerprint = Fingerprint([id])
+        #expect(fingerprint.count == 1)
+        #expect(fingerprint.hash == "bf8ae7f23857c634ac7659c0fca36b24")
+        #expect(Fingerprint().hash == String(repeating: "0", count: 32))
+        // Order-free and additive over disjoint parts.
+        let ids = (0..<100).map { ULID(timestamp: 1_700_000_000_000 + UInt64($0), random: (0, UInt64($0))) }
+        #expect(Fingerprint(ids) == Fingerprint(ids.reversed()))
+        #expect(Fingerprint(ids) != Fingerprint(ids.dropLast()))
+    }
+
     /// A channel pair: what one side writes, the other reads.
     func channels(timeout: Double = 5) throws -> (FrameChannel, FrameChannel, UnixConnection) {
         let (a, b) = try UnixConnection.pair()
