@@ -59,6 +59,8 @@ final class SyncSession {
     /// The peer, as named in dead letters and logs.
     private(set) var peerLabel: String
     private(set) var report = SyncReport()
+    /// Per origin, the greatest id pushed (events appended during the session included).
+    private var sentThrough: [ULID: ULID] = [:]
     static let window = 4
     private let compressor = Compressor(level: 3)
     private let decompressor = Decompressor(windowLogMax: 27)
@@ -110,7 +112,7 @@ final class SyncSession {
             }
             try push(lacking: theirs, extras: reconciler.theyLack, mine: mine)
             try receive()
-            report.peerVector = theirs.merging(mine) { max($0, $1) }
+            report.peerVector = theirs.merging(mine) { max($0, $1) }.merging(sentThrough) { max($0, $1) }
         }
         return finished()
     }
@@ -153,7 +155,7 @@ final class SyncSession {
             }
             try receive()
             try push(lacking: theirs, extras: reconciler.theyLack, mine: mine)
-            report.peerVector = theirs.merging(mine) { max($0, $1) }
+            report.peerVector = theirs.merging(mine) { max($0, $1) }.merging(sentThrough) { max($0, $1) }
         }
         return finished()
     }
@@ -253,6 +255,7 @@ final class SyncSession {
                         origin: origin, after: cursor, limit: BatchCodec.maxEvents, maxBytes: BatchCodec.targetBytes)
                 }
                 try sendBatch(events)
+                if let last = events.last?.id { sentThrough[origin] = max(last, sentThrough[origin] ?? last) }
                 guard more, let last = events.last?.id else { break }
                 cursor = last
             }
