@@ -65,7 +65,16 @@ enum Messages {
         return Array((try? encoder.encode(value)) ?? Data())
     }
 
+    /// The largest control frame either side accepts: far more than any honest message
+    /// (a reconcile round holds at most a few thousand ranges), little enough that a
+    /// hostile peer cannot make the decoder hold gigabytes.
+    static let maxBytes = 8 << 20
+
     static func decode<T: Decodable>(_ type: T.Type, _ payload: [UInt8], frame: String) throws(SyncError) -> T {
+        guard payload.count <= maxBytes else {
+            throw SyncError(
+                .protocolError, "the peer's \(frame) frame is \(payload.count) bytes; the limit is \(maxBytes)")
+        }
         do {
             return try JSONDecoder().decode(type, from: Data(payload))
         } catch {

@@ -43,8 +43,23 @@ struct Reconciler {
     /// Ids the peer holds that this node lacks, beyond this node's version vector.
     private(set) var weLack: Set<ULID> = []
 
-    init(source: any IDSource) {
+    /// Roughly how many bytes of new ranges (splits and id lists) one reply may hold.
+    /// Mismatched ranges beyond it go back unsplit, with this side's fingerprint, for the
+    /// next round: a reply stays well under `Messages.maxBytes` however far two nodes
+    /// have drifted apart, and every round still settles `replyBudget` worth of ranges.
+    let replyBudget: Int
+
+    init(source: any IDSource, replyBudget: Int = 2 << 20) {
         self.source = source
+        self.replyBudget = replyBudget
+    }
+
+    /// Wire size of a range, near enough: the JSON of its bounds and fingerprint or ids.
+    static func estimatedBytes(_ range: IDRange) -> Int {
+        switch range.content {
+        case .fingerprint: 150
+        case .ids(let ids): 110 + 29 * ids.count
+        }
     }
 
     /// The opening ranges: for each origin both hold, the fingerprint of what both
@@ -67,6 +82,7 @@ struct Reconciler {
     mutating func respond(to incoming: [IDRange]) throws(EventStoreError) -> (ranges: [IDRange], needs: [ULID]) {
         var reply: [IDRange] = []
         var needs: [ULID] = []
+        var spent = 0
         for range in incoming {
             switch range.content {
             case .fingerprint(let theirs):
@@ -77,14 +93,21 @@ struct Reconciler {
                     theyLack.formUnion(try source.ids(origin: range.origin, after: range.after, through: range.through))
                     continue
                 }
-                if mine.count <= Reconciler.idListLimit {
-                    let ids = try source.ids(origin: range.origin, after: range.after, through: range.through)
+                if spent >= replyBudget {
+                    // Settled in a later round: the peer compares and splits it itself.
                     reply.append(
-                        IDRange(origin: range.origin, after: range.after, through: range.through, content: .ids(ids)))
+                        IDRange(
+                            origin: range.origin, after: range.after, through: range.through,
+                            content: .fingerprint(mine)))
                     continue
                 }
                 let ids = try source.ids(origin: range.origin, after: range.after, through: range.through)
-                reply.append(contentsOf: Reconciler.split(range, ids: ids))
+                let answer =
+                    mine.count <= Reconciler.idListLimit
+                    ? [IDRange(origin: range.origin, after: range.after, through: range.through, content: .ids(ids))]
+                    : Reconciler.split(range, ids: ids)
+                spent += answer.reduce(0) { $0 + Reconciler.estimatedBytes($1) }
+                reply.append(contentsOf: answer)
             case .ids(let theirs):
                 let mine = try source.ids(origin: range.origin, after: range.after, through: range.through)
                 let theirSet = Set(theirs)
