@@ -88,15 +88,7 @@ final class SyncSession {
                 if error.reason == .closed, let said = garbageBeforeClosing() { throw said }
                 throw error
             }
-            let version = try channel.readPreamble()
-            guard version == Frame.protocolVersion else {
-                throw SyncError(
-                    .protocolMismatch,
-                    "the peer speaks sync protocol \(version) and this node \(Frame.protocolVersion): run the same evstore version on both"
-                )
-            }
-            let hello = try Messages.decode(Messages.Hello.self, try expect(.hello).payload, frame: "hello")
-            let theirs = try accept(hello)
+            let (hello, theirs) = try readHello(peerVersion: try channel.readPreamble())
             var reconciler = Reconciler(source: node.log)
             var incoming = try (hello.ranges ?? []).map { (range) throws(SyncError) in try range.decoded() }
             while !incoming.isEmpty {
@@ -122,14 +114,7 @@ final class SyncSession {
     func respond(initiatorVersion version: Int) throws(SyncError) -> SyncReport {
         try failing { () throws(SyncError) in
             try channel.writePreamble()
-            guard version == Frame.protocolVersion else {
-                throw SyncError(
-                    .protocolMismatch,
-                    "the peer speaks sync protocol \(version) and this node \(Frame.protocolVersion): run the same evstore version on both"
-                )
-            }
-            let hello = try Messages.decode(Messages.Hello.self, try expect(.hello).payload, frame: "hello")
-            let theirs = try accept(hello)
+            let (_, theirs) = try readHello(peerVersion: version)
             let mine = try vector()
             var reconciler = Reconciler(source: node.log)
             let opening = try storage { () throws(EventStoreError) in try reconciler.opening(mine: mine, theirs: theirs)
@@ -200,6 +185,18 @@ final class SyncSession {
 
     private func vector() throws(SyncError) -> [ULID: ULID] {
         try storage { () throws(EventStoreError) in try node.log.versionVector() }
+    }
+
+    /// The peer's hello and version vector, once its preamble said `version`.
+    private func readHello(peerVersion version: Int) throws(SyncError) -> (Messages.Hello, [ULID: ULID]) {
+        guard version == Frame.protocolVersion else {
+            throw SyncError(
+                .protocolMismatch,
+                "the peer speaks sync protocol \(version) and this node \(Frame.protocolVersion): run the same evstore version on both"
+            )
+        }
+        let hello = try Messages.decode(Messages.Hello.self, try expect(.hello).payload, frame: "hello")
+        return (hello, try accept(hello))
     }
 
     /// Checks the peer's hello; its version vector.
