@@ -7,12 +7,59 @@ import Projections
 /// first) and at most `through` (nil: to the last).
 extension EventLog {
     /// The fingerprint of one origin's ids in `(after, through]`.
+    ///
+    /// From the first id (`after` nil, what every sync asks), it is the origin's running
+    /// summary less the ids above `through`: the cost is the ids added since the last
+    /// call and those above `through`, not all of them.
     public func fingerprint(origin: ULID, after: ULID? = nil, through: ULID? = nil) throws(EventStoreError)
         -> Fingerprint
     {
-        var fingerprint = Fingerprint()
-        try forEachID(origin: origin, after: after, through: through) { fingerprint.add($0) }
-        return fingerprint
+        try reading { txn in
+            var fingerprint = Fingerprint()
+            guard after == nil else {
+                try forEachID(origin: origin, after: after, through: through, txn: txn) { fingerprint.add($0) }
+                return fingerprint
+            }
+            guard let whole = try summary(of: origin, txn: txn) else { return fingerprint }
+            guard let through, through < whole.last else { return whole.fingerprint }
+            try forEachID(origin: origin, after: through, through: nil, txn: txn) { fingerprint.add($0) }
+            return whole.fingerprint.subtracting(fingerprint)
+        }
+    }
+
+    /// All of an origin's ids as `txn` sees them: their count, the greatest, their
+    /// fingerprint; nil when it holds none.
+    ///
+    /// Ids are only ever added, so a summary taken from any snapshot stays a summary of a
+    /// subset: when the count now is its count plus the ids above its greatest, nothing
+    /// was added below (no gap was filled) and those ids are all that changed. Otherwise,
+    /// and the first time, the origin is scanned whole.
+    func summary(of origin: ULID, txn: borrowing some TransactionReading & ~Copyable) throws -> OriginSummary? {
+        let total = try txn.withCursor(tables.originIndex) { cursor in
+            try cursor.seekExact(origin.bytes) == nil ? 0 : try cursor.count()
+        }
+        guard total > 0 else { return nil }
+        let cached = originSummaries.withLock { $0[origin] }
+        if let cached, cached.count == total { return cached }
+        var base = cached ?? OriginSummary(count: 0, last: .zero, fingerprint: Fingerprint())
+        var added = Fingerprint()
+        var last = base.last
+        try forEachID(origin: origin, after: cached?.last, through: nil, txn: txn) { id in
+            added.add(id)
+            last = id
+        }
+        if base.count + added.count != total {
+            // Filled in below the summary's greatest id: count them all again.
+            base = OriginSummary(count: 0, last: .zero, fingerprint: Fingerprint())
+            added = Fingerprint()
+            try forEachID(origin: origin, after: nil, through: nil, txn: txn) { id in
+                added.add(id)
+                last = id
+            }
+        }
+        let summary = OriginSummary(count: total, last: last, fingerprint: base.fingerprint.adding(added))
+        originSummaries.withLock { $0[origin] = summary }
+        return summary
     }
 
     /// One origin's ids in `(after, through]`, in order.
@@ -35,25 +82,30 @@ extension EventLog {
     /// Walks the origin index a page at a time (`MDB_GET_MULTIPLE`): a full scan of a
     /// million ids costs milliseconds.
     func forEachID(origin: ULID, after: ULID?, through: ULID?, _ body: (ULID) -> Void) throws(EventStoreError) {
+        try reading { txn in try forEachID(origin: origin, after: after, through: through, txn: txn, body) }
+    }
+
+    func forEachID(
+        origin: ULID, after: ULID?, through: ULID?, txn: borrowing some TransactionReading & ~Copyable,
+        _ body: (ULID) -> Void
+    ) throws {
         if let after, let through, through <= after { return }
-        try reading { txn in
-            try txn.withCursor(tables.originIndex) { cursor in
-                let start = (after ?? .zero).bytes
-                guard let first = try cursor.seekBoth(origin.bytes, start) else { return }
-                var page = try cursor.multiple(next: false)
-                // A key with a single value has no page of duplicates: LMDB answers with none.
-                if page?.isEmpty ?? true { page = first.value }
-                while let values = page {
-                    var offset = 0
-                    while offset + 16 <= values.count {
-                        let id = EventLog.id(in: values, at: offset)
-                        offset += 16
-                        if let after, id <= after { continue }
-                        if let through, id > through { return }
-                        body(id)
-                    }
-                    page = try cursor.multiple(next: true)
+        try txn.withCursor(tables.originIndex) { cursor in
+            let start = (after ?? .zero).bytes
+            guard let first = try cursor.seekBoth(origin.bytes, start) else { return }
+            var page = try cursor.multiple(next: false)
+            // A key with a single value has no page of duplicates: LMDB answers with none.
+            if page?.isEmpty ?? true { page = first.value }
+            while let values = page {
+                var offset = 0
+                while offset + 16 <= values.count {
+                    let id = EventLog.id(in: values, at: offset)
+                    offset += 16
+                    if let after, id <= after { continue }
+                    if let through, id > through { return }
+                    body(id)
                 }
+                page = try cursor.multiple(next: true)
             }
         }
     }

@@ -24,6 +24,9 @@ public final class EventLog: Sendable {
     /// Dictionaries by version, for decoding; filled lazily from the `dictionaries` table.
     let dictionaries: Mutex<[UInt32: CompressionDictionary]>
     let decompressors = DecompressorPool()
+    /// Per origin, the fingerprint of all its ids as some snapshot held them, so a sync's
+    /// fingerprints cost the ids added since, not a scan of them all (`summary(of:txn:)`).
+    let originSummaries = Mutex<[ULID: OriginSummary]>([:])
 
     struct Writer: ~Copyable {
         var clock: HybridClock

@@ -32,6 +32,19 @@ public struct Fingerprint: Hashable, Sendable, CustomStringConvertible {
         count += 1
     }
 
+    /// The fingerprint of the union of two disjoint sets.
+    public func adding(_ other: Fingerprint) -> Fingerprint {
+        let (sum, carry) = low.addingReportingOverflow(other.low)
+        return Fingerprint(count: count + other.count, high: high &+ other.high &+ (carry ? 1 : 0), low: sum)
+    }
+
+    /// The fingerprint of this set without `other`, a subset of it.
+    public func subtracting(_ other: Fingerprint) -> Fingerprint {
+        let (difference, borrow) = low.subtractingReportingOverflow(other.low)
+        return Fingerprint(
+            count: count - other.count, high: high &- other.high &- (borrow ? 1 : 0), low: difference)
+    }
+
     /// The two 64-bit halves of an id's mix: x = splitmix64(a ^ splitmix64(b)),
     /// y = splitmix64(b ^ x), with a and b the id's big-endian halves.
     static func mix(_ a: UInt64, _ b: UInt64) -> (UInt64, UInt64) {
@@ -73,4 +86,12 @@ extension Fingerprint {
         self.init()
         for id in ids { add(id) }
     }
+}
+
+/// All of one origin's ids as a snapshot held them: how many, the greatest, their
+/// fingerprint.
+struct OriginSummary: Sendable {
+    var count: Int
+    var last: ULID
+    var fingerprint: Fingerprint
 }

@@ -182,6 +182,48 @@ struct SyncSessionTests {
         try assertConverged([a, b, c])
     }
 
+    @Test(
+        "fingerprints from an origin's running summary equal a scan, as events arrive in order, ahead and into gaps",
+        arguments: [1, 2, 3] as [UInt64])
+    func runningFingerprints(seed: UInt64) throws {
+        var rng = SeededGenerator(seed: seed)
+        let source = try TempStore()
+        let store = try TempStore()
+        defer {
+            source.remove()
+            store.remove()
+        }
+        try source.append(replicaWorkloads(replicas: 1, eventsEach: 2000, seed: seed)[0])
+        let origin = source.log.nodeID
+        let all = try source.log.replicationEvents(origin: origin, after: nil, limit: 100_000, maxBytes: 1 << 40).events
+        // Arrival in chunks: mostly in order, some held back and delivered later (gaps filled).
+        var pending = all
+        var heldBack: [ReplicatedEvent] = []
+        while !pending.isEmpty || !heldBack.isEmpty {
+            var chunk: [ReplicatedEvent] = []
+            if !pending.isEmpty {
+                let take = min(pending.count, Int.random(in: 1...300, using: &rng))
+                for event in pending.prefix(take) {
+                    if Int.random(in: 0..<10, using: &rng) == 0 { heldBack.append(event) } else { chunk.append(event) }
+                }
+                pending.removeFirst(take)
+            }
+            if Int.random(in: 0..<3, using: &rng) == 0 || pending.isEmpty {
+                chunk += heldBack
+                heldBack = []
+            }
+            _ = try store.log.ingest(chunk, from: "test")
+            let held = try store.log.ids(origin: origin)
+            guard !held.isEmpty else { continue }
+            for through in [held.last!, held[held.count / 2], held[0], all.last!.id!] {
+                let scanned = Fingerprint(held.filter { $0 <= through })
+                #expect(try store.log.fingerprint(origin: origin, through: through) == scanned)
+            }
+            #expect(try store.log.fingerprint(origin: origin) == Fingerprint(held))
+        }
+        #expect(try store.log.fingerprint(origin: origin) == source.log.fingerprint(origin: origin))
+    }
+
     @Test("in one batch, an event that fails validation becomes a dead letter and the events around it are kept")
     func deadLetters() throws {
         let b = try TempStore()
