@@ -197,6 +197,7 @@ final class SyncService: Sendable {
     }
 
     private func schedule() {
+        try? node.log.refreshFingerprints()
         while !stopping.load(ordering: .relaxed) {
             let peers = peers()
             let current = now()
@@ -296,6 +297,7 @@ final class SyncService: Sendable {
         let milliseconds = Int(
             elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000)
         let label = name ?? url
+        if report.received > 0 { try? node.log.refreshFingerprints() }
         if let failure {
             logger.warning("sync with \(label) failed after \(milliseconds) ms: \(failure)")
         } else {
@@ -315,6 +317,7 @@ final class SyncService: Sendable {
             peerLabel: "")
         do {
             let report = try session.respond(initiatorVersion: version)
+            if report.received > 0 { try? node.log.refreshFingerprints() }
             logger.info(
                 "sync from \(session.peerLabel): received \(report.received), sent \(report.sent) (\(report.bytesReceived) bytes in, \(report.bytesSent) out)"
             )

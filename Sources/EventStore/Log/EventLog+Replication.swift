@@ -27,6 +27,16 @@ extension EventLog {
         }
     }
 
+    /// Brings every origin's running summary up to date, so the next sync's fingerprints
+    /// cost nothing: the first time it reads every origin's ids, afterwards only the ids
+    /// added since. Replication calls it at start and after each session.
+    public func refreshFingerprints() throws(EventStoreError) {
+        let origins = try versionVector().keys
+        try reading { txn in
+            for origin in origins { _ = try summary(of: origin, txn: txn) }
+        }
+    }
+
     /// All of an origin's ids as `txn` sees them: their count, the greatest, their
     /// fingerprint; nil when it holds none.
     ///
