@@ -145,10 +145,10 @@ struct Methods: Sendable {
             out.member("name", peer.peer.name)
             out.member("url", peer.peer.url)
             out.member("state", peer.schedule.state.rawValue)
-            out.member("last_success", peer.schedule.lastSuccess.map(Methods.timestamp))
+            out.member("last_success", peer.schedule.lastSuccess.map { EventLog.timestamp(milliseconds: $0) })
             out.member("pending", peer.pending)
             out.member("failures", peer.schedule.failures)
-            out.member("next_attempt", Methods.timestamp(peer.schedule.nextAttempt))
+            out.member("next_attempt", EventLog.timestamp(milliseconds: peer.schedule.nextAttempt))
             out.key("last_error")
             Methods.write(peer.schedule.lastError, to: &out)
             out.member("source", peer.peer.fromConfig ? "config" : "api")
@@ -317,12 +317,5 @@ struct Methods: Sendable {
         out.member("reason", error.reason.rawValue)
         out.member("message", error.message)
         out.endObject()
-    }
-
-    /// RFC 3339 UTC with milliseconds.
-    static func timestamp(_ milliseconds: UInt64) -> String {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        return formatter.string(from: Date(timeIntervalSince1970: Double(milliseconds) / 1000))
     }
 }

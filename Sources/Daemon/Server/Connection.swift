@@ -89,7 +89,7 @@ final class Connection: @unchecked Sendable {
             case .line(let bytes):
                 // A peer's sync session announces itself in the first line; the connection
                 // then speaks the sync protocol until the session ends.
-                if first, let version = Connection.syncPreamble(bytes) {
+                if first, let version = Frame.preambleVersion(bytes) {
                     context.sync.serve(socket, buffered: reader.takeBuffered(), version: version)
                     return
                 }
@@ -227,13 +227,6 @@ final class Connection: @unchecked Sendable {
         }
         out.append(contentsOf: [UInt8(ascii: "]"), 0x0A])
         outbox.push(out)
-    }
-
-    /// The protocol version of a sync preamble line ("EVSYNC/1"), or nil for any other line.
-    static func syncPreamble(_ line: [UInt8]) -> Int? {
-        let prefix = Array("EVSYNC/".utf8)
-        guard line.count <= prefix.count + 9, line.starts(with: prefix) else { return nil }
-        return Int(String(decoding: line[prefix.count...], as: UTF8.self))
     }
 
     // MARK: - Response lines

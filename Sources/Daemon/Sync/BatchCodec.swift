@@ -21,7 +21,8 @@ enum BatchCodec {
         var records: [UInt8] = []
         records.reserveCapacity(events.reduce(0) { $0 + $1.json.count + 20 })
         for event in events {
-            guard let id = event.id else { continue }
+            // Replication reads events with their ids beside them (`replicationEvents`).
+            guard let id = event.id else { preconditionFailure("a replicated event without its id") }
             id.append(to: &records)
             appendBigEndian(UInt32(event.json.count), to: &records)
             records.append(contentsOf: event.json)

@@ -26,6 +26,13 @@ struct Frame: Equatable, Sendable {
     static let protocolVersion = 1
     /// Each side's first bytes: "EVSYNC/" and the version in decimal, then a newline.
     static func preamble(version: Int = protocolVersion) -> [UInt8] { Array("EVSYNC/\(version)\n".utf8) }
+    static let preamblePrefix = Array("EVSYNC/".utf8)
+
+    /// The version a preamble line (without its newline) announces, or nil for any other line.
+    static func preambleVersion(_ line: some Collection<UInt8>) -> Int? {
+        guard line.count <= preamblePrefix.count + 9, line.starts(with: preamblePrefix) else { return nil }
+        return Int(String(decoding: line.dropFirst(preamblePrefix.count), as: UTF8.self))
+    }
 
     func encoded() -> [UInt8] {
         var out: [UInt8] = []
@@ -78,14 +85,13 @@ final class FrameChannel {
     /// Reads the peer's preamble and returns its protocol version; anything else is
     /// `not_evstore`, quoting what the peer sent.
     func readPreamble() throws(SyncError) -> Int {
-        let prefix = Array("EVSYNC/".utf8)
+        let prefix = Frame.preamblePrefix
         while true {
             let available = buffer[start...]
             if let newline = available.firstIndex(of: 0x0A) {
-                let line = Array(buffer[start..<newline])
-                guard line.starts(with: prefix), line.count <= prefix.count + 9,
-                    let version = Int(String(decoding: line[prefix.count...], as: UTF8.self))
-                else { throw notEvstore(Array(available)) }
+                guard let version = Frame.preambleVersion(buffer[start..<newline]) else {
+                    throw notEvstore(Array(available))
+                }
                 start = newline + 1
                 return version
             }

@@ -40,8 +40,6 @@ struct Reconciler {
     let source: any IDSource
     /// Ids this node holds that the peer lacks (found so far), beyond its version vector.
     private(set) var theyLack: Set<ULID> = []
-    /// Ids the peer holds that this node lacks, beyond this node's version vector.
-    private(set) var weLack: Set<ULID> = []
 
     /// Roughly how many bytes of new ranges (splits and id lists) one reply may hold.
     /// Mismatched ranges beyond it go back unsplit, with this side's fingerprint, for the
@@ -114,7 +112,6 @@ struct Reconciler {
                 let mineSet = Set(mine)
                 theyLack.formUnion(mine.filter { !theirSet.contains($0) })
                 let missing = theirs.filter { !mineSet.contains($0) }
-                weLack.formUnion(missing)
                 needs.append(contentsOf: missing)
             }
         }

@@ -162,7 +162,7 @@ extension EventCodec {
 
 extension EventLog {
     /// RFC 3339 UTC with milliseconds.
-    static func timestamp(milliseconds: UInt64) -> String {
+    public static func timestamp(milliseconds: UInt64) -> String {
         let date = Date(timeIntervalSince1970: Double(milliseconds) / 1000)
         let formatter = ISO8601DateFormatter()
         formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]

@@ -26,10 +26,7 @@ public struct Fingerprint: Hashable, Sendable, CustomStringConvertible {
 
     public mutating func add(_ id: ULID) {
         let (x, y) = Fingerprint.mix(id.high, id.low)
-        let (sum, carry) = low.addingReportingOverflow(y)
-        low = sum
-        high = high &+ x &+ (carry ? 1 : 0)
-        count += 1
+        self = adding(Fingerprint(count: 1, high: x, low: y))
     }
 
     /// The fingerprint of the union of two disjoint sets.
