@@ -16,6 +16,8 @@ struct Arguments {
     var directory = FileManager.default.temporaryDirectory.appendingPathComponent("evstore-bench").path
     var json: String?
     var repeats = 3
+    /// Only the batched append, once: for profilers (`perf stat`, `perf record`, callgrind).
+    var profileAppend = false
 
     init() {
         var args = CommandLine.arguments.dropFirst().makeIterator()
@@ -26,10 +28,11 @@ struct Arguments {
             case "--dir": directory = args.next() ?? directory
             case "--json": json = args.next()
             case "--repeat": repeats = max(1, Int(args.next() ?? "") ?? repeats)
+            case "--profile-append": profileAppend = true
             default:
                 FileHandle.standardError.write(
                     Data(
-                        "usage: evstore-bench --workload FILE [--single N] [--repeat N] [--dir DIR] [--json FILE]\n"
+                        "usage: evstore-bench --workload FILE [--single N] [--repeat N] [--dir DIR] [--json FILE] [--profile-append]\n"
                             .utf8))
                 exit(64)
             }
@@ -157,6 +160,12 @@ struct Ceiling {
         }
         return (Double(canonical.count) / seconds(elapsed), bytes)
     }
+}
+
+if arguments.profileAppend {
+    let (run, _) = try batchedAppend(directory: arguments.directory + "/profile", trainAt: 10_000)
+    print("append \(Int(run.appendRate)) events/s, decode \(Int(run.decodeRate)) events/s")
+    exit(0)
 }
 
 var runs: [BatchedRun] = []

@@ -99,6 +99,37 @@ struct StorageTests {
         try store.check()
     }
 
+    @Test func aFormatOneStoreIsUpgradedWhenOpened() throws {
+        let store = try TempStore()
+        _ = try store.log.append(workload(seed: 41, count: 300))
+        let expected = try store.log.statistics().digest
+        // What a format-1 store looks like to this version: state hashes and a digest from
+        // the older definition (here: anything else), and the format-1 marker.
+        try store.log.environment.write { txn in
+            try txn.put(store.log.tables.meta, EventLog.Meta.format, bigEndian(UInt32(1)))
+            try txn.put(store.log.tables.meta, EventLog.Meta.digest, [UInt8](repeating: 7, count: 16))
+            let records = try txn.withCursor(store.log.tables.projections) { cursor in
+                var item = try cursor.first()
+                var records: [([UInt8], [UInt8])] = []
+                while let current = item {
+                    records.append((current.key, [UInt8](repeating: 9, count: 16) + current.value.dropFirst(16)))
+                    item = try cursor.next()
+                }
+                return records
+            }
+            for (key, value) in records { try txn.put(store.log.tables.projections, key, value) }
+        }
+        #expect(try store.log.rebuild(verify: true).mismatched.isEmpty == false)
+        try store.reopen()
+        #expect(try store.log.statistics().digest == expected)
+        #expect(
+            try store.log.rebuild(verify: true) == RebuildReport(entities: store.log.statistics().entities, events: 300)
+        )
+        let format = try store.log.reading { txn in try txn.get(store.log.tables.meta, EventLog.Meta.format) }
+        #expect(format == bigEndian(EventLog.formatVersion))
+        try store.check()
+    }
+
     @Test func aNewerFormatIsRefusedNotMisread() throws {
         let store = try TempStore()
         try store.log.environment.write { txn in

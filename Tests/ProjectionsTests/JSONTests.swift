@@ -61,7 +61,7 @@ struct DigestTests {
     }
 
     @Test func digestIgnoresOrderAndUndoes() {
-        let hashes = (0..<10).map { StateHash(canonicalState: Array("state \($0)".utf8)) }
+        let hashes = (0..<10).map { StateHash(hashing: Array("state \($0)".utf8)) }
         var forward = StateDigest()
         var backward = StateDigest()
         for hash in hashes { forward.add(hash) }

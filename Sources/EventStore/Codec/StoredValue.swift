@@ -15,12 +15,11 @@ enum StoredValue {
     static func encode(
         payload: [UInt8], dictionaryVersion: UInt32, dictionary: CompressionDictionary?, compressor: Compressor
     ) throws -> [UInt8] {
-        let frame = try compressor.compress(payload, dictionary: dictionary)
         var out: [UInt8] = []
-        out.reserveCapacity(frame.count + 4)
+        out.reserveCapacity(payload.count + 80)
         out.append(format)
         out.appendVarint(UInt64(dictionaryVersion))
-        out.append(contentsOf: frame)
+        try compressor.compress(payload, dictionary: dictionary, appendingTo: &out)
         return out
     }
 

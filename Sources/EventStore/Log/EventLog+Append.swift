@@ -34,7 +34,7 @@ extension EventLog {
                     }
                     var versions: [EntityKey: ULID] = [:]
                     for input in inputs {
-                        if let version = batch.touched[input.entity]?.state.version { versions[input.entity] = version }
+                        if let version = batch.version(of: input.entity) { versions[input.entity] = version }
                     }
                     results.append(.success(AppendResult(ids: ids, versions: versions, written: written)))
                 } catch let error as EventStoreError {
@@ -104,11 +104,14 @@ struct WriteBatch {
     let now: UInt64
     /// The greatest key in `events`: ids above it go in with MDB_APPEND.
     var lastEventKey: ULID?
-    var touched: [EntityKey: Touched] = [:]
+    /// The entities touched so far, in the order first touched: `slots` finds one with a
+    /// single lookup, and its state is folded in place in `touched`.
+    var touched: [Touched] = []
+    var slots: [EntityKey: Int] = [:]
     var keysInBatch: [String: ULID] = [:]
-    /// Each entity's version when the client batch being appended first named it: what
-    /// `if_match` is compared with.
-    var versionsAtBatchStart: [EntityKey: ULID?] = [:]
+    /// Counts the client batches appended, so each entity can tell whether the current one
+    /// has named it already.
+    var clientBatch = 0
     var skews: [ULID: UInt64] = [:]
 
     struct Touched {
@@ -117,6 +120,10 @@ struct WriteBatch {
         var changed = false
         /// The entity as it was when the batch first read it (nil: new entity).
         let before: Before?
+        /// The entity's version when client batch `startBatch` first named it: what
+        /// `if_match` is compared with.
+        var startBatch = -1
+        var startVersion: ULID?
     }
 
     struct Before {
@@ -142,7 +149,7 @@ struct WriteBatch {
         ids.reserveCapacity(inputs.count)
         var written: [ULID] = []
         written.reserveCapacity(inputs.count)
-        versionsAtBatchStart.removeAll(keepingCapacity: true)
+        clientBatch += 1
         for (index, input) in inputs.enumerated() {
             do {
                 switch try append(input, txn: &txn, writer: &writer) {
@@ -168,24 +175,22 @@ struct WriteBatch {
             if let id = keysInBatch[key] { return .keySeenBefore(id) }
             if let stored = try txn.get(tables.keys, Array(key.utf8)), let id = ULID(bytes: stored) {
                 // Loaded so the result can report the entity's version.
-                touched[input.entity] = try take(input.entity, txn: txn)
+                _ = try slot(input.entity, txn: txn)
                 return .keySeenBefore(id)
             }
         }
-        var entry = try take(input.entity, txn: txn)
+        let slot = try slot(input.entity, txn: txn)
         let entity = input.entity
-        let versionAtStart: ULID?
-        if let recorded = versionsAtBatchStart[entity] {
-            versionAtStart = recorded
-        } else {
-            versionAtStart = entry.state.version
-            versionsAtBatchStart[entity] = versionAtStart
+        if touched[slot].startBatch != clientBatch {
+            touched[slot].startBatch = clientBatch
+            touched[slot].startVersion = touched[slot].state.version
         }
+        let versionAtStart = touched[slot].startVersion
         if let expected = input.ifMatch, expected != versionAtStart {
             let actual = versionAtStart.map { "is at version \($0)" } ?? "does not exist yet"
             throw EventStoreError(.conflict, "\(entity) \(actual), not \(expected) (if_match): read it again and retry")
         }
-        let state = entry.state
+        let state = touched[slot].state
         let body: EventBody
         switch input.change {
         case .restore:
@@ -220,25 +225,32 @@ struct WriteBatch {
             try txn.put(tables.keys, Array(key.utf8), id.bytes)
             keysInBatch[key] = id
         }
-        try fold(event, into: &entry, txn: txn)
-        touched[entity] = entry
+        let log = self.log
+        try WriteBatch.fold(event, into: &touched[slot], log: log, txn: txn)
         return .appended(id)
     }
 
     // MARK: Shared by append and ingest
 
-    /// Takes the entity as this batch sees it out of `touched` (reading it from
-    /// `projections` on first use); the caller puts it back with `touched[entity] = entry`.
-    /// Taking it out, rather than copying it, lets the fold change the state in place
-    /// instead of copying every array of it.
-    mutating func take(_ entity: EntityKey, txn: borrowing WriteTransaction) throws -> Touched {
-        if let entry = touched.removeValue(forKey: entity) { return entry }
+    /// The entity's index in `touched`, reading it from `projections` on first use. The
+    /// fold then changes the state in place, `touched[slot]`, without copying its arrays.
+    mutating func slot(_ entity: EntityKey, txn: borrowing WriteTransaction) throws -> Int {
+        if let slot = slots[entity] { return slot }
+        let entry: Touched
         if let record = try txn.get(log.tables.projections, entity.bytes) {
             let (hash, state) = try EventLog.decodeProjection(record, entity: entity)
-            return Touched(
-                state: state, before: Before(hash: hash, statusKey: EventLog.statusKey(state)))
+            entry = Touched(state: state, before: Before(hash: hash, statusKey: EventLog.statusKey(state)))
+        } else {
+            entry = Touched(state: EntityState(entity: entity), before: nil)
         }
-        return Touched(state: EntityState(entity: entity), before: nil)
+        touched.append(entry)
+        slots[entity] = touched.count - 1
+        return touched.count - 1
+    }
+
+    /// The entity's version as this batch sees it, when the batch has touched it.
+    func version(of entity: EntityKey) -> ULID? {
+        slots[entity].flatMap { touched[$0].state.version }
     }
 
     /// The event's canonical JSON without its id, checked against `max_event_bytes`.
@@ -278,7 +290,9 @@ struct WriteBatch {
     }
 
     /// Folds an event (already written) into its entity's state.
-    func fold(_ event: Event, into entry: inout Touched, txn: borrowing WriteTransaction) throws {
+    static func fold(_ event: Event, into entry: inout Touched, log: EventLog, txn: borrowing WriteTransaction)
+        throws
+    {
         let tables = log.tables
         var isFoldedError: (any Error)?
         let outcome = entry.state.apply(event) { id in
@@ -304,14 +318,15 @@ struct WriteBatch {
         let tables = log.tables
         var digest = try txn.get(tables.meta, EventLog.Meta.digest).flatMap(StateDigest.init(bytes:)) ?? StateDigest()
         var versions: [EntityKey: ULID] = [:]
-        for (entity, entry) in touched {
+        for entry in touched {
             let state = entry.state
+            let entity = state.entity
             if let version = state.version { versions[entity] = version }
             guard entry.changed else { continue }
-            let hash = state.stateHash()
+            let (record, hash) = EventLog.projectionRecord(state)
             if let before = entry.before { digest.remove(before.hash) }
             digest.add(hash)
-            try txn.put(tables.projections, entity.bytes, EventLog.encodeProjection(state, hash: hash))
+            try txn.put(tables.projections, entity.bytes, record)
 
             let statusKey = EventLog.statusKey(state)
             if statusKey != entry.before?.statusKey {
@@ -346,12 +361,16 @@ extension EventLog {
         return value
     }
 
-    static func encodeProjection(_ state: EntityState, hash: StateHash) -> [UInt8] {
+    /// A `projections` value, `[state hash][encoded state]`, and the hash: the state is
+    /// encoded once for both.
+    static func projectionRecord(_ state: EntityState) -> (record: [UInt8], hash: StateHash) {
+        let encoded = state.encoded()
+        let hash = StateHash(hashing: encoded)
         var out: [UInt8] = []
-        out.reserveCapacity(16 + 256)
+        out.reserveCapacity(16 + encoded.count)
         ULID(high: hash.high, low: hash.low).append(to: &out)
-        out.append(contentsOf: state.encoded())
-        return out
+        out.append(contentsOf: encoded)
+        return (out, hash)
     }
 
     static func decodeProjection(_ record: [UInt8], entity: EntityKey) throws -> (StateHash, EntityState) {

@@ -62,9 +62,8 @@ extension EventLog {
                     batch.skews[event.origin] = max(batch.skews[event.origin] ?? 0, lead)
                 }
                 try batch.write(event, payload: payload, txn: &txn, writer: &writer)
-                var entry = try batch.take(event.entity, txn: txn)
-                try batch.fold(event, into: &entry, txn: txn)
-                batch.touched[event.entity] = entry
+                let slot = try batch.slot(event.entity, txn: txn)
+                try WriteBatch.fold(event, into: &batch.touched[slot], log: self, txn: txn)
                 result.ingested.append(event.id)
             }
             _ = try batch.finish(txn: &txn)

@@ -39,11 +39,10 @@ extension EventLog {
                         let events = try self.events(of: entity, txn: txn)
                         let state = Projection.fold(entity, events)
                         let history = Projection.statusHistory(entity, events)
-                        let hash = state.stateHash()
+                        let (record, hash) = EventLog.projectionRecord(state)
                         digest.add(hash)
                         report.entities += 1
                         report.events += state.eventCount
-                        let record = EventLog.encodeProjection(state, hash: hash)
                         if verify {
                             if try txn.get(tables.projections, entity.bytes) != record
                                 || statusHistory(of: entity, txn: txn) != history
@@ -72,6 +71,8 @@ extension EventLog {
                         throw VerifyOnly(report: report)
                     }
                     try txn.put(tables.meta, Meta.digest, digest.bytes)
+                    // Every projection is now in this version's format.
+                    try txn.put(tables.meta, Meta.format, bigEndian(EventLog.formatVersion))
                     return report
                 }
             }

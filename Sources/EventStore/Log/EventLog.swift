@@ -15,6 +15,8 @@ public final class EventLog: Sendable {
     /// The node id this store had before this open gave it a fresh one, because it was
     /// recorded on another machine (see `StoreOptions.machineID`); nil when kept.
     public let previousNodeID: ULID?
+    /// The format marker the store had when it was opened (older ones are upgraded by `open`).
+    let storedFormat: UInt32
 
     let environment: Environment
     let tables: Tables
@@ -82,15 +84,23 @@ public final class EventLog: Sendable {
         static let machineID = Array("machine_id".utf8)
     }
 
-    /// The store format this version writes and reads.
-    public static let formatVersion: UInt32 = 1
+    /// The store format this version writes and reads. Format 1 hashed each entity's
+    /// canonical JSON for the digest; format 2 hashes its encoded state. A format-1 store is
+    /// upgraded when it is opened, by refolding every projection (`rebuild()`).
+    public static let formatVersion: UInt32 = 2
 
     /// Opens (creating when needed) the store in `directory`.
     public static func open(directory: String, options: StoreOptions = StoreOptions()) throws(EventStoreError)
         -> EventLog
     {
         do {
-            return try EventLog(directory: directory, options: options)
+            let log = try EventLog(directory: directory, options: options)
+            if log.storedFormat < EventLog.formatVersion {
+                // The rebuild writes every projection, the digest and the format marker in one
+                // transaction: a crash during it leaves the old store, upgraded at next open.
+                try log.rebuild()
+            }
+            return log
         } catch {
             throw EventStoreError.from(error)
         }
@@ -125,71 +135,75 @@ public final class EventLog: Sendable {
         )
         let tables = self.tables
         let now = options.wallClock()
-        let (nodeID, previousNodeID, dictionaryVersion, dictionaryBytes, clock, nextTrainingAt) = try environment.write
-        {
-            txn in
-            if let format = try txn.get(tables.meta, Meta.format) {
-                guard format.count == 4 else {
-                    throw EventStoreError(.corrupt, "the store's format marker is unreadable")
+        let (nodeID, previousNodeID, dictionaryVersion, dictionaryBytes, clock, nextTrainingAt, storedFormat) =
+            try environment.write {
+                txn in
+                var storedFormat = EventLog.formatVersion
+                if let format = try txn.get(tables.meta, Meta.format) {
+                    guard format.count == 4 else {
+                        throw EventStoreError(.corrupt, "the store's format marker is unreadable")
+                    }
+                    let version = uint32(bigEndian: format)
+                    guard version <= EventLog.formatVersion else {
+                        throw EventStoreError(
+                            .corrupt,
+                            "this store was written by a newer evstore (format \(version)); this version reads format \(EventLog.formatVersion) and older. Upgrade evstore."
+                        )
+                    }
+                    storedFormat = version
+                } else {
+                    guard try txn.stat(tables.events).entries == 0 else {
+                        throw EventStoreError(
+                            .corrupt, "the store holds events but no format marker; it was not made by evstore")
+                    }
+                    try txn.put(tables.meta, Meta.format, bigEndian(EventLog.formatVersion))
                 }
-                let version = uint32(bigEndian: format)
-                guard version <= EventLog.formatVersion else {
-                    throw EventStoreError(
-                        .corrupt,
-                        "this store was written by a newer evstore (format \(version)); this version reads format \(EventLog.formatVersion) and older. Upgrade evstore."
-                    )
-                }
-            } else {
-                guard try txn.stat(tables.events).entries == 0 else {
-                    throw EventStoreError(
-                        .corrupt, "the store holds events but no format marker; it was not made by evstore")
-                }
-                try txn.put(tables.meta, Meta.format, bigEndian(EventLog.formatVersion))
-            }
-            var nodeID: ULID
-            var previousNodeID: ULID?
-            if let stored = try txn.get(tables.meta, Meta.nodeID), let id = ULID(bytes: stored), stored.count == 16 {
-                nodeID = id
-            } else {
-                var clock = HybridClock(maxSkewMilliseconds: options.maxClockSkewMilliseconds)
-                nodeID = clock.next(now: now)
-                try txn.put(tables.meta, Meta.nodeID, nodeID.bytes)
-            }
-            // A store copied to another machine must not go on creating events under the
-            // origin the original machine keeps using: it takes a fresh node id.
-            if let machine = options.machineID.map({ Array($0.utf8) }), !machine.isEmpty {
-                let recorded = try txn.get(tables.meta, Meta.machineID)
-                if let recorded, recorded != machine {
-                    previousNodeID = nodeID
-                    var clock = HybridClock(maxSkewMilliseconds: options.maxClockSkewMilliseconds, last: nodeID)
+                var nodeID: ULID
+                var previousNodeID: ULID?
+                if let stored = try txn.get(tables.meta, Meta.nodeID), let id = ULID(bytes: stored), stored.count == 16
+                {
+                    nodeID = id
+                } else {
+                    var clock = HybridClock(maxSkewMilliseconds: options.maxClockSkewMilliseconds)
                     nodeID = clock.next(now: now)
                     try txn.put(tables.meta, Meta.nodeID, nodeID.bytes)
                 }
-                if recorded != machine { try txn.put(tables.meta, Meta.machineID, machine) }
-            }
-            let version =
-                try txn.get(tables.meta, Meta.dictionaryVersion).map(uint32(bigEndian:))
-                ?? 0
-            let dictionary = version == 0 ? nil : try txn.get(tables.dictionaries, bigEndian(version))
-            var clock = HybridClock(maxSkewMilliseconds: options.maxClockSkewMilliseconds)
-            // Our own ids always count, however far ahead a past wall clock put them.
-            if let lastLocal = try txn.withCursor(
-                tables.originIndex,
-                { cursor in
-                    try cursor.seekExact(nodeID.bytes) == nil ? nil : try cursor.lastDup()
-                }), let id = ULID(bytes: lastLocal.value)
-            {
-                if clock.last < id {
-                    clock = HybridClock(maxSkewMilliseconds: options.maxClockSkewMilliseconds, last: id)
+                // A store copied to another machine must not go on creating events under the
+                // origin the original machine keeps using: it takes a fresh node id.
+                if let machine = options.machineID.map({ Array($0.utf8) }), !machine.isEmpty {
+                    let recorded = try txn.get(tables.meta, Meta.machineID)
+                    if let recorded, recorded != machine {
+                        previousNodeID = nodeID
+                        var clock = HybridClock(maxSkewMilliseconds: options.maxClockSkewMilliseconds, last: nodeID)
+                        nodeID = clock.next(now: now)
+                        try txn.put(tables.meta, Meta.nodeID, nodeID.bytes)
+                    }
+                    if recorded != machine { try txn.put(tables.meta, Meta.machineID, machine) }
                 }
+                let version =
+                    try txn.get(tables.meta, Meta.dictionaryVersion).map(uint32(bigEndian:))
+                    ?? 0
+                let dictionary = version == 0 ? nil : try txn.get(tables.dictionaries, bigEndian(version))
+                var clock = HybridClock(maxSkewMilliseconds: options.maxClockSkewMilliseconds)
+                // Our own ids always count, however far ahead a past wall clock put them.
+                if let lastLocal = try txn.withCursor(
+                    tables.originIndex,
+                    { cursor in
+                        try cursor.seekExact(nodeID.bytes) == nil ? nil : try cursor.lastDup()
+                    }), let id = ULID(bytes: lastLocal.value)
+                {
+                    if clock.last < id {
+                        clock = HybridClock(maxSkewMilliseconds: options.maxClockSkewMilliseconds, last: id)
+                    }
+                }
+                try EventLog.observeStoredIDs(&clock, txn: txn, events: tables.events, now: now)
+                let trainedAt = try txn.get(tables.meta, Meta.dictionaryTrainedAt).map(uint64(bigEndian:)) ?? 0
+                return (
+                    nodeID, previousNodeID, version, dictionary, clock,
+                    EventLog.trainingDue(after: Int(clamping: trainedAt), options: options), storedFormat
+                )
             }
-            try EventLog.observeStoredIDs(&clock, txn: txn, events: tables.events, now: now)
-            let trainedAt = try txn.get(tables.meta, Meta.dictionaryTrainedAt).map(uint64(bigEndian:)) ?? 0
-            return (
-                nodeID, previousNodeID, version, dictionary, clock,
-                EventLog.trainingDue(after: Int(clamping: trainedAt), options: options)
-            )
-        }
+        self.storedFormat = storedFormat
         self.nodeID = nodeID
         self.previousNodeID = previousNodeID
         var dictionary: CompressionDictionary?
@@ -202,7 +216,9 @@ public final class EventLog: Sendable {
         self.dictionaries = Mutex(cache)
         self.writer = Mutex(
             Writer(
-                clock: clock, compressor: Compressor(level: options.compressionLevel),
+                clock: clock,
+                compressor: Compressor(
+                    level: options.compressionLevel, levelWithoutDictionary: StoreOptions.levelWithoutDictionary),
                 dictionaryVersion: dictionaryVersion, dictionary: dictionary, nextTrainingAt: nextTrainingAt))
     }
 

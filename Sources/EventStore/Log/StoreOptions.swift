@@ -18,6 +18,9 @@ public struct StoreOptions: Sendable {
     public var dictionarySampleCount: Int = 20_000
     /// zstd level for event values.
     public var compressionLevel: Int32 = 3
+    /// The zstd level of events compressed before the store has a dictionary: small frames
+    /// without a dictionary are 4 times cheaper at -1 than at 3 and only 4 % larger.
+    public static let levelWithoutDictionary: Int32 = -1
     public var environment = EnvironmentOptions()
     /// The host's identity (/etc/machine-id). The store records it at first open; opened
     /// on a host with another one — a data directory copied to another machine — it takes

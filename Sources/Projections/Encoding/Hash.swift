@@ -95,10 +95,11 @@ public struct StateHash: Equatable, Sendable {
         self.low = low
     }
 
-    /// The hash of an entity's canonical JSON state.
-    public init(canonicalState: [UInt8]) {
-        self.high = XXH64.hash(canonicalState, seed: 0x6576_7374_6F72_6531)  // "evstore1"
-        self.low = XXH64.hash(canonicalState, seed: 0x6576_7374_6F72_6532)  // "evstore2"
+    /// The hash of bytes that determine a state: an entity's encoded state, or one status
+    /// history entry.
+    public init(hashing bytes: [UInt8]) {
+        self.high = XXH64.hash(bytes, seed: 0x6576_7374_6F72_6531)  // "evstore1"
+        self.low = XXH64.hash(bytes, seed: 0x6576_7374_6F72_6532)  // "evstore2"
     }
 }
 

@@ -33,6 +33,16 @@ public struct StatusEntry: Equatable, Sendable {
         EntityState.appendStatusEntries([self], to: &out)
         return Array(out.dropFirst().dropLast())
     }
+
+    /// The entry's share of the status history digest: the hash of id, origin and status.
+    public func hash() -> StateHash {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(32 + status.utf8.count)
+        id.append(to: &bytes)
+        origin.append(to: &bytes)
+        bytes.append(contentsOf: status.utf8)
+        return StateHash(hashing: bytes)
+    }
 }
 
 /// One element of an OR-set with its live add events (those no remove has observed).

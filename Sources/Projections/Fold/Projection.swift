@@ -65,7 +65,7 @@ public enum Projection {
             case .status(let status, _):
                 let entry = StatusEntry(id: event.id, origin: event.origin, status: status)
                 state.statusCount += 1
-                state.statusHistoryDigest.add(StateHash(canonicalState: entry.canonicalJSON()))
+                state.statusHistoryDigest.add(entry.hash())
                 if !namedByStatus.contains(event.id) { state.statusHeads.append(entry) }
             case .add(let set, let element):
                 if !observed.contains(event.id) { sets[set, default: [:]][element, default: []].append(event.id) }
@@ -129,7 +129,7 @@ extension EntityState {
         case .status(let status, let base):
             let entry = StatusEntry(id: event.id, origin: event.origin, status: status)
             statusCount += 1
-            statusHistoryDigest.add(StateHash(canonicalState: entry.canonicalJSON()))
+            statusHistoryDigest.add(entry.hash())
             statusHeads.insert(entry, at: statusHeads.partitioningIndex { $0.id < event.id })
             for id in base {
                 if let index = statusHeads.firstIndex(where: { $0.id == id }) {

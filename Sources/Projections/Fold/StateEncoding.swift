@@ -197,13 +197,12 @@ extension EntityState {
         return out
     }
 
-    /// The entity's fingerprint for the store digest: its canonical JSON without the
-    /// history entries, followed by the digest of the history. Equal event sets give equal
-    /// hashes, and computing it does not need the history itself.
+    /// The entity's fingerprint for the store digest: the hash of `encoded()`, which holds
+    /// the digest of the status history rather than the history. The encoding is a function
+    /// of the state and the state a function of the entity's set of events, so equal event
+    /// sets give equal hashes, in whatever order the events arrived.
     public func stateHash() -> StateHash {
-        var bytes = canonicalJSON(history: [])
-        bytes.append(contentsOf: statusHistoryDigest.bytes)
-        return StateHash(canonicalState: bytes)
+        StateHash(hashing: encoded())
     }
 
     static func appendID(_ id: ULID, to out: inout [UInt8]) {

@@ -38,31 +38,40 @@ enum Zstd {
         ZSTD_freeCCtx(context)
     }
 
-    /// Compresses `input` into one frame, with `dictionary` (a `ZSTD_CDict`) when given.
-    static func compress(
-        _ context: OpaquePointer, _ input: [UInt8], dictionary: OpaquePointer?
-    ) throws(ZstdError) -> [UInt8] {
-        let hint = "the input could not be compressed"
+    /// Makes `dictionary` (a `ZSTD_CDict`, or nil for none) the one the context compresses
+    /// every following frame with. The context only points at it: the caller keeps it alive
+    /// for as long as it stays referenced.
+    /// `level` is the level of frames without a dictionary; a dictionary brings its own.
+    static func reference(_ context: OpaquePointer, dictionary: OpaquePointer?, level: Int32) throws(ZstdError) {
+        let hint = "the dictionary could not be used"
         try check(ZSTD_CCtx_reset(context, ZSTD_reset_session_only), "ZSTD_CCtx_reset", hint: hint)
         try check(ZSTD_CCtx_refCDict(context, dictionary), "ZSTD_CCtx_refCDict", hint: hint)
-        defer { endCompressionSession(context) }
-        let bound = try check(ZSTD_compressBound(input.count), "ZSTD_compressBound", hint: "the input is too large")
-        var result = 0
-        let frame = [UInt8](unsafeUninitializedCapacity: bound) { buffer, count in
-            result = input.withUnsafeBytes { input in
-                ZSTD_compress2(context, buffer.baseAddress, bound, input.baseAddress, input.count)
-            }
-            count = ZSTD_isError(result) != 0 ? 0 : result
+        if dictionary == nil {
+            try check(
+                ZSTD_CCtx_setParameter(context, ZSTD_c_compressionLevel, level), "ZSTD_CCtx_setParameter", hint: hint)
         }
-        try check(result, "ZSTD_compress2", hint: hint)
-        return frame
     }
 
-    /// Drops the dictionary reference so the context never points at a freed dictionary.
-    private static func endCompressionSession(_ context: OpaquePointer) {
-        let reset = ZSTD_CCtx_reset(context, ZSTD_reset_session_only)
-        let unref = ZSTD_CCtx_refCDict(context, nil)
-        precondition(ZSTD_isError(reset) == 0 && ZSTD_isError(unref) == 0, "ZSTD_CCtx_reset failed")
+    /// Compresses `input` into one frame appended to `out`, with the referenced dictionary.
+    static func compress(_ context: OpaquePointer, _ input: [UInt8], appendingTo out: inout [UInt8])
+        throws(ZstdError)
+    {
+        let bound = try check(ZSTD_compressBound(input.count), "ZSTD_compressBound", hint: "the input is too large")
+        let start = out.count
+        // Room for the worst case, trimmed to the frame afterwards: zstd writes straight
+        // into the caller's array.
+        out.append(contentsOf: repeatElement(0, count: bound))
+        let result = out.withUnsafeMutableBytes { buffer in
+            input.withUnsafeBytes { input in
+                ZSTD_compress2(context, buffer.baseAddress! + start, bound, input.baseAddress, input.count)
+            }
+        }
+        guard ZSTD_isError(result) == 0 else {
+            out.removeSubrange(start...)
+            try check(result, "ZSTD_compress2", hint: "the input could not be compressed")
+            return
+        }
+        out.removeLast(bound - result)
     }
 
     // MARK: Dictionaries
