@@ -445,8 +445,8 @@ def ratio_target(figures, title, numerator, denominator, goal, compare, scale=1.
     value = None
     if top and bottom and top["value"] is not None and bottom["value"]:
         value = top["value"] / bottom["value"] * scale
-    inputs = [{"source": SOURCES[part], "name": name, "value": row and row["value"], "unit": row and row["unit"]}
-              for (part, name), row in ((numerator, top), (denominator, bottom))]
+    inputs = [{"source": SOURCES[part], "name": row["name"] if row else name, "value": row["value"] if row else None,
+               "unit": row["unit"] if row else None} for (part, name), row in ((numerator, top), (denominator, bottom))]
     return {"target": title, "value": value, "unit": unit, "goal": goal, "met": None if value is None else compare(value),
             "inputs": inputs, "note": note}
 
@@ -555,11 +555,9 @@ def machine_info(options, results):
                 "swift": first_line(["swift", "--version"]) if shutil.which("swift") else None,
                 "redis-server": first_line(["redis-server", "--version"]) if shutil.which("redis-server") else None}
     # The libraries the baselines actually linked report their own versions.
-    for part, keys in (("sqlite", ["sqlite"]), ("lmdb", ["lmdb", "zstd"]), ("redis", ["redis", "hiredis"])):
+    for part, keys in (("sqlite", ["sqlite"]), ("lmdb", ["lmdb", "zstd"]), ("redis", ["hiredis"])):
         info = results.get(part, {}).get("info", {}) if isinstance(results.get(part), dict) else {}
-        for key in keys:
-            if key in info:
-                versions["redis (server)" if key == "redis" else key] = info[key]
+        versions.update({key: info[key] for key in keys if key in info})
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "cpu": cpu, "nproc": os.cpu_count(), "cpus_usable": len(os.sched_getaffinity(0)),
