@@ -2,24 +2,27 @@
 #
 #   make test    install what is missing, build, run every test
 #   make run     install what is missing, build release, run evstored in the foreground
-#   make bench   release-build the benchmarks and run them on the shared field workload
+#   make bench   release-build the benchmarks and run them, with their baselines (SQLite,
+#                bare LMDB, Redis Streams), on the shared field workload
 #   make test-tsan / make test-asan   the suite under the thread / address sanitizer
 
 SWIFT        ?= swift
 DEBIAN_PKGS  := liblmdb-dev libzstd-dev
 SSH_PKGS     := openssh-client openssh-server
+# The baselines of `make bench`: a C compiler, SQLite and hiredis headers, a Redis server.
+BENCH_PKGS   := gcc libsqlite3-dev libhiredis-dev redis-server
 SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 WORKLOAD     ?= $(firstword $(wildcard ../shared/workload/fieldops.py) $(wildcard shared/workload/fieldops.py))
 BENCH_EVENTS ?= 100000
 BENCH_SINGLE ?= 100000
+# Events the SQLite baseline appends one per transaction, in each synchronous mode.
+BENCH_SQLITE_SINGLE ?= 10000
 # Events in the large store of the socket benchmark (memory, start to READY); 0 skips it.
 BENCH_LARGE  ?= 1000000
-# The socket benchmark's clients run on CPU 1 and the daemon on CPU 0, so they do not
-# compete for a core (as a client on another core or machine would not).
-PIN_CLIENTS  := $(shell command -v taskset >/dev/null && [ "$$(nproc)" -ge 2 ] && echo "taskset -c 1")
 BENCH_OUT    ?= .build/bench
+BENCH_PRODUCTS := evstored evctl evstore-bench evstore-socket-bench
 
-.PHONY: all deps build release run test test-tsan test-asan bench clean format
+.PHONY: all deps bench-deps build release run test test-tsan test-asan bench clean format
 
 all: build
 
@@ -30,6 +33,15 @@ deps:
 		echo "installing $(DEBIAN_PKGS) $(SSH_PKGS)"; \
 		$(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(DEBIAN_PKGS) $(SSH_PKGS) pkg-config; \
+	fi
+
+# What the benchmark baselines need, installed only when missing (LMDB and zstd come from deps).
+bench-deps:
+	@if ! pkg-config --exists sqlite3 hiredis 2>/dev/null || ! command -v redis-server >/dev/null \
+			|| ! command -v cc >/dev/null; then \
+		echo "installing $(BENCH_PKGS)"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(BENCH_PKGS) pkg-config; \
 	fi
 
 build: deps
@@ -61,17 +73,15 @@ test-asan: deps
 	ASAN_OPTIONS=detect_leaks=0 EVSTORE_BIN_DIR=.build/asan/debug \
 		$(SWIFT) test --skip-build --sanitize=address --scratch-path .build/asan
 
-bench: deps
-	$(SWIFT) build -c release
-	@mkdir -p $(BENCH_OUT)
-	@test -n "$(WORKLOAD)" || { echo "fieldops.py not found: set WORKLOAD=path/to/fieldops.py"; exit 1; }
-	python3 $(WORKLOAD) --events $(BENCH_EVENTS) > $(BENCH_OUT)/workload.ndjson
-	.build/release/evstore-bench --workload $(BENCH_OUT)/workload.ndjson --single $(BENCH_SINGLE) \
-		--dir $(BENCH_OUT)/stores --json $(BENCH_OUT)/results.json
-	@if [ "$(BENCH_LARGE)" != 0 ]; then python3 $(WORKLOAD) --events $(BENCH_LARGE) --seed 7 > $(BENCH_OUT)/large.ndjson; fi
-	$(PIN_CLIENTS) .build/release/evstore-socket-bench --bin .build/release --workload $(BENCH_OUT)/workload.ndjson \
-		$(if $(filter-out 0,$(BENCH_LARGE)),--large $(BENCH_OUT)/large.ndjson) \
-		--dir $(BENCH_OUT)/daemons --json $(BENCH_OUT)/socket-results.json
+# Benchmarks/suite.py builds the C baselines, generates the workloads when missing, runs
+# everything (the daemon and redis-server on CPU 0, their clients on CPU 1), prints the
+# figures and the targets, and writes $(BENCH_OUT)/suite.json. `swift build --product`
+# takes one product, hence the loop.
+bench: deps bench-deps
+	@for product in $(BENCH_PRODUCTS); do $(SWIFT) build -c release --product $$product || exit 1; done
+	python3 Benchmarks/suite.py --events $(BENCH_EVENTS) --single $(BENCH_SINGLE) \
+		--sqlite-single $(BENCH_SQLITE_SINGLE) --large $(BENCH_LARGE) --out $(BENCH_OUT) \
+		$(if $(WORKLOAD),--fieldops $(WORKLOAD))
 
 format:
 	$(SWIFT) format --in-place --recursive Sources Tests Benchmarks
