@@ -18,6 +18,9 @@ struct Arguments {
     var repeats = 3
     /// Only the batched append, once: for profilers (`perf stat`, `perf record`, callgrind).
     var profileAppend = false
+    /// Where to write the stored events' canonical JSON, one per line in id order: the
+    /// input of the C ceiling in Benchmarks/baselines.
+    var canonicalOut: String?
 
     init() {
         var args = CommandLine.arguments.dropFirst().makeIterator()
@@ -29,10 +32,11 @@ struct Arguments {
             case "--json": json = args.next()
             case "--repeat": repeats = max(1, Int(args.next() ?? "") ?? repeats)
             case "--profile-append": profileAppend = true
+            case "--canonical-out": canonicalOut = args.next()
             default:
                 FileHandle.standardError.write(
                     Data(
-                        "usage: evstore-bench --workload FILE [--single N] [--repeat N] [--dir DIR] [--json FILE] [--profile-append]\n"
+                        "usage: evstore-bench --workload FILE [--single N] [--repeat N] [--dir DIR] [--json FILE] [--profile-append] [--canonical-out FILE]\n"
                             .utf8))
                 exit(64)
             }
@@ -182,7 +186,17 @@ for round in 0..<arguments.repeats {
     batchedDirectory = arguments.directory + "/batched-\(round + 1)"
     let (run, roundLog) = try batchedAppend(directory: batchedDirectory, trainAt: 10_000)
     log = roundLog
-    if ceiling == nil { ceiling = try Ceiling(from: roundLog) }
+    if ceiling == nil {
+        ceiling = try Ceiling(from: roundLog)
+        if let path = arguments.canonicalOut {
+            var text: [UInt8] = []
+            for item in ceiling.canonical {
+                text += item.json
+                text.append(UInt8(ascii: "\n"))
+            }
+            try Data(text).write(to: URL(fileURLWithPath: path))
+        }
+    }
     let (ceilingRate, bytes) = try ceiling.run(directory: arguments.directory + "/ceiling")
     ceilingBytes = bytes
     runs.append(run)

@@ -198,7 +198,8 @@ public enum EventCodec {
             }
             fields.append(FieldChange(name: valid, value: try canonical(&s)))
         }
-        fields.sort { $0.name < $1.name }
+        // Canonical order is by UTF-8 bytes.
+        fields.sort { $0.name.utf8.lexicographicallyPrecedes($1.name.utf8) }
         return fields
     }
 

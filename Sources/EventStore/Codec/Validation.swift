@@ -31,7 +31,7 @@ public enum Validation {
         guard id.count <= maxIDBytes else {
             throw .invalid("entity ID is \(id.count) bytes; at most \(maxIDBytes) are allowed")
         }
-        if let problem = controlCharacterProblem(Array(id)) {
+        if let problem = controlCharacterProblem(id) {
             throw .invalid("entity ID \(problem)")
         }
         return EntityKey(validated: bytes)
@@ -68,21 +68,22 @@ public enum Validation {
         guard bytes.count <= limit else {
             throw .invalid("\(what) is \(bytes.count) bytes; at most \(limit) are allowed")
         }
-        if let problem = controlCharacterProblem(bytes) { throw .invalid("\(what) \(problem)") }
+        if let problem = controlCharacterProblem(bytes[...]) { throw .invalid("\(what) \(problem)") }
         return String(decoding: bytes, as: UTF8.self)
     }
 
     /// Describes the first C0, DEL or C1 control character, or returns nil.
-    static func controlCharacterProblem(_ bytes: [UInt8]) -> String? {
+    static func controlCharacterProblem(_ bytes: ArraySlice<UInt8>) -> String? {
         // Input is valid UTF-8 already: C1 controls are U+0080...U+009F, encoded C2 80...C2 9F.
-        var index = 0
-        while index < bytes.count {
+        var index = bytes.startIndex
+        while index < bytes.endIndex {
             let byte = bytes[index]
             if byte < 0x20 || byte == 0x7F {
-                return "contains the control character U+\(hex4(UInt32(byte))) at byte \(index)"
+                return "contains the control character U+\(hex4(UInt32(byte))) at byte \(index - bytes.startIndex)"
             }
-            if byte == 0xC2, index + 1 < bytes.count, (0x80...0x9F).contains(bytes[index + 1]) {
-                return "contains the control character U+\(hex4(UInt32(bytes[index + 1]))) at byte \(index)"
+            if byte == 0xC2, index + 1 < bytes.endIndex, (0x80...0x9F).contains(bytes[index + 1]) {
+                return
+                    "contains the control character U+\(hex4(UInt32(bytes[index + 1]))) at byte \(index - bytes.startIndex)"
             }
             index += 1
         }

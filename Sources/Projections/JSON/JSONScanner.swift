@@ -81,17 +81,25 @@ public struct JSONScanner {
         }
         // Duplicate keys: a linear scan while objects are small (the common case), a set
         // beyond, so a hostile object with many keys costs O(n), not O(n²).
-        var seen: [ArraySlice<UInt8>] = []
+        // The first 16 keys stay inline: no allocation for the objects of an event.
+        var seen = InlineArray<16, ArraySlice<UInt8>>(repeating: [])
+        var seenCount = 0
         var seenSet: Set<ArraySlice<UInt8>> = []
         while true {
             guard peek() == UInt8(ascii: "\"") else { throw unexpected(expecting: "a string key") }
             let keyStart = position
             let key = try readKey()
-            let duplicate: Bool
-            if seen.count < 16 {
-                duplicate = seen.contains(key)
-                seen.append(key)
-                if seen.count == 16 { seenSet = Set(seen) }
+            var duplicate = false
+            if seenCount < 16 {
+                for index in 0..<seenCount where seen[index] == key {
+                    duplicate = true
+                    break
+                }
+                seen[seenCount] = key
+                seenCount += 1
+                if seenCount == 16 {
+                    for index in 0..<16 { seenSet.insert(seen[index]) }
+                }
             } else {
                 duplicate = !seenSet.insert(key).inserted
             }
