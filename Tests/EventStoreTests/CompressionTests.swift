@@ -112,6 +112,23 @@ struct CompressionTests {
         }
     }
 
+    @Test("a level for frames without a dictionary, with dictionaries switched between frames")
+    func levelWithoutDictionary() throws {
+        let first = try CompressionDictionary(
+            bytes: try DictionaryTrainer.train(samples: records(2_000, seed: 21), capacity: 8_192))
+        let second = try CompressionDictionary(
+            bytes: try DictionaryTrainer.train(samples: records(2_000, seed: 22), capacity: 8_192))
+        let compressor = Compressor(level: 3, levelWithoutDictionary: -1)
+        let decompressor = Decompressor()
+        for (index, input) in records(60, seed: 23).enumerated() {
+            let used = [nil, first, second, first, nil][index % 5]
+            var value: [UInt8] = [0xAB]
+            try compressor.compress(input, dictionary: used, appendingTo: &value)
+            #expect(value.first == 0xAB)
+            #expect(try decompressor.decompress(Array(value.dropFirst()), dictionary: used, maxSize: 4_096) == input)
+        }
+    }
+
     @Test("a trained dictionary compresses small records better")
     func trainedDictionaryHelps() throws {
         let trained = try DictionaryTrainer.train(samples: records(2_000, seed: 11), capacity: 8_192)
