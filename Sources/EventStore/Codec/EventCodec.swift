@@ -94,20 +94,20 @@ public enum EventCodec {
             )
         }
         // Members that belong to another kind are errors, not silently ignored.
-        let present: [(String, Bool)] = [
-            ("status", m.status != nil), ("fields", m.fields != nil), ("set", m.set != nil),
-            ("element", m.element != nil),
-        ]
-        let allowed: Set<String> =
+        let (status, fields, set, element) =
             switch kind {
-            case .edit: ["fields"]
-            case .status: ["status"]
-            case .add, .remove: ["set", "element"]
-            case .delete, .restore: []
+            case .edit: (false, true, false, false)
+            case .status: (true, false, false, false)
+            case .add, .remove: (false, false, true, true)
+            case .delete, .restore: (false, false, false, false)
             }
-        for (name, isPresent) in present where isPresent && !allowed.contains(name) {
-            throw .invalid("\"\(name)\" is not allowed on a \"\(kind.rawValue)\" event")
+        func notAllowed(_ name: String) -> EventStoreError {
+            .invalid("\"\(name)\" is not allowed on a \"\(kind.rawValue)\" event")
         }
+        if m.status != nil, !status { throw notAllowed("status") }
+        if m.fields != nil, !fields { throw notAllowed("fields") }
+        if m.set != nil, !set { throw notAllowed("set") }
+        if m.element != nil, !element { throw notAllowed("element") }
         switch kind {
         case .edit:
             guard let fields = m.fields else {
