@@ -3,12 +3,14 @@ import Foundation
 import Projections
 import UnixSocket
 
-/// One client: a reader thread that decodes requests in order and a sender thread that
-/// writes their responses in the same order.
+/// One client: a reader thread that decodes requests in order, and an outbox that sends
+/// their responses in the same order.
 ///
 /// Appends go to the writer without waiting, so a client that pipelines appends gets
 /// them group-committed; any other request first waits for this connection's earlier
-/// appends, so a client always reads its own writes.
+/// appends, so a client always reads its own writes. A response is written by the thread
+/// that completes it when nothing is before it (the reader for a read, the writer for an
+/// append); the sender thread writes the rest and waits for slow clients.
 final class Connection: @unchecked Sendable {
     let socket: UnixConnection
     let outbox: Outbox
@@ -22,7 +24,7 @@ final class Connection: @unchecked Sendable {
         self.socket = socket
         self.context = context
         self.identifier = identifier
-        self.outbox = Outbox(notificationLimit: context.limits.watchQueueEvents)
+        self.outbox = Outbox(socket: socket, notificationLimit: context.limits.watchQueueEvents)
     }
 
     /// Starts the two threads; `ended` runs once the connection is closed.
@@ -56,11 +58,16 @@ final class Connection: @unchecked Sendable {
         while let bytes = outbox.nextWrite() {
             do {
                 try socket.write(bytes)
+                outbox.wrote()
             } catch {
                 context.logger.debug("connection \(identifier): write failed (\(error)); closing")
                 outbox.abort()
+                outbox.wrote()
                 break
             }
+        }
+        if let failure = outbox.writeFailure {
+            context.logger.debug("connection \(identifier): write failed (\(failure)); closing")
         }
         // Wakes the reader if it is still waiting for a request.
         socket.shutdown()
