@@ -2,13 +2,16 @@
 // measured in the same run. Prints a table and writes JSON.
 //
 //   evstore-socket-bench --bin DIR --workload events.ndjson [--large events.ndjson]
-//                        [--dir DIR] [--json FILE] [--seconds S]
+//                        [--dir DIR] [--json FILE] [--seconds S] [--only SECTIONS]
+//
+// --only takes a comma-separated list of sections: bulk, appends, get, sync, large.
 //
 // - bulk `evctl append --file` of the workload, against the daemon's own commit rate
 //   for the same events in large batches (what the writer alone can do);
 // - 16 clients each appending one durable event at a time, against 1 such client;
 // - `get` round trips, p50/p99, 1 and 8 clients, against a request the daemon answers
-//   without touching the store (the transport's floor);
+//   without touching the store (the transport's floor), and against Redis's HGETALL of
+//   a hash holding the same entity's fields (redis-server on the same CPU, when installed);
 // - with --large (1M events): resident memory after loading them, and start to READY
 //   on that store (READY as systemd's NOTIFY_SOCKET receives it).
 import Foundation
@@ -21,6 +24,9 @@ struct Options {
     var directory = FileManager.default.temporaryDirectory.appendingPathComponent("evstore-socket-bench").path
     var json: String?
     var seconds = 5.0
+    /// The sections to run; all when empty.
+    var only: Set<String> = []
+    static let sections: Set<String> = ["bulk", "appends", "get", "sync", "large"]
 
     init() {
         var args = CommandLine.arguments.dropFirst().makeIterator()
@@ -32,12 +38,10 @@ struct Options {
             case "--dir": directory = URL(fileURLWithPath: args.next() ?? directory).standardizedFileURL.path
             case "--json": json = args.next()
             case "--seconds": seconds = Double(args.next() ?? "") ?? seconds
-            default:
-                FileHandle.standardError.write(
-                    Data(
-                        "usage: evstore-socket-bench --bin DIR --workload FILE [--large FILE] [--dir DIR] [--json FILE] [--seconds S]\n"
-                            .utf8))
-                exit(64)
+            case "--only":
+                only = Set((args.next() ?? "").split(separator: ",").map(String.init))
+                guard only.isSubset(of: Options.sections) else { Options.usage() }
+            default: Options.usage()
             }
         }
         guard !workload.isEmpty else {
@@ -45,6 +49,16 @@ struct Options {
             exit(64)
         }
     }
+
+    static func usage() -> Never {
+        FileHandle.standardError.write(
+            Data(
+                ("usage: evstore-socket-bench --bin DIR --workload FILE [--large FILE] [--dir DIR] [--json FILE]"
+                    + " [--seconds S] [--only bulk,appends,get,sync,large]\n").utf8))
+        exit(64)
+    }
+
+    func runs(_ section: String) -> Bool { only.isEmpty || only.contains(section) }
 }
 
 struct Row {
@@ -178,6 +192,170 @@ func runEvctl(_ bin: String, socket: String, _ arguments: [String]) throws -> Do
     return seconds(ContinuousClock.now - start)
 }
 
+/// Round-trip latencies in µs: `clients` threads, 20,000 requests in all; `connect`
+/// makes each thread's client and returns its round trip for request number n.
+func latencies(clients: Int, connect: @escaping @Sendable () throws -> (Int) throws -> Void) throws -> [Double] {
+    let counter = Counter()
+    let group = DispatchGroup()
+    let perClient = 20_000 / clients
+    for index in 0..<clients {
+        group.enter()
+        Thread.detachNewThread {
+            defer { group.leave() }
+            guard let roundTrip = try? connect() else { return }
+            var samples: [Double] = []
+            samples.reserveCapacity(perClient)
+            for n in 0..<perClient {
+                let start = ContinuousClock.now
+                guard (try? roundTrip(index * perClient + n)) != nil else { return }
+                samples.append(seconds(ContinuousClock.now - start) * 1e6)
+            }
+            counter.add(samples: samples)
+        }
+    }
+    group.wait()
+    return counter.sorted
+}
+
+/// A redis-server on a Unix socket, pinned like the daemon, without persistence: the
+/// baseline for a read of one entity.
+final class Redis {
+    let process = Process()
+    let socket: String
+
+    /// Nil when redis-server is not installed.
+    init?(root: String) throws {
+        guard
+            let server = ["/usr/bin/redis-server", "/usr/local/bin/redis-server"].first(where: {
+                FileManager.default.isExecutableFile(atPath: $0)
+            })
+        else { return nil }
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        socket = root + "/redis.sock"
+        let arguments = [
+            "--port", "0", "--unixsocket", socket, "--unixsocketperm", "700", "--save", "", "--appendonly", "no",
+            "--dir", root, "--daemonize", "no",
+        ]
+        if Daemon.pinned {
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/taskset")
+            process.arguments = ["-c", "0", server] + arguments
+        } else {
+            process.executableURL = URL(fileURLWithPath: server)
+            process.arguments = arguments
+        }
+        process.standardOutput = FileHandle(forWritingAtPath: "/dev/null")
+        try process.run()
+        let deadline = ContinuousClock.now + .seconds(20)
+        while (try? UnixConnection.connect(to: socket)) == nil {
+            guard ContinuousClock.now < deadline, process.isRunning else {
+                throw BenchError(description: "redis-server did not start")
+            }
+            Thread.sleep(forTimeInterval: 0.02)
+        }
+    }
+
+    func stop() {
+        process.terminate()
+        process.waitUntilExit()
+    }
+}
+
+/// A blocking RESP client: commands out, whole replies in (their bytes are counted, not
+/// decoded).
+final class RedisClient {
+    let connection: UnixConnection
+    var buffer: [UInt8] = []
+
+    init(_ path: String) throws {
+        connection = try UnixConnection.connect(to: path)
+    }
+
+    /// Sends one command and reads its reply; the reply's size in bytes.
+    func call(_ arguments: [String]) throws -> Int {
+        try connection.write(RedisClient.encode(arguments))
+        return try reply()
+    }
+
+    /// Sends the commands in one write, then reads their replies.
+    func pipeline(_ commands: [[String]]) throws {
+        try connection.write(commands.flatMap(RedisClient.encode))
+        for _ in commands { _ = try reply() }
+    }
+
+    static func encode(_ arguments: [String]) -> [UInt8] {
+        var out = Array("*\(arguments.count)\r\n".utf8)
+        for argument in arguments {
+            let bytes = Array(argument.utf8)
+            out += Array("$\(bytes.count)\r\n".utf8) + bytes + [0x0D, 0x0A]
+        }
+        return out
+    }
+
+    private func reply() throws -> Int {
+        while true {
+            if let end = RedisClient.end(of: buffer, from: 0) {
+                if end.error { throw BenchError(description: String(decoding: buffer[..<end.offset], as: UTF8.self)) }
+                buffer.removeFirst(end.offset)
+                return end.offset
+            }
+            guard try connection.read(into: &buffer, count: 1 << 16) > 0 else {
+                throw BenchError(description: "redis closed the connection")
+            }
+        }
+    }
+
+    /// Where the reply starting at `start` ends, when the buffer holds all of it.
+    static func end(of buffer: [UInt8], from start: Int) -> (offset: Int, error: Bool)? {
+        guard start < buffer.count else { return nil }
+        var lineEnd = start
+        while lineEnd + 1 < buffer.count, !(buffer[lineEnd] == 0x0D && buffer[lineEnd + 1] == 0x0A) { lineEnd += 1 }
+        guard lineEnd + 1 < buffer.count else { return nil }
+        let number = Int(String(decoding: buffer[(start + 1)..<lineEnd], as: UTF8.self)) ?? -1
+        let next = lineEnd + 2
+        switch buffer[start] {
+        case UInt8(ascii: "$"):
+            if number < 0 { return (next, false) }
+            return next + number + 2 <= buffer.count ? (next + number + 2, false) : nil
+        case UInt8(ascii: "*"):
+            var offset = next
+            for _ in 0..<max(0, number) {
+                guard let element = end(of: buffer, from: offset) else { return nil }
+                offset = element.offset
+            }
+            return (offset, false)
+        default:
+            return (next, buffer[start] == UInt8(ascii: "-"))
+        }
+    }
+}
+
+/// Each entity of the workload as a hash: its edited fields (last write wins), its status
+/// and its sets' elements, what a `get` of it shows.
+func redisHashes(_ lines: [String]) -> [(key: String, fields: [(String, String)])] {
+    var hashes: [String: [String: String]] = [:]
+    for line in lines {
+        guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
+            let entity = object["entity"] as? String
+        else { continue }
+        var hash = hashes[entity] ?? [:]
+        switch object["kind"] as? String {
+        case "edit":
+            for (name, value) in object["fields"] as? [String: Any] ?? [:] { hash[name] = "\(value)" }
+        case "status":
+            hash["status"] = object["status"] as? String ?? ""
+        case "add":
+            if let set = object["set"] as? String, let element = object["element"] as? String {
+                hash["set:" + set] = (hash["set:" + set].map { $0 + "," } ?? "") + element
+            }
+        default:
+            break
+        }
+        hash["by"] = object["by"] as? String ?? ""
+        hashes[entity] = hash
+    }
+    return hashes.sorted { $0.key < $1.key }.map { (key: $0.key, fields: $0.value.sorted { $0.key < $1.key }) }
+}
+
 let options = Options()
 let bin = options.bin
 try? FileManager.default.removeItem(atPath: options.directory)
@@ -197,7 +375,7 @@ print(
 
 // 1. Bulk append over the socket with evctl, against the writer's own rate for the same
 //    events sent in batches of 1000 by a client that does nothing else.
-do {
+if options.runs("bulk") {
     let bulk = try Daemon(bin: bin, root: options.directory + "/bulk")
     let elapsed = try runEvctl(bin, socket: bulk.socket, ["append", "--file", options.workload])
     bulk.stop()
@@ -261,7 +439,7 @@ final class Counter: @unchecked Sendable {
     var sorted: [Double] { lock.withLock { samples.sorted() } }
 }
 
-do {
+if options.runs("appends") {
     let one = try singleEventRate(clients: 1, root: options.directory + "/single-1")
     let sixteen = try singleEventRate(clients: 16, root: options.directory + "/single-16")
     rows.append(Row(name: "durable single-event appends, 1 client", value: one, unit: "events/s"))
@@ -269,34 +447,12 @@ do {
     rows.append(Row(name: "16 clients / 1 client (group commit)", value: sixteen / one, unit: "x", note: "goal ≥ 8"))
 }
 
-// 3. get round trips for random entities, against a request answered without the store.
-do {
+// 3. get round trips for random entities, against a request answered without the store,
+//    and against Redis answering HGETALL for a hash of the same entity's fields.
+if options.runs("get") {
     let daemon = try Daemon(bin: bin, root: options.directory + "/get")
     _ = try runEvctl(bin, socket: daemon.socket, ["append", "--file", options.workload])
     let socket = daemon.socket
-    func latencies(clients: Int, request: @escaping @Sendable (Int) -> [UInt8]) throws -> [Double] {
-        let counter = Counter()
-        let group = DispatchGroup()
-        let perClient = 20_000 / clients
-        for index in 0..<clients {
-            group.enter()
-            Thread.detachNewThread {
-                defer { group.leave() }
-                guard let client = try? Client(socket) else { return }
-                var samples: [Double] = []
-                samples.reserveCapacity(perClient)
-                for n in 0..<perClient {
-                    let line = request(index * perClient + n)
-                    let start = ContinuousClock.now
-                    guard (try? client.roundTrip(line)) != nil else { return }
-                    samples.append(seconds(ContinuousClock.now - start) * 1e6)
-                }
-                counter.add(samples: samples)
-            }
-        }
-        group.wait()
-        return counter.sorted
-    }
     let names = entities
     let get: @Sendable (Int) -> [UInt8] = { n in
         let entity = names[(n &* 2_654_435_761) % names.count]
@@ -305,10 +461,25 @@ do {
     let floor: @Sendable (Int) -> [UInt8] = { _ in
         Array(#"{"jsonrpc":"2.0","id":1,"method":"no_such_method"}"#.utf8) + [0x0A]
     }
+    var getBytes = 0
+    do {
+        let client = try Client(socket)
+        for n in 0..<100 { getBytes += try client.roundTrip(get(n)).count }
+        getBytes /= 100
+    }
     for clients in [1, 8] {
-        let gets = try latencies(clients: clients, request: get)
-        let floors = try latencies(clients: clients, request: floor)
-        rows.append(Row(name: "get p50, \(clients) client(s)", value: percentile(gets, 0.5), unit: "µs"))
+        let gets = try latencies(clients: clients) {
+            let client = try Client(socket)
+            return { n in _ = try client.roundTrip(get(n)) }
+        }
+        let floors = try latencies(clients: clients) {
+            let client = try Client(socket)
+            return { n in _ = try client.roundTrip(floor(n)) }
+        }
+        rows.append(
+            Row(
+                name: "get p50, \(clients) client(s)", value: percentile(gets, 0.5), unit: "µs",
+                note: clients == 1 ? "\(getBytes) bytes per response" : ""))
         rows.append(Row(name: "get p99, \(clients) client(s)", value: percentile(gets, 0.99), unit: "µs"))
         rows.append(
             Row(
@@ -320,12 +491,49 @@ do {
                 unit: "µs"))
     }
     daemon.stop()
+
+    if let redis = try Redis(root: options.directory + "/redis") {
+        let hashes = redisHashes(lines)
+        let loader = try RedisClient(redis.socket)
+        for start in stride(from: 0, to: hashes.count, by: 1000) {
+            let part = hashes[start..<min(start + 1000, hashes.count)]
+            try loader.pipeline(part.map { ["HSET", $0.key] + $0.fields.flatMap { [$0.0, $0.1] } })
+        }
+        let hgetall: @Sendable (Int) -> [String] = { n in ["HGETALL", names[(n &* 2_654_435_761) % names.count]] }
+        var redisBytes = 0
+        for n in 0..<100 { redisBytes += try loader.call(hgetall(n)) }
+        redisBytes /= 100
+        let redisSocket = redis.socket
+        for clients in [1, 8] {
+            let reads = try latencies(clients: clients) {
+                let client = try RedisClient(redisSocket)
+                return { n in _ = try client.call(hgetall(n)) }
+            }
+            let getP99 = rows.first { $0.name == "get p99, \(clients) client(s)" }?.value ?? 0
+            rows.append(
+                Row(
+                    name: "baseline: Redis HGETALL p50, \(clients) client(s)", value: percentile(reads, 0.5),
+                    unit: "µs",
+                    note: clients == 1 ? "\(redisBytes) bytes per response" : ""))
+            rows.append(
+                Row(
+                    name: "baseline: Redis HGETALL p99, \(clients) client(s)", value: percentile(reads, 0.99),
+                    unit: "µs"))
+            rows.append(
+                Row(
+                    name: "get p99 / Redis HGETALL p99, \(clients) client(s)",
+                    value: getP99 / max(percentile(reads, 0.99), 1e-9), unit: "x", note: "goal ≤ 1"))
+        }
+        redis.stop()
+    } else {
+        print("redis-server not found: no Redis baseline for get")
+    }
 }
 
 // 3b. Replication: a full sync of the workload between two daemons (each on a CPU of its
 //     own) against bulk append of the same events in the same run; a sync with nothing
 //     new; bytes on the wire per event against bytes stored per event.
-do {
+if options.runs("sync") {
     let source = try Daemon(bin: bin, root: options.directory + "/sync-source", cpu: 0)
     let loadSeconds = try runEvctl(bin, socket: source.socket, ["append", "--file", options.workload])
     let target = try Daemon(bin: bin, root: options.directory + "/sync-target", cpu: 1)
@@ -360,7 +568,7 @@ do {
 
 // 4. The 1M-event store: memory after the load, start to READY (median of 3), against
 //    start to READY on an empty store.
-if let large = options.large {
+if let large = options.large, options.runs("large") {
     let root = options.directory + "/large"
     let daemon = try Daemon(bin: bin, root: root)
     let loadSeconds = try runEvctl(bin, socket: daemon.socket, ["append", "--file", large])

@@ -84,6 +84,30 @@ public final class UnixConnection: @unchecked Sendable {
         }
     }
 
+    /// Writes as much of `bytes[offset...]` as the socket takes without blocking and returns
+    /// how many bytes that was: 0 when its buffer is full. The corresponding C function is
+    /// `send` with `MSG_DONTWAIT`.
+    public func writeAvailable(_ bytes: [UInt8], from offset: Int = 0) throws(SocketError) -> Int {
+        var written = offset
+        while written < bytes.count {
+            let n = bytes.withUnsafeBytes { raw in
+                Glibc.send(
+                    descriptor, raw.baseAddress! + written, bytes.count - written,
+                    Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT))
+            }
+            if n > 0 {
+                written += n
+            } else if n < 0, errno == EINTR {
+                continue
+            } else if n < 0, errno == EAGAIN || errno == EWOULDBLOCK {
+                break
+            } else {
+                throw SocketError.last("write")
+            }
+        }
+        return written - offset
+    }
+
     /// Bounds how long a read or a write may block; nil for no bound. A read or write that
     /// waits longer throws an error whose `isTimeout` is true.
     public func setTimeouts(read: Double?, write: Double?) throws(SocketError) {

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 import UnixSocket
 
@@ -227,6 +228,112 @@ struct APITests {
                 #expect((response["result"] as? [String: Any])?["ids"] != nil)
             }
         }
+        try daemon.stop()
+    }
+
+    @Test(
+        "a client that reads its answers late gets every one in order: reads answered at once, appends after their commit, errors, large responses"
+    )
+    func pipeliningWithLargeResponses() throws {
+        let daemon = try DaemonProcess()
+        defer { daemon.removeFiles() }
+        let client = try daemon.client()
+        // An entity whose get is ~60 KB: a few of them fill the socket's buffer, so the
+        // daemon cannot write the answers at once and the sender has to wait for the client.
+        let large = String(repeating: "y", count: 60_000)
+        _ = try client.call(
+            "append", eventsParams([#"{"entity":"job/large","kind":"edit","fields":{"notes":"\#(large)"}}"#]))
+        var lines: [UInt8] = []
+        var kinds: [String] = []
+        for index in 0..<200 {
+            let request: String
+            switch index % 5 {
+            case 0:
+                request =
+                    #"{"jsonrpc":"2.0","id":\#(index),"method":"append","params":{"events":[{"entity":"job/p\#(index)","kind":"edit","fields":{"n":\#(index)}}]}}"#
+                kinds.append("append")
+            case 1:
+                request = #"{"jsonrpc":"2.0","id":\#(index),"method":"get","params":{"entity":"job/large"}}"#
+                kinds.append("large")
+            case 2:
+                request = #"{"jsonrpc":"2.0","id":\#(index),"method":"get","params":{"entity":"job/p\#(index - 2)"}}"#
+                kinds.append("get")
+            case 3:
+                request = #"{"jsonrpc":"2.0","id":\#(index),"method":"no_such_method"}"#
+                kinds.append("error")
+            default:
+                // A notification between them: no answer.
+                request =
+                    #"{"jsonrpc":"2.0","method":"append","params":{"events":[{"entity":"job/quiet","kind":"edit","fields":{"n":\#(index)}}]}}"#
+                kinds.append("none")
+            }
+            lines += Array(request.utf8) + [0x0A]
+        }
+        try client.send(lines)
+        Thread.sleep(forTimeInterval: 0.5)  // let the daemon run into a full socket buffer
+        for (index, kind) in kinds.enumerated() where kind != "none" {
+            let response = try client.readJSON()
+            #expect(response["id"] as? Int == index)
+            let result = response["result"] as? [String: Any]
+            switch kind {
+            case "append": #expect(result?["ids"] != nil)
+            case "large": #expect((result?["fields"] as? [String: Any])?["notes"] as? String == large)
+            case "get": #expect((result?["fields"] as? [String: Any])?["n"] as? Int == index - 2)
+            default: #expect((response["error"] as? [String: Any])?["code"] as? Int == -32601)
+            }
+        }
+        let quiet = try client.call("get", #"{"entity":"job/quiet"}"#)
+        #expect((quiet["fields"] as? [String: Any])?["n"] as? Int == 199)
+        try daemon.stop()
+    }
+
+    @Test("16 clients each pipelining appends and gets of their own entity: each reads its own writes, in order")
+    func concurrentPipelines() throws {
+        let daemon = try DaemonProcess()
+        defer { daemon.removeFiles() }
+        let failures = Mutex<[String]>([])
+        let group = DispatchGroup()
+        for clientIndex in 0..<16 {
+            group.enter()
+            Thread.detachNewThread {
+                defer { group.leave() }
+                do {
+                    let client = try daemon.client()
+                    for round in 0..<10 {
+                        // A burst: append n, get (sees n), append n+1, append n+2, get (sees n+2).
+                        var burst: [UInt8] = []
+                        for step in 0..<5 {
+                            let id = round * 5 + step
+                            let n = round * 3 + [0, 0, 1, 2, 2][step]
+                            let request =
+                                step == 1 || step == 4
+                                ? #"{"jsonrpc":"2.0","id":\#(id),"method":"get","params":{"entity":"job/c\#(clientIndex)"}}"#
+                                : #"{"jsonrpc":"2.0","id":\#(id),"method":"append","params":{"events":[{"entity":"job/c\#(clientIndex)","kind":"edit","fields":{"n":\#(n)}}]}}"#
+                            burst += Array(request.utf8) + [0x0A]
+                        }
+                        try client.send(burst)
+                        for step in 0..<5 {
+                            let response = try client.readJSON()
+                            let id = round * 5 + step
+                            if response["id"] as? Int != id {
+                                failures.withLock { $0.append("client \(clientIndex): \(id) answered as \(response)") }
+                            }
+                            if step == 1 || step == 4 {
+                                let fields = (response["result"] as? [String: Any])?["fields"] as? [String: Any]
+                                let n = round * 3 + (step == 1 ? 0 : 2)
+                                if fields?["n"] as? Int != n {
+                                    failures.withLock { $0.append("client \(clientIndex): get \(id) saw \(response)") }
+                                }
+                            }
+                        }
+                    }
+                } catch {
+                    failures.withLock { $0.append("client \(clientIndex): \(error)") }
+                }
+            }
+        }
+        group.wait()
+        #expect(failures.withLock { $0 } == [])
         try daemon.stop()
     }
 

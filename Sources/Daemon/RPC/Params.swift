@@ -5,7 +5,9 @@ import Projections
 /// any other name is an invalid-params error that lists the right ones.
 struct Params {
     let method: String
-    private var values: [String: [UInt8]] = [:]
+    /// Each parameter given, its name and its value as canonical JSON (a handful at most: a
+    /// list searched in order costs less than hashing the names).
+    private var values: [(name: ArraySlice<UInt8>, value: [UInt8])] = []
 
     init(_ params: Request.Params, method: String, accepts names: [String]) throws(RPCError) {
         self.method = method
@@ -16,14 +18,15 @@ struct Params {
         case .raw(let line, let offset):
             var scanner = JSONScanner(line, from: offset)
             var unknown: String?
-            var values: [String: [UInt8]] = [:]
+            var values: [(name: ArraySlice<UInt8>, value: [UInt8])] = []
             do {
                 try scanner.readObject { (key, scanner) throws(JSONError) in
-                    let name = String(decoding: key, as: UTF8.self)
-                    if !names.contains(name) { unknown = unknown ?? name }
+                    if !names.contains(where: { $0.utf8.elementsEqual(key) }) {
+                        unknown = unknown ?? String(decoding: key, as: UTF8.self)
+                    }
                     var value: [UInt8] = []
                     try scanner.canonicalValue(into: &value)
-                    values[name] = value
+                    values.append((key, value))
                 }
             } catch {
                 throw .invalidParams(error.description)
@@ -36,16 +39,29 @@ struct Params {
         }
     }
 
+    /// The value of the parameter `name` as canonical JSON; nil when absent or null.
+    private func value(_ name: String) -> [UInt8]? {
+        guard let value = values.first(where: { $0.name.elementsEqual(name.utf8) })?.value,
+            value != RequestParser.nullID
+        else { return nil }
+        return value
+    }
+
     /// A string parameter; absent or null gives nil.
     func string(_ name: String) throws(RPCError) -> String? {
-        guard let value = values[name], value != RequestParser.nullID else { return nil }
+        try stringBytes(name).map { String(decoding: $0, as: UTF8.self) }
+    }
+
+    /// A string parameter as its UTF-8 bytes; absent or null gives nil.
+    func stringBytes(_ name: String) throws(RPCError) -> [UInt8]? {
+        guard let value = value(name) else { return nil }
         guard value.first == UInt8(ascii: "\"") else { throw .invalidParams("\"\(name)\" must be a string") }
         var scanner = JSONScanner(value)
-        do { return try scanner.readString() } catch { throw .invalidParams(error.description) }
+        do { return try scanner.readStringBytes() } catch { throw .invalidParams(error.description) }
     }
 
     func bool(_ name: String) throws(RPCError) -> Bool? {
-        guard let value = values[name], value != RequestParser.nullID else { return nil }
+        guard let value = value(name) else { return nil }
         switch value {
         case Array("true".utf8): return true
         case Array("false".utf8): return false
@@ -54,7 +70,7 @@ struct Params {
     }
 
     func int(_ name: String, in range: ClosedRange<Int>) throws(RPCError) -> Int? {
-        guard let value = values[name], value != RequestParser.nullID else { return nil }
+        guard let value = value(name) else { return nil }
         guard let number = Int(String(decoding: value, as: UTF8.self)), range.contains(number) else {
             throw .invalidParams("\"\(name)\" must be an integer from \(range.lowerBound) to \(range.upperBound)")
         }
@@ -62,8 +78,8 @@ struct Params {
     }
 
     func entity(_ name: String) throws(RPCError) -> EntityKey? {
-        guard let text = try string(name) else { return nil }
-        do { return try Validation.entity(text) } catch { throw .invalidParams("\"\(name)\": \(error.message)") }
+        guard let bytes = try stringBytes(name) else { return nil }
+        do { return try Validation.entity(bytes) } catch { throw .invalidParams("\"\(name)\": \(error.message)") }
     }
 
     func id(_ name: String) throws(RPCError) -> ULID? {

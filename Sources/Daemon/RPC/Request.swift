@@ -102,22 +102,22 @@ enum RequestParser {
                 return .invalid(id: nullID, .invalidRequest("a request is a JSON object"))
             }
             try scanner.readObject { (key, scanner) throws(JSONError) in
-                switch String(decoding: key, as: UTF8.self) {
-                case "jsonrpc":
+                // Compared as bytes: a String per key would be validated as UTF-8 each time.
+                if key.elementsEqual("jsonrpc".utf8) {
                     if scanner.peek() == UInt8(ascii: "\"") {
                         version = try scanner.readString()
                     } else {
                         try scanner.skipValue()
                         version = ""
                     }
-                case "method":
+                } else if key.elementsEqual("method".utf8) {
                     if scanner.peek() == UInt8(ascii: "\"") {
                         method = try scanner.readString()
                     } else {
                         try scanner.skipValue()
                         method = ""
                     }
-                case "id":
+                } else if key.elementsEqual("id".utf8) {
                     var value: [UInt8] = []
                     let first = scanner.peek()
                     try scanner.canonicalValue(into: &value)
@@ -128,9 +128,9 @@ enum RequestParser {
                     default:
                         idError = "\"id\" must be a string, a number or null"
                     }
-                case "params":
+                } else if key.elementsEqual("params".utf8) {
                     params = try readParams(&scanner, line: line, method: method)
-                default:
+                } else {
                     try scanner.skipValue()
                 }
             }

@@ -16,7 +16,7 @@ final class AppendWriter: Sendable {
 
     let log: EventLog
     let hub: WatchHub
-    private let queue = BlockingQueue<Job>()
+    private let queue = JobQueue()
     private let done = DispatchSemaphore(value: 0)
     /// Counters for status and benchmarks: commits made, events written.
     let commits = Atomic<Int>(0)
@@ -88,12 +88,10 @@ final class AppendWriter: Sendable {
         var recent: [Int: ContinuousClock.Instant] = [:]
         while true {
             let now = ContinuousClock.now
-            recent = recent.filter { now - $0.value < AppendWriter.activeWindow }
-            let expected = recent.count
-            let taken = queue.popAll(patience: AppendWriter.gatherPatience) { jobs in
-                expected <= 1 || Set(jobs.map(\.source)).count >= expected
+            if recent.values.contains(where: { now - $0 >= AppendWriter.activeWindow }) {
+                recent = recent.filter { now - $0.value < AppendWriter.activeWindow }
             }
-            guard let jobs = taken else { break }
+            guard let jobs = queue.popAll(sources: recent.count, patience: AppendWriter.gatherPatience) else { break }
             let arrived = ContinuousClock.now
             for job in jobs { recent[job.source] = arrived }
             var start = 0
@@ -140,5 +138,66 @@ final class AppendWriter: Sendable {
         for case .success(let result) in results { count += result.appended }
         eventsWritten.add(count, ordering: .relaxed)
         for (job, result) in zip(jobs, results) { job.completion(result) }
+    }
+}
+
+/// The appends waiting for the writer. Producers never block, and wake the writer only
+/// when it has something to do: the first job while it idles, or the job that completes
+/// the group it gathers (one wakeup per group, not one per job).
+private final class JobQueue: @unchecked Sendable {
+    /// Protects every var below, and wakes the writer.
+    private let condition = NSCondition()
+    private var jobs: [AppendWriter.Job] = []
+    /// The connections the waiting jobs came from.
+    private var sources: Set<Int> = []
+    /// While the writer waits for the first job.
+    private var idle = false
+    /// While the writer gathers a group: how many connections complete it; else 0.
+    private var gathering = 0
+    private var closed = false
+
+    /// Adds a job; false (and nothing added) once the queue is closed.
+    func push(_ job: AppendWriter.Job) -> Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        guard !closed else { return false }
+        jobs.append(job)
+        sources.insert(job.source)
+        if idle || (gathering > 0 && sources.count >= gathering) { condition.signal() }
+        return true
+    }
+
+    /// Waits for jobs and takes every one waiting; nil once closed and empty. Once
+    /// something waits, waits up to `patience` seconds more for jobs from `expected`
+    /// different connections (how group commit gathers a group).
+    func popAll(sources expected: Int, patience: Double) -> [AppendWriter.Job]? {
+        condition.lock()
+        defer { condition.unlock() }
+        while jobs.isEmpty && !closed {
+            idle = true
+            condition.wait()
+            idle = false
+        }
+        if !closed && expected > 1 && sources.count < expected {
+            gathering = expected
+            let deadline = Date(timeIntervalSinceNow: patience)
+            while !closed && sources.count < expected {
+                if !condition.wait(until: deadline) { break }
+            }
+            gathering = 0
+        }
+        if jobs.isEmpty { return nil }
+        let taken = jobs
+        jobs.removeAll(keepingCapacity: true)
+        sources.removeAll(keepingCapacity: true)
+        return taken
+    }
+
+    /// Refuses further jobs; the writer still gets what is queued.
+    func close() {
+        condition.lock()
+        closed = true
+        condition.broadcast()
+        condition.unlock()
     }
 }

@@ -3,12 +3,14 @@ import Foundation
 import Projections
 import UnixSocket
 
-/// One client: a reader thread that decodes requests in order and a sender thread that
-/// writes their responses in the same order.
+/// One client: a reader thread that decodes requests in order, and an outbox that sends
+/// their responses in the same order.
 ///
 /// Appends go to the writer without waiting, so a client that pipelines appends gets
 /// them group-committed; any other request first waits for this connection's earlier
-/// appends, so a client always reads its own writes.
+/// appends, so a client always reads its own writes. A response is written by the thread
+/// that completes it when nothing is before it (the reader for a read, the writer for an
+/// append); the sender thread writes the rest and waits for slow clients.
 final class Connection: @unchecked Sendable {
     let socket: UnixConnection
     let outbox: Outbox
@@ -22,7 +24,7 @@ final class Connection: @unchecked Sendable {
         self.socket = socket
         self.context = context
         self.identifier = identifier
-        self.outbox = Outbox(notificationLimit: context.limits.watchQueueEvents)
+        self.outbox = Outbox(socket: socket, notificationLimit: context.limits.watchQueueEvents)
     }
 
     /// Starts the two threads; `ended` runs once the connection is closed.
@@ -56,11 +58,16 @@ final class Connection: @unchecked Sendable {
         while let bytes = outbox.nextWrite() {
             do {
                 try socket.write(bytes)
+                outbox.wrote()
             } catch {
                 context.logger.debug("connection \(identifier): write failed (\(error)); closing")
                 outbox.abort()
+                outbox.wrote()
                 break
             }
+        }
+        if let failure = outbox.writeFailure {
+            context.logger.debug("connection \(identifier): write failed (\(failure)); closing")
         }
         // Wakes the reader if it is still waiting for a request.
         socket.shutdown()
@@ -234,46 +241,72 @@ final class Connection: @unchecked Sendable {
     static func response(id: [UInt8], result: [UInt8]) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(result.count + id.count + 32)
-        out.append(contentsOf: Array(#"{"jsonrpc":"2.0","id":"#.utf8))
-        out.append(contentsOf: id)
-        out.append(contentsOf: Array(#","result":"#.utf8))
+        begin(id: id, member: #","result":"#, into: &out)
         out.append(contentsOf: result)
-        out.append(contentsOf: [UInt8(ascii: "}"), 0x0A])
+        out.append(UInt8(ascii: "}"))
+        out.append(0x0A)
         return out
     }
 
     static func response(id: [UInt8], error: RPCError, newline: Bool = true) -> [UInt8] {
-        var out = Array(#"{"jsonrpc":"2.0","id":"#.utf8)
-        out.append(contentsOf: id)
-        out.append(contentsOf: Array(#","error":"#.utf8))
+        var out: [UInt8] = []
+        begin(id: id, member: #","error":"#, into: &out)
         out.append(contentsOf: error.json())
         out.append(UInt8(ascii: "}"))
         if newline { out.append(0x0A) }
         return out
     }
 
+    /// `{"ids":[...],"versions":{...},"appended":n}` written straight into the response line.
     static func response(id: [UInt8], append result: Result<AppendResult, EventStoreError>) -> [UInt8] {
         switch result {
         case .failure(let error):
             return response(id: id, error: RPCError(error))
         case .success(let appended):
-            var out = JSONWriter(capacity: 64 + appended.ids.count * 29 + appended.versions.count * 80)
-            out.beginObject()
-            out.key("ids")
-            out.beginArray()
-            for id in appended.ids { out.string(id.description) }
-            out.endArray()
-            out.key("versions")
-            out.beginObject()
-            for (entity, version) in appended.versions.sorted(by: { $0.key < $1.key }) {
-                out.key(entity.description)
-                out.string(version.description)
+            var out: [UInt8] = []
+            out.reserveCapacity(96 + id.count + appended.ids.count * 29 + appended.versions.count * 96)
+            begin(id: id, member: #","result":{"ids":["#, into: &out)
+            for (index, id) in appended.ids.enumerated() {
+                if index > 0 { out.append(UInt8(ascii: ",")) }
+                out.append(UInt8(ascii: "\""))
+                id.appendText(to: &out)
+                out.append(UInt8(ascii: "\""))
             }
-            out.endObject()
-            out.key("appended")
-            out.int(appended.appended)
-            out.endObject()
-            return response(id: id, result: out.bytes)
+            append(#"],"versions":{"#, to: &out)
+            func version(_ entity: EntityKey, _ version: ULID) {
+                CanonicalWriter.appendString(utf8: entity.bytes, to: &out)
+                out.append(UInt8(ascii: ":"))
+                out.append(UInt8(ascii: "\""))
+                version.appendText(to: &out)
+                out.append(UInt8(ascii: "\""))
+            }
+            if appended.versions.count == 1, let (entity, id) = appended.versions.first {
+                version(entity, id)
+            } else {
+                for (index, (entity, id)) in appended.versions.sorted(by: { $0.key < $1.key }).enumerated() {
+                    if index > 0 { out.append(UInt8(ascii: ",")) }
+                    version(entity, id)
+                }
+            }
+            append(#"},"appended":"#, to: &out)
+            if appended.appended < 10 {
+                out.append(UInt8(ascii: "0") + UInt8(appended.appended))
+            } else {
+                CanonicalWriter.appendInteger(appended.appended, to: &out)
+            }
+            append("}}\n", to: &out)
+            return out
         }
+    }
+
+    /// `{"jsonrpc":"2.0","id":<id>` and then `member`.
+    private static func begin(id: [UInt8], member: StaticString, into out: inout [UInt8]) {
+        append(#"{"jsonrpc":"2.0","id":"#, to: &out)
+        out.append(contentsOf: id)
+        append(member, to: &out)
+    }
+
+    private static func append(_ text: StaticString, to out: inout [UInt8]) {
+        text.withUTF8Buffer { out.append(contentsOf: $0) }
     }
 }

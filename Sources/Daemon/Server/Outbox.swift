@@ -1,12 +1,18 @@
 import Foundation
+import UnixSocket
 
 /// What a connection has to send, in order: responses (some still being computed, like an
 /// append waiting for its commit) and watch notifications.
 ///
-/// Responses go out in request order however they complete; the sender thread writes
-/// every response ready at the head in one write. Notifications pushed by the writer never
-/// block it: past `notificationLimit` queued, the offer is refused and the caller
-/// disconnects the consumer.
+/// Responses go out in request order however they complete. One thread writes to the
+/// socket at a time. The thread that completes the response at the head of the order —
+/// the reader answering a read, the writer answering an append — writes it at once when
+/// nobody else is writing, as much as the socket takes without blocking; the sender
+/// thread writes the rest, and everything a client is slow to take (it may block). So a
+/// client that reads its answers is answered without waking the sender.
+///
+/// Notifications pushed by the writer never block it: past `notificationLimit` queued,
+/// the offer is refused and the caller disconnects the consumer.
 final class Outbox: @unchecked Sendable {
     /// A place in the order, filled when its response is ready.
     final class Slot: @unchecked Sendable {
@@ -23,18 +29,33 @@ final class Outbox: @unchecked Sendable {
     }
 
     let notificationLimit: Int
+    /// Where responses go; written by one thread at a time (`writing`).
+    private let socket: UnixConnection
     /// Protects every var below (and each slot's bytes); wakes the sender and waiters.
     private let condition = NSCondition()
     private var slots: [Slot] = []
     private var head = 0
+    /// Bytes taken from the head that a write without blocking could not send: they go
+    /// before anything else, and only the sender writes them.
+    private var unsent: [UInt8] = []
+    /// A thread is writing to the socket (the sender, or one writing what it completed).
+    private var writing = false
+    /// Who waits on the condition: the sender for something to write, the reader for its
+    /// appends or for room for notifications. Nobody else is woken (a futex wake and a
+    /// context switch each).
+    private var senderWaiting = false
+    private var readerWaiting = false
     private var queuedNotifications = 0
     private var appendsInFlight = 0
     /// No more pushes; the sender ends once everything queued is written.
     private var finishing = false
     /// The sender must stop now (the peer is gone).
     private var aborted = false
+    /// Why a write without blocking failed, for the sender to report.
+    private var failure: SocketError?
 
-    init(notificationLimit: Int) {
+    init(socket: UnixConnection, notificationLimit: Int) {
+        self.socket = socket
         self.notificationLimit = notificationLimit
     }
 
@@ -48,26 +69,38 @@ final class Outbox: @unchecked Sendable {
         return slot
     }
 
-    /// Fills a reserved place (empty bytes for a notification request: nothing is sent).
+    /// Fills a reserved place (empty bytes for a notification request: nothing is sent),
+    /// and writes it when it is next.
     func fill(_ slot: Slot, with bytes: [UInt8]) {
         condition.lock()
         slot.bytes = bytes
-        if slot.isAppend { appendsInFlight -= 1 }
-        condition.broadcast()
-        condition.unlock()
-    }
-
-    /// Queues a response that is ready now.
-    func push(_ bytes: [UInt8]) {
-        condition.lock()
-        if !finishing && !aborted {
-            slots.append(Slot(bytes: bytes, isAppend: false, isNotification: false))
-            condition.broadcast()
+        if slot.isAppend {
+            appendsInFlight -= 1
+            // A reader waits for this connection's appends before a read.
+            if appendsInFlight == 0 && readerWaiting { condition.broadcast() }
+        }
+        if head < slots.count, slots[head] === slot {
+            writeReady()
         }
         condition.unlock()
     }
 
-    /// Queues a notification unless `notificationLimit` are already waiting. Never blocks.
+    /// Queues a response that is ready now, and writes it when it is next.
+    func push(_ bytes: [UInt8]) {
+        condition.lock()
+        defer { condition.unlock() }
+        guard !finishing && !aborted, !bytes.isEmpty else { return }
+        if head == slots.count, !writing, unsent.isEmpty {
+            // Nothing before it: no slot needed.
+            write(bytes)
+        } else {
+            slots.append(Slot(bytes: bytes, isAppend: false, isNotification: false))
+            wakeSender()
+        }
+    }
+
+    /// Queues a notification unless `notificationLimit` are already waiting. Never blocks
+    /// (the sender writes it).
     func offerNotification(_ bytes: [UInt8]) -> Bool {
         condition.lock()
         defer { condition.unlock() }
@@ -82,7 +115,7 @@ final class Outbox: @unchecked Sendable {
     func pushNotificationWaiting(_ bytes: [UInt8]) -> Bool {
         condition.lock()
         defer { condition.unlock() }
-        while queuedNotifications >= notificationLimit && !finishing && !aborted { condition.wait() }
+        while queuedNotifications >= notificationLimit && !finishing && !aborted { readerWait() }
         guard !finishing && !aborted else { return false }
         appendNotification(bytes)
         return true
@@ -117,7 +150,7 @@ final class Outbox: @unchecked Sendable {
     /// Waits until every append this connection sent has its response.
     func waitForAppends() {
         condition.lock()
-        while appendsInFlight > 0 && !aborted { condition.wait() }
+        while appendsInFlight > 0 && !aborted { readerWait() }
         condition.unlock()
     }
 
@@ -127,38 +160,124 @@ final class Outbox: @unchecked Sendable {
         return finishing || aborted
     }
 
-    /// For the sender: waits for the responses at the head and returns them as one
-    /// write; nil when the connection is done.
+    /// For the sender: waits until there is something to write and nobody else writes,
+    /// and returns it as one write; nil when the connection is done. Call `wrote()` once
+    /// it is written.
     func nextWrite() -> [UInt8]? {
         condition.lock()
         defer { condition.unlock() }
         while true {
-            if aborted { return nil }
-            var out: [UInt8] = []
-            var released = 0
-            while head < slots.count, let bytes = slots[head].bytes {
-                out.append(contentsOf: bytes)
-                if slots[head].isNotification { released += 1 }
-                head += 1
-                if out.count >= 1 << 20 { break }
+            // Never while another thread writes: the socket is closed once the sender ends.
+            if !writing {
+                if aborted { return nil }
+                let out = takeReady()
+                if !out.isEmpty {
+                    writing = true
+                    return out
+                }
+                if finishing && head == slots.count { return nil }
             }
-            if head > 1024 && head * 2 > slots.count {
-                slots.removeFirst(head)
-                head = 0
-            }
-            if released > 0 {
-                queuedNotifications -= released
-                condition.broadcast()
-            }
-            if !out.isEmpty { return out }
-            if finishing && head == slots.count { return nil }
+            senderWaiting = true
             condition.wait()
+            senderWaiting = false
         }
+    }
+
+    /// For the sender: what `nextWrite()` returned is written (or failed).
+    func wrote() {
+        condition.lock()
+        writing = false
+        condition.unlock()
+    }
+
+    /// Why a write that did not block failed, if one did.
+    var writeFailure: SocketError? {
+        condition.lock()
+        defer { condition.unlock() }
+        return failure
+    }
+
+    /// Whatever is ready at the head, one write's worth; notifications taken make room.
+    /// Call with the condition's lock held.
+    private func takeReady() -> [UInt8] {
+        var out: [UInt8] = []
+        swap(&out, &unsent)
+        var released = 0
+        while head < slots.count, let bytes = slots[head].bytes {
+            if out.isEmpty { out = bytes } else { out.append(contentsOf: bytes) }
+            if slots[head].isNotification { released += 1 }
+            head += 1
+            if out.count >= 1 << 20 { break }
+        }
+        if head == slots.count {
+            slots.removeAll(keepingCapacity: slots.count <= 1024)
+            head = 0
+        } else if head > 1024 && head * 2 > slots.count {
+            slots.removeFirst(head)
+            head = 0
+        }
+        if released > 0 {
+            queuedNotifications -= released
+            if readerWaiting { condition.broadcast() }
+        }
+        return out
+    }
+
+    /// Writes what is ready at the head on the calling thread when nobody else writes.
+    /// Call with the condition's lock held.
+    private func writeReady() {
+        guard !writing, unsent.isEmpty, !aborted else {
+            wakeSender()
+            return
+        }
+        let out = takeReady()
+        if !out.isEmpty { write(out) }
+    }
+
+    /// Writes `bytes`, which are next in order, without blocking; what the socket does not
+    /// take goes to the sender. Call with the condition's lock held and nobody writing:
+    /// the lock is let go during the system call.
+    private func write(_ bytes: [UInt8]) {
+        writing = true
+        condition.unlock()
+        let result: Result<Int, SocketError>
+        do throws(SocketError) {
+            result = .success(try socket.writeAvailable(bytes))
+        } catch {
+            result = .failure(error)
+        }
+        condition.lock()
+        writing = false
+        switch result {
+        case .success(let written):
+            if written < bytes.count {
+                unsent = Array(bytes[written...])
+            }
+        case .failure(let error):
+            failure = error
+            aborted = true
+            condition.broadcast()
+            return
+        }
+        // What completed meanwhile, the rest of these bytes, or the end: the sender's.
+        if !unsent.isEmpty || finishing || aborted || (head < slots.count && slots[head].bytes != nil) {
+            wakeSender()
+        }
+    }
+
+    private func readerWait() {
+        readerWaiting = true
+        condition.wait()
+        readerWaiting = false
+    }
+
+    private func wakeSender() {
+        if senderWaiting { condition.broadcast() }
     }
 
     private func appendNotification(_ bytes: [UInt8]) {
         slots.append(Slot(bytes: bytes, isAppend: false, isNotification: true))
         queuedNotifications += 1
-        condition.broadcast()
+        wakeSender()
     }
 }

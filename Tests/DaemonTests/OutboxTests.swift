@@ -1,0 +1,143 @@
+import Foundation
+import Synchronization
+import Testing
+import UnixSocket
+
+@testable import Daemon
+
+/// The outbox over a socket pair: the test plays the client at the other end.
+@Suite("Outbox")
+struct OutboxTests {
+    /// Reads `count` newline-terminated lines from `socket`.
+    func readLines(_ socket: UnixConnection, count: Int) throws -> [String] {
+        var reader = LineReader(limit: 1 << 24)
+        var lines: [String] = []
+        while lines.count < count {
+            switch try reader.next(reading: { buffer, n in try socket.read(into: &buffer, count: n) }) {
+            case .line(let bytes): lines.append(String(decoding: bytes, as: UTF8.self))
+            case .tooLong, .end: return lines
+            }
+        }
+        return lines
+    }
+
+    /// Runs the sender's loop, as a connection does, until the outbox is done.
+    func startSender(_ outbox: Outbox, _ socket: UnixConnection) -> DispatchSemaphore {
+        let done = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            while let bytes = outbox.nextWrite() {
+                do {
+                    try socket.write(bytes)
+                } catch {
+                    outbox.abort()
+                }
+                outbox.wrote()
+            }
+            done.signal()
+        }
+        return done
+    }
+
+    @Test("responses filled out of order, pushed by one thread and filled by another, go out in request order")
+    func order() throws {
+        let (server, client) = try UnixConnection.pair()
+        let outbox = Outbox(socket: server, notificationLimit: 10)
+        let sender = startSender(outbox, server)
+        // Request i is an "append" (filled later, by another thread, in reverse order) when
+        // i % 3 == 0, else a read answered at once.
+        var slots: [(Int, Outbox.Slot)] = []
+        for index in 0..<300 {
+            if index % 3 == 0 {
+                slots.append((index, outbox.reserve(isAppend: true)))
+            } else {
+                outbox.push(Array("\(index)\n".utf8))
+            }
+        }
+        let filler = DispatchSemaphore(value: 0)
+        let pending = slots
+        Thread.detachNewThread {
+            for (index, slot) in pending.reversed() { outbox.fill(slot, with: Array("\(index)\n".utf8)) }
+            filler.signal()
+        }
+        let lines = try readLines(client, count: 300)
+        filler.wait()
+        #expect(lines == (0..<300).map(String.init))
+        outbox.finish()
+        sender.wait()
+    }
+
+    @Test(
+        "a client that does not read: what the socket cannot take waits for the sender, in order, and nothing is lost")
+    func slowClient() throws {
+        let (server, client) = try UnixConnection.pair()
+        let outbox = Outbox(socket: server, notificationLimit: 10)
+        let sender = startSender(outbox, server)
+        // Far more than a socket buffer holds, so writes that must not block come up short.
+        let big = String(repeating: "x", count: 200_000)
+        var expected: [String] = []
+        for index in 0..<40 {
+            let line = "\(index) " + (index % 2 == 0 ? big : "small")
+            expected.append(line)
+            if index % 4 == 1 {
+                let slot = outbox.reserve(isAppend: true)
+                outbox.fill(slot, with: Array((line + "\n").utf8))
+            } else {
+                outbox.push(Array((line + "\n").utf8))
+            }
+        }
+        Thread.sleep(forTimeInterval: 0.1)  // the client only starts reading now
+        let lines = try readLines(client, count: 40)
+        #expect(lines.count == 40)
+        #expect(lines == expected)
+        outbox.finish()
+        sender.wait()
+    }
+
+    @Test("a reader waiting for its appends wakes when the last one is answered")
+    func waitForAppends() throws {
+        let (server, client) = try UnixConnection.pair()
+        let outbox = Outbox(socket: server, notificationLimit: 10)
+        let sender = startSender(outbox, server)
+        let first = outbox.reserve(isAppend: true)
+        let second = outbox.reserve(isAppend: true)
+        let waited = Atomic<Bool>(false)
+        let done = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            outbox.waitForAppends()
+            waited.store(true, ordering: .sequentiallyConsistent)
+            done.signal()
+        }
+        outbox.fill(second, with: Array("2\n".utf8))
+        Thread.sleep(forTimeInterval: 0.05)
+        let early = waited.load(ordering: .sequentiallyConsistent)
+        #expect(!early)
+        outbox.fill(first, with: Array("1\n".utf8))
+        done.wait()
+        #expect(try readLines(client, count: 2) == ["1", "2"])
+        outbox.finish()
+        sender.wait()
+    }
+
+    @Test("the sender ends only once the last response is written, and after a failed write")
+    func ending() throws {
+        let (server, client) = try UnixConnection.pair()
+        let outbox = Outbox(socket: server, notificationLimit: 10)
+        let sender = startSender(outbox, server)
+        let slot = outbox.reserve(isAppend: true)
+        outbox.finish()
+        #expect(sender.wait(timeout: .now() + 0.1) == .timedOut, "an append is still to be answered")
+        outbox.fill(slot, with: Array("last\n".utf8))
+        sender.wait()
+        #expect(try readLines(client, count: 1) == ["last"])
+
+        let (server2, client2) = try UnixConnection.pair()
+        let broken = Outbox(socket: server2, notificationLimit: 10)
+        let sender2 = startSender(broken, server2)
+        client2.close()
+        let pending = broken.reserve(isAppend: true)
+        broken.fill(pending, with: Array("to nobody\n".utf8))
+        sender2.wait()
+        #expect(broken.isEnding)
+        #expect(broken.writeFailure != nil)
+    }
+}
