@@ -1,5 +1,6 @@
 import Foundation
 import Projections
+import TestSupport
 import Testing
 
 @testable import EventStore
@@ -332,6 +333,45 @@ struct GroupCommitTests {
                 == .edit(
                     fields: [FieldChange(name: "a", value: try JSONBytes(parsing: "4"))],
                     base: [FieldBase(field: "a", heads: [v1])]))
+        try store.check()
+    }
+
+    @Test("groups that succeed and groups that fail, in any mix", arguments: 1...8)
+    func mixedGroups(seed: UInt64) throws {
+        let store = try TempStore()
+        _ = try store.log.append(inputs(#"{"entity":"job/gone","kind":"delete"}"#))
+        var rng = SeededGenerator(seed: seed)
+        var kept = 1
+        for round in 0..<6 {
+            var groups: [[InputEvent]] = []
+            var fails: [Bool] = []
+            for index in 0..<Int.random(in: 1...12, using: &rng) {
+                var group = workload(
+                    seed: seed * 1000 + UInt64(round * 100 + index), count: Int.random(in: 1...20, using: &rng))
+                let failing = Int.random(in: 0..<4, using: &rng) == 0
+                if failing {
+                    let bad = try inputs(#"{"entity":"job/gone","kind":"edit","fields":{"a":1}}"#)[0]
+                    group.insert(bad, at: Int.random(in: 0...group.count, using: &rng))
+                }
+                groups.append(group)
+                fails.append(failing)
+            }
+            let results = try store.log.append(groups: groups)
+            #expect(results.count == groups.count)
+            for (index, result) in results.enumerated() {
+                switch result {
+                case .success(let appended):
+                    #expect(!fails[index])
+                    #expect(appended.ids.count == groups[index].count)
+                    for id in appended.ids { #expect(try store.log.event(id) != nil) }
+                    kept += appended.appended
+                case .failure(let error):
+                    #expect(fails[index])
+                    #expect(error.reason == .deleted)
+                }
+            }
+            #expect(try store.log.statistics().events == kept)
+        }
         try store.check()
     }
 

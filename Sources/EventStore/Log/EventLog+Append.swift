@@ -23,6 +23,38 @@ extension EventLog {
     /// - Throws: only what fails them all: storage full, an unusable store.
     public func append(groups: [[InputEvent]]) throws(EventStoreError) -> [Result<AppendResult, EventStoreError>] {
         guard !groups.isEmpty else { return [] }
+        // Groups almost always succeed: first all of them in the one transaction, without a
+        // nested transaction each (LMDB copies into a child every page its parent has
+        // dirtied, and merges them back at its commit). When one fails, nothing of that
+        // attempt is kept, and the groups are written again each in a nested transaction.
+        var groupFailed = false
+        do {
+            return try write { batch, txn, writer in
+                groupFailed = false
+                var results: [Result<AppendResult, EventStoreError>] = []
+                results.reserveCapacity(groups.count)
+                for inputs in groups {
+                    let ids: [ULID]
+                    let written: [ULID]
+                    do {
+                        (ids, written) = try batch.append(inputs, txn: &txn, writer: &writer)
+                    } catch let error as EventStoreError {
+                        groupFailed = true
+                        throw error
+                    }
+                    results.append(.success(batch.result(of: inputs, ids: ids, written: written)))
+                }
+                _ = try batch.finish(txn: &txn)
+                return results
+            }
+        } catch {
+            if !groupFailed { throw error }
+        }
+        return try appendNested(groups: groups)
+    }
+
+    /// `append(groups:)` with each group in a nested transaction, rolled back on its own.
+    func appendNested(groups: [[InputEvent]]) throws(EventStoreError) -> [Result<AppendResult, EventStoreError>] {
         let results = try write { batch, txn, writer in
             var results: [Result<AppendResult, EventStoreError>] = []
             results.reserveCapacity(groups.count)
@@ -32,11 +64,7 @@ extension EventLog {
                     let (ids, written) = try txn.nested { child in
                         try batch.append(inputs, txn: &child, writer: &writer)
                     }
-                    var versions: [EntityKey: ULID] = [:]
-                    for input in inputs {
-                        if let version = batch.version(of: input.entity) { versions[input.entity] = version }
-                    }
-                    results.append(.success(AppendResult(ids: ids, versions: versions, written: written)))
+                    results.append(.success(batch.result(of: inputs, ids: ids, written: written)))
                 } catch let error as EventStoreError {
                     batch = before
                     results.append(.failure(error))
@@ -246,6 +274,15 @@ struct WriteBatch {
         touched.append(entry)
         slots[entity] = touched.count - 1
         return touched.count - 1
+    }
+
+    /// A group's result: its ids, and the version of each entity it names after its events.
+    func result(of inputs: [InputEvent], ids: [ULID], written: [ULID]) -> AppendResult {
+        var versions: [EntityKey: ULID] = [:]
+        for input in inputs {
+            if let version = version(of: input.entity) { versions[input.entity] = version }
+        }
+        return AppendResult(ids: ids, versions: versions, written: written)
     }
 
     /// The entity's version as this batch sees it, when the batch has touched it.
