@@ -114,6 +114,23 @@ public struct Cursor: ~Copyable {
         }
     }
 
+    /// Stores `values`, consecutive elements of `elementSize` bytes each, as values of `key`
+    /// in one call: for `.dupFixed` databases only.
+    ///
+    /// The corresponding C function is `mdb_cursor_put` with `MDB_MULTIPLE`.
+    public mutating func putMultiple(_ key: [UInt8], values: [UInt8], elementSize: Int) throws(LMDBError) {
+        #if DEBUG
+            if let faults {
+                try perform("mdb_cursor_put") { _ throws(LMDBError) in
+                    try faults.check(.put, operation: "mdb_cursor_put")
+                }
+            }
+        #endif
+        try perform("mdb_cursor_put") { cursor throws(LMDBError) in
+            try MDB.cursorPutMultiple(cursor, key, values: values, elementSize: elementSize)
+        }
+    }
+
     /// Deletes the pair at the cursor, or with `allDuplicates` every value of its key.
     ///
     /// Only for cursors of a `WriteTransaction`. The corresponding C function is `mdb_cursor_del`.

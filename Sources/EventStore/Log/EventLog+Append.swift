@@ -137,6 +137,10 @@ struct WriteBatch {
     var touched: [Touched] = []
     var slots: [EntityKey: Int] = [:]
     var keysInBatch: [String: ULID] = [:]
+    /// The `origin_index` entries of the events written, put at the end of the batch: one
+    /// call per origin (`MDB_MULTIPLE`) instead of one per event. Nothing reads that index
+    /// inside a write.
+    var originEntries: [(origin: ULID, id: ULID)] = []
     /// Counts the client batches appended, so each entity can tell whether the current one
     /// has named it already.
     var clientBatch = 0
@@ -276,6 +280,29 @@ struct WriteBatch {
         return touched.count - 1
     }
 
+    /// Puts `originEntries`, each origin's ids in order in one call.
+    mutating func writeOriginEntries(txn: inout WriteTransaction) throws {
+        guard !originEntries.isEmpty else { return }
+        originEntries.sort { $0.origin == $1.origin ? $0.id < $1.id : $0.origin < $1.origin }
+        let entries = originEntries
+        try txn.withCursor(log.tables.originIndex) { cursor in
+            var start = 0
+            while start < entries.count {
+                let origin = entries[start].origin
+                var values: [UInt8] = []
+                values.reserveCapacity(16 * (entries.count - start))
+                var end = start
+                while end < entries.count, entries[end].origin == origin {
+                    entries[end].id.append(to: &values)
+                    end += 1
+                }
+                try cursor.putMultiple(origin.bytes, values: values, elementSize: 16)
+                start = end
+            }
+        }
+        originEntries.removeAll()
+    }
+
     /// A group's result: its ids, and the version of each entity it names after its events.
     func result(of inputs: [InputEvent], ids: [ULID], written: [ULID]) -> AppendResult {
         var versions: [EntityKey: ULID] = [:]
@@ -320,7 +347,7 @@ struct WriteBatch {
             try txn.put(tables.events, key, value, flags: .noOverwrite)
         }
         try txn.put(tables.entityIndex, event.entity.bytes, key)
-        try txn.put(tables.originIndex, event.origin.bytes, key)
+        originEntries.append((event.origin, event.id))
         if case .status(let status, _) = event.body {
             try txn.put(tables.statusHistory, event.entity.bytes, EventLog.historyValue(event.id, event.origin, status))
         }
@@ -379,6 +406,7 @@ struct WriteBatch {
             }
         }
         try txn.put(tables.meta, EventLog.Meta.digest, digest.bytes)
+        try writeOriginEntries(txn: &txn)
         for (origin, lead) in skews {
             let previous = try txn.get(tables.skew, origin.bytes).map(uint64(bigEndian:)) ?? 0
             if lead > previous { try txn.put(tables.skew, origin.bytes, bigEndian(lead)) }

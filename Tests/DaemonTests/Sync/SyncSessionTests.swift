@@ -31,7 +31,7 @@ struct SyncSessionTests {
         }
     }
 
-    @Test("two stores exchange what each lacks; a second session moves nothing", .timeLimit(.minutes(2)))
+    @Test("two stores exchange what each lacks; a second session moves nothing", .timeLimit(.minutes(10)))
     func twoWay() throws {
         let a = try TempStore()
         let b = try TempStore()
@@ -69,7 +69,7 @@ struct SyncSessionTests {
 
     @Test(
         "3 to 5 stores synced in random pairs until quiescent converge, whatever the order",
-        .timeLimit(.minutes(5)), arguments: [(3, 11), (4, 12), (5, 13), (3, 14)] as [(Int, UInt64)])
+        .timeLimit(.minutes(10)), arguments: [(3, 11), (4, 12), (5, 13), (3, 14)] as [(Int, UInt64)])
     func convergence(replicas: Int, seed: UInt64) throws {
         var rng = SeededGenerator(seed: seed)
         let stores = try (0..<replicas).map { _ in try TempStore() }
@@ -109,7 +109,7 @@ struct SyncSessionTests {
         }
     }
 
-    @Test("a store missing events in the middle of an origin's range gets exactly those", .timeLimit(.minutes(2)))
+    @Test("a store missing events in the middle of an origin's range gets exactly those", .timeLimit(.minutes(10)))
     func gap() throws {
         let a = try TempStore()
         let b = try TempStore()
@@ -142,7 +142,7 @@ struct SyncSessionTests {
 
     @Test(
         "a node restored from an old backup gets back what its peers kept, its own lost events included",
-        .timeLimit(.minutes(2)))
+        .timeLimit(.minutes(10)))
     func restoredFromBackup() throws {
         let a = try TempStore()
         let b = try TempStore()

@@ -128,7 +128,7 @@ struct TransportTests {
         "ssh:// runs evctl sync-serve on the host through the system ssh client; a refused key is terminal",
         .enabled(
             if: getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/sbin/sshd"), "sshd runs as root"),
-        .timeLimit(.minutes(2)))
+        .timeLimit(.minutes(10)))
     func ssh() throws {
         let evctl = try builtBinary("evctl")
         let server = try SSHServer(evctlDirectory: evctl.deletingLastPathComponent().path)

@@ -240,6 +240,28 @@ enum MDB {
         try check(code, "mdb_cursor_put")
     }
 
+    /// Stores `values`, consecutive elements of `elementSize` bytes, as values of `key` in
+    /// one call (`MDB_MULTIPLE`, for `.dupFixed` databases).
+    static func cursorPutMultiple(
+        _ cursor: OpaquePointer, _ key: [UInt8], values: [UInt8], elementSize: Int
+    ) throws(LMDBError) {
+        precondition(elementSize > 0 && !values.isEmpty && values.count % elementSize == 0)
+        let code = key.withUnsafeBytes { key in
+            values.withUnsafeBytes { values in
+                var key = MDB_val(key)
+                // data[0]: the first element and the size of each; data[1]: how many.
+                var data = [
+                    MDB_val(mv_size: elementSize, mv_data: UnsafeMutableRawPointer(mutating: values.baseAddress)),
+                    MDB_val(mv_size: values.count / elementSize, mv_data: nil),
+                ]
+                return data.withUnsafeMutableBufferPointer { data in
+                    mdb_cursor_put(cursor, &key, data.baseAddress, UInt32(MDB_MULTIPLE))
+                }
+            }
+        }
+        try check(code, "mdb_cursor_put")
+    }
+
     static func cursorDelete(_ cursor: OpaquePointer, allDuplicates: Bool) throws(LMDBError) {
         try check(mdb_cursor_del(cursor, allDuplicates ? UInt32(MDB_NODUPDATA) : 0), "mdb_cursor_del")
     }
