@@ -121,8 +121,17 @@ public struct ULID: Hashable, Comparable, Sendable, CustomStringConvertible {
             low = low >> 5 | high << 59
             high >>= 5
         }
-        out.reserveCapacity(out.count + 26)
-        for index in 0..<26 { out.append(symbols[index]) }
+        // As a collection, so `append(contentsOf:)` reserves once and copies without a
+        // capacity check per byte.
+        out.append(contentsOf: Text(symbols: symbols))
+    }
+
+    /// The 26 symbols of `appendText`.
+    private struct Text: RandomAccessCollection {
+        let symbols: InlineArray<26, UInt8>
+        var startIndex: Int { 0 }
+        var endIndex: Int { 26 }
+        subscript(position: Int) -> UInt8 { symbols[position] }
     }
 
     /// The Crockford symbol of a 5-bit value: digits, then the letters without I, L, O, U.
