@@ -237,12 +237,6 @@ class Runner:
         return True
 
 
-def supports_flag(binary, flag):
-    """Whether a program's usage text mentions `flag` (evstore-bench prints it for --help)."""
-    result = subprocess.run([str(binary), "--help"], capture_output=True, text=True, timeout=30)
-    return flag in result.stdout + result.stderr
-
-
 def wait_for_redis(path, process, timeout=10.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -278,13 +272,18 @@ def run_redis(runner, options, binary, workload, json_path):
             return False
         return runner.run("redis", [*runner.pin(1), binary, "--workload", workload, "--socket", path], json_path)
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process)
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def stop(process):
+    """SIGTERM, then SIGKILL after 30 s; reaps the process either way."""
+    process.terminate()
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def wait_for_socket(path, process, timeout=15.0):
@@ -328,12 +327,7 @@ def canonical_from_daemon(options, runner, workload, path):
             partial.replace(path)
             return True
         finally:
-            daemon.terminate()
-            try:
-                daemon.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
-                daemon.wait()
+            stop(daemon)
             shutil.rmtree(directory, ignore_errors=True)
 
 
@@ -372,15 +366,12 @@ def run_parts(options, runner, workload, large):
     if "bench" in options.parts:
         command = [options.bin / "evstore-bench", "--workload", workload, "--single", options.single,
                    "--repeat", options.repeat, "--dir", out / "stores", "--json", out / "results.json"]
-        # When evstore-bench can write its events' canonical JSON, the C ceiling compresses
-        # exactly what this run's evstore stored.
-        canonical_out = supports_flag(options.bin / "evstore-bench", "--canonical-out")
-        if canonical_out:
-            canonical.unlink(missing_ok=True)
-            command += ["--canonical-out", canonical]
+        # The C ceiling compresses exactly what this run's evstore stored.
+        canonical.unlink(missing_ok=True)
+        command += ["--canonical-out", canonical]
         if runner.run("bench", command):
             load("bench", out / "results.json")
-            written_by_bench = canonical_out and canonical.exists()
+            written_by_bench = canonical.exists()
     if "lmdb" in options.parts:
         path, source = canonical_file(options, runner, workload, written_by_bench)
         options.canonical_source = source

@@ -102,13 +102,7 @@ public struct Cursor: ~Copyable {
     /// Only for cursors of a `WriteTransaction`; in a read transaction LMDB fails with
     /// `LMDBError.permissionDenied`. The corresponding C function is `mdb_cursor_put`.
     public mutating func put(_ key: [UInt8], _ value: [UInt8], flags: PutFlags = []) throws(LMDBError) {
-        #if DEBUG
-            if let faults {
-                try perform("mdb_cursor_put") { _ throws(LMDBError) in
-                    try faults.check(.put, operation: "mdb_cursor_put")
-                }
-            }
-        #endif
+        try injectPutFault()
         try perform("mdb_cursor_put") { cursor throws(LMDBError) in
             try MDB.cursorPut(cursor, key, value, flags: flags.rawValue)
         }
@@ -119,6 +113,14 @@ public struct Cursor: ~Copyable {
     ///
     /// The corresponding C function is `mdb_cursor_put` with `MDB_MULTIPLE`.
     public mutating func putMultiple(_ key: [UInt8], values: [UInt8], elementSize: Int) throws(LMDBError) {
+        try injectPutFault()
+        try perform("mdb_cursor_put") { cursor throws(LMDBError) in
+            try MDB.cursorPutMultiple(cursor, key, values: values, elementSize: elementSize)
+        }
+    }
+
+    /// In debug builds, the fault a test injected for the next put, as LMDB would fail it.
+    private mutating func injectPutFault() throws(LMDBError) {
         #if DEBUG
             if let faults {
                 try perform("mdb_cursor_put") { _ throws(LMDBError) in
@@ -126,9 +128,6 @@ public struct Cursor: ~Copyable {
                 }
             }
         #endif
-        try perform("mdb_cursor_put") { cursor throws(LMDBError) in
-            try MDB.cursorPutMultiple(cursor, key, values: values, elementSize: elementSize)
-        }
     }
 
     /// Deletes the pair at the cursor, or with `allDuplicates` every value of its key.
