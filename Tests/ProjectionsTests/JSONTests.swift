@@ -41,6 +41,15 @@ struct JSONTests {
         _ = try JSONBytes(parsing: fine)
     }
 
+    @Test func integersAsDecimal() {
+        let values = [0, 1, 9, 10, 99, 100, -1, -10, 1_000_000_007, Int.max, Int.min]
+        for value in values {
+            var out: [UInt8] = [UInt8(ascii: ":")]
+            CanonicalWriter.appendInteger(value, to: &out)
+            #expect(String(decoding: out, as: UTF8.self) == ":\(value)")
+        }
+    }
+
     @Test func errorsSayWhere() {
         do {
             _ = try JSONBytes(parsing: "[1, x]")

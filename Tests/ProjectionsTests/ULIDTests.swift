@@ -26,6 +26,9 @@ struct ULIDTests {
             #expect(try #require(ULID(id.description)) == id)
             #expect(try #require(ULID(id.description.lowercased())) == id)
             #expect(try #require(ULID(bytes: id.bytes)) == id)
+            var json: [UInt8] = [UInt8(ascii: "[")]
+            id.appendJSON(to: &json)
+            #expect(String(decoding: json, as: UTF8.self) == "[\"\(id)\"")
         }
         let byValue = ids.sorted()
         #expect(ids.sorted { $0.description < $1.description } == byValue)

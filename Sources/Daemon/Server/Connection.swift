@@ -268,32 +268,17 @@ final class Connection: @unchecked Sendable {
             begin(id: id, member: #","result":{"ids":["#, into: &out)
             for (index, id) in appended.ids.enumerated() {
                 if index > 0 { out.append(UInt8(ascii: ",")) }
-                out.append(UInt8(ascii: "\""))
-                id.appendText(to: &out)
-                out.append(UInt8(ascii: "\""))
+                id.appendJSON(to: &out)
             }
             append(#"],"versions":{"#, to: &out)
-            func version(_ entity: EntityKey, _ version: ULID) {
+            for (index, (entity, version)) in appended.versions.sorted(by: { $0.key < $1.key }).enumerated() {
+                if index > 0 { out.append(UInt8(ascii: ",")) }
                 CanonicalWriter.appendString(utf8: entity.bytes, to: &out)
                 out.append(UInt8(ascii: ":"))
-                out.append(UInt8(ascii: "\""))
-                version.appendText(to: &out)
-                out.append(UInt8(ascii: "\""))
-            }
-            if appended.versions.count == 1, let (entity, id) = appended.versions.first {
-                version(entity, id)
-            } else {
-                for (index, (entity, id)) in appended.versions.sorted(by: { $0.key < $1.key }).enumerated() {
-                    if index > 0 { out.append(UInt8(ascii: ",")) }
-                    version(entity, id)
-                }
+                version.appendJSON(to: &out)
             }
             append(#"},"appended":"#, to: &out)
-            if appended.appended < 10 {
-                out.append(UInt8(ascii: "0") + UInt8(appended.appended))
-            } else {
-                CanonicalWriter.appendInteger(appended.appended, to: &out)
-            }
+            CanonicalWriter.appendInteger(appended.appended, to: &out)
             append("}}\n", to: &out)
             return out
         }

@@ -367,7 +367,7 @@ public enum EventCodec {
         }
         if includeID {
             CanonicalWriter.appendKey("id", to: &out)
-            appendID(event.id, to: &out)
+            event.id.appendJSON(to: &out)
             out.append(UInt8(ascii: ","))
         }
         if let key = event.key {
@@ -384,7 +384,7 @@ public enum EventCodec {
             out.append(UInt8(ascii: ","))
         }
         CanonicalWriter.appendKey("origin", to: &out)
-        appendID(event.origin, to: &out)
+        event.origin.appendJSON(to: &out)
         switch event.body {
         case .add(let set, _), .remove(let set, _, _):
             out.append(UInt8(ascii: ","))
@@ -399,17 +399,11 @@ public enum EventCodec {
         out.append(UInt8(ascii: "}"))
     }
 
-    static func appendID(_ id: ULID, to out: inout [UInt8]) {
-        out.append(UInt8(ascii: "\""))
-        id.appendText(to: &out)
-        out.append(UInt8(ascii: "\""))
-    }
-
     static func appendIDs(_ ids: [ULID], to out: inout [UInt8]) {
         out.append(UInt8(ascii: "["))
         for (index, id) in ids.enumerated() {
             if index > 0 { out.append(UInt8(ascii: ",")) }
-            appendID(id, to: &out)
+            id.appendJSON(to: &out)
         }
         out.append(UInt8(ascii: "]"))
     }

@@ -185,14 +185,14 @@ extension EntityState {
             Self.appendStatusEntries(history, to: &out)
             out.append(UInt8(ascii: ","))
             CanonicalWriter.appendKey("id", to: &out)
-            Self.appendID(current.id, to: &out)
+            current.id.appendJSON(to: &out)
             out.append(UInt8(ascii: "}"))
         } else {
             CanonicalWriter.appendNull(to: &out)
         }
         out.append(UInt8(ascii: ","))
         CanonicalWriter.appendKey("version", to: &out)
-        if let version { Self.appendID(version, to: &out) } else { CanonicalWriter.appendNull(to: &out) }
+        if let version { version.appendJSON(to: &out) } else { CanonicalWriter.appendNull(to: &out) }
         out.append(UInt8(ascii: "}"))
         return out
     }
@@ -205,18 +205,12 @@ extension EntityState {
         StateHash(hashing: encoded())
     }
 
-    static func appendID(_ id: ULID, to out: inout [UInt8]) {
-        out.append(UInt8(ascii: "\""))
-        id.appendText(to: &out)
-        out.append(UInt8(ascii: "\""))
-    }
-
     static func appendIDAndOrigin(_ id: ULID, _ origin: ULID, to out: inout [UInt8]) {
         CanonicalWriter.appendKey("id", to: &out)
-        appendID(id, to: &out)
+        id.appendJSON(to: &out)
         out.append(UInt8(ascii: ","))
         CanonicalWriter.appendKey("origin", to: &out)
-        appendID(origin, to: &out)
+        origin.appendJSON(to: &out)
     }
 
     static func appendStatusEntries(_ entries: [StatusEntry], to out: inout [UInt8]) {

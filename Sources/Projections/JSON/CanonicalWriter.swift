@@ -71,18 +71,21 @@ public enum CanonicalWriter {
     }
 
     public static func appendInteger(_ value: Int, to out: inout [UInt8]) {
-        if value == 0 {
-            out.append(UInt8(ascii: "0"))
-            return
+        if value < 0 { out.append(UInt8(ascii: "-")) }
+        // Room for the digits, filled from the last: no array of its own.
+        var width = 1
+        var scale = value.magnitude
+        while scale >= 10 {
+            scale /= 10
+            width += 1
         }
-        var digits: [UInt8] = []
+        let start = out.count
+        out.append(contentsOf: repeatElement(UInt8(ascii: "0"), count: width))
         var rest = value.magnitude
-        while rest > 0 {
-            digits.append(UInt8(ascii: "0") + UInt8(rest % 10))
+        for index in stride(from: start + width - 1, through: start, by: -1) {
+            out[index] = UInt8(ascii: "0") + UInt8(rest % 10)
             rest /= 10
         }
-        if value < 0 { out.append(UInt8(ascii: "-")) }
-        out.append(contentsOf: digits.reversed())
     }
 
     public static func appendBool(_ value: Bool, to out: inout [UInt8]) {

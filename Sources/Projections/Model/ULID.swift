@@ -111,26 +111,34 @@ public struct ULID: Hashable, Comparable, Sendable, CustomStringConvertible {
     }
 
     public func appendText(to out: inout [UInt8]) {
-        // Take 5 bits at a time from the low end (a 128-bit shift), then append in order.
-        // The 26 symbols carry 130 bits; the top two are always zero.
-        var symbols = InlineArray<26, UInt8>(repeating: 0)
-        var high = self.high
-        var low = self.low
-        for index in stride(from: 25, through: 0, by: -1) {
-            symbols[index] = ULID.symbol(UInt8(truncatingIfNeeded: low & 31))
-            low = low >> 5 | high << 59
-            high >>= 5
-        }
-        // As a collection, so `append(contentsOf:)` reserves once and copies without a
-        // capacity check per byte.
-        out.append(contentsOf: Text(symbols: symbols))
+        out.append(contentsOf: Text(self, quoted: false))
     }
 
-    /// The 26 symbols of `appendText`.
+    /// Appends the id as a JSON string: its text in double quotes.
+    public func appendJSON(to out: inout [UInt8]) {
+        out.append(contentsOf: Text(self, quoted: true))
+    }
+
+    /// The 26 symbols, in quotes or not, as a collection, so that `append(contentsOf:)`
+    /// reserves once and copies without a capacity check per byte.
     private struct Text: RandomAccessCollection {
-        let symbols: InlineArray<26, UInt8>
-        var startIndex: Int { 0 }
-        var endIndex: Int { 26 }
+        var symbols = InlineArray<28, UInt8>(repeating: UInt8(ascii: "\""))
+        let startIndex: Int
+        let endIndex: Int
+
+        init(_ id: ULID, quoted: Bool) {
+            // Take 5 bits at a time from the low end (a 128-bit shift), last symbol first.
+            // The 26 symbols carry 130 bits; the top two are always zero.
+            var high = id.high
+            var low = id.low
+            for index in stride(from: 26, through: 1, by: -1) {
+                symbols[index] = ULID.symbol(UInt8(truncatingIfNeeded: low & 31))
+                low = low >> 5 | high << 59
+                high >>= 5
+            }
+            (startIndex, endIndex) = quoted ? (0, 28) : (1, 27)
+        }
+
         subscript(position: Int) -> UInt8 { symbols[position] }
     }
 
