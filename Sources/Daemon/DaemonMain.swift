@@ -271,17 +271,18 @@ final class Daemon: Sendable {
                 old.maxLineBytes = fresh.maxLineBytes
                 old.watchQueueEvents = fresh.watchQueueEvents
                 old.logLevel = fresh.logLevel
+                old.mapMaxBytes = fresh.mapMaxBytes
                 return previous
             }
             logger.level = fresh.logLevel
             context.limits = Limits(maxLineBytes: fresh.maxLineBytes, watchQueueEvents: fresh.watchQueueEvents)
             context.sync.update(SyncService.Settings(fresh))
+            if fresh.mapMaxBytes != old.mapMaxBytes { context.methods.log.setMaxStorageBytes(fresh.mapMaxBytes) }
             var restartNeeded: [String] = []
             if fresh.dataDirectory != old.dataDirectory { restartNeeded.append("data_dir") }
             if fresh.socketPath != old.socketPath { restartNeeded.append("socket") }
             if fresh.durability != old.durability { restartNeeded.append("durability") }
             if fresh.maxEventBytes != old.maxEventBytes { restartNeeded.append("max_event_bytes") }
-            if fresh.mapMaxBytes != old.mapMaxBytes { restartNeeded.append("map_max_bytes") }
             if fresh.maxClockSkewSeconds != old.maxClockSkewSeconds { restartNeeded.append("max_clock_skew_s") }
             logger.info(
                 "SIGHUP: configuration reloaded\(restartNeeded.isEmpty ? "" : "; a restart applies \(restartNeeded.joined(separator: ", "))")"

@@ -68,6 +68,8 @@ final class Logger: Sendable {
             let time = Date().formatted(.iso8601.year().month().day().time(includingFractionalSeconds: true))
             line = "\(time) \(level.name) \(label): \(message())\n"
         }
-        output.withLock { _ in FileHandle.standardError.write(Data(line.utf8)) }
+        // `write(_:)` traps when the write fails; a full disk under a redirected stderr
+        // must cost the line, never the daemon.
+        output.withLock { _ in try? FileHandle.standardError.write(contentsOf: Data(line.utf8)) }
     }
 }

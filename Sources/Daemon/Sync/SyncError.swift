@@ -27,6 +27,9 @@ struct SyncError: Error, Sendable, Equatable, CustomStringConvertible {
         case peerFailed = "peer_error"
         /// This node could not store what it received.
         case storage
+        /// This node's disk, or its `map_max_bytes`, is full: nothing more can be received
+        /// until there is room. What it sent before is with the peer.
+        case storageFull = "storage_full"
         /// Not allowed: a peer or URL that is not acceptable.
         case invalidPeer = "invalid_peer"
     }

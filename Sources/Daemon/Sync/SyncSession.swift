@@ -331,11 +331,14 @@ final class SyncSession {
         return frame
     }
 
-    /// Runs a store call; its failure becomes a `storage` error.
+    /// Runs a store call; its failure becomes a `storage` (or `storage_full`) error.
     private func storage<R>(_ body: () throws(EventStoreError) -> R) throws(SyncError) -> R {
         do {
             return try body()
         } catch {
+            if error.reason == .storageFull {
+                throw SyncError(.storageFull, "this node cannot store more: \(error.message)")
+            }
             throw SyncError(.storage, "this node's store failed: \(error)")
         }
     }

@@ -56,7 +56,7 @@ extension EventStoreError {
         case let error as LMDBError where error.isStorageFull:
             return EventStoreError(
                 .storageFull,
-                "storage is full: \(error.message) Nothing of this request was written; free disk space or raise map_max_bytes, then retry."
+                "storage is full: \(error.message) Nothing of this request was written; free disk space or raise map_max_bytes (a SIGHUP applies it), then retry."
             )
         case let error as LMDBError:
             return EventStoreError(.unavailable, "storage error in \(error.operation): \(error.name): \(error.message)")

@@ -64,7 +64,9 @@ public final class Environment: @unchecked Sendable {
     /// The directory that holds `data.mdb` and `lock.mdb`.
     public let directory: String
     /// The size the map may grow to, in bytes (a multiple of the page size).
-    public let maxMapSize: Int
+    public var maxMapSize: Int { maximum.load(ordering: .relaxed) }
+    /// `maxMapSize`; changed by `setMaxMapSize(_:)` while the environment is open.
+    private let maximum: Atomic<Int>
     /// The first map size, and the least the map grows by.
     private let initialMapSize: Int
     /// Held shared by every transaction for its life and exclusive by map resizes, because
@@ -103,7 +105,7 @@ public final class Environment: @unchecked Sendable {
         let pageSize = MDB.systemPageSize
         let initialMapSize = (options.initialMapSize + pageSize - 1) / pageSize * pageSize
         self.initialMapSize = initialMapSize
-        self.maxMapSize = max(options.maxMapSize / pageSize * pageSize, initialMapSize)
+        self.maximum = Atomic(max(options.maxMapSize / pageSize * pageSize, initialMapSize))
         self.directory = directory
         self.resizeLock = try ResizeLock()
 
@@ -263,10 +265,34 @@ public final class Environment: @unchecked Sendable {
                 try txn.commit()
             } catch {
                 if let failure = Self.mapFull(error) { return .mapFull(failure, mapSize: mapSize) }
-                throw error
+                throw fullDiskIfShortWrite(error)
             }
             return .finished(result)
         }
+    }
+
+    /// Free space below which an `EIO` at commit is taken for a full disk.
+    static let nearlyFullBytes = 16 << 20
+
+    /// LMDB reports a page write the file system cut short, which is what a full disk does
+    /// part-way through a commit, as `EIO`. When the file system is (nearly) full, that is
+    /// what it was: `ENOSPC`, so callers see storage full rather than a failing device.
+    private func fullDiskIfShortWrite(_ error: any Error) -> any Error {
+        guard let failure = error as? LMDBError, failure == .ioError,
+            let available = MDB.availableBytes(directory), available < Self.nearlyFullBytes
+        else { return error }
+        return LMDBError(
+            code: LMDBError.noSpace.code, operation: failure.operation,
+            message: "The disk is full (\(available) bytes free where \(directory) is): a commit could not be "
+                + "written whole, and nothing of it was kept. Free disk space and retry.")
+    }
+
+    /// Changes the size the map may grow to, from the next growth on: a raised maximum lets
+    /// writes that failed with `isStorageFull` succeed without reopening; a lowered one stops
+    /// growth (the map never shrinks). Rounded down to the page size, at least the initial size.
+    public func setMaxMapSize(_ bytes: Int) {
+        let pageSize = MDB.systemPageSize
+        maximum.store(max(bytes / pageSize * pageSize, initialMapSize), ordering: .relaxed)
     }
 
     /// `error` when it is `MDB_MAP_FULL`.
@@ -285,8 +311,8 @@ public final class Environment: @unchecked Sendable {
                 throw LMDBError(
                     code: failure.code, operation: failure.operation,
                     message: "Storage reached its configured maximum of \(maxMapSize) bytes "
-                        + "(EnvironmentOptions.maxMapSize); delete data, or reopen with a larger maxMapSize "
-                        + "if the disk has room."
+                        + "(EnvironmentOptions.maxMapSize); delete data, or raise the maximum "
+                        + "(setMaxMapSize) if the disk has room."
                 )
             }
             try MDB.envSetMapSize(handle, nextMapSize(after: current))

@@ -241,6 +241,13 @@ public final class EventLog: Sendable {
         }
     }
 
+    /// The size the store may grow to, in bytes (`EnvironmentOptions.maxMapSize`).
+    public var maxStorageBytes: Int { environment.maxMapSize }
+
+    /// Changes the size the store may grow to while it is open: raising it lets appends
+    /// that failed with `storage_full` at the old maximum succeed, with no reopen.
+    public func setMaxStorageBytes(_ bytes: Int) { environment.setMaxMapSize(bytes) }
+
     /// Flushes buffered commits to disk (only needed with `durable: false`).
     public func sync() throws(EventStoreError) {
         do { try environment.sync(force: true) } catch { throw EventStoreError.from(error) }

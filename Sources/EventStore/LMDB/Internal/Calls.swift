@@ -318,6 +318,14 @@ extension MDB {
         return "\(info.st_dev):\(info.st_ino)"
     }
 
+    /// The bytes still free for unprivileged writers on the file system that holds `path`,
+    /// or nil when `statvfs` fails.
+    static func availableBytes(_ path: String) -> Int? {
+        var info = Glibc.statvfs()
+        guard statvfs(path, &info) == 0 else { return nil }
+        return Int(clamping: UInt64(info.f_bavail).multipliedReportingOverflow(by: UInt64(info.f_frsize)).partialValue)
+    }
+
     /// The errno for a resource that is in use.
     static let busy = EBUSY
 
