@@ -9,6 +9,8 @@
 SWIFT        ?= swift
 DEBIAN_PKGS  := liblmdb-dev libzstd-dev
 SSH_PKGS     := openssh-client openssh-server
+# The clock tests run the real daemon with its wall clock moved (libfaketime).
+TEST_PKGS    := libfaketime
 # The baselines of `make bench`: a C compiler, SQLite and hiredis headers, a Redis server.
 BENCH_PKGS   := gcc libsqlite3-dev libhiredis-dev redis-server
 SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -27,12 +29,15 @@ BENCH_PRODUCTS := evstored evctl evstore-bench evstore-socket-bench
 all: build
 
 # Installs the Debian packages the build links against, only when pkg-config cannot find them.
-# openssh-client carries ssh:// peers; openssh-server lets the tests run a real sshd on 127.0.0.1.
+# openssh-client carries ssh:// peers; openssh-server lets the tests run a real sshd on 127.0.0.1;
+# libfaketime moves the daemon's clock in the clock tests.
 deps:
-	@if ! pkg-config --exists lmdb libzstd 2>/dev/null || ! command -v ssh >/dev/null || [ ! -x /usr/sbin/sshd ]; then \
-		echo "installing $(DEBIAN_PKGS) $(SSH_PKGS)"; \
+	@if ! pkg-config --exists lmdb libzstd 2>/dev/null || ! command -v ssh >/dev/null || [ ! -x /usr/sbin/sshd ] \
+			|| ! dpkg -s $(TEST_PKGS) >/dev/null 2>&1; then \
+		echo "installing $(DEBIAN_PKGS) $(SSH_PKGS) $(TEST_PKGS)"; \
 		$(SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(DEBIAN_PKGS) $(SSH_PKGS) pkg-config; \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
+			$(DEBIAN_PKGS) $(SSH_PKGS) $(TEST_PKGS) pkg-config; \
 	fi
 
 # What the benchmark baselines need, installed only when missing (LMDB and zstd come from deps).

@@ -125,9 +125,16 @@ struct Methods: Sendable {
         out.member("max_skew_ms", Int(clamping: log.options.maxClockSkewMilliseconds))
         out.key("skewed_origins")
         out.beginObject()
-        for (origin, lead) in statistics.skewedOrigins.sorted(by: { $0.key < $1.key }) {
+        for (origin, skew) in log.skewedOrigins(idLeads: statistics.skewedOrigins).sorted(by: { $0.key < $1.key }) {
             out.key(origin.description)
-            out.int(Int(clamping: lead))
+            out.int(Int(clamping: skew))
+        }
+        out.endObject()
+        out.key("offsets")
+        out.beginObject()
+        for (node, offset) in log.measuredClockOffsets.sorted(by: { $0.key < $1.key }) {
+            out.key(node.description)
+            out.int(Int(clamping: offset))
         }
         out.endObject()
         out.endObject()

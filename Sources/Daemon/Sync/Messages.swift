@@ -14,10 +14,13 @@ enum Messages {
         var vector: [String: String]
         /// In the responder's hello: the fingerprints of the ranges both hold.
         var ranges: [WireRange]?
+        /// The sender's wall clock as it wrote the hello, ms since the Unix epoch: each side
+        /// learns how far the other's clock is from its own. Older peers leave it out.
+        var clock: UInt64? = nil
 
         enum CodingKeys: String, CodingKey {
             case protocolVersion = "protocol"
-            case node, name, vector, ranges
+            case node, name, vector, ranges, clock
         }
     }
 

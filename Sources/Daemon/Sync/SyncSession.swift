@@ -75,20 +75,21 @@ final class SyncSession {
     func initiate() throws(SyncError) -> SyncReport {
         try failing { () throws(SyncError) in
             let mine = try vector()
+            let sentAt = node.log.options.wallClock()
             do throws(SyncError) {
                 try channel.writePreamble()
                 try send(
                     .hello,
                     Messages.Hello(
                         protocolVersion: Frame.protocolVersion, node: node.log.nodeID.description, name: node.name,
-                        vector: mine.wire, ranges: nil))
+                        vector: mine.wire, ranges: nil, clock: sentAt))
             } catch {
                 // A peer that answers at once and hangs up (a portal, another service) is
                 // better described by what it said than by the failed write.
                 if error.reason == .closed, let said = garbageBeforeClosing() { throw said }
                 throw error
             }
-            let (hello, theirs) = try readHello(peerVersion: try channel.readPreamble())
+            let (hello, theirs) = try readHello(peerVersion: try channel.readPreamble(), sentAt: sentAt)
             var reconciler = Reconciler(source: node.log)
             var incoming = try (hello.ranges ?? []).map { (range) throws(SyncError) in try range.decoded() }
             while !incoming.isEmpty {
@@ -114,7 +115,7 @@ final class SyncSession {
     func respond(initiatorVersion version: Int) throws(SyncError) -> SyncReport {
         try failing { () throws(SyncError) in
             try channel.writePreamble()
-            let (_, theirs) = try readHello(peerVersion: version)
+            let (_, theirs) = try readHello(peerVersion: version, sentAt: nil)
             let mine = try vector()
             var reconciler = Reconciler(source: node.log)
             let opening = try storage { () throws(EventStoreError) in try reconciler.opening(mine: mine, theirs: theirs)
@@ -123,7 +124,8 @@ final class SyncSession {
                 .hello,
                 Messages.Hello(
                     protocolVersion: Frame.protocolVersion, node: node.log.nodeID.description, name: node.name,
-                    vector: mine.wire, ranges: opening.map(Messages.WireRange.init)))
+                    vector: mine.wire, ranges: opening.map(Messages.WireRange.init),
+                    clock: node.log.options.wallClock()))
             if !opening.isEmpty {
                 while true {
                     let message = try Messages.decode(
@@ -187,8 +189,11 @@ final class SyncSession {
         try storage { () throws(EventStoreError) in try node.log.versionVector() }
     }
 
-    /// The peer's hello and version vector, once its preamble said `version`.
-    private func readHello(peerVersion version: Int) throws(SyncError) -> (Messages.Hello, [ULID: ULID]) {
+    /// The peer's hello and version vector, once its preamble said `version`. `sentAt` is
+    /// when our own hello left, for the initiator, which reads the peer's after a round trip.
+    private func readHello(peerVersion version: Int, sentAt: UInt64?) throws(SyncError) -> (
+        Messages.Hello, [ULID: ULID]
+    ) {
         guard version == Frame.protocolVersion else {
             throw SyncError(
                 .protocolMismatch,
@@ -196,7 +201,15 @@ final class SyncSession {
             )
         }
         let hello = try Messages.decode(Messages.Hello.self, try expect(.hello).payload, frame: "hello")
-        return (hello, try accept(hello))
+        let vector = try accept(hello)
+        if let theirs = hello.clock, let peer = report.peerNode {
+            // The responder compares with the time the hello arrived; the initiator with the
+            // middle of its round trip, when the peer most likely wrote it.
+            let now = node.log.options.wallClock()
+            let ours = sentAt.map { $0 / 2 + now / 2 } ?? now
+            node.log.recordClockOffset(of: peer, milliseconds: Int64(clamping: theirs) - Int64(clamping: ours))
+        }
+        return (hello, vector)
     }
 
     /// Checks the peer's hello; its version vector.

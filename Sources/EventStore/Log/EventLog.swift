@@ -29,6 +29,9 @@ public final class EventLog: Sendable {
     /// Per origin, the fingerprint of all its ids as some snapshot held them, so a sync's
     /// fingerprints cost the ids added since, not a scan of them all (`summary(of:txn:)`).
     let originSummaries = Mutex<[ULID: OriginSummary]>([:])
+    /// Per peer node, how far its wall clock was from ours at its last sync session, ms
+    /// (positive: ahead). Measured again by each session, so kept in memory only.
+    private let clockOffsets = Mutex<[ULID: Int64]>([:])
 
     struct Writer: ~Copyable {
         var clock: HybridClock
@@ -239,6 +242,28 @@ public final class EventLog: Sendable {
         if let greatest, let id = ULID(bytes: greatest) {
             clock.observe(id, now: now)
         }
+    }
+
+    /// Records how far `node`'s wall clock is from this one's, in ms (positive: ahead), as
+    /// a sync session measured it.
+    public func recordClockOffset(of node: ULID, milliseconds: Int64) {
+        clockOffsets.withLock { $0[node] = milliseconds }
+    }
+
+    /// Per peer node, its clock's offset from this one's at its last sync session (ms).
+    public var measuredClockOffsets: [ULID: Int64] { clockOffsets.withLock { $0 } }
+
+    /// Origins whose clock is off this one's by more than `maxClockSkewMilliseconds`, in ms
+    /// (positive: ahead, negative: behind): a peer's offset measured at its last session
+    /// when that is beyond the bound either way, else the largest lead of an origin's ids
+    /// over this clock seen when they were stored, when that is beyond it.
+    public func skewedOrigins(idLeads: [ULID: UInt64]) -> [ULID: Int64] {
+        let bound = Int64(clamping: options.maxClockSkewMilliseconds)
+        var skewed = idLeads.mapValues { Int64(clamping: $0) }
+        for (node, offset) in measuredClockOffsets where offset > bound || offset < -bound {
+            skewed[node] = offset
+        }
+        return skewed
     }
 
     /// The size the store may grow to, in bytes (`EnvironmentOptions.maxMapSize`).

@@ -79,15 +79,18 @@ struct Status: Command {
         ]
         let clock = status["clock"] as? [String: Any] ?? [:]
         let skewed = clock["skewed_origins"] as? [String: Any] ?? [:]
-        // max_skew_ms is the skew the node accepts; the origins listed are further ahead.
+        // max_skew_ms is the skew the node accepts; the origins listed are further off,
+        // ahead (positive) or behind (negative).
         let allowed = Format.milliseconds(clock["max_skew_ms"] as? Int ?? 0)
         if skewed.isEmpty {
             rows.append(["clock skew:", "none beyond the \(allowed) allowed"])
         } else {
             let count = Format.count(skewed.count, "node")
-            rows.append(["clock skew:", "\(count) ahead of this clock by more than the \(allowed) allowed:"])
+            rows.append(["clock skew:", "\(count) off this clock by more than the \(allowed) allowed:"])
             for origin in skewed.keys.sorted() {
-                rows.append(["", "  \(origin): \(Format.milliseconds(skewed[origin] as? Int ?? 0)) ahead"])
+                let skew = skewed[origin] as? Int ?? 0
+                let side = skew < 0 ? "behind" : "ahead"
+                rows.append(["", "  \(origin): \(Format.milliseconds(Int(skew.magnitude))) \(side)"])
             }
         }
         var attentionRows: [String] = []
