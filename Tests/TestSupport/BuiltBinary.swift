@@ -19,3 +19,11 @@ public func builtBinary(_ name: String) throws -> URL {
     }
     throw CocoaError(.fileNoSuchFile, userInfo: [NSFilePathErrorKey: name])
 }
+
+/// Whether this test process, and so the binaries built beside it, carry the address or
+/// thread sanitizer's runtime (`make test-asan`, `make test-tsan`).
+public let builtWithSanitizer: Bool = {
+    // RTLD_DEFAULT: the symbols of the process and everything it loaded.
+    let everything = UnsafeMutableRawPointer(bitPattern: 0)
+    return dlsym(everything, "__asan_init") != nil || dlsym(everything, "__tsan_init") != nil
+}()
