@@ -156,7 +156,8 @@ public enum DaemonFuzzEntry {
 /// Nothing here leaves the directory: `backup` and `sync` have their parameters checked but
 /// are not run (one writes where the request says, the other starts the peers' commands),
 /// and `watch` is answered without subscribing. The store is made afresh every
-/// `requestsPerStore` lines, so it stays small and fast.
+/// `requestsPerStore` lines, so it stays small and fast; before it goes, its projections are
+/// checked against a rebuild from its log.
 public final class FuzzDispatcher: Sendable {
     private struct Parts: Sendable {
         var log: EventLog
@@ -218,14 +219,29 @@ public final class FuzzDispatcher: Sendable {
         return out
     }
 
-    /// Stops the writer and deletes the stores.
+    /// Stops the writer, checks the store against a rebuild, and deletes it.
     public func stop() {
         state.withLock { state in
             if let parts = state.parts {
                 parts.writer.stop()
+                FuzzDispatcher.verify(parts.log)
                 try? FileManager.default.removeItem(atPath: parts.directory)
             }
             state.parts = nil
+        }
+    }
+
+    /// The store's projections and digest must equal a rebuild from its log, whatever the
+    /// requests were (the spec's `rebuild --verify`).
+    static func verify(_ log: EventLog) {
+        do {
+            let report = try log.rebuild(verify: true)
+            precondition(
+                report.mismatched.isEmpty && !report.digestMismatch,
+                "the projections differ from a rebuild: \(report.mismatched.prefix(5)), digest \(report.digestMismatch)"
+            )
+        } catch {
+            preconditionFailure("rebuilding the fuzzer's store failed: \(error)")
         }
     }
 
@@ -279,6 +295,7 @@ public final class FuzzDispatcher: Sendable {
             }
             if let old = state.parts {
                 old.writer.stop()
+                FuzzDispatcher.verify(old.log)
                 try? FileManager.default.removeItem(atPath: old.directory)
                 state.parts = nil
             }
