@@ -5,6 +5,8 @@
 #   make bench   release-build the benchmarks and run them, with their baselines (SQLite,
 #                bare LMDB, Redis Streams), on the shared field workload
 #   make test-tsan / make test-asan   the suite under the thread / address sanitizer
+#   make fuzz    build the libFuzzer fuzzers (Fuzz/) and run each for FUZZ_SECONDS
+#   make fuzz-short   the same, each for FUZZ_SHORT_SECONDS (what CI runs)
 
 SWIFT        ?= swift
 DEBIAN_PKGS  := liblmdb-dev libzstd-dev
@@ -24,7 +26,7 @@ BENCH_LARGE  ?= 1000000
 BENCH_OUT    ?= .build/bench
 BENCH_PRODUCTS := evstored evctl evstore-bench evstore-socket-bench
 
-.PHONY: all deps bench-deps build release run test test-tsan test-asan bench clean format
+.PHONY: all deps bench-deps build release run test test-tsan test-asan bench clean format fuzz-build fuzz fuzz-short
 
 all: build
 
@@ -77,6 +79,28 @@ test-asan: deps
 	$(SWIFT) build --build-tests --sanitize=address --scratch-path .build/asan
 	ASAN_OPTIONS=detect_leaks=0 EVSTORE_BIN_DIR=.build/asan/debug \
 		$(SWIFT) test --skip-build --sanitize=address --scratch-path .build/asan
+
+# The fuzzers (docs/fuzzing.md): a package of their own in Fuzz/, built with libFuzzer and the
+# address sanitizer into FUZZ_SCRATCH, linked with lld (gold fails on these binaries). One
+# product at a time: building the whole package would build the main package's executables too.
+FUZZ_SECONDS       ?= 300
+FUZZ_SHORT_SECONDS ?= 25
+FUZZ_SCRATCH       ?= .build/fuzz
+FUZZERS            ?= request event stored-value sync-stream
+FUZZ_PRODUCTS      := FuzzRequest FuzzEvent FuzzStoredValue FuzzSyncStream
+
+fuzz-build: deps
+	@for product in $(FUZZ_PRODUCTS); do \
+		$(SWIFT) build -c release --package-path Fuzz --scratch-path $(FUZZ_SCRATCH) \
+			-Xswiftc -sanitize=fuzzer,address -Xswiftc -parse-as-library -Xswiftc -use-ld=lld \
+			--product $$product || exit 1; \
+	done
+
+fuzz: fuzz-build
+	Fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_SCRATCH)/release $(FUZZ_SCRATCH)/runs $(FUZZERS)
+
+fuzz-short: fuzz-build
+	Fuzz/run.sh $(FUZZ_SHORT_SECONDS) $(FUZZ_SCRATCH)/release $(FUZZ_SCRATCH)/runs $(FUZZERS)
 
 # Benchmarks/suite.py builds the C baselines, generates the workloads when missing, runs
 # everything (the daemon and redis-server on CPU 0, their clients on CPU 1), prints the

@@ -6,6 +6,8 @@ let package = Package(
     products: [
         .library(name: "EventStore", targets: ["EventStore"]),
         .library(name: "Projections", targets: ["Projections"]),
+        // For the fuzzers in Fuzz/, which reach the daemon's decoders through DaemonFuzzEntry.
+        .library(name: "Daemon", targets: ["Daemon"]),
         .executable(name: "evstored", targets: ["evstored"]),
         .executable(name: "evctl", targets: ["evctl"]),
         .executable(name: "evstore-bench", targets: ["Bench"]),

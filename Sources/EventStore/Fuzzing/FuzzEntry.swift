@@ -1,0 +1,176 @@
+import Projections
+
+/// Entry points for the fuzzers in `Fuzz/` and for the tests that replay their corpora and
+/// regressions: each takes one input, runs it through the same code the store runs, and
+/// either returns what it decoded or throws the error a caller would get.
+///
+/// Beyond "no crash", each checks what must hold for every input it accepts (a decoded event
+/// re-encodes to bytes that decode to the same event) and stops the process with
+/// `preconditionFailure` when it does not, so the fuzzer reports it as a finding.
+public enum FuzzEntry {
+    // MARK: Event codec
+
+    /// One input for the event codec. The first byte picks the form of the rest: even, the
+    /// input form (`EventCodec.decodeInput`); odd, the stored form (`EventCodec.decodeStored`,
+    /// with the id from the bytes or, when they have none, a fixed one).
+    ///
+    /// An accepted event is encoded in the stored form and decoded again: both must give the
+    /// same event and the same bytes. Its fold must encode as valid JSON.
+    public static func event(_ data: [UInt8]) throws(EventStoreError) -> Event {
+        guard let selector = data.first else { throw .invalid("an empty input") }
+        let json = Array(data.dropFirst())
+        let event: Event
+        if selector & 1 == 0 {
+            let input = try EventCodec.decodeInput(json)
+            event = Event(
+                id: sampleID, origin: sampleOrigin, entity: input.entity, body: body(of: input.change),
+                key: input.key, by: input.by, at: input.at)
+        } else {
+            event = try EventCodec.decodeStored(json, id: selector & 2 == 0 ? nil : sampleID)
+        }
+        checkRoundTrip(event)
+        checkJSON(Projection.canonicalJSON(event.entity, [event]), "the canonical state of \(event.entity)")
+        return event
+    }
+
+    /// One input for the JSON scanner alone: its canonical form, when it has one, must be
+    /// valid JSON that is its own canonical form.
+    public static func canonicalJSON(_ data: [UInt8]) throws(JSONError) -> [UInt8] {
+        var scanner = JSONScanner(data)
+        var canonical: [UInt8] = []
+        try scanner.canonicalValue(into: &canonical)
+        try scanner.expectEnd()
+        var again = JSONScanner(canonical)
+        var twice: [UInt8] = []
+        do {
+            try again.canonicalValue(into: &twice)
+            try again.expectEnd()
+        } catch {
+            preconditionFailure("the canonical form \(quote(canonical)) of \(quote(data)) does not parse: \(error)")
+        }
+        precondition(twice == canonical, "canonical JSON is not stable: \(quote(canonical)) became \(quote(twice))")
+        return canonical
+    }
+
+    // MARK: Stored values
+
+    /// One stored event value (format byte, dictionary version, zstd frame), read the way
+    /// `EventLog` reads a value under `id`: `dictionaries` stands for the store's dictionary
+    /// table, and a version not in it is a corrupt store.
+    public static func storedValue(
+        _ value: [UInt8], id: ULID = sampleID, dictionaries: [UInt32: CompressionDictionary],
+        decompressor: Decompressor
+    ) throws -> Event {
+        let (version, frame) = try StoredValue.decode(value)
+        var dictionary: CompressionDictionary?
+        if version != 0 {
+            guard let known = dictionaries[version] else {
+                throw EventStoreError(.corrupt, "compression dictionary \(version) is missing from the store")
+            }
+            dictionary = known
+        }
+        let payload = try decompressor.decompress(
+            frame, dictionary: dictionary, maxSize: StoreOptions.absoluteMaxEventBytes)
+        precondition(payload.count <= StoreOptions.absoluteMaxEventBytes, "a value inflated past the limit")
+        let event: Event
+        do {
+            event = try EventCodec.decodeStored(payload, id: id)
+        } catch {
+            throw EventStoreError(.corrupt, "stored event \(id) does not decode: \(error.message)")
+        }
+        checkRoundTrip(event)
+        return event
+    }
+
+    /// Encodes a stored value as the store writes one (the seeds of the stored-value fuzzer).
+    public static func encodeStoredValue(
+        _ event: Event, dictionaryVersion: UInt32, dictionary: CompressionDictionary?, compressor: Compressor
+    ) throws -> [UInt8] {
+        try StoredValue.encode(
+            payload: EventCodec.encodeStored(event, includeID: false), dictionaryVersion: dictionaryVersion,
+            dictionary: dictionary, compressor: compressor)
+    }
+
+    /// A dictionary trained on a fixed set of made-up events: the same bytes on every run, so
+    /// seeds compressed with it keep decoding with it.
+    public static func sampleDictionary() throws -> CompressionDictionary {
+        try CompressionDictionary(bytes: DictionaryTrainer.train(samples: sampleEvents(), capacity: 4096))
+    }
+
+    /// Stored events (canonical JSON without ids) in the shape of the field workload, the
+    /// same on every run.
+    public static func sampleEvents(count: Int = 256) -> [[UInt8]] {
+        let statuses = ["assigned", "en_route", "on_site", "paused", "done"]
+        let parts = ["valve-3", "gasket-12", "pump-seal", "filter-a", "fuse-10a", "relay-k4"]
+        return (0..<count).map { index in
+            let entity = "job/01JD3Q8R5N8X6ZK2W7Y4V9B\(index % 10)\(["A", "B", "C"][index % 3])"
+            let change: String
+            switch index % 4 {
+            case 0:
+                change =
+                    #""kind":"edit","fields":{"address":"\#(index) Main St","floor":\#(index % 7),"notes":"call first"}"#
+            case 1: change = #""kind":"status","status":"\#(statuses[index % statuses.count])""#
+            case 2: change = #""kind":"add","set":"parts","element":"\#(parts[index % parts.count])""#
+            default: change = #""kind":"remove","set":"parts","element":"\#(parts[index % parts.count])""#
+            }
+            let input = #"{"entity":"\#(entity)",\#(change),"by":"tech-\#(index % 12)","at":"2026-03-01T08:00:00Z"}"#
+            guard let decoded = try? EventCodec.decodeInput(Array(input.utf8)) else {
+                preconditionFailure("a sample event does not decode: \(input)")
+            }
+            let event = Event(
+                id: sampleID, origin: sampleOrigin, entity: decoded.entity, body: body(of: decoded.change),
+                key: decoded.key, by: decoded.by, at: decoded.at)
+            return EventCodec.encodeStored(event, includeID: false)
+        }
+    }
+
+    /// The id and origin the fuzz entries give events that have none.
+    public static let sampleID = ULID(high: 0x0193_0000_0000_0001, low: 0x0000_0000_0000_0001)
+    public static let sampleOrigin = ULID(high: 0x0193_0000_0000_0000, low: 0x0000_0000_0000_00AA)
+
+    // MARK: Checks
+
+    static func body(of change: InputEvent.Change) -> EventBody {
+        switch change {
+        case .edit(let fields): .edit(fields: fields, base: [])
+        case .status(let status): .status(status, base: [])
+        case .add(let set, let element): .add(set: set, element: element)
+        case .remove(let set, let element): .remove(set: set, element: element, observed: [])
+        case .delete: .delete
+        case .restore: .restore(base: [])
+        }
+    }
+
+    /// The stored form of `event` decodes to `event`, with and without its id, and
+    /// re-encodes to the same bytes.
+    static func checkRoundTrip(_ event: Event) {
+        let encoded = EventCodec.encodeStored(event, includeID: true)
+        let withoutID = EventCodec.encodeStored(event, includeID: false)
+        do {
+            let decoded = try EventCodec.decodeStored(encoded)
+            precondition(decoded == event, "\(quote(encoded)) decodes to another event: \(decoded) != \(event)")
+            let keyed = try EventCodec.decodeStored(withoutID, id: event.id)
+            precondition(keyed == event, "\(quote(withoutID)) under its key decodes to another event")
+            let again = EventCodec.encodeStored(decoded, includeID: true)
+            precondition(again == encoded, "the stored form is not stable: \(quote(encoded)) became \(quote(again))")
+        } catch {
+            preconditionFailure("the stored form \(quote(encoded)) of an accepted event does not decode: \(error)")
+        }
+    }
+
+    /// Stops the process when `bytes` is not one valid JSON value; `what` names it.
+    public static func checkJSON(_ bytes: [UInt8], _ what: String) {
+        var scanner = JSONScanner(bytes)
+        do {
+            try scanner.skipValue()
+            try scanner.expectEnd()
+        } catch {
+            preconditionFailure("\(what) is not valid JSON (\(error)): \(quote(bytes))")
+        }
+    }
+
+    /// The first 400 bytes of `bytes` as text, for messages.
+    public static func quote(_ bytes: [UInt8]) -> String {
+        String(decoding: bytes.prefix(400), as: UTF8.self) + (bytes.count > 400 ? "…" : "")
+    }
+}

@@ -1,0 +1,98 @@
+import Daemon
+import EventStore
+import Foundation
+import Projections
+import Testing
+
+/// The request and sync-stream fuzzers' seeds and regressions (Fuzz/Corpus,
+/// Fuzz/Regressions), replayed through the fuzzers' entry points: each input must end in an
+/// answer or a clear error, never a crash. docs/fuzzing.md tells how to add a regression.
+@Suite struct DaemonFuzzCorpusTests {
+    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent()
+
+    /// The files of Fuzz/<kind>/<fuzzer>, by name.
+    static func inputs(_ kind: String, _ fuzzer: String) -> [(name: String, bytes: [UInt8])] {
+        let directory = root.appendingPathComponent("Fuzz/\(kind)/\(fuzzer)")
+        let names = ((try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []).sorted()
+        return names.compactMap { name in
+            guard let data = FileManager.default.contents(atPath: directory.appendingPathComponent(name).path) else {
+                return nil
+            }
+            return (name, Array(data))
+        }
+    }
+
+    @Test func requestSeedsAndRegressionsAreAnswered() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("evstore-fuzz-\(UUID())").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let dispatcher = try FuzzDispatcher(directory: directory)
+        defer { dispatcher.stop() }
+        let seeds = Self.inputs("Corpus", "request")
+        #expect(seeds.count >= 20)
+        var answered = 0
+        for (name, line) in seeds + Self.inputs("Regressions", "request") {
+            let response = try dispatcher.respond(to: line)
+            if !response.isEmpty { answered += 1 }
+            let text = String(decoding: response, as: UTF8.self)
+            #expect(response.isEmpty || text.hasPrefix("{\"jsonrpc\":\"2.0\"") || text.hasPrefix("["), "\(name)")
+        }
+        #expect(answered >= seeds.count - 2)
+        // The seeds' appends went in and are readable.
+        let status = String(
+            decoding: try dispatcher.respond(to: Array(#"{"jsonrpc":"2.0","method":"status","id":1}"#.utf8)),
+            as: UTF8.self)
+        #expect(status.contains("\"events\":") && !status.contains("\"events\":0,"), "\(status)")
+    }
+
+    @Test func syncStreamSeedsAndRegressions() {
+        let seeds = Self.inputs("Corpus", "sync-stream")
+        #expect(seeds.count >= 6)
+        for (name, bytes) in seeds + Self.inputs("Regressions", "sync-stream") {
+            do {
+                let frames = try DaemonFuzzEntry.syncStream(bytes)
+                #expect(name.hasPrefix("session"), "\(name) decoded \(frames) frames")
+            } catch {
+                #expect(!name.hasPrefix("session"), "\(name): \(error)")
+                #expect(!"\(error)".isEmpty)
+            }
+        }
+    }
+
+    /// Writes the sync-stream seeds when EVSTORE_WRITE_FUZZ_SEEDS is set (see docs/fuzzing.md).
+    @Test(.enabled(if: ProcessInfo.processInfo.environment["EVSTORE_WRITE_FUZZ_SEEDS"] != nil))
+    func writeSyncStreamSeeds() throws {
+        let directory = Self.root.appendingPathComponent("Fuzz/Corpus/sync-stream")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let node = FuzzEntry.sampleOrigin
+        let all = FuzzEntry.sampleEvents(count: 5).enumerated().map { index, json in
+            (id: ULID(high: FuzzEntry.sampleID.high, low: UInt64(index + 1)), json: json)
+        }
+        var seeds: [(String, [UInt8])] = []
+        for flags: UInt8 in [0, 1, 3] {
+            for count in [0, 1, 5] {
+                seeds.append(
+                    (
+                        "session-flags\(flags)-events\(count)",
+                        DaemonFuzzEntry.sampleSyncStream(flags: flags, node: node, events: Array(all.prefix(count)))
+                    ))
+            }
+        }
+        // A wrong protocol version, a bad checksum, a cut frame.
+        var wrongVersion = DaemonFuzzEntry.sampleSyncStream(flags: 0, node: node, events: [])
+        wrongVersion[8] = UInt8(ascii: "7")
+        seeds.append(("bad-version", wrongVersion))
+        var corrupt = DaemonFuzzEntry.sampleSyncStream(flags: 0, node: node, events: Array(all.prefix(2)))
+        corrupt[corrupt.count - 3] ^= 0x55
+        seeds.append(("bad-checksum", corrupt))
+        seeds.append(
+            (
+                "bad-truncated",
+                Array(DaemonFuzzEntry.sampleSyncStream(flags: 1, node: node, events: Array(all.prefix(2))).dropLast(7))
+            ))
+        for (name, bytes) in seeds {
+            try Data(bytes).write(to: directory.appendingPathComponent(name))
+        }
+    }
+}

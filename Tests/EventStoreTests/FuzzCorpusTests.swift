@@ -1,0 +1,110 @@
+import EventStore
+import Foundation
+import Projections
+import Testing
+
+/// The event and stored-value fuzzers' seeds and regressions (Fuzz/Corpus, Fuzz/Regressions),
+/// replayed through the fuzzers' entry points: each input must end in a value or a clear
+/// error, never a crash. docs/fuzzing.md tells how to add a regression.
+@Suite struct FuzzCorpusTests {
+    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent()
+
+    /// The files of Fuzz/<kind>/<fuzzer>, by name.
+    static func inputs(_ kind: String, _ fuzzer: String) -> [(name: String, bytes: [UInt8])] {
+        let directory = root.appendingPathComponent("Fuzz/\(kind)/\(fuzzer)")
+        let names = ((try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []).sorted()
+        return names.compactMap { name in
+            guard let data = FileManager.default.contents(atPath: directory.appendingPathComponent(name).path) else {
+                return nil
+            }
+            return (name, Array(data))
+        }
+    }
+
+    @Test func eventSeedsDecodeOrFailClearly() {
+        let seeds = Self.inputs("Corpus", "event")
+        #expect(seeds.count >= 10)
+        var decoded = 0
+        for (name, bytes) in seeds {
+            do {
+                _ = try FuzzEntry.event(bytes)
+                decoded += 1
+            } catch {
+                #expect(name.hasPrefix("invalid"), "\(name): \(error)")
+                #expect(!error.message.isEmpty)
+            }
+            _ = try? FuzzEntry.canonicalJSON(Array(bytes.dropFirst()))
+        }
+        #expect(decoded >= 10)
+    }
+
+    @Test func eventRegressionsFailClearly() {
+        for (name, bytes) in Self.inputs("Regressions", "event") {
+            do {
+                _ = try FuzzEntry.event(bytes)
+            } catch {
+                #expect(!error.message.isEmpty, "\(name)")
+            }
+            _ = try? FuzzEntry.canonicalJSON(Array(bytes.dropFirst()))
+        }
+    }
+
+    @Test func storedValueSeedsAndRegressions() throws {
+        let dictionaries: [UInt32: CompressionDictionary] = [1: try FuzzEntry.sampleDictionary()]
+        let decompressor = Decompressor()
+        let seeds = Self.inputs("Corpus", "stored-value")
+        #expect(seeds.count >= 10)
+        for (name, bytes) in seeds + Self.inputs("Regressions", "stored-value") {
+            do {
+                let event = try FuzzEntry.storedValue(bytes, dictionaries: dictionaries, decompressor: decompressor)
+                #expect(name.hasPrefix("value"), "\(name) decoded to \(event)")
+            } catch {
+                #expect(!name.hasPrefix("value"), "\(name): \(error)")
+                #expect(!"\(error)".isEmpty)
+            }
+        }
+    }
+
+    /// Writes the stored-value seeds when EVSTORE_WRITE_FUZZ_SEEDS is set (see docs/fuzzing.md).
+    @Test(.enabled(if: ProcessInfo.processInfo.environment["EVSTORE_WRITE_FUZZ_SEEDS"] != nil))
+    func writeStoredValueSeeds() throws {
+        let directory = Self.root.appendingPathComponent("Fuzz/Corpus/stored-value")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let dictionary = try FuzzEntry.sampleDictionary()
+        let compressor = Compressor(level: 3, levelWithoutDictionary: StoreOptions.levelWithoutDictionary)
+        var seeds: [(String, [UInt8])] = []
+        for (index, json) in FuzzEntry.sampleEvents(count: 8).enumerated() {
+            let event = try EventCodec.decodeStored(json, id: FuzzEntry.sampleID)
+            seeds.append(
+                (
+                    "value-plain-\(index)",
+                    try FuzzEntry.encodeStoredValue(
+                        event, dictionaryVersion: 0, dictionary: nil, compressor: compressor)
+                ))
+            seeds.append(
+                (
+                    "value-dictionary-\(index)",
+                    try FuzzEntry.encodeStoredValue(
+                        event, dictionaryVersion: 1, dictionary: dictionary, compressor: compressor)
+                ))
+        }
+        let event = try EventCodec.decodeStored(FuzzEntry.sampleEvents(count: 1)[0], id: FuzzEntry.sampleID)
+        var unknown = try FuzzEntry.encodeStoredValue(
+            event, dictionaryVersion: 0, dictionary: nil, compressor: compressor)
+        unknown[0] = 2
+        seeds.append(("bad-format", unknown))
+        seeds.append(
+            (
+                "bad-missing-dictionary",
+                try FuzzEntry.encodeStoredValue(
+                    event, dictionaryVersion: 300, dictionary: dictionary, compressor: compressor)
+            ))
+        let plain = try FuzzEntry.encodeStoredValue(
+            event, dictionaryVersion: 0, dictionary: nil, compressor: compressor)
+        seeds.append(("bad-truncated", Array(plain.dropLast(3))))
+        for (name, bytes) in seeds {
+            try Data(bytes).write(to: directory.appendingPathComponent(name))
+        }
+    }
+}
