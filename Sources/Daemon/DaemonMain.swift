@@ -157,7 +157,7 @@ final class Daemon: Sendable {
         do {
             try FileManager.default.createDirectory(
                 atPath: configuration.dataDirectory, withIntermediateDirectories: true,
-                attributes: [.posixPermissions: 0o750])
+                attributes: [.posixPermissions: 0o700])
         } catch {
             logger.error(
                 "cannot create the data directory \(configuration.dataDirectory): \(error.localizedDescription)")
@@ -206,7 +206,8 @@ final class Daemon: Sendable {
             startedAt: Date(), writer: writer, sync: sync)
         let context = ServerContext(
             writer: writer, hub: hub, methods: methods, sync: sync, logger: logger,
-            limits: Limits(maxLineBytes: configuration.maxLineBytes, watchQueueEvents: configuration.watchQueueEvents))
+            limits: Limits(maxLineBytes: configuration.maxLineBytes, watchQueueEvents: configuration.watchQueueEvents),
+            access: configuration.access)
         let server = Server(listener: listener, context: context)
         server.start()
 
@@ -215,6 +216,7 @@ final class Daemon: Sendable {
         maintenance.start()
         sync.start()
 
+        logger.info("access: \(configuration.accessSummary)")
         let statistics = try? log.statistics()
         let summary = "serving \(statistics?.events ?? 0) events on \(listener.path ?? "the activated socket")"
         logger.info(
@@ -271,10 +273,18 @@ final class Daemon: Sendable {
                 old.maxLineBytes = fresh.maxLineBytes
                 old.watchQueueEvents = fresh.watchQueueEvents
                 old.logLevel = fresh.logLevel
+                old.readGroups = fresh.readGroups
+                old.writeGroups = fresh.writeGroups
+                old.readUsers = fresh.readUsers
+                old.writeUsers = fresh.writeUsers
+                old.accessSources = fresh.accessSources
+                old.access = fresh.access
                 return previous
             }
             logger.level = fresh.logLevel
             context.limits = Limits(maxLineBytes: fresh.maxLineBytes, watchQueueEvents: fresh.watchQueueEvents)
+            context.access = fresh.access
+            if fresh.access != old.access { logger.info("SIGHUP: access for new connections: \(fresh.accessSummary)") }
             context.sync.update(SyncService.Settings(fresh))
             var restartNeeded: [String] = []
             if fresh.dataDirectory != old.dataDirectory { restartNeeded.append("data_dir") }
