@@ -115,7 +115,9 @@ struct ClientAccess: Sendable {
     /// Its primary group, then its supplementary groups.
     var groups: [UInt32]
     var grant: AccessPolicy.Grant
+}
 
+extension ClientAccess {
     /// Reads the client's credentials from `socket` and applies `policy`.
     ///
     /// The supplementary groups are the ones the client process held when it connected
