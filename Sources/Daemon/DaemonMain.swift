@@ -163,6 +163,12 @@ final class Daemon: Sendable {
                 "cannot create the data directory \(configuration.dataDirectory): \(error.localizedDescription)")
             return (Evstored.Exit.cantCreate, WeakLog(nil))
         }
+        var directoryInfo = stat()
+        if stat(configuration.dataDirectory, &directoryInfo) == 0, directoryInfo.st_mode & 0o007 != 0 {
+            logger.notice(
+                "the data directory \(configuration.dataDirectory) is mode \(String(directoryInfo.st_mode & 0o777, radix: 8)): other users may list it; `chmod 0700` it (the store's files are 0600 either way)"
+            )
+        }
         do {
             var options = StoreOptions()
             options.maxEventBytes = configuration.maxEventBytes
@@ -241,11 +247,6 @@ final class Daemon: Sendable {
             logger.info("serving the socket systemd passed (descriptor \(descriptor))")
             return UnixListener.adopting(descriptor: descriptor)
         }
-        let directory = (configuration.socketPath as NSString).deletingLastPathComponent
-        if !directory.isEmpty {
-            try? FileManager.default.createDirectory(
-                atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o750])
-        }
         var group: UInt32?
         if let name = configuration.socketGroup {
             guard let id = groupID(named: name) else {
@@ -253,6 +254,15 @@ final class Daemon: Sendable {
                     "chown", path: configuration.socketPath, code: EINVAL, message: "no group \"\(name)\"")
             }
             group = id
+        }
+        // A directory made for the socket lets through whom the socket's mode lets in: its
+        // group (socket_group's, when set) and, when the mode grants others, everyone.
+        let directory = (configuration.socketPath as NSString).deletingLastPathComponent
+        if !directory.isEmpty, !FileManager.default.fileExists(atPath: directory) {
+            let mode = configuration.socketMode & 0o007 != 0 ? 0o755 : 0o750
+            try? FileManager.default.createDirectory(
+                atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: mode])
+            if let group { _ = chown(directory, uid_t.max, group) }
         }
         return try UnixListener.bind(
             path: configuration.socketPath, mode: mode_t(configuration.socketMode), group: group)

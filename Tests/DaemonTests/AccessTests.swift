@@ -152,6 +152,21 @@ struct AccessTests {
         var info = stat()
         #expect(lstat(daemon.socketPath, &info) == 0)
         #expect(info.st_gid == writeGroup && info.st_mode & 0o777 == 0o660)
+
+        // A directory the daemon makes for its socket lets the socket's group through.
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("evacc-\(UUID().uuidString.prefix(8))")
+            .path
+        let socket = root + "/run/s.sock"
+        let other = try DaemonProcess(
+            root: root, arguments: ["--socket", socket, "--socket-group", "daemon"], waitForSocket: false)
+        defer { other.removeFiles() }
+        let deadline = Date().addingTimeInterval(20)
+        while (try? UnixConnection.connect(to: socket)) == nil, other.process.isRunning, Date() < deadline {
+            Thread.sleep(forTimeInterval: 0.02)
+        }
+        #expect(lstat(socket, &info) == 0 && info.st_gid == writeGroup)
+        #expect(lstat(root + "/run", &info) == 0)
+        #expect(info.st_gid == writeGroup && info.st_mode & 0o777 == 0o750)
     }
 
     @Test("nothing listens on a network port: every socket the daemon holds is a Unix socket")
