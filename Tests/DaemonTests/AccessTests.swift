@@ -141,6 +141,10 @@ struct AccessTests {
         #expect(info.st_mode & 0o777 == 0o640)
         #expect(lstat(daemon.dataDirectory, &info) == 0 && info.st_mode & 0o777 == 0o700)
         #expect(lstat(daemon.dataDirectory + "/data.mdb", &info) == 0 && info.st_mode & 0o777 == 0o600)
+        let backup = daemon.root + "/backup/one"
+        _ = try daemon.client().call("backup", #"{"path":"\#(backup)"}"#)
+        #expect(lstat(backup, &info) == 0 && info.st_mode & 0o777 == 0o700)
+        #expect(lstat(backup + "/data.mdb", &info) == 0 && info.st_mode & 0o777 == 0o600)
     }
 
     @Test(

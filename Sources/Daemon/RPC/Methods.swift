@@ -234,13 +234,17 @@ struct Methods: Sendable {
             }
         } else {
             do {
-                try manager.createDirectory(atPath: path, withIntermediateDirectories: true)
+                try manager.createDirectory(
+                    atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
             } catch {
                 throw RPCError.application(
                     .forbidden, "cannot create \(path) as the daemon's user: \(error.localizedDescription)")
             }
         }
         try log.backup(to: path)
+        // LMDB makes the copy with mode 0666 less the umask: keep it the daemon's alone, as
+        // the store is.
+        try? manager.setAttributes([.posixPermissions: 0o600], ofItemAtPath: path + "/data.mdb")
         let size = ((try? manager.attributesOfItem(atPath: path + "/data.mdb"))?[.size] as? Int) ?? 0
         var out = JSONWriter()
         out.beginObject()
