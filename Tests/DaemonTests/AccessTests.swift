@@ -45,13 +45,13 @@ struct AccessTests {
     func grants() {
         let open = AccessPolicy(daemonUID: 1000)
         #expect(!open.isRestricted)
-        #expect(open.grant(uid: 4242, groups: [4242]).level == .write)
+        #expect(open.grant(uid: 4242, groups: [4242]).level == .full)
 
         let policy = AccessPolicy(
             readGroups: [100], writeGroups: [200], readUsers: [3001], writeUsers: [3002], daemonUID: 1000)
         #expect(policy.isRestricted)
-        #expect(policy.grant(uid: 0, groups: [0]).level == .write)
-        #expect(policy.grant(uid: 1000, groups: [1000]).level == .write)
+        #expect(policy.grant(uid: 0, groups: [0]).level == .full)
+        #expect(policy.grant(uid: 1000, groups: [1000]).level == .full)
         #expect(policy.grant(uid: 4242, groups: [4242, 200]).level == .write, "a supplementary group counts")
         #expect(policy.grant(uid: 4242, groups: [200, 100]).level == .write, "write wins over read")
         #expect(policy.grant(uid: 3002, groups: [100]).level == .write)
@@ -236,6 +236,13 @@ struct AccessTests {
         let writer = asUser(nobody, gid: nobody, groups: [writeGroup])
         let written = try evctl(writer, socket, ["append", "job/1", "status", "on_site"])
         #expect(written.status == 0, "\(written.output)")
+        // An exec: peer's command would run as the daemon's user: not for the write group.
+        let exec = try evctl(writer, socket, ["peers", "add", "relay", "exec:/bin/true"])
+        #expect(exec.status == 77 && exec.output.contains("daemon's user"), "\(exec.output)")
+        let execOnce = try evctl(writer, socket, ["sync", "exec:/bin/true"])
+        #expect(execOnce.status == 77, "\(execOnce.output)")
+        let unix = try evctl(writer, socket, ["peers", "add", "other", "unix:///nowhere/evstored.sock"])
+        #expect(unix.status == 0, "\(unix.output)")
 
         let outsider = asUser(nobody, gid: 65533)
         let refused = try evctl(outsider, socket, ["get", "job/1"])

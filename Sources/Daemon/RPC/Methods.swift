@@ -22,8 +22,10 @@ struct Methods: Sendable {
         var dataDirectory: String
     }
 
-    /// Runs `method` and returns its `result` as JSON.
-    func call(_ request: Request) throws(RPCError) -> [UInt8] {
+    /// Runs `method` for a client with access `level` and returns its `result` as JSON.
+    /// The connection has checked `level` against the method; `level` further decides
+    /// which peer URLs the client may give.
+    func call(_ request: Request, level: AccessLevel = .full) throws(RPCError) -> [UInt8] {
         do {
             switch request.method {
             case "get": return try get(request)
@@ -34,8 +36,8 @@ struct Methods: Sendable {
             case "dead_letters": return try deadLetters(request)
             case "rebuild": return try rebuild(request)
             case "backup": return try backup(request)
-            case "sync": return try syncNow(request)
-            case "peers.add", "peers.remove", "peers.list": return try peers(request)
+            case "sync": return try syncNow(request, level: level)
+            case "peers.add", "peers.remove", "peers.list": return try peers(request, level: level)
             default: throw RPCError.methodNotFound(request.method)
             }
         } catch let error as RPCError {
@@ -256,9 +258,11 @@ struct Methods: Sendable {
 
     // MARK: Replication
 
-    func syncNow(_ request: Request) throws -> [UInt8] {
+    func syncNow(_ request: Request, level: AccessLevel) throws -> [UInt8] {
         let params = try Params(request.params, method: "sync", accepts: ["peer"])
-        let outcomes = try sync.syncNow(try params.string("peer"))
+        let peer = try params.string("peer")
+        if let peer, let refusal = ClientAccess.refusal(ofPeerURL: peer, level: level) { throw refusal }
+        let outcomes = try sync.syncNow(peer)
         var out = JSONWriter()
         out.beginObject()
         out.key("peers")
@@ -284,7 +288,7 @@ struct Methods: Sendable {
         return out.bytes
     }
 
-    func peers(_ request: Request) throws -> [UInt8] {
+    func peers(_ request: Request, level: AccessLevel) throws -> [UInt8] {
         let list: [SyncService.Peer]
         switch request.method {
         case "peers.add":
@@ -292,6 +296,7 @@ struct Methods: Sendable {
             guard let name = try params.string("name"), let url = try params.string("url") else {
                 throw RPCError.invalidParams("peers.add takes \"name\" and \"url\"")
             }
+            if let refusal = ClientAccess.refusal(ofPeerURL: url, level: level) { throw refusal }
             list = try sync.add(name: name, url: url)
         case "peers.remove":
             let params = try Params(request.params, method: "peers.remove", accepts: ["name"])

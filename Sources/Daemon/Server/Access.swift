@@ -7,8 +7,12 @@ enum AccessLevel: Int, Comparable, Sendable, CustomStringConvertible {
     case none = 0
     /// The methods that only read the store.
     case read = 1
-    /// Everything: reads, appends, sync, peers, maintenance.
+    /// Reads, appends, sync, peers, maintenance; but not `exec:` peers, whose command runs
+    /// as the daemon's user.
     case write = 2
+    /// Everything, `exec:` peers included: root, the daemon's own user, and everyone who
+    /// can open the socket when no access list is set.
+    case full = 3
 
     static func < (lhs: AccessLevel, rhs: AccessLevel) -> Bool { lhs.rawValue < rhs.rawValue }
 
@@ -17,6 +21,7 @@ enum AccessLevel: Int, Comparable, Sendable, CustomStringConvertible {
         case .none: "no access"
         case .read: "read-only access"
         case .write: "read-write access"
+        case .full: "full access"
         }
     }
 }
@@ -53,11 +58,11 @@ enum MethodAccess {
 /// Who may do what: the `read_groups`, `write_groups`, `read_users` and `write_users`
 /// settings, resolved to ids.
 ///
-/// With none of them set, whoever can open the socket (its mode and group decide) has
-/// read-write access. With any set, the daemon's own user and root have read-write access;
-/// a client whose uid is in `write_users` or one of whose groups is in `write_groups`
-/// has read-write access; else one in `read_users` or `read_groups` has read-only access;
-/// anyone else none.
+/// With none of them set, whoever can open the socket (its mode and group decide) has full
+/// access. With any set, the daemon's own user and root have full access; a client whose
+/// uid is in `write_users` or one of whose groups is in `write_groups` has read-write
+/// access (everything but `exec:` peers); else one in `read_users` or `read_groups` has
+/// read-only access; anyone else none.
 struct AccessPolicy: Equatable, Sendable {
     var readGroups: Set<UInt32> = []
     var writeGroups: Set<UInt32> = []
@@ -81,10 +86,10 @@ struct AccessPolicy: Equatable, Sendable {
     /// first, then its supplementary groups).
     func grant(uid: UInt32, groups: [UInt32]) -> Grant {
         guard isRestricted else {
-            return Grant(level: .write, why: "no read_groups, write_groups, read_users or write_users is set")
+            return Grant(level: .full, why: "no read_groups, write_groups, read_users or write_users is set")
         }
-        if uid == 0 { return Grant(level: .write, why: "root") }
-        if uid == daemonUID { return Grant(level: .write, why: "the daemon's own user") }
+        if uid == 0 { return Grant(level: .full, why: "root") }
+        if uid == daemonUID { return Grant(level: .full, why: "the daemon's own user") }
         if writeUsers.contains(uid) { return Grant(level: .write, why: "uid \(uid) is in write_users") }
         if let group = groups.first(where: writeGroups.contains) {
             return Grant(level: .write, why: "group \(AccessPolicy.name(group: group)) is in write_groups")
@@ -160,6 +165,17 @@ extension ClientAccess {
         return RPCError.application(.forbidden, refusalMessage(doing: "\(method) is refused"))
     }
 
+    /// The refusal of a peer URL given through the API (nil when it is allowed): an `exec:`
+    /// command would run as the daemon's user, so it needs full access.
+    static func refusal(ofPeerURL url: String, level: AccessLevel) -> RPCError? {
+        guard level < .full, url.hasPrefix("exec:") else { return nil }
+        return RPCError.application(
+            .forbidden,
+            "an exec: peer runs its command as the daemon's user, so only root and the daemon's own user may give one "
+                + "while read_groups, write_groups, read_users or write_users are set: "
+                + "add it to the peers of the config file instead, or use a unix:// or ssh:// URL")
+    }
+
     /// The sentence of a refusal: who, what they have and why, and what would allow it.
     func refusalMessage(doing what: String) -> String {
         switch grant.level {
@@ -167,7 +183,7 @@ extension ClientAccess {
             return "\(what): \(who) has no access to this daemon (\(grant.why)). "
                 + "To allow it, add one of its groups to read_groups (read-only) or write_groups (read-write) "
                 + "in the daemon's configuration, or its user to read_users or write_users, and reload the daemon."
-        case .read, .write:
+        case .read, .write, .full:
             return "\(what): it needs read-write access, and \(who) has read-only access (\(grant.why)). "
                 + "To allow it, add one of its groups to write_groups, or its user to write_users, "
                 + "in the daemon's configuration, and reload the daemon."

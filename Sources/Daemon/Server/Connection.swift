@@ -192,7 +192,7 @@ final class Connection: @unchecked Sendable {
             }
         } else {
             do throws(RPCError) {
-                result = .success(try context.methods.call(request))
+                result = .success(try context.methods.call(request, level: client?.grant.level ?? .full))
             } catch {
                 result = .failure(error)
             }
