@@ -157,11 +157,17 @@ final class Daemon: Sendable {
         do {
             try FileManager.default.createDirectory(
                 atPath: configuration.dataDirectory, withIntermediateDirectories: true,
-                attributes: [.posixPermissions: 0o750])
+                attributes: [.posixPermissions: 0o700])
         } catch {
             logger.error(
                 "cannot create the data directory \(configuration.dataDirectory): \(error.localizedDescription)")
             return (Evstored.Exit.cantCreate, WeakLog(nil))
+        }
+        var directoryInfo = stat()
+        if stat(configuration.dataDirectory, &directoryInfo) == 0, directoryInfo.st_mode & 0o007 != 0 {
+            logger.notice(
+                "the data directory \(configuration.dataDirectory) is mode \(String(directoryInfo.st_mode & 0o777, radix: 8)): other users may list it; `chmod 0700` it (the store's files are 0600 either way)"
+            )
         }
         do {
             var options = StoreOptions()
@@ -206,7 +212,8 @@ final class Daemon: Sendable {
             startedAt: Date(), writer: writer, sync: sync)
         let context = ServerContext(
             writer: writer, hub: hub, methods: methods, sync: sync, logger: logger,
-            limits: Limits(maxLineBytes: configuration.maxLineBytes, watchQueueEvents: configuration.watchQueueEvents))
+            limits: Limits(maxLineBytes: configuration.maxLineBytes, watchQueueEvents: configuration.watchQueueEvents),
+            access: configuration.access)
         let server = Server(listener: listener, context: context)
         server.start()
 
@@ -215,6 +222,7 @@ final class Daemon: Sendable {
         maintenance.start()
         sync.start()
 
+        logger.info("access: \(configuration.accessSummary)")
         let statistics = try? log.statistics()
         let summary = "serving \(statistics?.events ?? 0) events on \(listener.path ?? "the activated socket")"
         logger.info(
@@ -239,11 +247,6 @@ final class Daemon: Sendable {
             logger.info("serving the socket systemd passed (descriptor \(descriptor))")
             return UnixListener.adopting(descriptor: descriptor)
         }
-        let directory = (configuration.socketPath as NSString).deletingLastPathComponent
-        if !directory.isEmpty {
-            try? FileManager.default.createDirectory(
-                atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o750])
-        }
         var group: UInt32?
         if let name = configuration.socketGroup {
             guard let id = groupID(named: name) else {
@@ -251,6 +254,15 @@ final class Daemon: Sendable {
                     "chown", path: configuration.socketPath, code: EINVAL, message: "no group \"\(name)\"")
             }
             group = id
+        }
+        // A directory made for the socket lets through whom the socket's mode lets in: its
+        // group (socket_group's, when set) and, when the mode grants others, everyone.
+        let directory = (configuration.socketPath as NSString).deletingLastPathComponent
+        if !directory.isEmpty, !FileManager.default.fileExists(atPath: directory) {
+            let mode = configuration.socketMode & 0o007 != 0 ? 0o755 : 0o750
+            try? FileManager.default.createDirectory(
+                atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: mode])
+            if let group { _ = chown(directory, uid_t.max, group) }
         }
         return try UnixListener.bind(
             path: configuration.socketPath, mode: mode_t(configuration.socketMode), group: group)
@@ -272,10 +284,18 @@ final class Daemon: Sendable {
                 old.watchQueueEvents = fresh.watchQueueEvents
                 old.logLevel = fresh.logLevel
                 old.mapMaxBytes = fresh.mapMaxBytes
+                old.readGroups = fresh.readGroups
+                old.writeGroups = fresh.writeGroups
+                old.readUsers = fresh.readUsers
+                old.writeUsers = fresh.writeUsers
+                old.accessSources = fresh.accessSources
+                old.access = fresh.access
                 return previous
             }
             logger.level = fresh.logLevel
             context.limits = Limits(maxLineBytes: fresh.maxLineBytes, watchQueueEvents: fresh.watchQueueEvents)
+            context.access = fresh.access
+            if fresh.access != old.access { logger.info("SIGHUP: access for new connections: \(fresh.accessSummary)") }
             context.sync.update(SyncService.Settings(fresh))
             if fresh.mapMaxBytes != old.mapMaxBytes { context.methods.log.setMaxStorageBytes(fresh.mapMaxBytes) }
             var restartNeeded: [String] = []

@@ -129,7 +129,26 @@ public final class UnixConnection: @unchecked Sendable {
         guard getsockopt(descriptor, SOL_SOCKET, SO_PEERCRED, &credentials, &length) == 0 else {
             throw SocketError.last("getsockopt(SO_PEERCRED)")
         }
-        return PeerCredentials(pid: credentials.pid, uid: credentials.uid, gid: credentials.gid)
+        return PeerCredentials(
+            pid: credentials.pid, uid: credentials.uid, gid: credentials.gid, groups: peerGroups())
+    }
+
+    /// The supplementary groups of the process at the other end, as they were when it
+    /// connected (`SO_PEERGROUPS`, Linux 4.13 and later); nil when the kernel cannot tell.
+    /// The corresponding C function is `getsockopt`.
+    private func peerGroups() -> [UInt32]? {
+        // SO_PEERGROUPS from <asm-generic/socket.h>.
+        let option: Int32 = 59
+        var groups = [gid_t](repeating: 0, count: 64)
+        while true {
+            var length = socklen_t(groups.count * MemoryLayout<gid_t>.size)
+            if getsockopt(descriptor, SOL_SOCKET, option, &groups, &length) == 0 {
+                return Array(groups.prefix(Int(length) / MemoryLayout<gid_t>.size))
+            }
+            // Too small: `length` holds the size it needs.
+            guard errno == ERANGE, Int(length) > groups.count * MemoryLayout<gid_t>.size else { return nil }
+            groups = [gid_t](repeating: 0, count: Int(length) / MemoryLayout<gid_t>.size)
+        }
     }
 
     /// Ends the reading side, or both: a thread blocked in `read` wakes and sees the end.
@@ -159,8 +178,18 @@ public final class UnixConnection: @unchecked Sendable {
 /// Who is at the other end of a Unix socket.
 public struct PeerCredentials: Equatable, Sendable {
     public var pid: Int32
+    /// The effective user and group ids.
     public var uid: UInt32
     public var gid: UInt32
+    /// The supplementary groups, when the kernel tells them (`SO_PEERGROUPS`).
+    public var groups: [UInt32]?
+
+    public init(pid: Int32, uid: UInt32, gid: UInt32, groups: [UInt32]? = nil) {
+        self.pid = pid
+        self.uid = uid
+        self.gid = gid
+        self.groups = groups
+    }
 }
 
 /// Runs `body` with a `sockaddr_un` for `path`.

@@ -69,6 +69,14 @@ struct UnixSocketTests {
         let server = try #require(try first.accept(timeout: 5))
         let credentials = try server.peerCredentials()
         #expect(credentials.pid == getpid() && credentials.uid == getuid() && credentials.gid == getgid())
+        // The supplementary groups, as this process holds them (SO_PEERGROUPS).
+        var groups = [gid_t](repeating: 0, count: Int(getgroups(0, nil)))
+        _ = getgroups(Int32(groups.count), &groups)
+        #expect(credentials.groups.map { Set($0) } == Set(groups))
+        #expect(Accounts.groupName(of: 0) == "root" && Accounts.userName(of: 0) == "root")
+        #expect(Accounts.userID(named: "root") == 0 && Accounts.userID(named: "4242") == 4242)
+        #expect(Accounts.userID(named: "no-such-user-evstore") == nil)
+        #expect(Accounts.groupList(of: 0, primary: 0).contains(0))
         try client.write(Array("ping\n".utf8))
         var buffer: [UInt8] = []
         let count = try server.read(into: &buffer, count: 16)

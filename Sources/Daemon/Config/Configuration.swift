@@ -1,6 +1,10 @@
 import Foundation
 import UnixSocket
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// The daemon's settings, from (strongest first) flags, `EVSTORE_*` environment variables,
 /// the JSON config file and the defaults.
 struct Configuration: Equatable, Sendable {
@@ -41,6 +45,16 @@ struct Configuration: Equatable, Sendable {
     /// takes a fresh node id). Containers that share or lack /etc/machine-id point it at a
     /// file of their own.
     var machineIDFile = "/etc/machine-id"
+    /// Who may read and who may write, as given: group or user names, or numeric ids.
+    /// `access` holds them resolved to ids.
+    var readGroups: [String] = []
+    var writeGroups: [String] = []
+    var readUsers: [String] = []
+    var writeUsers: [String] = []
+    /// Where each of the four lists came from, for messages.
+    var accessSources: [String: String] = [:]
+    /// The four lists resolved (names looked up) when the configuration is read.
+    var access = AccessPolicy()
 
     /// One setting as each source names it.
     struct Option: Sendable {
@@ -74,7 +88,14 @@ struct Configuration: Equatable, Sendable {
         Option(key: "watch_queue_events", help: "notifications a watcher may fall behind before it is dropped (10000)"),
         Option(key: "log_level", help: "debug, info, notice, warning or error (info)"),
         Option(key: "machine_id_file", help: "this host's identity, compared at start (/etc/machine-id)"),
+        Option(key: "read_groups", help: "groups whose members may only read, names or gids, comma-separated"),
+        Option(key: "write_groups", help: "groups whose members may read and write, names or gids, comma-separated"),
+        Option(key: "read_users", help: "users who may only read, names or uids, comma-separated"),
+        Option(key: "write_users", help: "users who may read and write, names or uids, comma-separated"),
     ]
+
+    /// The keys that list who may read and write.
+    static let accessKeys: Set = ["read_groups", "write_groups", "read_users", "write_users"]
 
     /// A setting that cannot be used, and where it came from.
     struct Invalid: Error, CustomStringConvertible {
@@ -108,7 +129,70 @@ struct Configuration: Equatable, Sendable {
         for (key, value) in commandLine.values.sorted(by: { $0.key < $1.key }) {
             try configuration.set(key, text: value, source: "--" + key.replacingOccurrences(of: "_", with: "-"))
         }
+        configuration.access = try configuration.resolveAccess()
         return configuration
+    }
+
+    /// The access lists with every name looked up, in the system's user and group databases
+    /// as they are now; an unknown name is an error naming the setting.
+    func resolveAccess(
+        daemonUID: UInt32 = geteuid(), userID: (String) -> UInt32? = Accounts.userID(named:),
+        groupID: (String) -> UInt32? = UnixSocket.groupID(named:)
+    ) throws(Invalid) -> AccessPolicy {
+        func resolve(_ key: String, _ names: [String], group: Bool) throws(Invalid) -> Set<UInt32> {
+            var ids: Set<UInt32> = []
+            for name in names {
+                guard let id = group ? groupID(name) : userID(name) else {
+                    let source = accessSources[key] ?? key
+                    throw Invalid(
+                        message:
+                            "\(source) names the \(group ? "group" : "user") \"\(name)\", which does not exist on this system (`getent \(group ? "group" : "passwd") \(name)` finds nothing); create it, or give a numeric id"
+                    )
+                }
+                ids.insert(id)
+            }
+            return ids
+        }
+        return AccessPolicy(
+            readGroups: try resolve("read_groups", readGroups, group: true),
+            writeGroups: try resolve("write_groups", writeGroups, group: true),
+            readUsers: try resolve("read_users", readUsers, group: false),
+            writeUsers: try resolve("write_users", writeUsers, group: false), daemonUID: daemonUID)
+    }
+
+    /// One line for the log: who may connect with what access.
+    var accessSummary: String {
+        guard access.isRestricted else {
+            return
+                "whoever may open the socket may read and write (no read_groups, write_groups, read_users or write_users)"
+        }
+        func list(_ key: String, _ names: [String]) -> String? {
+            names.isEmpty ? nil : "\(key) \(names.joined(separator: ","))"
+        }
+        let writers =
+            ["root", "the daemon's user (uid \(access.daemonUID))"]
+            + [list("write_users", writeUsers), list("write_groups", writeGroups)].compactMap { $0 }
+        let readers = [list("read_users", readUsers), list("read_groups", readGroups)].compactMap { $0 }
+        return "read-write for \(writers.joined(separator: ", "))"
+            + (readers.isEmpty ? "" : "; read-only for \(readers.joined(separator: ", "))") + "; no access for others"
+    }
+
+    /// A list of names or ids from its text form: separated by commas or spaces.
+    static func nameList(_ text: String, source: String) throws(Invalid) -> [String] {
+        let names = text.split(whereSeparator: { $0 == "," || $0.isWhitespace }).map(String.init)
+        for name in names {
+            let valid =
+                UInt32(name) != nil
+                || name.utf8.allSatisfy { byte in
+                    (0x30...0x39).contains(byte) || (0x41...0x5A).contains(byte) || (0x61...0x7A).contains(byte)
+                        || byte == UInt8(ascii: "_") || byte == UInt8(ascii: "-") || byte == UInt8(ascii: ".")
+                        || byte == UInt8(ascii: "$")
+                }
+            guard valid, name.utf8.count <= 256 else {
+                throw Invalid(message: "\(source): \"\(name)\" is not a user or group name, nor a numeric id")
+            }
+        }
+        return names
     }
 
     static let systemConfigFile = "/etc/evstore/evstored.json"
@@ -166,6 +250,21 @@ struct Configuration: Equatable, Sendable {
             }
             let text: String
             switch value {
+            case let list as [Any] where Configuration.accessKeys.contains(key):
+                // A list of names and ids: ["evstore-read", 1001].
+                var items: [String] = []
+                for item in list {
+                    switch item {
+                    case let string as String: items.append(string)
+                    case let number as NSNumber:
+                        items.append(number.stringValue)
+                    default: throw Invalid(message: "each of \(source) must be a name (a string) or an id (a number)")
+                    }
+                }
+                if items.contains(where: { $0.contains(",") || $0.contains(" ") }) {
+                    throw Invalid(message: "\(source): a name in the list cannot contain a comma or a space")
+                }
+                text = items.joined(separator: ",")
             case let string as String: text = string
             case let number as NSNumber: text = number.stringValue
             default: throw Invalid(message: "\(source) must be a string or a number")
@@ -215,6 +314,15 @@ struct Configuration: Equatable, Sendable {
         case "max_line_bytes": maxLineBytes = try integer(1024...(1 << 30))
         case "watch_queue_events": watchQueueEvents = try integer(1...10_000_000)
         case "machine_id_file": machineIDFile = text
+        case "read_groups", "write_groups", "read_users", "write_users":
+            let names = try Configuration.nameList(text, source: source)
+            switch key {
+            case "read_groups": readGroups = names
+            case "write_groups": writeGroups = names
+            case "read_users": readUsers = names
+            default: writeUsers = names
+            }
+            accessSources[key] = source
         case "log_level":
             guard let level = Logger.Level(name: text) else {
                 throw Invalid(message: "\(source) must be debug, info, notice, warning or error, not \"\(text)\"")

@@ -22,8 +22,10 @@ struct Methods: Sendable {
         var dataDirectory: String
     }
 
-    /// Runs `method` and returns its `result` as JSON.
-    func call(_ request: Request) throws(RPCError) -> [UInt8] {
+    /// Runs `method` for a client with access `level` and returns its `result` as JSON.
+    /// The connection has checked `level` against the method; `level` further decides
+    /// which peer URLs the client may give.
+    func call(_ request: Request, level: AccessLevel = .full) throws(RPCError) -> [UInt8] {
         do {
             switch request.method {
             case "get": return try get(request)
@@ -34,8 +36,8 @@ struct Methods: Sendable {
             case "dead_letters": return try deadLetters(request)
             case "rebuild": return try rebuild(request)
             case "backup": return try backup(request)
-            case "sync": return try syncNow(request)
-            case "peers.add", "peers.remove", "peers.list": return try peers(request)
+            case "sync": return try syncNow(request, level: level)
+            case "peers.add", "peers.remove", "peers.list": return try peers(request, level: level)
             default: throw RPCError.methodNotFound(request.method)
             }
         } catch let error as RPCError {
@@ -241,13 +243,17 @@ struct Methods: Sendable {
             }
         } else {
             do {
-                try manager.createDirectory(atPath: path, withIntermediateDirectories: true)
+                try manager.createDirectory(
+                    atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
             } catch {
                 throw RPCError.application(
                     .forbidden, "cannot create \(path) as the daemon's user: \(error.localizedDescription)")
             }
         }
         try log.backup(to: path)
+        // LMDB makes the copy with mode 0666 less the umask: keep it the daemon's alone, as
+        // the store is.
+        try? manager.setAttributes([.posixPermissions: 0o600], ofItemAtPath: path + "/data.mdb")
         let size = ((try? manager.attributesOfItem(atPath: path + "/data.mdb"))?[.size] as? Int) ?? 0
         var out = JSONWriter()
         out.beginObject()
@@ -259,9 +265,11 @@ struct Methods: Sendable {
 
     // MARK: Replication
 
-    func syncNow(_ request: Request) throws -> [UInt8] {
+    func syncNow(_ request: Request, level: AccessLevel) throws -> [UInt8] {
         let params = try Params(request.params, method: "sync", accepts: ["peer"])
-        let outcomes = try sync.syncNow(try params.string("peer"))
+        let peer = try params.string("peer")
+        if let peer, let refusal = ClientAccess.refusal(ofPeerURL: peer, level: level) { throw refusal }
+        let outcomes = try sync.syncNow(peer)
         var out = JSONWriter()
         out.beginObject()
         out.key("peers")
@@ -287,7 +295,7 @@ struct Methods: Sendable {
         return out.bytes
     }
 
-    func peers(_ request: Request) throws -> [UInt8] {
+    func peers(_ request: Request, level: AccessLevel) throws -> [UInt8] {
         let list: [SyncService.Peer]
         switch request.method {
         case "peers.add":
@@ -295,6 +303,7 @@ struct Methods: Sendable {
             guard let name = try params.string("name"), let url = try params.string("url") else {
                 throw RPCError.invalidParams("peers.add takes \"name\" and \"url\"")
             }
+            if let refusal = ClientAccess.refusal(ofPeerURL: url, level: level) { throw refusal }
             list = try sync.add(name: name, url: url)
         case "peers.remove":
             let params = try Params(request.params, method: "peers.remove", accepts: ["name"])

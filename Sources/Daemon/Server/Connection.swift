@@ -18,6 +18,11 @@ final class Connection: @unchecked Sendable {
     let identifier: Int
     /// The watches this connection started; touched only by its reader thread.
     private var subscriptions: [Subscription] = []
+    /// Who the client is and what it may do; set by the reader thread before it reads.
+    private var client: ClientAccess?
+    /// Whether a refusal on this connection was logged (one line per connection); touched
+    /// only by the reader thread.
+    private var refusalLogged = false
     private let senderDone = DispatchSemaphore(value: 0)
 
     init(socket: UnixConnection, context: ServerContext, identifier: Int) {
@@ -74,6 +79,13 @@ final class Connection: @unchecked Sendable {
     }
 
     private func read() {
+        let client = ClientAccess(socket: socket, policy: context.access)
+        self.client = client
+        if client.grant.level < .write, let credentials = client.credentials {
+            context.logger.debug(
+                "connection \(identifier) from pid \(credentials.pid): \(client.who), \(client.grant.level) (\(client.grant.why))"
+            )
+        }
         var reader = LineReader(limit: context.limits.maxLineBytes)
         var first = true
         while !outbox.isEnding {
@@ -97,6 +109,12 @@ final class Connection: @unchecked Sendable {
                 // A peer's sync session announces itself in the first line; the connection
                 // then speaks the sync protocol until the session ends.
                 if first, let version = Frame.preambleVersion(bytes) {
+                    if client.grant.level < MethodAccess.syncSession {
+                        let message = client.refusalMessage(doing: "a sync session is refused")
+                        logRefusal("a sync session", message: message)
+                        context.sync.refuse(socket, message: message)
+                        return
+                    }
                     context.sync.serve(socket, buffered: reader.takeBuffered(), version: version)
                     return
                 }
@@ -120,7 +138,30 @@ final class Connection: @unchecked Sendable {
         }
     }
 
+    /// The refusal of `request`, logged; nil when the client may make it.
+    private func refusal(of request: Request) -> RPCError? {
+        guard let error = client?.refusal(of: request.method) else { return nil }
+        logRefusal(request.method, message: error.message)
+        return error
+    }
+
+    /// Logs this connection's first refusal at notice level (later ones at debug level).
+    private func logRefusal(_ what: String, message: String) {
+        let pid = client?.credentials.map { "pid \($0.pid)" } ?? "pid unknown"
+        let line = "refused \(what) on connection \(identifier) (\(pid)): \(message)"
+        if refusalLogged {
+            context.logger.debug(line)
+            return
+        }
+        refusalLogged = true
+        context.refusals.log(line, now: Date().timeIntervalSince1970)
+    }
+
     private func handle(_ request: Request) {
+        if let error = refusal(of: request) {
+            if let id = request.id { outbox.push(Connection.response(id: id, error: error)) }
+            return
+        }
         if request.method == "append", case .events(let events) = request.params {
             let slot = outbox.reserve(isAppend: true)
             let id = request.id
@@ -151,7 +192,7 @@ final class Connection: @unchecked Sendable {
             }
         } else {
             do throws(RPCError) {
-                result = .success(try context.methods.call(request))
+                result = .success(try context.methods.call(request, level: client?.grant.level ?? .full))
             } catch {
                 result = .failure(error)
             }
@@ -206,7 +247,9 @@ final class Connection: @unchecked Sendable {
                 responses.append(Connection.response(id: id, error: error, newline: false))
             case .request(let request):
                 var line: [UInt8]
-                if request.method == "append", case .events(let events) = request.params {
+                if let error = refusal(of: request) {
+                    line = request.id.map { Connection.response(id: $0, error: error) } ?? []
+                } else if request.method == "append", case .events(let events) = request.params {
                     let result = context.writer.appendAndWait(events, from: identifier)
                     line = request.id.map { Connection.response(id: $0, append: result) } ?? []
                 } else if request.method == "watch" {

@@ -16,20 +16,34 @@ final class ServerContext: Sendable {
     let methods: Methods
     let logger: Logger
     let sync: SyncService
+    /// Logs the refused connections, without flooding.
+    let refusals: RefusalLog
     private let currentLimits: Mutex<Limits>
+    /// Who may read and write; a reload replaces it, for the connections made after.
+    private let currentAccess: Mutex<AccessPolicy>
 
-    init(writer: AppendWriter, hub: WatchHub, methods: Methods, sync: SyncService, logger: Logger, limits: Limits) {
+    init(
+        writer: AppendWriter, hub: WatchHub, methods: Methods, sync: SyncService, logger: Logger, limits: Limits,
+        access: AccessPolicy
+    ) {
         self.writer = writer
         self.hub = hub
         self.methods = methods
         self.sync = sync
         self.logger = logger
+        self.refusals = RefusalLog(logger: logger)
         self.currentLimits = Mutex(limits)
+        self.currentAccess = Mutex(access)
     }
 
     var limits: Limits {
         get { currentLimits.withLock { $0 } }
         set { currentLimits.withLock { $0 = newValue } }
+    }
+
+    var access: AccessPolicy {
+        get { currentAccess.withLock { $0 } }
+        set { currentAccess.withLock { $0 = newValue } }
     }
 }
 

@@ -37,6 +37,11 @@ struct SyncError: Error, Sendable, Equatable, CustomStringConvertible {
     var reason: Reason
     var message: String
 
+    /// The reason in the error frame of a daemon that refuses a session because the
+    /// connecting user may not write (its socket's `write_groups`); the initiator reports
+    /// it as `auth`.
+    static let forbiddenReason = "forbidden"
+
     init(_ reason: Reason, _ message: String) {
         self.reason = reason
         self.message = message

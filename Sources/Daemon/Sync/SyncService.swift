@@ -308,6 +308,31 @@ final class SyncService: Sendable {
         return Outcome(name: name, url: url, report: report, error: failure, milliseconds: milliseconds)
     }
 
+    /// Refuses a session another node started on this daemon's socket: answers the
+    /// preamble with its own and an error frame of reason `forbidden` carrying `message`,
+    /// which the initiator reports (as `auth`), then reads what the peer still sends until
+    /// it hangs up, so it is not cut off before it has read the refusal.
+    func refuse(_ connection: UnixConnection, message: String) {
+        let timeout = min(settings.withLock { $0.timeout }, 5)
+        let channel = FrameChannel(connection: connection, timeoutSeconds: timeout)
+        do throws(SyncError) {
+            try channel.writePreamble()
+            try channel.write(
+                Frame(
+                    kind: .error,
+                    payload: Messages.encode(Messages.Failure(reason: SyncError.forbiddenReason, message: message))))
+        } catch {
+            return
+        }
+        connection.shutdownWriting()
+        var discard: [UInt8] = []
+        var total = 0
+        while total < 64 << 20, let count = try? connection.read(into: &discard, count: 64 * 1024), count > 0 {
+            total += count
+            discard.removeAll(keepingCapacity: true)
+        }
+    }
+
     /// Answers a session another node started on this daemon's socket, once its preamble
     /// (protocol `version`) was read; `buffered` holds what came after the preamble.
     func serve(_ connection: UnixConnection, buffered: [UInt8], version: Int) {

@@ -328,6 +328,11 @@ final class SyncSession {
         let frame = try channel.read()
         if frame.kind == .error {
             let failure = try Messages.decode(Messages.Failure.self, frame.payload, frame: "error")
+            if failure.reason == SyncError.forbiddenReason {
+                // The peer's daemon will not let the account we reach it as write: retrying
+                // cannot help until its configuration changes, as with a refused ssh key.
+                throw SyncError(.authentication, "the peer refused the session (forbidden): \(failure.message)")
+            }
             let reason = SyncError.Reason(rawValue: failure.reason)
             throw SyncError(
                 reason == .protocolMismatch ? .protocolMismatch : .peerFailed,

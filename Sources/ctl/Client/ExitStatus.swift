@@ -26,8 +26,8 @@ enum ExitStatus {
          66   the --file input cannot be read
          69   the daemon is unreachable (not running, or it went away), or unavailable
          74   the store is full (disk or map size)
-         77   forbidden: no permission to use the socket, or the daemon refused
-              (e.g. to remove a peer defined in the config file)
+         77   forbidden: no permission to open the socket, or the daemon refused
+              (read-only access, no access, or a peer defined in the config file)
         """
 }
 

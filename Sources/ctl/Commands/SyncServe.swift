@@ -28,6 +28,11 @@ struct SyncServe: Command {
                 what the daemon answers comes out on standard output. At the end of standard \
                 input the daemon reads the end of its requests; evctl exits 0 once the daemon has \
                 answered them and closed the connection.
+
+                It connects as the user who runs it (over ssh, the remote account), so the \
+                daemon's socket permissions and access lists apply: a session needs read-write \
+                access, and a daemon that gives this user less refuses it with forbidden, which \
+                the initiating node reports.
                 """)
     }
 
