@@ -358,6 +358,28 @@ def fieldops_stream(seed, events=10_000_000):
                 yield {"entity": entity, "kind": "status", "status": rng.choice(["assigned", "en_route", "on_site"])}
 
 
+class WorkloadPool:
+    """The field workload generated once (fieldops.py is slow: a few thousand events a
+    second) and replayed: each stream walks the pool again and again, with a suffix on
+    every entity id per stream and pass, so every pass writes jobs of its own in the same
+    realistic order."""
+
+    def __init__(self, seed, size=6000):
+        self.events = []
+        stream = fieldops_stream(seed, events=size)
+        for _ in range(size):
+            self.events.append(next(stream))
+        stream.close()
+
+    def stream(self, index):
+        for round_number in itertools.count():
+            suffix = f"-s{index}r{round_number}"
+            for event in self.events:
+                copy = dict(event)
+                copy["entity"] = event["entity"] + suffix
+                yield copy
+
+
 def least_squares_slope(points):
     """Slope of y over x by least squares (None with fewer than 2 points)."""
     n = len(points)

@@ -8,7 +8,7 @@ Scenarios, rotated (one kill each):
   dictionary a fresh copy of a store just below its dictionary training threshold, with
              appends going on; the maintenance thread trains within ~0.1 s of the start
              (WATCHDOG_USEC=200000 makes it tick every 100 ms), the kill lands around it
-  map-growth a fresh store with map_initial_bytes=64 KiB and ~10 KiB incompressible events:
+  map-growth a fresh store with map_initial_bytes=64 KiB and 8 KiB events of random base64:
              the map doubles several times in the kill window
 
 Every input carries an idempotency key. After each kill the victim is restarted and:
@@ -20,12 +20,12 @@ Every input carries an idempotency key. After each kill the victim is restarted 
   - 10 old keys sent again must return their original ids and append nothing;
   - sync-out / sync-in: a sync is then completed and V and P must show equal digests and
     event counts equal to every event acknowledged anywhere;
-  - dictionary / map-growth: the whole log of the fresh store is read back and compared,
-    and `rebuild --verify` must find no mismatch.
+  - dictionary / map-growth: the whole log of the fresh store is read back (every event
+    decoded) and must be exactly the acknowledged ids, each key once.
 Every --full-every kills and at the end: V and P converge, each one's whole log equals
-the set of every acknowledged id, `rebuild --verify` on both; a fresh store of the
-dictionary or map-growth scenario is synced into a new empty node and must reach the
-same digest (every --full-every/5 of those kills).
+the set of every acknowledged id, `rebuild --verify` on both. Every --full-every/10
+kills of the dictionary and map-growth scenarios (and at the end): `rebuild --verify` on
+the fresh store, and a new empty node synced from it must reach the same digest.
 
   torture.py --kills 1000                 the full run (release binaries)
   torture.py --short                      30 kills, debug binaries, what CI runs
@@ -53,11 +53,12 @@ class Failure(h.HarnessFailure):
 class Store:
     """What the harness knows of one node's own inputs: key -> acknowledged id."""
 
-    def __init__(self, daemon, prefix, seed):
+    def __init__(self, daemon, prefix, seed, pool, streams=None):
+        self.pool = pool
         self.daemon = daemon
         self.prefix = prefix
         self.seed = seed
-        self.streams = {}  # one workload stream per connection: no entity is shared by two
+        self.streams = {} if streams is None else streams  # one workload stream per connection: no entity is shared by two
         self.n = 0
         self.pushed = {}  # stream -> inputs prepared but never sent, sent first next time
         self.acked = {}  # key -> id
@@ -71,7 +72,7 @@ class Store:
 
     def next_inputs(self, count, transform=None, stream=0):
         if stream not in self.streams:
-            self.streams[stream] = h.fieldops_stream(self.seed * 1000 + stream)
+            self.streams[stream] = self.pool.stream(self.seed * 1000 + stream)
         events = []
         pushed = self.pushed.get(stream)
         while pushed and len(events) < count:
@@ -107,8 +108,9 @@ class Load:
     its own workload stream, so no entity is written by two connections. Tracks what was
     acknowledged and what was sent without an answer."""
 
-    def __init__(self, store, connections=4, batch=50, depth=4, limit=2000, transform=None):
+    def __init__(self, store, connections=4, batch=50, depth=4, limit=2000, transform=None, span=0.0):
         self.store = store
+        self.span = span  # the batches of a connection are sent evenly over this many seconds
         self.lock = threading.Lock()
         per_connection = max(1, limit // connections // batch)
         self.queues = [[store.next_inputs(batch, transform, i) for _ in range(per_connection)]
@@ -132,35 +134,65 @@ class Load:
             self.store.push_back(index, [event for events in queue for event in events])
 
     def run(self, index):
+        """Sends the connection's batches, paced over `span` (or as fast as `depth` allows),
+        while a second thread reads the answers in order."""
         queue = self.queues[index]
         try:
             client = self.store.daemon.client(timeout=60)
         except OSError as error:
             self.errors.append(f"connect: {error}")
             return
-        pending = []  # (request id, events), in order
-        try:
-            while True:
-                while len(pending) < self.depth and queue:
-                    events = queue.pop(0)
-                    pending.append((None, events))
-                    pending[-1] = (client.send("append", {"events": events}), events)
+        pending = []  # events of the requests sent and not answered, in order
+        window = threading.Semaphore(self.depth if not self.span else 1 << 20)
+        done_sending = threading.Event()
+
+        def receive():
+            try:
+                while True:
                     with self.lock:
-                        self.sent += len(events)
-                if not pending:
-                    break
-                result = client.receive("append")
-                _, events = pending.pop(0)
+                        if not pending and done_sending.is_set():
+                            return
+                        waiting = bool(pending)
+                    if not waiting:
+                        time.sleep(0.001)
+                        continue
+                    result = client.receive("append")
+                    with self.lock:
+                        events = pending.pop(0)
+                        self.acked_now.append((events, result["ids"]))
+                    window.release()
+            except h.RPCError as error:
+                self.errors.append(str(error))
+            except (OSError, ConnectionError, ValueError):
+                pass  # the kill
+
+        receiver = threading.Thread(target=receive, daemon=True)
+        receiver.start()
+        interval = self.span / max(1, len(queue)) if self.span else 0
+        started = time.monotonic()
+        try:
+            for number in range(len(queue)):
+                if interval:
+                    delay = started + number * interval - time.monotonic()
+                    if delay > 0:
+                        time.sleep(delay)
+                while not window.acquire(timeout=0.05):
+                    if not receiver.is_alive():
+                        raise ConnectionError("the receiver ended")
+                events = queue.pop(0)
                 with self.lock:
-                    self.acked_now.append((events, result["ids"]))
-        except h.RPCError as error:
-            self.errors.append(str(error))
+                    pending.append(events)
+                client.send("append", {"events": events})
+                with self.lock:
+                    self.sent += len(events)
         except (OSError, ConnectionError, ValueError):
             pass  # the kill
         finally:
+            done_sending.set()
+            receiver.join(60)
             with self.lock:
-                for _, events in pending:
-                    self.unacked.append(events)
+                self.unacked.extend(pending)
+                pending.clear()
             client.close()
 
 
@@ -185,16 +217,21 @@ class Torture:
         self.dictionary_committed_before_kill = 0
         self.restart_seconds = []
         self.fresh_count = 0
+        self.pool = h.WorkloadPool(args.seed, args.pool)
         common = {"durability": "full", "backoff_base_s": 60, "sync_interval_s": 86400}
         self.v = h.Daemon(bindir, os.path.join(root, "v"), "v", dict(common, map_initial_bytes=1 << 20))
         self.p = h.Daemon(bindir, os.path.join(root, "p"), "p", common)
         self.v.start()
         self.p.start()
-        self.vs = Store(self.v, "v", args.seed * 10 + 1)
-        self.ps = Store(self.p, "p", args.seed * 10 + 2)
+        self.vs = Store(self.v, "v", 1, self.pool)
+        self.ps = Store(self.p, "p", 2, self.pool)
         self.v_node = self.v.call("status")["node"]["id"]
         self.v_expected_events = 0  # events V must hold (its own + the peer's it received)
         self.template = None
+        self.fresh_streams = {}  # the fresh stores are independent: they share workload streams
+        self.seconds = {s: 0.0 for s in SCENARIOS}
+        self.seconds["full-check"] = 0.0
+        self.training_seconds = None
 
     def check(self, name, ok, message):
         self.checks[name] = self.checks.get(name, 0) + 1
@@ -308,7 +345,8 @@ class Torture:
     def scenario_append(self):
         marker = self.vs.last_own_id
         before = len(self.vs.ids)
-        load = Load(self.vs, connections=4, batch=50, depth=4, limit=self.args.append_limit)
+        load = Load(self.vs, connections=4, batch=50, depth=4, limit=self.args.append_limit,
+                    span=self.args.max_delay)
         load.start()
         self.kill_after(self.kill_rng.uniform(0, self.args.max_delay), self.v)
         load.join()
@@ -379,11 +417,23 @@ class Torture:
         daemon = h.Daemon(self.bindir, os.path.join(self.root, "dictionary-template"), "template",
                           {"dictionary_training_events": 1_000_000_000})
         daemon.start()
-        store = Store(daemon, "d", self.args.seed * 10 + 3)
+        store = Store(daemon, "d", 3, self.pool)
         self.append_all(store, store.next_inputs(threshold))
         self.check("template", daemon.call("status")["dictionary_version"] == 0, "the template has a dictionary")
         daemon.stop()
         self.template = (daemon.data_dir, dict(store.acked), set(store.ids), store)
+        # How long training takes after the start, uninterrupted: the kill window.
+        probe = self.fresh_daemon("calibration", {"dictionary_training_events": threshold})
+        shutil.copytree(daemon.data_dir, probe.data_dir)
+        self.start_with_env(probe, {"WATCHDOG_USEC": "200000"})
+        started = time.monotonic()
+        while probe.call("status")["dictionary_version"] == 0:
+            if time.monotonic() - started > 60:
+                raise Failure("the dictionary was not trained within 60 s of the start")
+            time.sleep(0.01)
+        self.training_seconds = time.monotonic() - started
+        probe.kill9()
+        h.remove_tree(probe.root)
 
     def start_with_env(self, daemon, env):
         saved = {k: os.environ.get(k) for k in env}
@@ -404,7 +454,7 @@ class Torture:
             data_dir, acked, ids, template_store = self.template
             daemon = self.fresh_daemon(kind, {"dictionary_training_events": self.args.dictionary_events})
             shutil.copytree(data_dir, daemon.data_dir)
-            store = Store(daemon, f"d{self.fresh_count}", self.args.seed * 100000 + self.fresh_count)
+            store = Store(daemon, f"d{self.fresh_count}", 4, self.pool, self.fresh_streams)
             store.acked = dict(acked)
             store.ids = set(ids)
             env = {"WATCHDOG_USEC": "200000"}  # the maintenance thread ticks every 100 ms
@@ -412,19 +462,19 @@ class Torture:
             batch, limit = 50, self.args.append_limit
         else:
             daemon = self.fresh_daemon(kind, {"map_initial_bytes": 64 << 10})
-            store = Store(daemon, f"m{self.fresh_count}", self.args.seed * 100000 + self.fresh_count)
+            store = Store(daemon, f"m{self.fresh_count}", 5, self.pool, self.fresh_streams)
             env = {}
             payload_rng = random.Random(self.args.seed * 7919 + self.fresh_count)
 
             def transform(event, n):
                 return {"entity": event["entity"], "kind": "edit",
-                        "fields": {"photo": random_payload(payload_rng, 8000), "n": n}}
-            batch, limit = 20, 4000
+                        "fields": {"photo": random_payload(payload_rng, 6000), "n": n}}
+            batch, limit = 20, 600
         self.start_with_env(daemon, env)
         map_before = daemon.call("status")["map_bytes"]
-        load = Load(store, connections=2, batch=batch, depth=4, limit=limit, transform=transform)
+        window = self.training_seconds * 1.3 if kind == "dictionary" else self.args.max_delay
+        load = Load(store, connections=2, batch=batch, depth=4, limit=limit, transform=transform, span=window)
         load.start()
-        window = self.args.dictionary_window if kind == "dictionary" else self.args.max_delay
         self.kill_after(self.kill_rng.uniform(0, window), daemon)
         load.join()
         if os.environ.get("TORTURE_DEBUG"):
@@ -433,7 +483,9 @@ class Torture:
         if load.unacked:
             self.mid[kind] += 1
         daemon.kill9()
-        self.start_with_env(daemon, env)
+        # Restarted without the fast maintenance tick: the checks are done before it would
+        # train again (a training in the background only slows them down).
+        daemon.start()
         self.restart_seconds.append(daemon.ready_seconds)
         self.check("restart", True, "")
         status = daemon.call("status")
@@ -459,13 +511,13 @@ class Torture:
                    f"{sorted(store.ids - set(ids))[:5]}, unexpected {sorted(set(ids) - store.ids)[:5]}")
         self.check_count(daemon, len(store.ids), kind)
         self.check_old_keys(store)
-        verify = daemon.call("rebuild", {"verify": True}, timeout=600)
-        self.check("rebuild-verify", not verify["mismatched"] and not verify["digest_mismatch"],
-                   f"{kind}: rebuild --verify: {json.dumps(verify)[:500]}")
         self.events_acked_fresh = getattr(self, "events_acked_fresh", 0) + len(store.ids) - (
             len(self.template[2]) if kind == "dictionary" else 0)
-        every = max(1, self.args.full_every // 5)
+        every = max(1, self.args.full_every // 10)
         if self.kills[kind] % every == 0 or self.final_cycle:
+            verify = daemon.call("rebuild", {"verify": True}, timeout=600)
+            self.check("rebuild-verify", not verify["mismatched"] and not verify["digest_mismatch"],
+                       f"{kind}: rebuild --verify: {json.dumps(verify)[:500]}")
             peer = self.fresh_daemon("peer", {})
             peer.start()
             report = peer.call("sync", {"peer": daemon.url}, timeout=600)["peers"][0]
@@ -495,6 +547,7 @@ class Torture:
             scenario = SCENARIOS[(number - 1) % len(SCENARIOS)] if not self.args.only else self.args.only
             self.current = scenario
             self._ids_snapshot = set(self.vs.ids)
+            cycle_started = time.monotonic()
             if scenario == "append":
                 self.scenario_append()
             elif scenario == "sync-out":
@@ -504,8 +557,11 @@ class Torture:
             else:
                 self.scenario_fresh(scenario)
             self.kills[scenario] += 1
+            self.seconds[scenario] += time.monotonic() - cycle_started
             if number % self.args.full_every == 0 or self.final_cycle:
+                check_started = time.monotonic()
                 self.full_check(f"full check after kill {number}")
+                self.seconds["full-check"] += time.monotonic() - check_started
             now = time.monotonic()
             if now - last_print > 30:
                 last_print = now
@@ -526,17 +582,16 @@ def main():
     parser.add_argument("--only", choices=SCENARIOS, help="run one scenario only")
     parser.add_argument("--max-delay", type=float, default=None, help="kill at most this long after the load starts, "
                         "s (0.3; 1.0 with --short: debug builds append large events about 30 times slower)")
-    parser.add_argument("--dictionary-window", type=float, default=1.5,
-                        help="dictionary scenario: kill at most this long after the start, s (training of 2000 "
-                        "events takes about 1.2 s)")
     parser.add_argument("--append-limit", type=int, default=None, help="inputs sent at most per append kill (2000; "
                         "500 with --short)")
     parser.add_argument("--backlog", type=int, default=None, help="events appended before each sync kill (1200; "
                         "300 with --short)")
-    parser.add_argument("--dictionary-events", type=int, default=2000, help="training threshold of the "
-                        "dictionary scenario (2000)")
+    parser.add_argument("--dictionary-events", type=int, default=1000, help="training threshold of the "
+                        "dictionary scenario (1000)")
     parser.add_argument("--full-every", type=int, default=None, help="full checks every this many kills (100; 10 "
                         "with --short)")
+    parser.add_argument("--pool", type=int, default=6000, help="field workload events generated once and replayed "
+                        "with fresh entity ids (6000)")
     parser.add_argument("--json", help="write the figures to this file")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory even when the run passes")
     parser.add_argument("--tmp", help="parent of the scratch directory")
@@ -579,14 +634,17 @@ def main():
             if torture.restart_seconds else None,
             "restart_s_max": max(torture.restart_seconds) if torture.restart_seconds else None,
             "sync_ms_per_event": torture.sync_ms_per_event,
+            "dictionary_training_s": torture.training_seconds,
+            "seconds": {k: round(v, 1) for k, v in torture.seconds.items()},
         })
     if args.json:
         with open(args.json, "w") as f:
             json.dump(figures, f, indent=2)
     if torture:
         print()
-        rows = [[s, torture.kills[s], torture.mid[s]] for s in SCENARIOS]
-        h.print_table(rows, ["scenario", "kills survived", "of them with work in flight"])
+        rows = [[s, torture.kills[s], torture.mid[s], f"{torture.seconds[s]:.0f}"] for s in SCENARIOS]
+        rows.append(["full checks", "", "", f"{torture.seconds['full-check']:.0f}"])
+        h.print_table(rows, ["scenario", "kills survived", "of them with work in flight", "seconds"])
         print()
         h.print_table(sorted(torture.checks.items()), ["check", "times"])
         print(f"\nevents acknowledged: {figures['events_acknowledged']} (main store V: {torture.v_expected_events}); "
