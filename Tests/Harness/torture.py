@@ -8,8 +8,9 @@ Scenarios, rotated (one kill each):
   dictionary a fresh copy of a store just below its dictionary training threshold, with
              appends going on; the maintenance thread trains within ~0.1 s of the start
              (WATCHDOG_USEC=200000 makes it tick every 100 ms), the kill lands around it
-  map-growth a fresh store with map_initial_bytes=64 KiB and 8 KiB events of random base64:
-             the map doubles several times in the kill window
+  map-growth a copy of a store of 8 KiB events (random base64) started with
+             map_initial_bytes=64 KiB: LMDB reopens the map at the size of the data, so
+             it grows with the first writes, and doubles again as the load goes on
 
 Every input carries an idempotency key. After each kill the victim is restarted and:
   - it must say READY (the store opens);
@@ -228,6 +229,7 @@ class Torture:
         self.v_node = self.v.call("status")["node"]["id"]
         self.v_expected_events = 0  # events V must hold (its own + the peer's it received)
         self.template = None
+        self.map_template = None
         self.fresh_streams = {}  # the fresh stores are independent: they share workload streams
         self.seconds = {s: 0.0 for s in SCENARIOS}
         self.seconds["full-check"] = 0.0
@@ -435,6 +437,22 @@ class Torture:
         probe.kill9()
         h.remove_tree(probe.root)
 
+    def make_map_template(self):
+        """A store of some large events, stopped cleanly: copied for each map-growth kill.
+        LMDB reopens a map at the size of its data when that is larger than the configured
+        one (64 KiB), so the copy's map is full at the start and grows with the first writes."""
+        daemon = h.Daemon(self.bindir, os.path.join(self.root, "map-template"), "map-template",
+                          {"map_initial_bytes": 64 << 10})
+        daemon.start()
+        store = Store(daemon, "mt", 6, self.pool)
+        rng = random.Random(self.args.seed * 31)
+        while daemon.call("status")["bytes"] < 400 << 10:
+            events = store.next_inputs(10, lambda event, n: {
+                "entity": event["entity"], "kind": "edit", "fields": {"photo": random_payload(rng, 6000), "n": n}})
+            self.append_all(store, events)
+        daemon.stop()
+        self.map_template = (daemon.data_dir, dict(store.acked), set(store.ids))
+
     def start_with_env(self, daemon, env):
         saved = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
@@ -461,15 +479,22 @@ class Torture:
             transform = None
             batch, limit = 50, self.args.append_limit
         else:
+            if self.map_template is None:
+                self.make_map_template()
+            data_dir, acked, ids = self.map_template
             daemon = self.fresh_daemon(kind, {"map_initial_bytes": 64 << 10})
+            shutil.copytree(data_dir, daemon.data_dir)
             store = Store(daemon, f"m{self.fresh_count}", 5, self.pool, self.fresh_streams)
+            store.acked = dict(acked)
+            store.ids = set(ids)
             env = {}
             payload_rng = random.Random(self.args.seed * 7919 + self.fresh_count)
 
             def transform(event, n):
                 return {"entity": event["entity"], "kind": "edit",
                         "fields": {"photo": random_payload(payload_rng, 6000), "n": n}}
-            batch, limit = 20, 600
+            # A debug build takes about 50 ms per such event: smaller batches there.
+            batch, limit = (4, 80) if self.args.short else (20, 600)
         self.start_with_env(daemon, env)
         map_before = daemon.call("status")["map_bytes"]
         window = self.training_seconds * 1.3 if kind == "dictionary" else self.args.max_delay
@@ -511,8 +536,7 @@ class Torture:
                    f"{sorted(store.ids - set(ids))[:5]}, unexpected {sorted(set(ids) - store.ids)[:5]}")
         self.check_count(daemon, len(store.ids), kind)
         self.check_old_keys(store)
-        self.events_acked_fresh = getattr(self, "events_acked_fresh", 0) + len(store.ids) - (
-            len(self.template[2]) if kind == "dictionary" else 0)
+        self.events_acked_fresh = getattr(self, "events_acked_fresh", 0) + len(store.ids) - len(ids)
         every = max(1, self.args.full_every // 10)
         if self.kills[kind] % every == 0 or self.final_cycle:
             verify = daemon.call("rebuild", {"verify": True}, timeout=600)
@@ -590,15 +614,17 @@ def main():
                         "dictionary scenario (1000)")
     parser.add_argument("--full-every", type=int, default=None, help="full checks every this many kills (100; 10 "
                         "with --short)")
-    parser.add_argument("--pool", type=int, default=6000, help="field workload events generated once and replayed "
-                        "with fresh entity ids (6000)")
+    parser.add_argument("--pool", type=int, default=None, help="field workload events generated once and replayed "
+                        "with fresh entity ids (6000; 2000 with --short)")
     parser.add_argument("--json", help="write the figures to this file")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory even when the run passes")
     parser.add_argument("--tmp", help="parent of the scratch directory")
     args = parser.parse_args()
     if args.short:
         args.kills = min(args.kills, 30)
-    for name, full, short in (("max_delay", 0.3, 1.0), ("append_limit", 2000, 500), ("backlog", 1200, 300), ("full_every", 100, 10)):
+    defaults = (("pool", 6000, 2000), ("max_delay", 0.3, 1.0), ("append_limit", 2000, 500), ("backlog", 1200, 300),
+                ("full_every", 100, 10))
+    for name, full, short in defaults:
         if getattr(args, name) is None:
             setattr(args, name, short if args.short else full)
     if args.seed is None:
