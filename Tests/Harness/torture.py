@@ -29,7 +29,7 @@ kills of the dictionary and map-growth scenarios (and at the end): `rebuild --ve
 the fresh store, and a new empty node synced from it must reach the same digest.
 
   torture.py --kills 1000                 the full run (release binaries)
-  torture.py --short                      30 kills, debug binaries, what CI runs
+  torture.py --short                      20 kills, debug binaries, what CI runs
 """
 import argparse
 import base64
@@ -469,24 +469,24 @@ class Torture:
         if kind == "dictionary":
             if self.template is None:
                 self.make_template()
-            data_dir, acked, ids, template_store = self.template
+            data_dir, acked, template_ids, template_store = self.template
             daemon = self.fresh_daemon(kind, {"dictionary_training_events": self.args.dictionary_events})
             shutil.copytree(data_dir, daemon.data_dir)
             store = Store(daemon, f"d{self.fresh_count}", 4, self.pool, self.fresh_streams)
             store.acked = dict(acked)
-            store.ids = set(ids)
+            store.ids = set(template_ids)
             env = {"WATCHDOG_USEC": "200000"}  # the maintenance thread ticks every 100 ms
             transform = None
             batch, limit = 50, self.args.append_limit
         else:
             if self.map_template is None:
                 self.make_map_template()
-            data_dir, acked, ids = self.map_template
+            data_dir, acked, template_ids = self.map_template
             daemon = self.fresh_daemon(kind, {"map_initial_bytes": 64 << 10})
             shutil.copytree(data_dir, daemon.data_dir)
             store = Store(daemon, f"m{self.fresh_count}", 5, self.pool, self.fresh_streams)
             store.acked = dict(acked)
-            store.ids = set(ids)
+            store.ids = set(template_ids)
             env = {}
             payload_rng = random.Random(self.args.seed * 7919 + self.fresh_count)
 
@@ -536,7 +536,7 @@ class Torture:
                    f"{sorted(store.ids - set(ids))[:5]}, unexpected {sorted(set(ids) - store.ids)[:5]}")
         self.check_count(daemon, len(store.ids), kind)
         self.check_old_keys(store)
-        self.events_acked_fresh = getattr(self, "events_acked_fresh", 0) + len(store.ids) - len(ids)
+        self.events_acked_fresh = getattr(self, "events_acked_fresh", 0) + len(store.ids) - len(template_ids)
         every = max(1, self.args.full_every // 10)
         if self.kills[kind] % every == 0 or self.final_cycle:
             verify = daemon.call("rebuild", {"verify": True}, timeout=600)
@@ -599,20 +599,20 @@ class Torture:
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kills", type=int, default=1000, help="kills in the run (1000)")
-    parser.add_argument("--short", action="store_true", help="CI mode: 30 kills, debug binaries")
+    parser.add_argument("--short", action="store_true", help="CI mode: 20 kills, debug binaries")
     parser.add_argument("--bin", help="directory of evstored (env EVSTORE_BIN_DIR; .build/release, "
                         "or .build/debug with --short)")
     parser.add_argument("--seed", type=int, default=None, help="seed of the inputs (random when omitted; printed)")
     parser.add_argument("--only", choices=SCENARIOS, help="run one scenario only")
     parser.add_argument("--max-delay", type=float, default=None, help="kill at most this long after the load starts, "
                         "s (0.3; 1.0 with --short: debug builds append large events about 30 times slower)")
-    parser.add_argument("--append-limit", type=int, default=None, help="inputs sent at most per append kill (2000; "
+    parser.add_argument("--append-limit", type=int, default=None, help="inputs sent at most per append kill (1600; "
                         "500 with --short)")
     parser.add_argument("--backlog", type=int, default=None, help="events appended before each sync kill (1200; "
                         "300 with --short)")
     parser.add_argument("--dictionary-events", type=int, default=1000, help="training threshold of the "
                         "dictionary scenario (1000)")
-    parser.add_argument("--full-every", type=int, default=None, help="full checks every this many kills (100; 10 "
+    parser.add_argument("--full-every", type=int, default=None, help="full checks every this many kills (200; 10 "
                         "with --short)")
     parser.add_argument("--pool", type=int, default=None, help="field workload events generated once and replayed "
                         "with fresh entity ids (6000; 2000 with --short)")
@@ -621,9 +621,9 @@ def main():
     parser.add_argument("--tmp", help="parent of the scratch directory")
     args = parser.parse_args()
     if args.short:
-        args.kills = min(args.kills, 30)
-    defaults = (("pool", 6000, 2000), ("max_delay", 0.3, 1.0), ("append_limit", 2000, 500), ("backlog", 1200, 300),
-                ("full_every", 100, 10))
+        args.kills = min(args.kills, 20)
+    defaults = (("pool", 6000, 2000), ("max_delay", 0.3, 1.0), ("append_limit", 1600, 500), ("backlog", 1200, 300),
+                ("full_every", 200, 10))
     for name, full, short in defaults:
         if getattr(args, name) is None:
             setattr(args, name, short if args.short else full)
