@@ -20,7 +20,7 @@ over the second half of the steady state above --max-slope-kib-min; descriptors 
 stay open after the clients left.
 
   soak.py --minutes 30                   the full run (release binaries)
-  soak.py --short                        about 75 s, debug binaries, what CI runs
+  soak.py --short                        75 s of load, debug binaries, what CI runs
 """
 import argparse
 import json
@@ -209,6 +209,9 @@ def main():
     parser.add_argument("--max-slope-kib-min", type=float, default=None,
                         help="fail above this RssAnon slope over the second half, KiB/min (512; 32768 with --short)")
     parser.add_argument("--durability", default="full", choices=["full", "relaxed"])
+    parser.add_argument("--dictionary-events", type=int, default=None,
+                        help="dictionary_training_events of the nodes (the daemon's 10000; 2000 with --short, so "
+                        "that the first training, a step in memory, falls in the warmup)")
     parser.add_argument("--json", help="write the figures to this file")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory even when the run passes")
     parser.add_argument("--tmp", help="parent of the scratch directory")
@@ -217,6 +220,10 @@ def main():
         args.minutes = min(args.minutes, 1.25)
         if args.max_slope_kib_min is None:
             args.max_slope_kib_min = 32768.0
+        if args.dictionary_events is None:
+            args.dictionary_events = 2000
+        if args.warmup is None:
+            args.warmup = 20.0
     if args.max_slope_kib_min is None:
         args.max_slope_kib_min = 512.0
     bindir = h.bin_dir(args.bin, ".build/debug" if args.short else ".build/release")
@@ -258,6 +265,8 @@ def main():
 def run(args, bindir, root, figures, failures):
     settings = {"sync_interval_s": args.sync_interval, "durability": args.durability, "log_level": "info",
                 "backoff_base_s": 1, "backoff_cap_s": 5}
+    if args.dictionary_events:
+        settings["dictionary_training_events"] = args.dictionary_events
     a = h.Daemon(bindir, os.path.join(root, "a"), "a", settings)
     b = h.Daemon(bindir, os.path.join(root, "b"), "b", settings)
     c = h.Daemon(bindir, os.path.join(root, "c"), "c", settings)
