@@ -7,6 +7,8 @@
 #   make test-tsan / make test-asan   the suite under the thread / address sanitizer
 #   make fuzz    build the libFuzzer fuzzers (Fuzz/) and run each for FUZZ_SECONDS
 #   make fuzz-short   the same, each for FUZZ_SHORT_SECONDS (what CI runs)
+#   make torture / make soak   kill -9 the daemon 1000 times / 30 minutes of load on three
+#                syncing nodes (release); torture-short / soak-short: the CI versions (debug)
 
 SWIFT        ?= swift
 DEBIAN_PKGS  := liblmdb-dev libzstd-dev
@@ -26,7 +28,15 @@ BENCH_LARGE  ?= 1000000
 BENCH_OUT    ?= .build/bench
 BENCH_PRODUCTS := evstored evctl evstore-bench evstore-socket-bench
 
-.PHONY: all deps bench-deps build release run test test-tsan test-asan bench clean format fuzz-build fuzz fuzz-short
+# The crash and soak harnesses (Tests/Harness, docs/testing.md). Figures go to HARNESS_OUT.
+TORTURE_KILLS ?= 1000
+SOAK_MINUTES  ?= 30
+HARNESS_OUT   ?= .build/harness
+HARNESS_ARGS  ?=
+HARNESS_PRODUCTS := evstored
+
+.PHONY: all deps bench-deps build release run test test-tsan test-asan bench clean format \
+	torture torture-short soak soak-short fuzz-build fuzz fuzz-short
 
 all: build
 
@@ -111,6 +121,29 @@ bench: deps bench-deps
 	python3 Benchmarks/suite.py --events $(BENCH_EVENTS) --single $(BENCH_SINGLE) \
 		--sqlite-single $(BENCH_SQLITE_SINGLE) --large $(BENCH_LARGE) --out $(BENCH_OUT) \
 		$(if $(WORKLOAD),--fieldops $(WORKLOAD))
+
+# `swift build --product` takes one product, hence the loops.
+torture: deps
+	@for product in $(HARNESS_PRODUCTS); do $(SWIFT) build -c release --product $$product || exit 1; done
+	@mkdir -p $(HARNESS_OUT)
+	python3 Tests/Harness/torture.py --kills $(TORTURE_KILLS) --bin .build/release \
+		--json $(HARNESS_OUT)/torture.json $(HARNESS_ARGS)
+
+torture-short: deps
+	@for product in $(HARNESS_PRODUCTS); do $(SWIFT) build --product $$product || exit 1; done
+	@mkdir -p $(HARNESS_OUT)
+	python3 Tests/Harness/torture.py --short --bin .build/debug --json $(HARNESS_OUT)/torture-short.json $(HARNESS_ARGS)
+
+soak: deps
+	@for product in $(HARNESS_PRODUCTS); do $(SWIFT) build -c release --product $$product || exit 1; done
+	@mkdir -p $(HARNESS_OUT)
+	python3 Tests/Harness/soak.py --minutes $(SOAK_MINUTES) --bin .build/release \
+		--json $(HARNESS_OUT)/soak.json $(HARNESS_ARGS)
+
+soak-short: deps
+	@for product in $(HARNESS_PRODUCTS); do $(SWIFT) build --product $$product || exit 1; done
+	@mkdir -p $(HARNESS_OUT)
+	python3 Tests/Harness/soak.py --short --bin .build/debug --json $(HARNESS_OUT)/soak-short.json $(HARNESS_ARGS)
 
 format:
 	$(SWIFT) format --in-place --recursive Sources Tests Benchmarks

@@ -174,7 +174,8 @@ final class Daemon: Sendable {
             options.maxEventBytes = configuration.maxEventBytes
             options.maxClockSkewMilliseconds = UInt64(configuration.maxClockSkewSeconds) * 1000
             options.environment.maxMapSize = configuration.mapMaxBytes
-            options.environment.initialMapSize = min(options.environment.initialMapSize, configuration.mapMaxBytes)
+            options.environment.initialMapSize = min(configuration.mapInitialBytes, configuration.mapMaxBytes)
+            options.dictionaryTrainingThreshold = configuration.dictionaryTrainingEvents
             options.environment.durable = configuration.durability == .full
             options.environment.maxReaders = 1024
             // Trained on the maintenance thread, so no append waits for it.
@@ -303,6 +304,10 @@ final class Daemon: Sendable {
             if fresh.socketPath != old.socketPath { restartNeeded.append("socket") }
             if fresh.durability != old.durability { restartNeeded.append("durability") }
             if fresh.maxEventBytes != old.maxEventBytes { restartNeeded.append("max_event_bytes") }
+            if fresh.mapInitialBytes != old.mapInitialBytes { restartNeeded.append("map_initial_bytes") }
+            if fresh.dictionaryTrainingEvents != old.dictionaryTrainingEvents {
+                restartNeeded.append("dictionary_training_events")
+            }
             if fresh.maxClockSkewSeconds != old.maxClockSkewSeconds { restartNeeded.append("max_clock_skew_s") }
             logger.info(
                 "SIGHUP: configuration reloaded\(restartNeeded.isEmpty ? "" : "; a restart applies \(restartNeeded.joined(separator: ", "))")"

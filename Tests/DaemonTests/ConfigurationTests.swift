@@ -58,6 +58,21 @@ struct ConfigurationTests {
         }
     }
 
+    @Test("the map's initial size and the dictionary training threshold: defaults, flags, limits")
+    func storeTuning() throws {
+        let defaults = try resolve([])
+        #expect(defaults.mapInitialBytes == 64 << 20 && defaults.dictionaryTrainingEvents == 10_000)
+        let set = try resolve(["--map-initial-bytes", "1048576", "--dictionary-training-events", "500"])
+        #expect(set.mapInitialBytes == 1 << 20 && set.dictionaryTrainingEvents == 500)
+        for arguments in [["--map-initial-bytes", "100"], ["--dictionary-training-events", "5"]] {
+            #expect {
+                _ = try resolve(arguments)
+            } throws: { error in
+                "\(error)".contains(arguments[0])
+            }
+        }
+    }
+
     @Test("a config file with an unknown key or a wrong type is refused")
     func badFile() throws {
         let file = FileManager.default.temporaryDirectory.appendingPathComponent("evstored-\(UUID().uuidString).json")

@@ -37,6 +37,10 @@ struct Configuration: Equatable, Sendable {
     var maxClockSkewSeconds = 3600
     var maxEventBytes = 65_536
     var mapMaxBytes = 64 << 30
+    /// The map's size when a store is opened (it grows by doubling, by at least this much).
+    var mapInitialBytes = 64 << 20
+    /// Events a store holds before its first compression dictionary is trained.
+    var dictionaryTrainingEvents = 10_000
     var durability = Durability.full
     var maxLineBytes = 16 << 20
     var watchQueueEvents = 10_000
@@ -83,6 +87,10 @@ struct Configuration: Equatable, Sendable {
         Option(key: "max_clock_skew_s", help: "how far ahead a stored id may be and still move the clock (3600)"),
         Option(key: "max_event_bytes", help: "largest event, canonical JSON bytes (65536)"),
         Option(key: "map_max_bytes", help: "largest size the store may grow to, bytes (64 GiB)"),
+        Option(key: "map_initial_bytes", help: "size of the map at open, and its least growth step, bytes (64 MiB)"),
+        Option(
+            key: "dictionary_training_events",
+            help: "events a store holds before its first compression dictionary is trained (10000)"),
         Option(key: "durability", help: "full: every commit reaches the disk; relaxed: flushed each second"),
         Option(key: "max_line_bytes", help: "longest request line, bytes (16 MiB)"),
         Option(key: "watch_queue_events", help: "notifications a watcher may fall behind before it is dropped (10000)"),
@@ -306,6 +314,8 @@ struct Configuration: Equatable, Sendable {
         case "max_clock_skew_s": maxClockSkewSeconds = try integer(0...31_536_000)
         case "max_event_bytes": maxEventBytes = try integer(256...(16 << 20))
         case "map_max_bytes": mapMaxBytes = try integer((1 << 20)...(1 << 50))
+        case "map_initial_bytes": mapInitialBytes = try integer((64 << 10)...(1 << 50))
+        case "dictionary_training_events": dictionaryTrainingEvents = try integer(100...1_000_000_000)
         case "durability":
             guard let value = Durability(rawValue: text) else {
                 throw Invalid(message: "\(source) must be \"full\" or \"relaxed\", not \"\(text)\"")
