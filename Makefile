@@ -75,9 +75,12 @@ run: release
 	@echo
 	.build/release/evstored
 
+# Every test: the Swift suite, then the short modes of the crash and soak harnesses and of
+# the fuzzers (docs/testing.md, docs/fuzzing.md).
 test: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
+	$(MAKE) --no-print-directory torture-short soak-short fuzz-short
 
 # The whole suite under the thread and the address sanitizer (separate build directories).
 test-tsan: deps
