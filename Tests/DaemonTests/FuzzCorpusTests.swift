@@ -2,37 +2,23 @@ import Daemon
 import EventStore
 import Foundation
 import Projections
+import TestSupport
 import Testing
 
 /// The request and sync-stream fuzzers' seeds and regressions (Fuzz/Corpus,
 /// Fuzz/Regressions), replayed through the fuzzers' entry points: each input must end in an
 /// answer or a clear error, never a crash. docs/fuzzing.md tells how to add a regression.
 @Suite struct DaemonFuzzCorpusTests {
-    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-        .deletingLastPathComponent()
-
-    /// The files of Fuzz/<kind>/<fuzzer>, by name.
-    static func inputs(_ kind: String, _ fuzzer: String) -> [(name: String, bytes: [UInt8])] {
-        let directory = root.appendingPathComponent("Fuzz/\(kind)/\(fuzzer)")
-        let names = ((try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []).sorted()
-        return names.compactMap { name in
-            guard let data = FileManager.default.contents(atPath: directory.appendingPathComponent(name).path) else {
-                return nil
-            }
-            return (name, Array(data))
-        }
-    }
-
     @Test func requestSeedsAndRegressionsAreAnswered() throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("evstore-fuzz-\(UUID())").path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let dispatcher = try FuzzDispatcher(directory: directory)
         defer { dispatcher.stop() }
-        let seeds = Self.inputs("Corpus", "request")
+        let seeds = FuzzInputs.files("Corpus", "request")
         #expect(seeds.count >= 20)
         var answered = 0
-        for (name, line) in seeds + Self.inputs("Regressions", "request") {
+        for (name, line) in seeds + FuzzInputs.files("Regressions", "request") {
             let response = try dispatcher.respond(to: line)
             if !response.isEmpty { answered += 1 }
             let text = String(decoding: response, as: UTF8.self)
@@ -47,9 +33,9 @@ import Testing
     }
 
     @Test func syncStreamSeedsAndRegressions() {
-        let seeds = Self.inputs("Corpus", "sync-stream")
+        let seeds = FuzzInputs.files("Corpus", "sync-stream")
         #expect(seeds.count >= 6)
-        for (name, bytes) in seeds + Self.inputs("Regressions", "sync-stream") {
+        for (name, bytes) in seeds + FuzzInputs.files("Regressions", "sync-stream") {
             do {
                 let frames = try DaemonFuzzEntry.syncStream(bytes)
                 #expect(name.hasPrefix("session"), "\(name) decoded \(frames) frames")
@@ -63,7 +49,7 @@ import Testing
     /// Writes the sync-stream seeds when EVSTORE_WRITE_FUZZ_SEEDS is set (see docs/fuzzing.md).
     @Test(.enabled(if: ProcessInfo.processInfo.environment["EVSTORE_WRITE_FUZZ_SEEDS"] != nil))
     func writeSyncStreamSeeds() throws {
-        let directory = Self.root.appendingPathComponent("Fuzz/Corpus/sync-stream")
+        let directory = FuzzInputs.directory.appendingPathComponent("Corpus/sync-stream")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let node = FuzzEntry.sampleOrigin
         let all = FuzzEntry.sampleEvents(count: 5).enumerated().map { index, json in

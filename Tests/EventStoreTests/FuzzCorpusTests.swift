@@ -1,29 +1,15 @@
 import EventStore
 import Foundation
 import Projections
+import TestSupport
 import Testing
 
 /// The event and stored-value fuzzers' seeds and regressions (Fuzz/Corpus, Fuzz/Regressions),
 /// replayed through the fuzzers' entry points: each input must end in a value or a clear
 /// error, never a crash. docs/fuzzing.md tells how to add a regression.
 @Suite struct FuzzCorpusTests {
-    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-        .deletingLastPathComponent()
-
-    /// The files of Fuzz/<kind>/<fuzzer>, by name.
-    static func inputs(_ kind: String, _ fuzzer: String) -> [(name: String, bytes: [UInt8])] {
-        let directory = root.appendingPathComponent("Fuzz/\(kind)/\(fuzzer)")
-        let names = ((try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []).sorted()
-        return names.compactMap { name in
-            guard let data = FileManager.default.contents(atPath: directory.appendingPathComponent(name).path) else {
-                return nil
-            }
-            return (name, Array(data))
-        }
-    }
-
     @Test func eventSeedsDecodeOrFailClearly() {
-        let seeds = Self.inputs("Corpus", "event")
+        let seeds = FuzzInputs.files("Corpus", "event")
         #expect(seeds.count >= 10)
         var decoded = 0
         for (name, bytes) in seeds {
@@ -40,7 +26,7 @@ import Testing
     }
 
     @Test func eventRegressionsFailClearly() {
-        for (name, bytes) in Self.inputs("Regressions", "event") {
+        for (name, bytes) in FuzzInputs.files("Regressions", "event") {
             do {
                 _ = try FuzzEntry.event(bytes)
             } catch {
@@ -53,9 +39,9 @@ import Testing
     @Test func storedValueSeedsAndRegressions() throws {
         let dictionaries: [UInt32: CompressionDictionary] = [1: try FuzzEntry.sampleDictionary()]
         let decompressor = Decompressor()
-        let seeds = Self.inputs("Corpus", "stored-value")
+        let seeds = FuzzInputs.files("Corpus", "stored-value")
         #expect(seeds.count >= 10)
-        for (name, bytes) in seeds + Self.inputs("Regressions", "stored-value") {
+        for (name, bytes) in seeds + FuzzInputs.files("Regressions", "stored-value") {
             do {
                 let event = try FuzzEntry.storedValue(bytes, dictionaries: dictionaries, decompressor: decompressor)
                 #expect(name.hasPrefix("value"), "\(name) decoded to \(event)")
@@ -69,7 +55,7 @@ import Testing
     /// Writes the stored-value seeds when EVSTORE_WRITE_FUZZ_SEEDS is set (see docs/fuzzing.md).
     @Test(.enabled(if: ProcessInfo.processInfo.environment["EVSTORE_WRITE_FUZZ_SEEDS"] != nil))
     func writeStoredValueSeeds() throws {
-        let directory = Self.root.appendingPathComponent("Fuzz/Corpus/stored-value")
+        let directory = FuzzInputs.directory.appendingPathComponent("Corpus/stored-value")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let dictionary = try FuzzEntry.sampleDictionary()
         let compressor = Compressor(level: 3, levelWithoutDictionary: StoreOptions.levelWithoutDictionary)

@@ -183,6 +183,15 @@ def untrack(proc):
     _children.discard(proc)
 
 
+def add_run_arguments(parser):
+    """The options both harnesses take: where the binaries are, and what to keep."""
+    parser.add_argument("--bin", help="directory of evstored (env EVSTORE_BIN_DIR; .build/release, "
+                        "or .build/debug with --short)")
+    parser.add_argument("--json", help="write the figures to this file")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch directory even when the run passes")
+    parser.add_argument("--tmp", help="parent of the scratch directory")
+
+
 def bin_dir(explicit, default):
     directory = explicit or os.environ.get("EVSTORE_BIN_DIR") or default
     if not os.path.isabs(directory):

@@ -197,8 +197,6 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=float, default=30.0, help="length of the load (30)")
     parser.add_argument("--short", action="store_true", help="CI mode: 75 s, debug binaries, loose memory bound")
-    parser.add_argument("--bin", help="directory of evstored (env EVSTORE_BIN_DIR; .build/release, "
-                        "or .build/debug with --short)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--rate", type=float, default=500.0, help="events/s appended in total (500)")
@@ -212,9 +210,7 @@ def main():
     parser.add_argument("--dictionary-events", type=int, default=None,
                         help="dictionary_training_events of the nodes (the daemon's 10000; 2000 with --short, so "
                         "that the first training, a step in memory, falls in the warmup)")
-    parser.add_argument("--json", help="write the figures to this file")
-    parser.add_argument("--keep", action="store_true", help="keep the scratch directory even when the run passes")
-    parser.add_argument("--tmp", help="parent of the scratch directory")
+    h.add_run_arguments(parser)
     args = parser.parse_args()
     if args.short:
         args.minutes = min(args.minutes, 1.25)

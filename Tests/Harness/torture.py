@@ -600,8 +600,6 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kills", type=int, default=1000, help="kills in the run (1000)")
     parser.add_argument("--short", action="store_true", help="CI mode: 20 kills, debug binaries")
-    parser.add_argument("--bin", help="directory of evstored (env EVSTORE_BIN_DIR; .build/release, "
-                        "or .build/debug with --short)")
     parser.add_argument("--seed", type=int, default=None, help="seed of the inputs (random when omitted; printed)")
     parser.add_argument("--only", choices=SCENARIOS, help="run one scenario only")
     parser.add_argument("--max-delay", type=float, default=None, help="kill at most this long after the load starts, "
@@ -616,9 +614,7 @@ def main():
                         "with --short)")
     parser.add_argument("--pool", type=int, default=None, help="field workload events generated once and replayed "
                         "with fresh entity ids (6000; 2000 with --short)")
-    parser.add_argument("--json", help="write the figures to this file")
-    parser.add_argument("--keep", action="store_true", help="keep the scratch directory even when the run passes")
-    parser.add_argument("--tmp", help="parent of the scratch directory")
+    h.add_run_arguments(parser)
     args = parser.parse_args()
     if args.short:
         args.kills = min(args.kills, 20)
