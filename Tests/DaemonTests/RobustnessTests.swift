@@ -118,16 +118,19 @@ struct RobustnessTests {
         defer { daemon.removeFiles() }
         let slow = try daemon.client()
         #expect(try slow.call("watch")["watching"] as? Bool == true)
-        // The watcher reads nothing while 20,000 events are appended.
+        // The watcher reads nothing while 4,000 events are appended: far more than the
+        // socket's buffers and the 200 queued hold, and done well within the daemon's 30 s
+        // send timeout (a watcher that reads nothing for that long is cut off unannounced),
+        // even under a sanitizer on a busy machine.
         let writer = try daemon.client()
         var appended: [String] = []
-        for batch in 0..<40 {
+        for batch in 0..<8 {
             let events = (0..<500).map {
                 #"{"entity":"job/\#(batch)-\#($0)","kind":"edit","fields":{"pad":"\#(String(repeating: "p", count: 200))"}}"#
             }
             appended += try writer.call("append", eventsParams(events))["ids"] as? [String] ?? []
         }
-        #expect(appended.count == 20_000)
+        #expect(appended.count == 4000)
         var received: [String] = []
         var resumeAfter: String?
         while let line = try slow.readLine() {
@@ -141,7 +144,7 @@ struct RobustnessTests {
             if let id = (params?["event"] as? [String: Any])?["id"] as? String { received.append(id) }
         }
         #expect(resumeAfter != nil, "the watcher was told")
-        #expect(received.count < 5000, "the daemon queued at most its limit beyond what the socket holds")
+        #expect(received.count < 3000, "the daemon queued at most its limit beyond what the socket holds")
         #expect(received == Array(appended.prefix(received.count)))
         #expect(resumeAfter == received.last)
         // Resuming with after gets the rest, in order, nothing missing or repeated.
