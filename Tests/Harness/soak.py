@@ -40,6 +40,16 @@ ZERO_ID = "0" * 26
 
 # --- clients (each in its own process) ---------------------------------------------------
 
+
+def reconnect(socket_path, client):
+    """A fresh connection after the daemon dropped one; the old client while it is not back."""
+    time.sleep(0.5)
+    try:
+        return h.Client(socket_path, timeout=120)
+    except OSError:
+        return client
+
+
 def appender(index, socket_path, node, seed, rate, batch, retype, stop, out_dir, counters, slot):
     """Appends batches of the field workload with keys; writes acknowledged ids to a file."""
     rng = random.Random(seed)
@@ -70,11 +80,7 @@ def appender(index, socket_path, node, seed, rate, batch, retype, stop, out_dir,
             errors.append(f"append: {error}")
         except (OSError, ConnectionError) as error:
             errors.append(f"append connection: {error}")
-            time.sleep(0.5)
-            try:
-                client = h.Client(socket_path, timeout=120)
-            except OSError:
-                pass
+            client = reconnect(socket_path, client)
         next_at += interval * rng.uniform(0.5, 1.5)
         delay = next_at - time.monotonic()
         if delay > 0:
@@ -126,11 +132,7 @@ def reader(index, socket_path, node, seed, rate, stop, counters, slot):
             errors.append(f"read: {error}")
         except (OSError, ConnectionError) as error:
             errors.append(f"read connection: {error}")
-            time.sleep(0.5)
-            try:
-                client = h.Client(socket_path, timeout=120)
-            except OSError:
-                pass
+            client = reconnect(socket_path, client)
         next_at += (1 / rate) * rng.uniform(0.5, 1.5)
         delay = next_at - time.monotonic()
         if delay > 0:
