@@ -21,23 +21,29 @@ public struct Argument: Sendable, Equatable {
     public var help: String
     /// The value when the option is not given; shown in help.
     public var defaultValue: String?
+    /// What the shell offers when completing the argument's value.
+    public var completion: CompletionValues
 
-    public init(name: String, short: Character? = nil, kind: Kind, help: String, defaultValue: String? = nil) {
+    public init(
+        name: String, short: Character? = nil, kind: Kind, help: String, defaultValue: String? = nil,
+        completion: CompletionValues = .none
+    ) {
         self.name = name
         self.short = short
         self.kind = kind
         self.help = help
         self.defaultValue = defaultValue
+        self.completion = completion
     }
 
     /// An option that takes a value: `--name VALUE`, `--name=VALUE`, or `-s VALUE`.
     public static func option(
         _ name: String, short: Character? = nil, value valueName: String = "VALUE", repeating: Bool = false,
-        default defaultValue: String? = nil, help: String
+        default defaultValue: String? = nil, completion: CompletionValues = .none, help: String
     ) -> Argument {
         Argument(
             name: name, short: short, kind: .option(valueName: valueName, repeating: repeating), help: help,
-            defaultValue: defaultValue)
+            defaultValue: defaultValue, completion: completion)
     }
 
     /// A flag: `--name` or `-s`, present or not.
@@ -47,9 +53,12 @@ public struct Argument: Sendable, Equatable {
 
     /// A positional argument, shown in help and usage as `name`.
     public static func positional(
-        _ name: String, optional: Bool = false, repeating: Bool = false, help: String
+        _ name: String, optional: Bool = false, repeating: Bool = false, completion: CompletionValues = .none,
+        help: String
     ) -> Argument {
-        Argument(name: name, kind: .positional(optional: optional, repeating: repeating), help: help)
+        Argument(
+            name: name, kind: .positional(optional: optional, repeating: repeating), help: help,
+            completion: completion)
     }
 
     public var isPositional: Bool {
@@ -109,10 +118,15 @@ public struct CommandConfiguration {
     public var version: String?
     /// Shown at the end of the help.
     public var sections: [HelpSection]
+    /// The root command's manual page: its section ("1" for commands, "8" for daemons) and the
+    /// sections only the page has (ENVIRONMENT, FILES, SEE ALSO).
+    public var manualSection: String
+    public var manualSections: [HelpSection]
 
     public init(
         name: String, abstract: String, discussion: String = "", usage: [String] = [], arguments: [Argument] = [],
-        subcommands: [any Command.Type] = [], version: String? = nil, sections: [HelpSection] = []
+        subcommands: [any Command.Type] = [], version: String? = nil, sections: [HelpSection] = [],
+        manualSection: String = "1", manualSections: [HelpSection] = []
     ) {
         self.name = name
         self.abstract = abstract
@@ -122,6 +136,8 @@ public struct CommandConfiguration {
         self.subcommands = subcommands
         self.version = version
         self.sections = sections
+        self.manualSection = manualSection
+        self.manualSections = manualSections
     }
 
     var options: [Argument] { arguments.filter { !$0.isPositional } }

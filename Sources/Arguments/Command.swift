@@ -17,10 +17,16 @@ public protocol Command: SendableMetatype {
     mutating func validate() throws
 
     func run() throws
+
+    /// The values of a `.dynamic(provider)` completion (peer names, entity types), asked of
+    /// the root command; `arguments` holds what the line gave so far (e.g. `--socket`).
+    static func completions(_ provider: String, arguments: ParsedArguments) -> [String]
 }
 
 extension Command {
     public mutating func validate() throws {}
+
+    public static func completions(_ provider: String, arguments: ParsedArguments) -> [String] { [] }
 
     /// A command with subcommands runs only through one of them.
     public func run() throws {
@@ -33,7 +39,19 @@ extension Command {
     }
 
     /// Parses `words`, runs the selected command, and returns the exit status.
+    ///
+    /// Two hidden first words serve the build and the shell rather than people:
+    /// `__complete WORD...` prints the completions of the last word (see `Completer`), and
+    /// `--generate-manual` prints the manual page in scdoc (see `Manual`).
     public static func main(_ words: [String]) -> Int32 {
+        if words.first == Completer.requestWord {
+            writeStandardOutput(Completer.complete(Array(words.dropFirst()), root: Self.self).text)
+            return 0
+        }
+        if words == [Manual.requestWord] {
+            writeStandardOutput(Manual.scdoc(Self.self))
+            return 0
+        }
         let invocation: Invocation
         do {
             invocation = try Parser.parse(words, root: Self.self)
