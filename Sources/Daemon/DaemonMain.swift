@@ -6,7 +6,7 @@ import UnixSocket
 
 /// `evstored`: reads the configuration, opens the store, serves the socket until SIGTERM.
 public struct Evstored: Command {
-    public static let version = "0.3.0"
+    public static let version = "0.4.0"
 
     /// sysexits(3) codes, as the help text lists them.
     enum Exit {
@@ -41,22 +41,69 @@ public struct Evstored: Command {
                 HelpSection(
                     "defaults",
                     """
-                    data in $STATE_DIRECTORY, else $XDG_STATE_HOME/evstore, else ./.evstore/data;
-                    the socket $RUNTIME_DIRECTORY/evstored.sock, else $XDG_RUNTIME_DIR/evstore/evstored.sock,
-                    else ./.evstore/evstored.sock; peers only in the config file ("peers").
+                    The data directory: $STATE_DIRECTORY (under systemd), else $XDG_STATE_HOME/evstore, \
+                    else ./.evstore/data. The socket: $RUNTIME_DIRECTORY/evstored.sock, else \
+                    $XDG_RUNTIME_DIR/evstore/evstored.sock, else ./.evstore/evstored.sock. Peers are \
+                    set only in the config file ("peers") or with `evctl peers add`.
                     """),
                 HelpSection("signals", "SIGTERM or SIGINT drain and stop (exit 0); SIGHUP re-reads the config file."),
                 HelpSection(
                     "exit status",
                     """
-                     0   stopped cleanly
-                    64   usage: the command line is wrong
-                    69   the socket is in use by another daemon
-                    73   the data directory or the socket cannot be created
-                    74   the store cannot be opened
-                    78   the configuration is not usable
+                       0   stopped cleanly
+                      64   usage: the command line is wrong
+                      69   the socket is in use by another daemon
+                      73   the data directory or the socket cannot be created
+                      74   the store cannot be opened
+                      78   the configuration is not usable
                     """),
-            ])
+            ],
+            manualSection: "8",
+            manualSections: manualSections)
+    }
+
+    /// The manual page's own sections: every config file key, the files and the environment.
+    static var manualSections: [HelpSection] {
+        [
+            HelpSection(
+                "configuration file",
+                """
+                A JSON object; every key is optional. Unknown keys are an error (exit 78), so a typo \
+                does not pass unnoticed. The keys, with their defaults:
+
+                """ + Configuration.options.map { "  \($0.key)\n      \($0.help)" }.joined(separator: "\n") + """
+
+
+                    For example:
+
+                      {"node": "van-7", "durability": "full",
+                       "peers": [{"name": "hq", "url": "ssh://evstore@hq.example.net"}],
+                       "write_groups": ["evstore"], "read_groups": ["adm"]}
+                    """),
+            HelpSection(
+                "files",
+                """
+                  \(Configuration.systemConfigFile)
+                      the config file read under systemd (a conffile of the package)
+                  /var/lib/evstore/data.mdb
+                      the store under systemd ($STATE_DIRECTORY); back it up with `evctl backup`
+                  /run/evstore/evstored.sock
+                      the socket under systemd ($RUNTIME_DIRECTORY), or held by evstored.socket
+                  /lib/systemd/system/evstored.service, evstored.socket
+                      the units (the package enables the socket); evstore-metrics.timer, when
+                      enabled, writes metrics for node_exporter every minute
+                """),
+            HelpSection(
+                "environment",
+                """
+                EVSTORE_CONFIG and one EVSTORE_* variable per setting (EVSTORE_DATA_DIR, \
+                EVSTORE_SOCKET, ...: the key in capitals). STATE_DIRECTORY and RUNTIME_DIRECTORY \
+                (set by systemd) place the store and the socket; LISTEN_FDS, LISTEN_PID and \
+                LISTEN_FDNAMES pass a socket-activated listener; NOTIFY_SOCKET and WATCHDOG_USEC \
+                carry the readiness and watchdog messages.
+                """),
+            HelpSection("see also", "evctl(1), systemd.service(5), systemd.socket(5)"),
+        ]
     }
 
     let commandLine: Configuration.CommandLine

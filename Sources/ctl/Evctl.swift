@@ -3,7 +3,7 @@ import Foundation
 
 /// `evctl`: the command line of an evstore daemon.
 struct Evctl: Command {
-    static let version = "0.1.0"
+    static let version = "0.4.0"
 
     static var configuration: CommandConfiguration {
         CommandConfiguration(
@@ -26,7 +26,8 @@ struct Evctl: Command {
                 """,
             usage: ["[--socket PATH] [--json] COMMAND [ARGUMENT...]"],
             arguments: [
-                .option("socket", value: "PATH", help: "The daemon's socket (also EVSTORE_SOCKET)."),
+                .option(
+                    "socket", value: "PATH", completion: .files, help: "The daemon's socket (also EVSTORE_SOCKET)."),
                 .flag("json", help: "Print JSON for scripts instead of text for people."),
             ],
             subcommands: [
@@ -34,7 +35,26 @@ struct Evctl: Command {
                 DeadLetters.self, Rebuild.self, Backup.self, Sync.self, Peers.self, SyncServe.self,
             ],
             version: version,
-            sections: [HelpSection("exit status", ExitStatus.helpText)])
+            sections: [HelpSection("exit status", ExitStatus.helpText)],
+            manualSections: [
+                HelpSection(
+                    "environment",
+                    """
+                    EVSTORE_SOCKET is the daemon's socket when --socket is not given. USER names \
+                    the author (`by`) of appended events unless --by says otherwise.
+                    """),
+                HelpSection(
+                    "files",
+                    """
+                      /run/evstore/evstored.sock
+                          the socket of the system daemon (evstored.service)
+                      $XDG_RUNTIME_DIR/evstore/evstored.sock
+                          the socket of a daemon run by the user
+                      /usr/share/bash-completion/completions/evctl, /usr/share/zsh/vendor-completions/_evctl
+                          shell completion of commands, options, peer names and entity types
+                    """),
+                HelpSection("see also", "evstored(8)"),
+            ])
     }
 
     init(_ arguments: ParsedArguments) {}

@@ -89,7 +89,8 @@ struct Completing: Command {
         #expect(complete("run", "") == CompletionResult(["job/", "site/"], .noSpace))
         #expect(complete("run", "s") == CompletionResult(["site/"], .noSpace))
         #expect(complete("run", "job/1", "") == CompletionResult(["add", "remove"]))
-        #expect(complete("run", "--mode", "fast", "job/1", "r") == CompletionResult(["remove"]), "option values skipped")
+        #expect(
+            complete("run", "--mode", "fast", "job/1", "r") == CompletionResult(["remove"]), "option values skipped")
         #expect(complete("run", "job/1", "add", "") == CompletionResult([]), "free text")
         #expect(complete("peer", "remove", "hq", "h") == CompletionResult(["hq", "hub"]), "a repeating one goes on")
     }

@@ -8,11 +8,15 @@ import Testing
         let lines = page.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
         #expect(lines.first == "tool(1) \"tool 1.2.3\"")
         #expect(lines.contains("tool - A tool for tests"))
-        for heading in ["# NAME", "# SYNOPSIS", "# OPTIONS", "# COMMANDS", "## tool get", "## tool append", "# EXIT STATUS"] {
+        for heading in [
+            "# NAME", "# SYNOPSIS", "# OPTIONS", "# COMMANDS", "## tool get", "## tool append", "# EXIT STATUS",
+        ] {
             #expect(lines.contains(heading), "\(heading)")
         }
         // Headings in the tree's order.
-        let order = ["# NAME", "# SYNOPSIS", "# OPTIONS", "# COMMANDS", "## tool get", "## tool append", "## tool daemon"]
+        let order = [
+            "# NAME", "# SYNOPSIS", "# OPTIONS", "# COMMANDS", "## tool get", "## tool append", "## tool daemon",
+        ]
         let positions = order.compactMap { lines.firstIndex(of: $0) }
         #expect(positions == positions.sorted() && positions.count == order.count)
 

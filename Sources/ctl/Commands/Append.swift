@@ -49,8 +49,13 @@ struct Append: Command {
                 .option("batch", value: "N", default: "1000", help: "With --file: events per request (at most 4 MiB)."),
                 .option(
                     "skip", value: "N", help: "With --file: skip the first N non-blank lines (acknowledged before)."),
-                .positional("ENTITY", optional: true, help: "The entity, TYPE/ID (e.g. job/42)."),
-                .positional("OPERATION", optional: true, help: "status, set, add, remove, delete or restore."),
+                .positional(
+                    "ENTITY", optional: true, completion: .dynamic("entity"), help: "The entity, TYPE/ID (e.g. job/42)."
+                ),
+                .positional(
+                    "OPERATION", optional: true,
+                    completion: .words(["status", "set", "add", "remove", "delete", "restore"]),
+                    help: "status, set, add, remove, delete or restore."),
                 .positional("ARGUMENT", optional: true, repeating: true, help: "What the operation needs (see usage)."),
             ])
     }

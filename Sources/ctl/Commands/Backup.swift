@@ -12,7 +12,7 @@ struct Backup: Command {
                 must not exist, or be an empty directory. A relative PATH is taken from evctl's \
                 working directory.
                 """,
-            arguments: [.positional("PATH", help: "Where the copy goes (a directory).")])
+            arguments: [.positional("PATH", completion: .directories, help: "Where the copy goes (a directory).")])
     }
 
     var global: GlobalOptions

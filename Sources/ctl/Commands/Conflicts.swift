@@ -12,7 +12,7 @@ struct Conflicts: Command {
                 `evctl resolve ENTITY NAME=VALUE` settles them.
                 """,
             arguments: [
-                .option("type", value: "TYPE", help: "Only entities of this type."),
+                .option("type", value: "TYPE", completion: .dynamic("type"), help: "Only entities of this type."),
                 .option("limit", value: "N", help: "At most N entities per page (1-10000)."),
                 .option("after", value: "ENTITY", help: "Start after this entity (the `next` of a previous page)."),
                 .flag("all", help: "Read every page, not only the first."),

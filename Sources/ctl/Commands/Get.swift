@@ -13,7 +13,7 @@ struct Get: Command {
                 """,
             arguments: [
                 .flag("history", help: "Also list every status the entity has had."),
-                .positional("ENTITY", help: "The entity, TYPE/ID (e.g. job/42)."),
+                .positional("ENTITY", completion: .dynamic("entity"), help: "The entity, TYPE/ID (e.g. job/42)."),
             ])
     }
 

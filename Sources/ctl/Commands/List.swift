@@ -13,7 +13,9 @@ struct List: Command {
                     "limit", value: "N", help: "At most N entities per page (1-10000; the daemon's default is 100)."),
                 .option("after", value: "ENTITY", help: "Start after this entity (the `next` of a previous page)."),
                 .flag("all", help: "Read every page, not only the first."),
-                .positional("TYPE", optional: true, help: "Only entities of this type (e.g. job)."),
+                .positional(
+                    "TYPE", optional: true, completion: .dynamic("type"), help: "Only entities of this type (e.g. job)."
+                ),
             ])
     }
 

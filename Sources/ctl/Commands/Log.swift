@@ -17,7 +17,7 @@ struct Log: Command {
                 reconnects and resumes where it stopped.
                 """,
             arguments: [
-                .option("entity", value: "ENTITY", help: "Only the events of ENTITY."),
+                .option("entity", value: "ENTITY", completion: .dynamic("entity"), help: "Only the events of ENTITY."),
                 .option("origin", value: "NODE", help: "Only events made on the node with this id."),
                 .option("after", value: "ID", help: "Start after the event ID."),
                 .option("limit", value: "N", help: "At most N events per page (1-10000; the daemon's default is 100)."),

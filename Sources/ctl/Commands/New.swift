@@ -13,7 +13,10 @@ struct New: Command {
                 on different devices do not collide and sort by creation time. Nothing is \
                 stored: the entity exists once an event names it.
                 """,
-            arguments: [.positional("TYPE", help: "The entity type: [a-z][a-z0-9_-]{0,63}, e.g. job.")])
+            arguments: [
+                .positional(
+                    "TYPE", completion: .dynamic("type"), help: "The entity type: [a-z][a-z0-9_-]{0,63}, e.g. job.")
+            ])
     }
 
     var global: GlobalOptions

@@ -88,7 +88,7 @@ struct PeersRemove: Command {
                 Peers from the config file cannot be removed here (exit 77): remove them from \
                 the file and reload the daemon (SIGHUP).
                 """,
-            arguments: [.positional("NAME", help: "The peer's name.")])
+            arguments: [.positional("NAME", completion: .dynamic("peer"), help: "The peer's name.")])
     }
 
     var global: GlobalOptions

@@ -20,7 +20,7 @@ struct Resolve: Command {
                 .option("status", value: "STATUS", help: "Also settle the status on STATUS."),
                 .option("by", value: "ACTOR", help: "Who settled it (default: $USER)."),
                 .option("key", value: "KEY", help: "Idempotency key (of the edit; the status event gets KEY.status)."),
-                .positional("ENTITY", help: "The entity, TYPE/ID."),
+                .positional("ENTITY", completion: .dynamic("entity"), help: "The entity, TYPE/ID."),
                 .positional("FIELD", optional: true, repeating: true, help: "NAME=TEXT (a string) or NAME:=JSON."),
             ])
     }

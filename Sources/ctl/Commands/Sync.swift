@@ -23,7 +23,9 @@ struct Sync: Command {
                 a PEER names no peer.
                 """,
             arguments: [
-                .positional("PEER", optional: true, repeating: true, help: "A peer's name or a peer URL.")
+                .positional(
+                    "PEER", optional: true, repeating: true, completion: .dynamic("peer"),
+                    help: "A peer's name or a peer URL.")
             ],
             sections: [HelpSection("peer URLs", PeerURLForms.helpText)])
     }

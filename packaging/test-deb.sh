@@ -1,0 +1,174 @@
+#!/bin/sh
+# Tests the evstore Debian package: lintian, then install, upgrade, remove and purge in a
+# fresh Debian root made by debootstrap (minbase, plus the package's dependencies only),
+# entered with chroot. Checks the files, the evstore user and group, the enabled units,
+# the conffile, that the installed binaries run there (so every library they need is
+# declared), that the daemon serves as the evstore user, and that remove keeps the data
+# while purge deletes it.
+#
+# Usage: packaging/test-deb.sh DEB
+# Needs root (chroot, mount) and debootstrap; the base root is downloaded once into
+# DEB_TEST_CACHE (default .build/deb/debootstrap) from DEB_TEST_MIRROR. Without root or
+# without the mirror, it says so and exits 0 without testing: the build of the package
+# (make deb) and lintian still run.
+set -eu
+
+if [ $# -ne 1 ] || [ ! -f "$1" ]; then
+    echo "usage: $0 DEB" >&2
+    exit 64
+fi
+package=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(dirname "$here")
+suite=${DEB_TEST_SUITE:-$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")}
+mirror=${DEB_TEST_MIRROR:-http://deb.debian.org/debian}
+cache=${DEB_TEST_CACHE:-$repo/.build/deb/debootstrap}
+failures=0
+
+check() {
+    # check DESCRIPTION COMMAND...: runs the command, counts a failure when it fails.
+    description=$1
+    shift
+    if "$@" >/dev/null 2>&1; then
+        echo "  ok    $description"
+    else
+        echo "  FAIL  $description"
+        failures=$((failures + 1))
+    fi
+}
+
+echo "lintian $(basename "$package")"
+# Overrides ship in the package (usr/share/lintian/overrides/evstore), each with its reason.
+report=$(lintian --display-level '>=warning' --fail-on none "$package" 2>&1 || true)
+if [ -n "$report" ]; then
+    printf '%s\n' "$report"
+    echo "  FAIL  lintian reports errors or warnings"
+    failures=$((failures + 1))
+else
+    echo "  ok    no errors or warnings (lintian $(lintian --print-version))"
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "SKIPPED the install test: it needs root for chroot (run: sudo $0 $1)"
+    exit "$((failures > 0))"
+fi
+
+dependencies=$(dpkg-deb -f "$package" Depends | tr ',' '\n' | sed 's/(.*)//; s/|.*//; s/ //g' | grep -v '^$' \
+    | paste -sd, -)
+if [ ! -f "$cache/.complete" ] || [ "$(cat "$cache/.complete")" != "$suite $dependencies" ]; then
+    echo "debootstrap $suite (minbase + $dependencies) into $cache"
+    rm -rf "$cache"
+    mkdir -p "$cache"
+    if ! debootstrap --variant=minbase --include="$dependencies" "$suite" "$cache/root" "$mirror" \
+            >"$cache/debootstrap.log" 2>&1; then
+        tail -5 "$cache/debootstrap.log"
+        rm -rf "$cache/root"
+        echo "SKIPPED the install test: debootstrap could not build a root from $mirror"
+        exit "$((failures > 0))"
+    fi
+    echo "$suite $dependencies" >"$cache/.complete"
+fi
+
+root=$(mktemp -d /tmp/evstore-deb-root.XXXXXX)
+cleanup() {
+    for mount in proc dev/shm; do
+        mountpoint -q "$root/$mount" 2>/dev/null && umount -l "$root/$mount"
+    done
+    [ -n "${daemon:-}" ] && kill "$daemon" 2>/dev/null
+    rm -rf "$root"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+cp -a "$cache/root/." "$root/"
+mount -t proc proc "$root/proc"
+cp "$package" "$root/tmp/evstore.deb"
+inside() { chroot "$root" "$@"; }
+
+echo "install into a fresh $suite root"
+check "dpkg -i installs with only the declared dependencies present" inside dpkg -i /tmp/evstore.deb
+check "dpkg reports it installed" sh -c "chroot '$root' dpkg-query -W -f='\${Status}' evstore | grep -qx 'install ok installed'"
+
+echo "files"
+for file in /usr/bin/evstored /usr/bin/evctl; do
+    check "$file is an executable" test -x "$root$file"
+done
+check "evstored runs in the fresh root" inside /usr/bin/evstored --version
+check "evctl runs in the fresh root" inside /usr/bin/evctl --version
+version=$(dpkg-deb -f "$package" Version)
+check "the binaries' version is the package's ($version)" \
+    sh -c "chroot '$root' evctl --version | grep -qx 'evctl $version' && chroot '$root' evstored --version | grep -qx 'evstored $version'"
+for unit in evstored.service evstored.socket evstore-metrics.service evstore-metrics.timer; do
+    check "unit $unit" test -f "$root/lib/systemd/system/$unit"
+done
+check "/etc/evstore/evstored.json is a conffile" \
+    sh -c "chroot '$root' dpkg-query -W -f='\${Conffiles}' evstore | grep -q '/etc/evstore/evstored.json'"
+check "man page evctl(1)" sh -c "zcat '$root/usr/share/man/man1/evctl.1.gz' | grep -q '^\\.TH \"evctl\" \"1\"'"
+check "man page evstored(8)" sh -c "zcat '$root/usr/share/man/man8/evstored.8.gz' | grep -q '^\\.TH \"evstored\" \"8\"'"
+check "bash completion" test -f "$root/usr/share/bash-completion/completions/evctl"
+check "zsh completion" test -f "$root/usr/share/zsh/vendor-completions/_evctl"
+check "python client" test -f "$root/usr/lib/python3/dist-packages/evstore/__init__.py"
+check "copyright" test -f "$root/usr/share/doc/evstore/copyright"
+
+echo "user and group"
+check "system group evstore" sh -c "chroot '$root' getent group evstore"
+check "system user evstore in group evstore" sh -c "chroot '$root' id -gn evstore | grep -qx evstore"
+check "the user is a system account (uid < 1000)" \
+    sh -c "[ \"\$(chroot '$root' id -u evstore)\" -lt 1000 ]"
+check "the user's home is /var/lib/evstore and it cannot log in" \
+    sh -c "chroot '$root' getent passwd evstore | grep -q ':/var/lib/evstore:/usr/sbin/nologin\$'"
+
+echo "units"
+check "evstored.socket is enabled (sockets.target.wants)" \
+    test -L "$root/etc/systemd/system/sockets.target.wants/evstored.socket"
+check "evstore-metrics.timer is not enabled" \
+    test ! -e "$root/etc/systemd/system/timers.target.wants/evstore-metrics.timer"
+check "evstored.service is not enabled on its own (the socket starts it)" \
+    test ! -e "$root/etc/systemd/system/multi-user.target.wants/evstored.service"
+
+echo "the daemon, as the evstore user, on the systemd directories"
+# What systemd's StateDirectory= and RuntimeDirectory= would make.
+inside install -d -o evstore -g evstore -m 700 /var/lib/evstore
+inside install -d -o evstore -g evstore -m 750 /run/evstore
+chroot --userspec=evstore:evstore "$root" env STATE_DIRECTORY=/var/lib/evstore \
+    RUNTIME_DIRECTORY=/run/evstore /usr/bin/evstored --config /etc/evstore/evstored.json \
+    >"$root/tmp/evstored.log" 2>&1 &
+daemon=$!
+tries=0
+while [ ! -S "$root/run/evstore/evstored.sock" ] && [ $tries -lt 200 ]; do
+    sleep 0.05
+    tries=$((tries + 1))
+done
+check "evstored starts with the default config" test -S "$root/run/evstore/evstored.sock"
+check "evctl append through /run/evstore/evstored.sock" \
+    inside evctl append job/1 status en_route
+check "evctl get returns it" sh -c "chroot '$root' evctl --json get job/1 | grep -q '\"en_route\"'"
+check "the store is in /var/lib/evstore, owned by evstore" \
+    sh -c "[ \"\$(stat -c %U '$root/var/lib/evstore/data.mdb')\" = evstore ]"
+kill "$daemon"
+wait "$daemon" 2>/dev/null || true
+daemon=
+
+echo "upgrade (the same package again) keeps an edited conffile"
+inside sh -c 'printf "{\"node\": \"van-7\"}\n" >/etc/evstore/evstored.json'
+check "dpkg -i again" inside dpkg -i --force-confold /tmp/evstore.deb
+check "the edit is kept" grep -q van-7 "$root/etc/evstore/evstored.json"
+check "the socket stays enabled" test -L "$root/etc/systemd/system/sockets.target.wants/evstored.socket"
+
+echo "remove keeps the data and the config"
+check "dpkg -r" inside dpkg -r evstore
+check "the binaries are gone" test ! -e "$root/usr/bin/evstored"
+check "the store is kept" test -f "$root/var/lib/evstore/data.mdb"
+check "the config is kept" test -f "$root/etc/evstore/evstored.json"
+
+echo "purge deletes them"
+check "dpkg -P" inside dpkg -P evstore
+check "the store is gone" test ! -e "$root/var/lib/evstore"
+check "the config is gone" test ! -e "$root/etc/evstore"
+check "no unit stays enabled" test ! -e "$root/etc/systemd/system/sockets.target.wants/evstored.socket"
+check "dpkg forgets the package" sh -c "! chroot '$root' dpkg-query -W evstore"
+
+if [ "$failures" -gt 0 ]; then
+    echo "package test: $failures check(s) failed"
+    exit 1
+fi
+echo "package test: every check passed"
