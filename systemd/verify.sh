@@ -1,9 +1,13 @@
 #!/bin/sh
-# Checks evstored.service and evstored.socket with `systemd-analyze verify`.
-# Usage: systemd/verify.sh [EVSTORED]
-# EVSTORED is the binary ExecStart is pointed at for the check (the units name
-# /usr/bin/evstored, which may not be installed here). Default: the first that exists
-# of /usr/bin/evstored, .build/release/evstored (in the repository), /bin/true.
+# Checks the unit files with `systemd-analyze verify`: evstored.service,
+# evstored.socket, evstore-metrics.service and evstore-metrics.timer.
+# Usage: systemd/verify.sh [EVSTORED [EVCTL]]
+# EVSTORED and EVCTL are the binaries the ExecStart lines are pointed at for the check
+# (the units name /usr/bin/evstored and /usr/bin/evctl, which may not be installed
+# here). Default for EVSTORED: the first that exists of /usr/bin/evstored,
+# .build/release/evstored (in the repository), /bin/true. Default for EVCTL: evctl
+# beside EVSTORED when EVSTORED is given, else the first that exists of /usr/bin/evctl,
+# .build/release/evctl, /bin/true.
 # Works offline: no running systemd is needed. Exits non-zero on any warning or error.
 set -eu
 
@@ -15,27 +19,45 @@ if ! command -v systemd-analyze >/dev/null 2>&1; then
     exit 2
 fi
 
-if [ $# -gt 1 ]; then
-    echo "usage: $0 [EVSTORED]" >&2
-    exit 64
-elif [ $# -eq 1 ]; then
-    binary=$1
-else
-    binary=/bin/true
-    for candidate in /usr/bin/evstored "$root/.build/release/evstored"; do
-        if [ -x "$candidate" ]; then
-            binary=$candidate
-            break
+# The first of the arguments that is an executable file, else /bin/true.
+first_executable() {
+    for candidate in "$@"; do
+        if [ -x "$candidate" ] && [ ! -d "$candidate" ]; then
+            echo "$candidate"
+            return
         fi
     done
-fi
-case $binary in
-    /*) ;;
-    *) binary=$(pwd)/$binary ;;
-esac
-if [ ! -x "$binary" ] || [ -d "$binary" ]; then
-    echo "systemd units: $binary is not an executable file" >&2
+    echo /bin/true
+}
+
+# An absolute path for $1, which must be an executable file.
+checked_binary() {
+    case $1 in
+        /*) path=$1 ;;
+        *) path=$(pwd)/$1 ;;
+    esac
+    if [ ! -x "$path" ] || [ -d "$path" ]; then
+        echo "systemd units: $path is not an executable file" >&2
+        exit 64
+    fi
+    echo "$path"
+}
+
+if [ $# -gt 2 ]; then
+    echo "usage: $0 [EVSTORED [EVCTL]]" >&2
     exit 64
+fi
+if [ $# -ge 1 ]; then
+    binary=$(checked_binary "$1")
+else
+    binary=$(first_executable /usr/bin/evstored "$root/.build/release/evstored")
+fi
+if [ $# -eq 2 ]; then
+    evctl=$(checked_binary "$2")
+elif [ $# -eq 1 ]; then
+    evctl=$(first_executable "$(dirname "$binary")/evctl" /usr/bin/evctl "$root/.build/release/evctl")
+else
+    evctl=$(first_executable /usr/bin/evctl "$root/.build/release/evctl")
 fi
 
 work=$(mktemp -d)
@@ -52,13 +74,22 @@ if ! grep -q "^ExecStart=$work/evstored\$" "$work/evstored.service"; then
 fi
 cp "$here/evstored.socket" "$work/evstored.socket"
 
+ln -s "$evctl" "$work/evctl"
+sed "s|^ExecStart=/usr/bin/evctl |ExecStart=$work/evctl |" \
+    "$here/evstore-metrics.service" >"$work/evstore-metrics.service"
+if ! grep -q "^ExecStart=$work/evctl metrics " "$work/evstore-metrics.service"; then
+    echo "systemd units: evstore-metrics.service has no line ExecStart=/usr/bin/evctl metrics ..." >&2
+    exit 1
+fi
+cp "$here/evstore-metrics.timer" "$work/evstore-metrics.timer"
+
 status=0
-output=$(systemd-analyze verify "$work/evstored.service" "$work/evstored.socket" 2>&1) \
-    || status=$?
+output=$(systemd-analyze verify "$work/evstored.service" "$work/evstored.socket" \
+    "$work/evstore-metrics.service" "$work/evstore-metrics.timer" 2>&1) || status=$?
 
 if [ "$status" -ne 0 ] || [ -n "$output" ]; then
     [ -n "$output" ] && printf '%s\n' "$output" >&2
-    echo "systemd units: failed (ExecStart checked as $binary, exit status $status)" >&2
+    echo "systemd units: failed (ExecStart checked as $binary and $evctl, exit status $status)" >&2
     exit 1
 fi
 echo "systemd units: ok"

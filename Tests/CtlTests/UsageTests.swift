@@ -5,8 +5,8 @@ import Testing
 /// evctl without a daemon: help, usage errors, `new`, an absent daemon, bad input files.
 @Suite struct UsageTests {
     static let commands = [
-        "new", "append", "get", "list", "log", "status", "conflicts", "resolve", "dead-letters", "rebuild", "backup",
-        "sync", "peers", "sync-serve",
+        "new", "append", "get", "list", "types", "log", "status", "metrics", "conflicts", "resolve", "dead-letters",
+        "rebuild", "backup", "sync", "peers", "sync-serve",
     ]
 
     @Test func rootHelpListsCommandsAndExitStatuses() throws {
@@ -118,7 +118,7 @@ import Testing
         "Start it with `evstored` (or `systemctl start evstored`), "
         + "or point evctl at its socket with --socket or EVSTORE_SOCKET."
 
-    @Test(arguments: ["status", "get job/1", "list", "append job/1 status x", "log --follow"])
+    @Test(arguments: ["status", "get job/1", "list", "types", "append job/1 status x", "log --follow"])
     func anAbsentDaemonExits69(_ command: String) throws {
         let directory = try makeTemporaryDirectory("evctl-none")
         defer { try? FileManager.default.removeItem(atPath: directory) }

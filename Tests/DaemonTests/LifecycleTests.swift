@@ -276,13 +276,17 @@ struct SocketActivationTests {
 @Suite("systemd units")
 struct SystemdUnitTests {
     @Test(
-        "evstored.service and evstored.socket pass systemd-analyze verify",
+        "evstored.service, evstored.socket, evstore-metrics.service and .timer pass systemd-analyze verify",
         .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/systemd-analyze")))
     func unitsVerify() throws {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .deletingLastPathComponent()
         let (status, text) = try runProgram(
-            "/bin/sh", [root.appendingPathComponent("systemd/verify.sh").path, try builtBinary("evstored").path])
+            "/bin/sh",
+            [
+                root.appendingPathComponent("systemd/verify.sh").path, try builtBinary("evstored").path,
+                try builtBinary("evctl").path,
+            ])
         #expect(status == 0, "\(text)")
         #expect(text.contains("systemd units: ok"))
     }

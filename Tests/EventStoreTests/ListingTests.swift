@@ -66,6 +66,35 @@ struct ListingTests {
         }
     }
 
+    @Test("types are the distinct types of the entities held, sorted, prefixes of each other included")
+    func typesSkipScan() throws {
+        let store = try TempStore()
+        defer { try? FileManager.default.removeItem(atPath: store.directory) }
+        #expect(try store.log.types() == [])
+        // Types that are prefixes of each other, around '/' (0x2F) in byte order: '-'
+        // (0x2D) sorts before it, '0'-'9' and '_' after; ids holding '/' and bytes on both
+        // sides of '0'.
+        let names = [
+            "job/1", "job/a/b/c", "job/-", "job/0", "job/~", "job/\u{e9}t\u{e9}", "job2/1", "job-x/1", "job-x/2/3",
+            "job_y/1", "jo/1", "a/1", "a0/z", "zz9/9", "site/depot/north",
+        ]
+        var batch: [InputEvent] = []
+        for name in names { batch.append(try input(#"{"entity":"\#(name)","kind":"edit","fields":{"n":1}}"#)) }
+        for index in 0..<300 { batch.append(try input(#"{"entity":"job/m\#(index)","kind":"status","status":"new"}"#)) }
+        _ = try store.log.append(batch)
+        // A deleted entity is still held: its type counts.
+        _ = try store.log.append(inputs(#"{"entity":"gone/1","kind":"status","status":"x"}"#))
+        _ = try store.log.append(inputs(#"{"entity":"gone/1","kind":"delete"}"#))
+        let expected = Set(names.map { String($0.prefix { $0 != "/" }) } + ["gone"]).sorted {
+            Array($0.utf8).lexicographicallyPrecedes(Array($1.utf8))
+        }
+        #expect(expected.count == 10)
+        let types = try store.log.types()
+        #expect(types == expected)
+        let listed = try allPages(store.log, includeDeleted: true, limit: 1000).map(\.entity.type)
+        #expect(types == Array(Set(listed)).sorted { Array($0.utf8).lexicographicallyPrecedes(Array($1.utf8)) })
+    }
+
     @Test("conflicts are listed by entity with their fields, after an ingest makes them")
     func conflictsListed() throws {
         let a = try TempStore()

@@ -63,6 +63,16 @@ struct JSONWriter {
         needsComma = true
     }
 
+    /// A number with at most three decimals (`12.5`, `0.017`); a value that is not finite,
+    /// which JSON cannot hold, as `null`.
+    mutating func number(_ value: Double) {
+        guard value.isFinite else { return null() }
+        separate()
+        let rounded = (value * 1000).rounded() / 1000
+        bytes.append(contentsOf: Array((rounded == 0 ? 0 : rounded).description.utf8))
+        needsComma = true
+    }
+
     mutating func null() {
         separate()
         CanonicalWriter.appendNull(to: &bytes)
@@ -95,6 +105,11 @@ struct JSONWriter {
     mutating func member(_ name: StaticString, _ value: Int) {
         key(name)
         int(value)
+    }
+
+    mutating func member(_ name: StaticString, _ value: Double) {
+        key(name)
+        number(value)
     }
 
     mutating func member(_ name: StaticString, _ value: Bool) {

@@ -6,8 +6,8 @@ import Projections
 /// `watch` go through the connection, which owns their ordering.
 struct Methods: Sendable {
     static let names = [
-        "append", "get", "list", "log", "watch", "status", "conflicts", "dead_letters", "rebuild", "backup", "sync",
-        "peers.add", "peers.remove", "peers.list",
+        "append", "get", "list", "log", "watch", "status", "types", "conflicts", "dead_letters", "rebuild", "backup",
+        "sync", "peers.add", "peers.remove", "peers.list",
     ]
 
     let log: EventLog
@@ -32,6 +32,7 @@ struct Methods: Sendable {
             case "list": return try list(request)
             case "log": return try logPage(request)
             case "status": return try status(request)
+            case "types": return try types(request)
             case "conflicts": return try conflicts(request)
             case "dead_letters": return try deadLetters(request)
             case "rebuild": return try rebuild(request)
@@ -168,12 +169,34 @@ struct Methods: Sendable {
         out.member("map_bytes", statistics.mapSize)
         out.member("dictionary_version", Int(statistics.dictionaryVersion))
         out.member("uptime_s", Int(Date().timeIntervalSince(startedAt)))
+        out.member("started_at", Int((startedAt.timeIntervalSince1970 * 1000).rounded(.down)))
+        out.member("version", Evstored.version)
+        let appends = writer.appends.snapshot()
+        out.key("appends")
+        out.beginObject()
+        out.member("events_total", appends.eventsTotal)
+        out.member("requests_total", appends.requestsTotal)
+        out.member("per_second", appends.perSecond)
+        out.member("received_total", appends.receivedTotal)
+        out.endObject()
         out.key("writer")
         out.beginObject()
         out.member("commits", writer.commits.load(ordering: .relaxed))
         out.member("requests", writer.requests.load(ordering: .relaxed))
         out.member("events", writer.eventsWritten.load(ordering: .relaxed))
         out.endObject()
+        out.endObject()
+        return out.bytes
+    }
+
+    func types(_ request: Request) throws -> [UInt8] {
+        _ = try Params(request.params, method: "types", accepts: [])
+        var out = JSONWriter()
+        out.beginObject()
+        out.key("types")
+        out.beginArray()
+        for type in try log.types() { out.string(type) }
+        out.endArray()
         out.endObject()
         return out.bytes
     }

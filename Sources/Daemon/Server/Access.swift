@@ -35,6 +35,7 @@ enum MethodAccess {
         "log": .read,
         "watch": .read,
         "status": .read,
+        "types": .read,
         "conflicts": .read,
         "dead_letters": .read,
         "peers.list": .read,

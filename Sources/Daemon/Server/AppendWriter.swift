@@ -22,6 +22,8 @@ final class AppendWriter: Sendable {
     let commits = Atomic<Int>(0)
     let requests = Atomic<Int>(0)
     let eventsWritten = Atomic<Int>(0)
+    /// Appends and receipts since the start, and the recent append rate, for status.
+    let appends = AppendCounter()
     private let logger: Logger
 
     init(log: EventLog, hub: WatchHub, logger: Logger) {
@@ -71,6 +73,7 @@ final class AppendWriter: Sendable {
         if hub.hasSubscribers, !result.ingested.isEmpty { hub.publish(result.ingested, log: log) }
         commits.add(1, ordering: .relaxed)
         eventsWritten.add(result.ingested.count, ordering: .relaxed)
+        if !result.ingested.isEmpty { appends.recordReceived(events: result.ingested.count) }
         return result
     }
 
@@ -135,8 +138,13 @@ final class AppendWriter: Sendable {
         commits.add(1, ordering: .relaxed)
         requests.add(jobs.count, ordering: .relaxed)
         var count = 0
-        for case .success(let result) in results { count += result.appended }
+        var succeeded = 0
+        for case .success(let result) in results {
+            count += result.appended
+            succeeded += 1
+        }
         eventsWritten.add(count, ordering: .relaxed)
+        if succeeded > 0 { appends.recordAppended(events: count, requests: succeeded) }
         for (job, result) in zip(jobs, results) { job.completion(result) }
     }
 }

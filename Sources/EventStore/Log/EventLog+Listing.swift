@@ -102,6 +102,33 @@ extension EventLog {
         }
     }
 
+    /// The entity types of the entities held (deleted ones included), sorted.
+    ///
+    /// A skip scan of the projections, whose keys are `TYPE/ID`: from each type's first
+    /// entity the cursor jumps to `TYPE0` ('0' follows '/'), the first key past every
+    /// `TYPE/...`, so the cost grows with the number of types, not of entities. Keys come in
+    /// byte order of `TYPE/`, where `job-x/` precedes `job/` ('-' sorts before '/'): the
+    /// types are sorted by name at the end.
+    public func types() throws(EventStoreError) -> [String] {
+        try reading { txn in
+            try txn.withCursor(tables.projections) { cursor in
+                var found: [String] = []
+                var item = try cursor.first()
+                while let current = item {
+                    guard let slash = current.key.firstIndex(of: UInt8(ascii: "/")), slash > 0 else {
+                        throw CorruptDataError(
+                            "a projection's key is not TYPE/ID: \(String(decoding: current.key.prefix(80), as: UTF8.self))"
+                        )
+                    }
+                    let type = current.key[..<slash]
+                    found.append(String(decoding: type, as: UTF8.self))
+                    item = try cursor.seek(Array(type) + [UInt8(ascii: "/") + 1])
+                }
+                return found.sorted()
+            }
+        }
+    }
+
     /// Entities with conflicts, in entity order after `after`, at most `limit`.
     public func conflicts(type: String? = nil, after: EntityKey? = nil, limit: Int = 100) throws(EventStoreError)
         -> (entities: [ConflictSummary], next: EntityKey?)

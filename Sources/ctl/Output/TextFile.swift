@@ -1,0 +1,48 @@
+import Arguments
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// A file replaced whole, so that a reader (node_exporter's textfile collector) sees
+/// either the old content or the new one, never a part.
+enum TextFile {
+    /// Writes `bytes` to a new file beside `path` (mode 0644 whatever the umask), syncs it,
+    /// renames it over `path` and syncs the directory. On failure the temporary file is
+    /// removed and `path` is left as it was.
+    static func replace(_ path: String, with bytes: [UInt8]) throws(CommandFailure) {
+        let url = URL(fileURLWithPath: path)
+        let directory = url.deletingLastPathComponent().path
+        // node_exporter reads only *.prom files: the temporary name does not end so.
+        let temporary = directory + "/." + url.lastPathComponent + "." + UUID().uuidString.prefix(8) + ".tmp"
+        let descriptor = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
+        guard descriptor >= 0 else { throw failure("cannot create a file in \(directory)", errno) }
+        let file = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
+        do throws(CommandFailure) {
+            guard fchmod(descriptor, 0o644) == 0 else { throw failure("cannot set the mode of \(temporary)", errno) }
+            do {
+                try file.write(contentsOf: Data(bytes))
+                try file.synchronize()
+                try file.close()
+            } catch {
+                throw CommandFailure(exitCode: ExitStatus.failed, "cannot write \(temporary): \(error)")
+            }
+            guard rename(temporary, path) == 0 else { throw failure("cannot rename \(temporary) to \(path)", errno) }
+        } catch {
+            unlink(temporary)
+            throw error
+        }
+        // The rename is durable once the directory is synced; a failure here leaves the new
+        // file in place, so it is not an error.
+        let directoryDescriptor = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if directoryDescriptor >= 0 {
+            _ = fsync(directoryDescriptor)
+            close(directoryDescriptor)
+        }
+    }
+
+    private static func failure(_ what: String, _ code: Int32) -> CommandFailure {
+        CommandFailure(exitCode: ExitStatus.failed, "\(what): \(String(cString: strerror(code))).")
+    }
+}

@@ -1,0 +1,107 @@
+import Foundation
+import Testing
+
+@testable import Daemon
+
+@Suite("status counters and the types method")
+struct StatusCountersTests {
+    @Test("the append rate counts each second once and forgets what is older than a minute")
+    func appendCounterWindow() {
+        let start = ContinuousClock.now
+        let counter = AppendCounter(start: start)
+        func at(_ seconds: Double) -> ContinuousClock.Instant { start + .milliseconds(Int(seconds * 1000)) }
+        #expect(counter.snapshot(at: at(0)) == .init(eventsTotal: 0, requestsTotal: 0, receivedTotal: 0, perSecond: 0))
+        counter.recordAppended(events: 30, requests: 2, at: at(0.2))
+        // Within the first second, the second so far counts as a whole one.
+        #expect(counter.snapshot(at: at(0.5)).perSecond == 30)
+        counter.recordAppended(events: 10, requests: 1, at: at(9.5))
+        // Ten seconds covered (0 to 9).
+        #expect(counter.snapshot(at: at(9.9)).perSecond == 4)
+        // A minute covered: 40 events in it.
+        #expect(counter.snapshot(at: at(59.9)).perSecond == 40.0 / 60)
+        // Second 0 has left the window; second 9 is still in.
+        #expect(counter.snapshot(at: at(60.1)).perSecond == 10.0 / 60)
+        // The same slot, reused 60 s later, starts from zero.
+        counter.recordAppended(events: 6, requests: 1, at: at(69.2))
+        #expect(counter.snapshot(at: at(69.5)).perSecond == 6.0 / 60)
+        #expect(counter.snapshot(at: at(200)).perSecond == 0)
+        counter.recordReceived(events: 7)
+        let totals = counter.snapshot(at: at(200))
+        #expect(totals.eventsTotal == 46 && totals.requestsTotal == 4 && totals.receivedTotal == 7)
+    }
+
+    @Test("types lists the entity types held, sorted, from a store with ids holding '/' and prefix types")
+    func typesMethod() throws {
+        let daemon = try DaemonProcess()
+        defer { daemon.removeFiles() }
+        let client = try daemon.client()
+        #expect(try client.call("types")["types"] as? [String] == [])
+        let entities = ["job/1", "job/a/b", "job2/x", "job-x/1/2", "site/depot/north", "a/1", "job/zz"]
+        _ = try client.call(
+            "append",
+            eventsParams(entities.map { #"{"entity":"\#($0)","kind":"status","status":"new"}"# }))
+        _ = try client.call("append", eventsParams([#"{"entity":"a/1","kind":"delete"}"#]))
+        #expect(try client.call("types")["types"] as? [String] == ["a", "job", "job-x", "job2", "site"])
+        let refused = try client.failure("types", #"{"type":"job"}"#)
+        #expect(refused.reason == "invalid_params" && refused.code == -32602)
+    }
+
+    @Test("status counts appends, requests and received events, and says when the daemon started")
+    func appendCounters() throws {
+        let before = Date()
+        let a = try DaemonProcess(arguments: ["--node", "a", "--sync-interval-s", "3600"])
+        defer { a.removeFiles() }
+        let b = try DaemonProcess(arguments: ["--node", "b", "--sync-interval-s", "3600"])
+        defer { b.removeFiles() }
+        let client = try a.client()
+        var status = try client.call("status")
+        let startedAt = try #require(status["started_at"] as? Int)
+        #expect(Double(startedAt) >= (before.timeIntervalSince1970 * 1000).rounded(.down) - 1)
+        #expect(Double(startedAt) <= Date().timeIntervalSince1970 * 1000)
+        #expect(status["version"] as? String == Evstored.version)
+        #expect(status["uptime_s"] is Int)
+        var appends = try #require(status["appends"] as? [String: Any])
+        #expect(appends["events_total"] as? Int == 0 && appends["requests_total"] as? Int == 0)
+        #expect(appends["received_total"] as? Int == 0 && appends["per_second"] as? Double == 0)
+        // The fields the spec names are all still there.
+        for key in ["node", "events", "entities", "bytes", "digest", "clock", "needs_attention", "peers"] {
+            #expect(status[key] != nil, "\(key)")
+        }
+
+        _ = try client.call(
+            "append",
+            eventsParams([
+                #"{"entity":"job/1","kind":"status","status":"new","key":"k1"}"#,
+                #"{"entity":"job/2","kind":"status","status":"new"}"#,
+                #"{"entity":"job/3","kind":"status","status":"new"}"#,
+            ]))
+        // A repeated key appends nothing: the request counts, its event does not.
+        _ = try client.call("append", eventsParams([#"{"entity":"job/1","kind":"status","status":"new","key":"k1"}"#]))
+        // A refused append counts for nothing.
+        _ = try client.failure("append", eventsParams([#"{"entity":"job/1","kind":"teleport"}"#]))
+        status = try client.call("status")
+        appends = try #require(status["appends"] as? [String: Any])
+        #expect(appends["events_total"] as? Int == 3)
+        #expect(appends["requests_total"] as? Int == 2)
+        let rate = try #require(appends["per_second"] as? Double)
+        #expect(rate > 0 && rate <= 3)
+        #expect(appends["received_total"] as? Int == 0)
+
+        // Events that arrive by sync count as received, not as appended; on the other side
+        // nothing is received.
+        _ = try b.client().call(
+            "append",
+            eventsParams([
+                #"{"entity":"site/1","kind":"status","status":"up"}"#,
+                #"{"entity":"site/2","kind":"status","status":"up"}"#,
+            ]))
+        let outcome = try client.call("sync", #"{"peer":"unix://\#(b.socketPath)"}"#)
+        let session = try #require((outcome["peers"] as? [[String: Any]])?.first)
+        #expect(session["received"] as? Int == 2 && session["sent"] as? Int == 3, "\(outcome)")
+        appends = try #require(try client.call("status")["appends"] as? [String: Any])
+        #expect(appends["events_total"] as? Int == 3 && appends["received_total"] as? Int == 2)
+        let onB = try #require(try b.client().call("status")["appends"] as? [String: Any])
+        #expect(onB["events_total"] as? Int == 2 && onB["requests_total"] as? Int == 1)
+        #expect(onB["received_total"] as? Int == 3)
+    }
+}
