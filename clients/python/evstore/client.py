@@ -21,6 +21,7 @@ __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
     "JSONObject",
     "Watch",
+    "ZERO_ID",
     "connect",
     "default_socket_candidates",
     "resolve_socket",
@@ -33,6 +34,10 @@ JSONObject = Dict[str, Any]
 #: connection (`ProtocolError`). A page of `log` holds at most ``page_size`` events of at
 #: most the daemon's ``max_event_bytes`` each (64 KiB by default).
 DEFAULT_MAX_LINE_BYTES = 256 << 20
+
+#: The smallest event id: as ``after`` of `Client.watch` or `Client.log`, it starts at
+#: the first event held.
+ZERO_ID = "00000000000000000000000000"
 
 _RECEIVE_CHUNK = 1 << 16
 
@@ -111,6 +116,10 @@ class _Line:
         sock = self._open()
         while True:
             end = self.buffer.find(b"\n", self.scanned)
+            if end > self.max_line_bytes or (end < 0 and len(self.buffer) > self.max_line_bytes):
+                raise ProtocolError(
+                    f"the evstore daemon at {self.path} sent a line longer than {self.max_line_bytes} bytes; "
+                    "read smaller pages (page_size) or raise max_line_bytes")
             if end >= 0:
                 line = bytes(self.buffer[:end])
                 del self.buffer[:end + 1]
@@ -121,10 +130,6 @@ class _Line:
                     raise ProtocolError(f"the evstore daemon at {self.path} sent a line that is not JSON: {error}") \
                         from error
             self.scanned = len(self.buffer)
-            if len(self.buffer) > self.max_line_bytes:
-                raise ProtocolError(
-                    f"the evstore daemon at {self.path} sent a line longer than {self.max_line_bytes} bytes; "
-                    "read smaller pages (page_size) or raise max_line_bytes")
             try:
                 sock.settimeout(timeout)
                 chunk = sock.recv(_RECEIVE_CHUNK)
@@ -532,7 +537,7 @@ class Client:
 
         The watch is in place when this returns: every event committed from then on is
         delivered (with ``after``, the held events after that id come first;
-        ``"00000000000000000000000000"`` replays the whole log). Iterate the `Watch`
+        `ZERO_ID` replays the whole log). Iterate the `Watch`
         for the events; close it (or leave its ``with`` block) to end it::
 
             with db.watch(type="job") as events:
