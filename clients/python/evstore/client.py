@@ -8,6 +8,8 @@ from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Union
 
 from .errors import (
     ConnectionLost,
+    EvstoreConnectionError,
+    EvstoreError,
     ProtocolError,
     Timeout,
     Unreachable,
@@ -98,12 +100,12 @@ class _Line:
             raise _unreachable(path, error) from error
         self.sock: Optional[_socket.socket] = sock
 
-    def send(self, message: Mapping[str, Any], timeout: Optional[float]) -> None:
-        line = json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    def send(self, line: bytes, timeout: Optional[float]) -> None:
+        """Sends one request line (`_encode`)."""
         sock = self._open()
         try:
             sock.settimeout(timeout)
-            sock.sendall(line + b"\n")
+            sock.sendall(line)
         except _socket.timeout as error:
             raise Timeout(f"could not send to the evstore daemon at {self.path} within {timeout} s",
                           socket_path=self.path) from error
@@ -157,6 +159,12 @@ class _Line:
                 self.sock.close()
             finally:
                 self.sock = None
+
+
+def _encode(request: Mapping[str, Any]) -> bytes:
+    """A request as its line. Raises ``TypeError`` or ``ValueError`` (NaN, infinity) for
+    what JSON cannot carry, before anything is sent."""
+    return json.dumps(request, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode() + b"\n"
 
 
 def _unreachable(path: str, error: OSError) -> Unreachable:
@@ -317,22 +325,28 @@ class Client:
         with self._lock:
             if self._closed:
                 raise ValueError("the evstore client is closed")
+            request_id = request["id"] = self._next_id
+            encoded = _encode(request)
+            self._next_id += 1
             if self._line is None:
                 self._line = _Line(self.socket_path, self.timeout, self.max_line_bytes)
             line = self._line
-            request_id = request["id"] = self._next_id
-            self._next_id += 1
             try:
-                line.send(request, wait)
+                line.send(encoded, wait)
                 while True:
                     message = line.receive(wait)
                     # Notifications are only sent to a watching connection; skip any.
                     if not (isinstance(message, dict) and "id" not in message and "method" in message):
                         break
                 return _result(message, request_id, self.socket_path)
-            except (ConnectionLost, Timeout, ProtocolError):
-                line.close()
-                self._line = None
+            except BaseException as error:
+                # An error the daemon answered leaves the connection in step; anything
+                # else (a failure, an answer out of step, an interrupted read) does not.
+                answered = isinstance(error, EvstoreError) and not isinstance(
+                    error, (EvstoreConnectionError, ProtocolError))
+                if not answered:
+                    line.close()
+                    self._line = None
                 raise
 
     # --- writing ---
@@ -591,7 +605,7 @@ class Watch(Iterator[JSONObject]):
         try:
             request = {"jsonrpc": "2.0", "id": 1, "method": "watch",
                        "params": {name: value for name, value in params.items() if value is not None}}
-            line.send(request, connect_timeout)
+            line.send(_encode(request), connect_timeout)
             _result(line.receive(connect_timeout), 1, socket_path)
         except BaseException:
             self.close()

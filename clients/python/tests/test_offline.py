@@ -1,12 +1,16 @@
 """What the client does without a daemon: the socket rule, the error classes, the event
 builder, ids, and the type check."""
+import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
+from typing import Any, Callable, List, Optional
 
 import evstore
 from evstore import Event
@@ -144,6 +148,106 @@ class EventTests(unittest.TestCase):
         for char in second[:10]:
             stamp = stamp * 32 + alphabet.index(char)
         self.assertLess(abs(stamp - time.time() * 1000), 60_000)
+
+
+class FakeDaemon:
+    """A Unix socket server that answers each request line with what `answer` returns
+    for it (None: no answer at all)."""
+
+    def __init__(self, answer: Callable[[Any], Optional[bytes]]) -> None:
+        self.answer = answer
+        self.root = tempfile.TemporaryDirectory(prefix="evstore-py-")
+        self.path = os.path.join(self.root.name, "fake.sock")
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.server.bind(self.path)
+        self.server.listen()
+        self.connections: List[socket.socket] = []
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            self.connections.append(conn)
+            threading.Thread(target=self.handle, args=(conn,), daemon=True).start()
+
+    def handle(self, conn: socket.socket) -> None:
+        with conn, conn.makefile("rb") as lines:
+            for line in lines:
+                reply = self.answer(json.loads(line))
+                if reply is not None:
+                    conn.sendall(reply)
+
+    def close(self) -> None:
+        self.server.close()
+        for conn in self.connections:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self.root.cleanup()
+
+
+def reply(request: Any, result: Any) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": result}).encode() + b"\n"
+
+
+class ConnectionFailureTests(unittest.TestCase):
+    """What the client does with a daemon that misbehaves: each failure is raised, and the
+    next call works on a new connection, in step."""
+
+    def fake(self, answer: Callable[[Any], Optional[bytes]]) -> FakeDaemon:
+        fake = FakeDaemon(answer)
+        self.addCleanup(fake.close)
+        return fake
+
+    def test_timeout_then_a_new_connection(self) -> None:
+        silent = {"status"}
+        fake = self.fake(lambda r: None if r["method"] in silent else reply(r, {"method": r["method"]}))
+        with evstore.connect(fake.path, timeout=0.2) as db:
+            with self.assertRaises(evstore.Timeout) as caught:
+                db.status()
+            self.assertIsInstance(caught.exception, TimeoutError)
+            silent.clear()  # the late answer to status never comes on the new connection
+            self.assertEqual(db.call("peers.list"), {"method": "peers.list"})
+            self.assertEqual(len(fake.connections), 2)
+
+    def test_garbage_and_answers_out_of_step(self) -> None:
+        answers = [b"<html>captive portal</html>\n", b'{"jsonrpc":"2.0","id":999,"result":{}}\n']
+        fake = self.fake(lambda r: answers.pop(0) if answers else reply(r, "fine"))
+        with evstore.connect(fake.path, timeout=5) as db:
+            with self.assertRaises(evstore.ProtocolError):
+                db.status()
+            with self.assertRaises(evstore.ProtocolError):
+                db.status()
+            self.assertEqual(db.status(), "fine")
+            self.assertEqual(len(fake.connections), 3)
+
+    def test_notifications_are_skipped_and_an_error_with_a_null_id_is_raised(self) -> None:
+        def answer(request: Any) -> bytes:
+            if request["method"] == "get":
+                return (b'{"jsonrpc":"2.0","method":"event","params":{"event":{}}}\n' + reply(request, {"ok": 1}))
+            return (b'{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"the line is too long",'
+                    b'"data":{"reason":"too_large"}}}\n')
+
+        fake = self.fake(answer)
+        with evstore.connect(fake.path, timeout=5) as db:
+            self.assertEqual(db.get("job/1"), {"ok": 1})
+            with self.assertRaises(evstore.TooLarge) as caught:
+                db.status()
+            self.assertEqual(caught.exception.code, -32600)
+            self.assertEqual(db.get("job/1"), {"ok": 1})
+            self.assertEqual(len(fake.connections), 1)  # daemon errors keep the connection
+
+    def test_json_cannot_carry_nan(self) -> None:
+        fake = self.fake(lambda r: reply(r, {"ids": ["A"], "versions": {}, "appended": 1}))
+        with evstore.connect(fake.path, timeout=5) as db:
+            with self.assertRaises(ValueError):
+                db.append(Event.edit("job/1", {"x": float("nan")}))
+            self.assertEqual(db.append(Event.delete("job/1")).ids, ["A"])
+            self.assertEqual(len(fake.connections), 1)
 
 
 class TypeCheckTests(unittest.TestCase):
