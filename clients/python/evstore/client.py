@@ -222,6 +222,7 @@ class AppendResult:
         return self.ids[0]
 
 
+#: An event in the input form: any mapping (a dict, or an `Event`).
 EventInput = Mapping[str, Any]
 
 
