@@ -1,0 +1,143 @@
+"""Events in the input form, and fresh entity ids.
+
+An event is a plain dict (``{"entity": "job/42", "kind": "status", "status":
+"en_route"}``): `Client.append` takes any mapping. `Event` builds them with the names of
+the members checked by the type checker::
+
+    Event.status("job/42", "en_route", by="ana")
+    Event.edit("job/42", {"address": "12 Main St", "phone": None})
+    Event.add("job/42", "parts", "valve-3")
+"""
+import os
+import time
+from typing import Any, Dict, Mapping, Optional
+
+__all__ = ["Event", "new_ulid", "new_entity_id"]
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+def new_ulid() -> str:
+    """A fresh ULID (26 characters of Crockford base32): 48 bits of this machine's clock
+    in milliseconds, then 80 random bits."""
+    value = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(os.urandom(10), "big")
+    return "".join(_CROCKFORD[(value >> shift) & 31] for shift in range(125, -1, -5))
+
+
+def new_entity_id(type: str) -> str:
+    """A fresh entity id, ``TYPE/ULID``, as ``evctl new TYPE`` prints it."""
+    return f"{type}/{new_ulid()}"
+
+
+class Event(Dict[str, Any]):
+    """An event in the input form: a dict, built by the class methods below.
+
+    Each takes the optional members every event may have: ``key`` (an idempotency key:
+    an event whose key the node has seen is not appended again, the id of the first is
+    returned in its place), ``by`` (the actor), ``at`` (the client's time, kept as
+    given) and ``if_match`` (the version last read: the append is a `Conflict` when the
+    entity changed since). Members left None are not sent.
+    """
+
+    @classmethod
+    def _make(
+        cls,
+        entity: str,
+        kind: str,
+        members: Mapping[str, Any],
+        key: Optional[str],
+        by: Optional[str],
+        at: Any,
+        if_match: Optional[str],
+    ) -> "Event":
+        event = cls(entity=entity, kind=kind)
+        event.update(members)
+        for name, value in (("key", key), ("by", by), ("at", at), ("if_match", if_match)):
+            if value is not None:
+                event[name] = value
+        return event
+
+    @classmethod
+    def status(
+        cls,
+        entity: str,
+        status: str,
+        *,
+        key: Optional[str] = None,
+        by: Optional[str] = None,
+        at: Any = None,
+        if_match: Optional[str] = None,
+    ) -> "Event":
+        """A new current status of ``entity``; its history keeps every one."""
+        return cls._make(entity, "status", {"status": status}, key, by, at, if_match)
+
+    @classmethod
+    def edit(
+        cls,
+        entity: str,
+        fields: Mapping[str, Any],
+        *,
+        key: Optional[str] = None,
+        by: Optional[str] = None,
+        at: Any = None,
+        if_match: Optional[str] = None,
+    ) -> "Event":
+        """Sets ``fields`` of ``entity`` (any JSON values; None clears a field)."""
+        return cls._make(entity, "edit", {"fields": dict(fields)}, key, by, at, if_match)
+
+    @classmethod
+    def add(
+        cls,
+        entity: str,
+        set: str,
+        element: Any,
+        *,
+        key: Optional[str] = None,
+        by: Optional[str] = None,
+        at: Any = None,
+        if_match: Optional[str] = None,
+    ) -> "Event":
+        """Adds ``element`` (any JSON value) to the set named ``set`` of ``entity``."""
+        return cls._make(entity, "add", {"set": set, "element": element}, key, by, at, if_match)
+
+    @classmethod
+    def remove(
+        cls,
+        entity: str,
+        set: str,
+        element: Any,
+        *,
+        key: Optional[str] = None,
+        by: Optional[str] = None,
+        at: Any = None,
+        if_match: Optional[str] = None,
+    ) -> "Event":
+        """Removes ``element`` from the set named ``set`` of ``entity`` (the adds seen so
+        far; a concurrent add wins)."""
+        return cls._make(entity, "remove", {"set": set, "element": element}, key, by, at, if_match)
+
+    @classmethod
+    def delete(
+        cls,
+        entity: str,
+        *,
+        key: Optional[str] = None,
+        by: Optional[str] = None,
+        at: Any = None,
+        if_match: Optional[str] = None,
+    ) -> "Event":
+        """Deletes ``entity``; appends to it other than `restore` are then refused."""
+        return cls._make(entity, "delete", {}, key, by, at, if_match)
+
+    @classmethod
+    def restore(
+        cls,
+        entity: str,
+        *,
+        key: Optional[str] = None,
+        by: Optional[str] = None,
+        at: Any = None,
+        if_match: Optional[str] = None,
+    ) -> "Event":
+        """Undoes the deletes of ``entity`` seen so far."""
+        return cls._make(entity, "restore", {}, key, by, at, if_match)

@@ -1,0 +1,401 @@
+"""The client against a real daemon: one `evstored` for the class, each test on
+entities of its own."""
+import os
+import threading
+import unittest
+from typing import Any, Dict, List
+
+import evstore
+from evstore import Event
+
+from .support import Daemon
+
+TIMEOUT = 20.0
+
+
+class ClientTests(unittest.TestCase):
+    daemon: Daemon
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.daemon = Daemon().start()
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.daemon.cleanup()
+
+    def setUp(self) -> None:
+        self.db = evstore.connect(self.daemon.socket_path, timeout=TIMEOUT)
+        self.addCleanup(self.db.close)
+
+    # --- append and get ---
+
+    def test_round_trip_of_every_kind(self) -> None:
+        job = evstore.new_entity_id("job")
+        result = self.db.append(
+            Event.status(job, "assigned", by="ana"),
+            Event.edit(job, {"address": "12 Main St", "floor": 3, "phone": "+15550100"}),
+            Event.add(job, "parts", "valve-3"),
+            Event.add(job, "parts", {"sku": "gasket", "n": 2}),
+        )
+        self.assertEqual(len(result.ids), 4)
+        self.assertEqual(result.appended, 4)
+        self.assertEqual(result.id, result.ids[0])
+        self.assertEqual(result.versions, {job: result.ids[-1]})
+
+        state = self.db.get(job)
+        self.assertEqual(state["entity"], job)
+        self.assertEqual(state["version"], result.ids[-1])
+        self.assertEqual(state["events"], 4)
+        self.assertFalse(state["deleted"])
+        self.assertEqual(state["status"]["current"], "assigned")
+        self.assertEqual(state["fields"], {"address": "12 Main St", "floor": 3, "phone": "+15550100"})
+        self.assertEqual(state["sets"], {"parts": ["valve-3", {"n": 2, "sku": "gasket"}]})
+
+        self.db.append(Event.status(job, "on_site"), Event.edit(job, {"phone": None}),
+                       Event.remove(job, "parts", "valve-3"))
+        state = self.db.get(job)
+        self.assertEqual(state["status"]["current"], "on_site")
+        self.assertEqual([h["status"] for h in state["status"]["history"]], ["assigned", "on_site"])
+        self.assertNotIn("phone", state["fields"])
+        self.assertEqual(state["sets"]["parts"], [{"n": 2, "sku": "gasket"}])
+
+        self.db.append(Event.delete(job))
+        self.assertTrue(self.db.get(job)["deleted"])
+        with self.assertRaises(evstore.Deleted) as caught:
+            self.db.append(Event.status(job, "done"))
+        self.assertEqual(caught.exception.reason, "deleted")
+        self.assertEqual(caught.exception.code, -32003)
+
+        self.db.append(Event.restore(job))
+        state = self.db.get(job)
+        self.assertFalse(state["deleted"])
+        self.assertEqual(state["fields"]["address"], "12 Main St")
+
+    def test_plain_dicts_and_a_list(self) -> None:
+        job = evstore.new_entity_id("job")
+        result = self.db.append([{"entity": job, "kind": "status", "status": "new"},
+                                 {"entity": job, "kind": "edit", "fields": {"a": 1}}], by="script")
+        self.assertEqual(len(result.ids), 2)
+        events = list(self.db.log(entity=job))
+        self.assertEqual([e["by"] for e in events], ["script", "script"])
+        with self.assertRaises(ValueError):
+            self.db.append()
+        with self.assertRaises(ValueError):
+            self.db.append(Event.delete(job), Event.restore(job), key="k")
+
+    def test_if_match_conflict(self) -> None:
+        job = evstore.new_entity_id("job")
+        first = self.db.append(Event.status(job, "new"))
+        version = first.versions[job]
+        second = self.db.append(Event.edit(job, {"a": 1}), if_match=version)
+        with self.assertRaises(evstore.Conflict) as caught:
+            self.db.append(Event.edit(job, {"a": 2}), if_match=version)
+        error = caught.exception
+        self.assertEqual((error.code, error.reason, error.index), (-32002, "conflict", 0))
+        self.assertTrue(error.message)
+        self.assertEqual(self.db.get(job)["version"], second.versions[job])
+        self.assertEqual(self.db.get(job)["fields"], {"a": 1})
+        # Per event, in the builder.
+        with self.assertRaises(evstore.Conflict):
+            self.db.append(Event.status(job, "x", if_match=version))
+
+    def test_not_found(self) -> None:
+        missing = evstore.new_entity_id("job")
+        with self.assertRaises(evstore.NotFound) as caught:
+            self.db.get(missing)
+        self.assertEqual(caught.exception.reason, "not_found")
+        self.assertEqual(caught.exception.code, -32001)
+        self.assertIn(missing, str(caught.exception))
+        self.assertIsInstance(caught.exception, evstore.EvstoreError)
+
+    def test_invalid_event_carries_the_daemons_message_and_index(self) -> None:
+        job = evstore.new_entity_id("job")
+        with self.assertRaises(evstore.InvalidEvent) as caught:
+            self.db.append(Event.status(job, "new"), {"entity": job, "kind": "teleport"})
+        error = caught.exception
+        self.assertEqual((error.code, error.reason, error.index), (-32005, "invalid_event", 1))
+        self.assertEqual(error.message, 'kind "teleport" is not one of edit, status, add, remove, delete, restore')
+        with self.assertRaises(evstore.NotFound):  # all or nothing
+            self.db.get(job)
+        with self.assertRaises(evstore.InvalidEvent) as caught:
+            self.db.append({"entity": job, "kind": "status", "status": "x", "colour": "red"})
+        self.assertIn("colour", caught.exception.message)
+
+    def test_event_over_max_event_bytes_is_too_large(self) -> None:
+        job = evstore.new_entity_id("job")
+        with self.assertRaises(evstore.TooLarge) as caught:
+            self.db.append(Event.edit(job, {"blob": "x" * 70_000}))
+        self.assertEqual(caught.exception.code, -32004)
+
+    def test_idempotency_key_returns_the_original_id(self) -> None:
+        job = evstore.new_entity_id("job")
+        key = "order-" + evstore.new_ulid()
+        first = self.db.append(Event.status(job, "new", key=key))
+        again = self.db.append(Event.status(job, "new", key=key))
+        self.assertEqual(again.ids, first.ids)
+        self.assertEqual(again.appended, 0)
+        by_argument = self.db.append(Event.status(job, "new"), key=key)
+        self.assertEqual(by_argument.ids, first.ids)
+        self.assertEqual(self.db.get(job)["events"], 1)
+
+    # --- pages ---
+
+    def test_list_reads_every_page(self) -> None:
+        kind = "pl" + evstore.new_ulid().lower()[-8:]
+        entities = [f"{kind}/{n:02d}" for n in range(7)]
+        self.db.append([Event.status(e, "open" if n % 2 else "closed") for n, e in enumerate(entities)])
+        self.db.append(Event.delete(entities[0]))
+
+        listed = list(self.db.list(type=kind, page_size=2))
+        self.assertEqual([e["entity"] for e in listed], entities[1:])
+        self.assertEqual(set(listed[0]), {"entity", "version", "status", "deleted"})
+        with_deleted = list(self.db.list(type=kind, include_deleted=True, page_size=3))
+        self.assertEqual([e["entity"] for e in with_deleted], entities)
+        self.assertTrue(with_deleted[0]["deleted"])
+        open_ones = list(self.db.list(type=kind, status="open", page_size=1))
+        self.assertEqual([e["entity"] for e in open_ones], entities[1::2])
+        self.assertEqual([e["entity"] for e in self.db.list(type=kind, limit=3, page_size=2)], entities[1:4])
+        self.assertEqual([e["entity"] for e in self.db.list(type=kind, after=entities[4])], entities[5:])
+        self.assertEqual(list(self.db.list(type=kind, limit=0)), [])
+
+    def test_log_reads_every_page(self) -> None:
+        job = evstore.new_entity_id("job")
+        ids = self.db.append([Event.edit(job, {"n": n}) for n in range(9)]).ids
+        events = list(self.db.log(entity=job, page_size=2))
+        self.assertEqual([e["id"] for e in events], ids)
+        self.assertEqual([e["fields"]["n"] for e in events], list(range(9)))
+        self.assertEqual(events[0]["origin"], self.db.status()["node"]["id"])
+        self.assertEqual([e["id"] for e in self.db.log(entity=job, after=ids[3], page_size=4)], ids[4:])
+        self.assertEqual([e["id"] for e in self.db.log(entity=job, limit=5, page_size=2)], ids[:5])
+        everything = [e["id"] for e in self.db.log(after=evstore.ZERO_ID, page_size=50)]
+        self.assertEqual(everything, sorted(everything))
+        self.assertTrue(set(ids) <= set(everything))
+
+    def test_pages_interleave_with_other_calls(self) -> None:
+        job = evstore.new_entity_id("job")
+        self.db.append([Event.edit(job, {"n": n}) for n in range(4)])
+        seen = []
+        for event in self.db.log(entity=job, page_size=1):
+            seen.append(self.db.get(job)["events"])  # another call between pages
+            self.assertEqual(event["entity"], job)
+        self.assertEqual(seen, [4, 4, 4, 4])
+
+    # --- watch ---
+
+    def test_watch_receives_events_appended_elsewhere_filtered_by_type(self) -> None:
+        kind = "w" + evstore.new_ulid().lower()[-8:]
+        with self.db.watch(type=kind, timeout=TIMEOUT) as events:
+            with evstore.connect(self.daemon.socket_path, timeout=TIMEOUT) as other:
+                other.append(Event.status("other/1", "ignored"))
+                first = other.append(Event.status(f"{kind}/1", "new"), Event.add(f"{kind}/2", "s", 1))
+                other.append(Event.status("other/1", "still ignored"))
+                last = other.append(Event.delete(f"{kind}/1"))
+            received = [next(events) for _ in range(3)]
+            self.assertEqual([e["id"] for e in received], first.ids + last.ids)
+            self.assertEqual([e["kind"] for e in received], ["status", "add", "delete"])
+            self.assertEqual(received[0]["status"], "new")
+            self.assertEqual(events.last_id, last.ids[0])
+        self.assertTrue(events.closed)
+        with self.assertRaises(StopIteration):
+            next(events)
+
+    def test_watch_by_entity_with_replay(self) -> None:
+        job = evstore.new_entity_id("job")
+        before = self.db.append(Event.status(job, "a"), Event.status(job, "b")).ids
+        watch = self.db.watch(entity=job, after=evstore.ZERO_ID, timeout=TIMEOUT)
+        try:
+            self.assertEqual([next(watch)["id"], next(watch)["id"]], before)
+            self.db.append(Event.status(evstore.new_entity_id("job"), "elsewhere"))
+            live = self.db.append(Event.status(job, "c")).id
+            self.assertEqual(next(watch)["id"], live)
+        finally:
+            watch.close()
+        watch.close()  # twice is fine
+
+    def test_watch_timeout_keeps_the_watch(self) -> None:
+        kind = "t" + evstore.new_ulid().lower()[-8:]
+        with self.db.watch(type=kind, timeout=0.2) as events:
+            with self.assertRaises(evstore.Timeout) as caught:
+                next(events)
+            self.assertIsInstance(caught.exception, TimeoutError)
+            self.assertFalse(events.closed)
+            appended = self.db.append(Event.status(f"{kind}/1", "late")).id
+            self.assertEqual(next(events)["id"], appended)
+
+    def test_watch_with_bad_params_raises_at_once(self) -> None:
+        with self.assertRaises(evstore.InvalidParams):
+            self.db.watch(type="Not A Type")
+
+    def test_call_refuses_watch(self) -> None:
+        with self.assertRaises(ValueError):
+            self.db.call("watch")
+
+    # --- the rest of the API ---
+
+    def test_status_fields(self) -> None:
+        self.db.append(Event.status(evstore.new_entity_id("job"), "new"))
+        status = self.db.status()
+        self.assertEqual(status["node"]["name"], "pytest")
+        self.assertEqual(len(status["node"]["id"]), 26)
+        for member in ("events", "entities", "bytes"):
+            self.assertIsInstance(status[member], int)
+        self.assertGreaterEqual(status["events"], 1)
+        self.assertIsInstance(status["digest"], str)
+        self.assertEqual(set(status["needs_attention"]), {"conflicts", "dead_letters", "failing_peers"})
+        self.assertIn("max_skew_ms", status["clock"])
+        self.assertEqual(status["peers"], [])
+
+    def test_conflicts_dead_letters_peers_and_sync(self) -> None:
+        self.assertEqual(list(self.db.conflicts(page_size=5)), [])
+        self.assertEqual(list(self.db.dead_letters()), [])
+        self.assertEqual(self.db.peers(), [])
+        self.assertEqual(self.db.sync(), [])
+        missing = os.path.join(self.daemon.root, "nobody.sock")
+        peers = self.db.add_peer("ghost", "unix://" + missing)
+        self.assertEqual([(p["name"], p["source"]) for p in peers], [("ghost", "api")])
+        sessions = self.db.sync("ghost")
+        self.assertEqual(len(sessions), 1)
+        self.assertEqual(sessions[0]["name"], "ghost")
+        self.assertIsNotNone(sessions[0]["error"])
+        self.assertEqual(self.db.remove_peer("ghost"), [])
+        with self.assertRaises(evstore.NotFound):
+            self.db.remove_peer("ghost")
+
+    def test_call_and_json_rpc_errors(self) -> None:
+        self.assertIn("digest_mismatch", self.db.call("rebuild", {"verify": True}))
+        with self.assertRaises(evstore.MethodNotFound) as caught:
+            self.db.call("no.such.method")
+        self.assertEqual((caught.exception.code, caught.exception.reason), (-32601, "method_not_found"))
+        with self.assertRaises(evstore.InvalidParams) as caught_params:
+            self.db.call("get", {"entity": "job/1", "colour": "red"})
+        self.assertEqual(caught_params.exception.code, -32602)
+        self.assertEqual(self.db.status()["node"]["name"], "pytest")  # the connection goes on
+
+    def test_a_line_over_the_cap_drops_the_connection_and_the_next_call_reconnects(self) -> None:
+        job = evstore.new_entity_id("job")
+        self.db.append(Event.edit(job, {"text": "y" * 5000}))
+        with evstore.connect(self.daemon.socket_path, timeout=TIMEOUT, max_line_bytes=1000) as small:
+            with self.assertRaises(evstore.ProtocolError):
+                small.get(job)
+            self.assertEqual(small.status()["node"]["name"], "pytest")
+
+    def test_one_client_shared_by_threads(self) -> None:
+        job = evstore.new_entity_id("job")
+        errors: List[BaseException] = []
+
+        def work(n: int) -> None:
+            try:
+                for i in range(25):
+                    self.db.append(Event.add(job, "seen", f"{n}-{i}"))
+                    self.assertEqual(self.db.get(job)["entity"], job)
+            except BaseException as error:  # reported below
+                errors.append(error)
+
+        threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        self.assertEqual(errors, [])
+        self.assertEqual(len(self.db.get(job)["sets"]["seen"]), 100)
+
+    def test_closed_client(self) -> None:
+        self.db.close()
+        self.assertTrue(self.db.closed)
+        with self.assertRaises(ValueError):
+            self.db.status()
+        self.db.close()
+
+    def test_connect_without_a_path_uses_evstore_socket(self) -> None:
+        saved: Dict[str, Any] = {"EVSTORE_SOCKET": os.environ.get("EVSTORE_SOCKET")}
+        os.environ["EVSTORE_SOCKET"] = self.daemon.socket_path
+        try:
+            with evstore.connect(timeout=TIMEOUT) as db:
+                self.assertEqual(db.socket_path, self.daemon.socket_path)
+                self.assertEqual(db.status()["node"]["name"], "pytest")
+        finally:
+            if saved["EVSTORE_SOCKET"] is None:
+                del os.environ["EVSTORE_SOCKET"]
+            else:
+                os.environ["EVSTORE_SOCKET"] = saved["EVSTORE_SOCKET"]
+
+
+class DaemonGoneTests(unittest.TestCase):
+    """A daemon of its own: a watcher that falls behind, and a daemon that stops."""
+
+    def setUp(self) -> None:
+        self.daemon = Daemon({"watch_queue_events": 20}).start()
+        self.addCleanup(self.daemon.cleanup)
+
+    def test_overflow_then_resume_without_a_gap(self) -> None:
+        with evstore.connect(self.daemon.socket_path, timeout=TIMEOUT) as db:
+            watch = db.watch(type="big", timeout=TIMEOUT)
+            self.addCleanup(watch.close)
+            ids: List[str] = []
+            for batch in range(8):  # enough to fill the socket's buffers and the queue of 20
+                ids += db.append([Event.edit(f"big/{batch}", {"n": n, "pad": "p" * 8000})
+                                  for n in range(50)]).ids
+            received = []
+            with self.assertRaises(evstore.WatchOverflow) as caught:
+                for event in watch:
+                    received.append(event["id"])
+            self.assertEqual(caught.exception.reason, "too_far_behind")
+            self.assertTrue(watch.closed)
+            resume_after = caught.exception.resume_after
+            self.assertIsNotNone(resume_after)
+            self.assertEqual(received, ids[:len(received)])
+            self.assertEqual(received[-1] if received else None, resume_after)
+            with db.watch(type="big", after=resume_after, timeout=TIMEOUT) as again:
+                rest = [next(again)["id"] for _ in range(len(ids) - len(received))]
+            self.assertEqual(received + rest, ids)
+
+    def test_a_daemon_that_stops(self) -> None:
+        db = evstore.connect(self.daemon.socket_path, timeout=TIMEOUT)
+        self.addCleanup(db.close)
+        watch = db.watch(timeout=TIMEOUT)
+        self.addCleanup(watch.close)
+        db.append(Event.status("job/1", "new"))
+        self.assertEqual(next(watch)["entity"], "job/1")
+        self.daemon.stop()
+        with self.assertRaises(evstore.ConnectionLost) as caught:
+            next(watch)
+        self.assertIsInstance(caught.exception, ConnectionError)
+        self.assertTrue(watch.closed)
+        with self.assertRaises(evstore.EvstoreConnectionError):
+            db.status()  # the connection is gone...
+        with self.assertRaises(evstore.Unreachable):
+            db.status()  # ...and no daemon answers a new one
+        self.daemon.start()
+        self.assertEqual(db.get("job/1")["status"]["current"], "new")
+
+
+class UnreachableTests(unittest.TestCase):
+    def test_no_daemon(self) -> None:
+        with self.assertRaises(evstore.Unreachable) as caught:
+            evstore.connect("/nonexistent/evstore/evstored.sock", timeout=2)
+        error = caught.exception
+        self.assertIsInstance(error, ConnectionError)
+        self.assertIsInstance(error, evstore.EvstoreConnectionError)
+        self.assertEqual(error.reason, "unreachable")
+        self.assertIsNone(error.code)
+        self.assertEqual(error.socket_path, "/nonexistent/evstore/evstored.sock")
+        self.assertIn("no evstore daemon is listening on /nonexistent/evstore/evstored.sock", str(error))
+
+    def test_a_socket_nobody_listens_on(self) -> None:
+        import socket
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="evstore-py-") as root:
+            path = os.path.join(root, "dead.sock")
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.bind(path)  # bound, never listening: connecting is refused
+            try:
+                with self.assertRaises(evstore.Unreachable):
+                    evstore.connect(path, timeout=2)
+            finally:
+                sock.close()
+
+
+if __name__ == "__main__":
+    unittest.main()
