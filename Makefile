@@ -9,14 +9,22 @@
 #   make fuzz-short   the same, each for FUZZ_SHORT_SECONDS (what CI runs)
 #   make torture / make soak   kill -9 the daemon 1000 times / 30 minutes of load on three
 #                syncing nodes (release); torture-short / soak-short: the CI versions (debug)
+#   make deb     the Debian package (.build/deb/package/evstore_VERSION_ARCH.deb); test-deb
+#                runs lintian on it and installs it into a fresh debootstrap root
+#   make man     the manual pages (.build/man); man-sources regenerates man/*.scd from --help
+#   make test-python   the Python client's tests against the built daemon
 
 SWIFT        ?= swift
 DEBIAN_PKGS  := liblmdb-dev libzstd-dev
 SSH_PKGS     := openssh-client openssh-server
-# The clock tests run the real daemon with its wall clock moved (libfaketime).
-TEST_PKGS    := libfaketime
+# The clock tests run the real daemon with its wall clock moved (libfaketime); the completion
+# tests run the bash and zsh scripts; scdoc and man render and check the manual pages.
+TEST_PKGS    := libfaketime zsh bash-completion scdoc man-db
 # The baselines of `make bench`: a C compiler, SQLite and hiredis headers, a Redis server.
 BENCH_PKGS   := gcc libsqlite3-dev libhiredis-dev redis-server
+# `make deb` builds with dpkg-deb, dpkg-shlibdeps and scdoc; `make test-deb` checks with
+# lintian and installs into a debootstrap root.
+DEB_PKGS     := dpkg-dev scdoc binutils lintian debootstrap
 SUDO         := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 WORKLOAD     ?= $(firstword $(wildcard ../shared/workload/fieldops.py) $(wildcard shared/workload/fieldops.py))
 BENCH_EVENTS ?= 100000
@@ -35,14 +43,14 @@ HARNESS_OUT   ?= .build/harness
 HARNESS_ARGS  ?=
 HARNESS_PRODUCTS := evstored
 
-.PHONY: all deps bench-deps build release run test test-tsan test-asan bench clean format \
-	torture torture-short soak soak-short fuzz-build fuzz fuzz-short
+.PHONY: all deps bench-deps deb-deps build release run test test-tsan test-asan bench clean format \
+	torture torture-short soak soak-short fuzz-build fuzz fuzz-short deb test-deb man man-sources test-python
 
 all: build
 
 # Installs the Debian packages the build links against, only when pkg-config cannot find them.
 # openssh-client carries ssh:// peers; openssh-server lets the tests run a real sshd on 127.0.0.1;
-# libfaketime moves the daemon's clock in the clock tests.
+# libfaketime moves the daemon's clock in the clock tests; zsh and bash-completion run the completion scripts.
 deps:
 	@if ! pkg-config --exists lmdb libzstd 2>/dev/null || ! command -v ssh >/dev/null || [ ! -x /usr/sbin/sshd ] \
 			|| ! dpkg -s $(TEST_PKGS) >/dev/null 2>&1; then \
@@ -59,6 +67,15 @@ bench-deps:
 		echo "installing $(BENCH_PKGS)"; \
 		$(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(BENCH_PKGS) pkg-config; \
+	fi
+
+# What the package build and its test need, installed only when missing.
+deb-deps:
+	@if ! command -v dpkg-shlibdeps >/dev/null || ! command -v scdoc >/dev/null || ! command -v strip >/dev/null \
+			|| ! command -v lintian >/dev/null || ! command -v debootstrap >/dev/null; then \
+		echo "installing $(DEB_PKGS)"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(DEB_PKGS); \
 	fi
 
 build: deps
@@ -80,7 +97,12 @@ run: release
 test: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
-	$(MAKE) --no-print-directory torture-short soak-short fuzz-short
+	$(MAKE) --no-print-directory test-python torture-short soak-short fuzz-short test-deb
+
+# The Python client (clients/python) against the daemon of the debug build.
+test-python: deps
+	@for product in evstored evctl; do $(SWIFT) build --product $$product || exit 1; done
+	EVSTORE_BIN_DIR=$(CURDIR)/.build/debug clients/python/run-tests.sh
 
 # The whole suite under the thread and the address sanitizer (separate build directories).
 test-tsan: deps
@@ -147,6 +169,32 @@ soak-short: deps
 	@for product in $(HARNESS_PRODUCTS); do $(SWIFT) build --product $$product || exit 1; done
 	@mkdir -p $(HARNESS_OUT)
 	python3 Tests/Harness/soak.py --short --bin .build/debug --json $(HARNESS_OUT)/soak-short.json $(HARNESS_ARGS)
+
+# The Debian package (docs/packaging.md): evstored and evctl built in release with the Swift
+# runtime linked statically, then packaging/build-deb.sh (dpkg-deb, no network).
+DEB_SCRATCH ?= .build/deb
+deb: deps deb-deps
+	@for product in evstored evctl; do \
+		$(SWIFT) build -c release --static-swift-stdlib -Xlinker -z -Xlinker now --scratch-path $(DEB_SCRATCH) \
+			--product $$product || exit 1; \
+	done
+	packaging/build-deb.sh $(DEB_SCRATCH)/release $(DEB_SCRATCH)/package
+
+test-deb: deb
+	packaging/test-deb.sh $(DEB_SCRATCH)/package/evstore_*.deb
+
+# The manual pages from their scdoc sources in man/, into .build/man (`man -l` reads them).
+man: deb-deps
+	@mkdir -p .build/man
+	scdoc <man/evctl.1.scd >.build/man/evctl.1
+	scdoc <man/evstored.8.scd >.build/man/evstored.8
+
+# The scdoc sources are generated from the same definitions as --help; a test fails when they
+# differ from what the binaries print, and this brings them back in step.
+man-sources: deps
+	@for product in evstored evctl; do $(SWIFT) build --product $$product || exit 1; done
+	.build/debug/evctl --generate-manual >man/evctl.1.scd
+	.build/debug/evstored --generate-manual >man/evstored.8.scd
 
 format:
 	$(SWIFT) format --in-place --recursive Sources Tests Benchmarks

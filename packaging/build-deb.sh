@@ -8,15 +8,17 @@
 #   BINDIR   holds evstored and evctl (`make deb` builds them with --static-swift-stdlib)
 #   OUTDIR   receives evstore_VERSION_ARCH.deb; its staging tree is OUTDIR/root
 # The version is the binaries' own (`evstored --version`), which must equal evctl's.
-# SOURCE_DATE_EPOCH, when set, dates the changelog and the manual pages.
+# SOURCE_DATE_EPOCH, when set, dates the changelog and the manual pages. DEB_REVISION (1)
+# and DEB_MAINTAINER set the Debian revision and the Maintainer field.
 set -eu
 
 if [ $# -ne 2 ]; then
     echo "usage: $0 BINDIR OUTDIR" >&2
     exit 64
 fi
-bindir=$1
-out=$2
+mkdir -p "$2"
+bindir=$(cd "$1" && pwd)
+out=$(cd "$2" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
 deb=$here/deb
@@ -41,10 +43,14 @@ if [ -z "$version" ] || [ "$version" != "$ctl_version" ]; then
     exit 65
 fi
 arch=$(dpkg --print-architecture)
+# The Debian revision: the first packaging of this upstream version.
+revision=${DEB_REVISION:-1}
+maintainer=${DEB_MAINTAINER:-evstore maintainers <maintainers@evstore.example.org>}
 export SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH:-$(git -C "$repo" log -1 --format=%ct 2>/dev/null || date +%s)}"
 
 root=$out/root
 rm -rf "$root"
+rm -f "$out"/evstore_*.deb
 mkdir -p "$root/DEBIAN"
 
 # Binaries: stripped (the package is for running; symbols stay in the build tree).
@@ -92,7 +98,7 @@ install -m 644 "$deb/copyright" "$doc/copyright"
 install -m 644 "$repo/README.md" "$doc/README.md"
 install -m 644 "$repo"/docs/*.md "$doc/docs/"
 date=$(date -u -R -d "@$SOURCE_DATE_EPOCH")
-sed -e "s/@VERSION@/$version/" -e "s/@DATE@/$date/" "$deb/changelog" | gzip -9n >"$doc/changelog.Debian.gz"
+sed -e "s/@VERSION@/$version-$revision/" -e "s/@DATE@/$date/" -e "s/@MAINTAINER@/$maintainer/" "$deb/changelog" | gzip -9n >"$doc/changelog.Debian.gz"
 install -d -m 755 "$root/usr/share/lintian/overrides"
 install -m 644 "$deb/lintian-overrides" "$root/usr/share/lintian/overrides/evstore"
 
@@ -116,12 +122,12 @@ fi
 rm -rf "$shlibs"
 
 size=$(du -sk --exclude=DEBIAN "$root" | cut -f1)
-sed -e "s/@VERSION@/$version/" -e "s/@ARCH@/$arch/" -e "s/@INSTALLED_SIZE@/$size/" \
-    -e "s/@DEPENDS@/$depends/" "$deb/control.in" >"$root/DEBIAN/control"
+sed -e "s/@VERSION@/$version-$revision/" -e "s/@ARCH@/$arch/" -e "s/@INSTALLED_SIZE@/$size/" \
+    -e "s/@DEPENDS@/$depends/" -e "s/@MAINTAINER@/$maintainer/" "$deb/control.in" >"$root/DEBIAN/control"
 (cd "$root" && find . -path ./DEBIAN -prune -o -type f -printf '%P\0' | LC_ALL=C sort -z \
     | xargs -0 md5sum) >"$root/DEBIAN/md5sums"
 chmod 644 "$root/DEBIAN/control" "$root/DEBIAN/conffiles" "$root/DEBIAN/md5sums"
 
-package=$out/evstore_${version}_${arch}.deb
+package=$out/evstore_${version}-${revision}_${arch}.deb
 dpkg-deb --root-owner-group -Zxz --build "$root" "$package" >/dev/null
 echo "$package"

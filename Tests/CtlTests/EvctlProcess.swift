@@ -31,10 +31,10 @@ final class EvctlProcess: @unchecked Sendable {
 
     init(
         _ arguments: [String], socket: String? = nil, environment: [String: String] = [:], stdin: String? = nil,
-        workingDirectory: String? = nil
+        workingDirectory: String? = nil, executable: URL? = nil
     ) throws {
         directory = try makeTemporaryDirectory("evctl")
-        process.executableURL = try builtBinary("evctl")
+        process.executableURL = try executable ?? builtBinary("evctl")
         process.arguments = (socket.map { ["--socket", $0] } ?? []) + arguments
         process.environment = cleanEnvironment(environment)
         if let workingDirectory { process.currentDirectoryURL = URL(fileURLWithPath: workingDirectory) }
@@ -100,4 +100,10 @@ func evctl(
     try EvctlProcess(
         arguments, socket: socket, environment: environment, stdin: stdin, workingDirectory: workingDirectory
     ).finish()
+}
+
+/// Any program run as `EvctlProcess` runs evctl: output in files, a clean environment plus
+/// `environment`.
+func runProgram(_ path: String, _ arguments: [String], environment: [String: String] = [:]) throws -> EvctlResult {
+    try EvctlProcess(arguments, environment: environment, executable: URL(fileURLWithPath: path)).finish()
 }

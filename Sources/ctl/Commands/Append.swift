@@ -44,7 +44,7 @@ struct Append: Command {
                     "if-match", value: "VERSION",
                     help: "Append only if the entity's version is still VERSION (from `evctl get`)."),
                 .option(
-                    "file", short: "f", value: "PATH",
+                    "file", short: "f", value: "PATH", completion: .files,
                     help: "Append the events of an NDJSON file; - reads standard input."),
                 .option("batch", value: "N", default: "1000", help: "With --file: events per request (at most 4 MiB)."),
                 .option(

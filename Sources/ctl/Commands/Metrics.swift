@@ -25,7 +25,7 @@ struct Metrics: Command {
                 """,
             arguments: [
                 .option(
-                    "textfile", value: "PATH",
+                    "textfile", value: "PATH", completion: .files,
                     help: "Write the metrics to PATH (atomically, mode 0644) instead of standard output.")
             ])
     }
