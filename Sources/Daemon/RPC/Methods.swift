@@ -7,8 +7,11 @@ import Projections
 struct Methods: Sendable {
     static let names = [
         "append", "get", "list", "log", "watch", "status", "types", "conflicts", "dead_letters", "rebuild", "backup",
-        "sync", "peers.add", "peers.remove", "peers.list",
+        "sync", "peers.add", "peers.remove", "peers.list", "import",
     ]
+
+    /// The most events one `import` request may carry (`evctl import` sends 1000).
+    static let maxImportEvents = 10_000
 
     let log: EventLog
     let node: NodeInfo
@@ -39,6 +42,7 @@ struct Methods: Sendable {
             case "backup": return try backup(request)
             case "sync": return try syncNow(request, level: level)
             case "peers.add", "peers.remove", "peers.list": return try peers(request, level: level)
+            case "import": return try importEvents(request)
             default: throw RPCError.methodNotFound(request.method)
             }
         } catch let error as RPCError {
@@ -282,6 +286,27 @@ struct Methods: Sendable {
         out.beginObject()
         out.member("path", path)
         out.member("bytes", size)
+        out.endObject()
+        return out.bytes
+    }
+
+    /// `import`: stored events (as `log` returns them), taken as replication takes them, all
+    /// or nothing; `dry_run` checks them and writes nothing.
+    func importEvents(_ request: Request) throws -> [UInt8] {
+        let params = try Params(request.params, method: "import", accepts: ["events", "dry_run"])
+        guard let events = try params.array("events") else {
+            throw RPCError.invalidParams("import takes \"events\": an array of stored events, as `log` returns them")
+        }
+        guard events.count <= Methods.maxImportEvents else {
+            throw RPCError.invalidParams(
+                "\"events\" holds \(events.count) events; import takes at most \(Methods.maxImportEvents) per request: "
+                    + "split them")
+        }
+        let result = try writer.importEvents(events, dryRun: try params.bool("dry_run") ?? false)
+        var out = JSONWriter()
+        out.beginObject()
+        out.member("imported", result.imported.count)
+        out.member("skipped", result.skipped)
         out.endObject()
         return out.bytes
     }

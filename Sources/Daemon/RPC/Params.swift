@@ -60,6 +60,24 @@ struct Params {
         do { return try scanner.readStringBytes() } catch { throw .invalidParams(error.description) }
     }
 
+    /// An array parameter, each element as canonical JSON; absent or null gives nil.
+    func array(_ name: String) throws(RPCError) -> [[UInt8]]? {
+        guard let value = value(name) else { return nil }
+        guard value.first == UInt8(ascii: "[") else { throw .invalidParams("\"\(name)\" must be an array") }
+        var scanner = JSONScanner(value)
+        var elements: [[UInt8]] = []
+        do {
+            try scanner.readArray { (scanner) throws(JSONError) in
+                let start = scanner.offset
+                try scanner.skipValue()
+                elements.append(Array(value[start..<scanner.offset]))
+            }
+        } catch {
+            throw .invalidParams(error.description)
+        }
+        return elements
+    }
+
     func bool(_ name: String) throws(RPCError) -> Bool? {
         guard let value = value(name) else { return nil }
         switch value {

@@ -40,6 +40,8 @@ enum MethodAccess {
         "dead_letters": .read,
         "peers.list": .read,
         "append": .write,
+        // Stores events as a sync session does.
+        "import": .write,
         "sync": .write,
         "peers.add": .write,
         "peers.remove": .write,

@@ -77,6 +77,20 @@ final class AppendWriter: Sendable {
         return result
     }
 
+    /// Imports stored events (the `import` method) in one transaction on the calling thread,
+    /// and publishes them to watchers as the writer does its own. A dry run only reads.
+    func importEvents(_ events: [[UInt8]], dryRun: Bool) throws(EventStoreError) -> ImportResult {
+        if dryRun { return try log.importEvents(events, dryRun: true) }
+        hub.publishLock.lock()
+        defer { hub.publishLock.unlock() }
+        let result = try log.importEvents(events)
+        if hub.hasSubscribers, !result.imported.isEmpty { hub.publish(result.imported, log: log) }
+        commits.add(1, ordering: .relaxed)
+        requests.add(1, ordering: .relaxed)
+        eventsWritten.add(result.imported.count, ordering: .relaxed)
+        return result
+    }
+
     /// Commits what is queued, then ends the thread and waits for it.
     func stop() {
         queue.close()

@@ -319,15 +319,7 @@ struct WriteBatch {
 
     /// The event's canonical JSON without its id, checked against `max_event_bytes`.
     func storedPayload(of event: Event) throws(EventStoreError) -> [UInt8] {
-        let payload = EventCodec.encodeStored(event, includeID: false)
-        let storedSize = payload.count + EventCodec.idMemberBytes
-        guard storedSize <= log.options.maxEventBytes else {
-            throw EventStoreError(
-                .tooLarge,
-                "the event is \(storedSize) bytes in its stored form; the limit is \(log.options.maxEventBytes) (max_event_bytes): split it or store large content elsewhere"
-            )
-        }
-        return payload
+        try log.storedPayload(of: event)
     }
 
     /// Writes an event (its payload from `storedPayload(of:)`) and its index entries, not
