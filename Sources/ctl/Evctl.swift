@@ -32,7 +32,8 @@ struct Evctl: Command {
             ],
             subcommands: [
                 New.self, Append.self, Get.self, List.self, Types.self, Log.self, Status.self, Metrics.self,
-                Conflicts.self, Resolve.self, DeadLetters.self, Rebuild.self, Backup.self, Sync.self, Peers.self,
+                Conflicts.self, Resolve.self, DeadLetters.self, Rebuild.self, Backup.self, Export.self, Import.self,
+                Sync.self, Peers.self,
                 SyncServe.self,
             ],
             version: version,

@@ -74,11 +74,16 @@ struct FileImport {
     /// Where the batch that starts at `start` ends: `batchSize` events or the request size
     /// limit, whichever comes first, and at least one event.
     func batchEnd(_ input: NDJSONInput, from start: Int) -> Int {
+        FileImport.batchEnd(input, from: start, batchSize: batchSize, maxRequestBytes: FileImport.maxRequestBytes)
+    }
+
+    /// The same for any batch size and request size (`evctl import` sends smaller requests).
+    static func batchEnd(_ input: NDJSONInput, from start: Int, batchSize: Int, maxRequestBytes: Int) -> Int {
         var end = start
         var bytes = 128
         while end < input.lines.count, end - start < batchSize {
             let size = input.lines[end].range.count + 1
-            if end > start, bytes + size > FileImport.maxRequestBytes { break }
+            if end > start, bytes + size > maxRequestBytes { break }
             bytes += size
             end += 1
         }

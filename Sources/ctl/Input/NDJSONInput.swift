@@ -32,8 +32,9 @@ struct NDJSONInput {
         return Array(data)
     }
 
-    /// Splits and checks every line; the first bad one is an error naming its number.
-    init(bytes: [UInt8], skip: Int) throws(CommandFailure) {
+    /// Splits and checks every line; the first bad one is an error naming its number, and
+    /// saying that nothing was `done` ("appended", "imported").
+    init(bytes: [UInt8], skip: Int, done: String = "appended") throws(CommandFailure) {
         self.bytes = bytes
         lines = []
         skipped = 0
@@ -55,7 +56,7 @@ struct NDJSONInput {
                 try NDJSONInput.check(Array(bytes[range]))
             } catch {
                 throw CommandFailure(
-                    exitCode: ExitStatus.invalidInput, "line \(number): \(error.description); nothing was appended.")
+                    exitCode: ExitStatus.invalidInput, "line \(number): \(error.description); nothing was \(done).")
             }
             lines.append(Line(number: number, range: range))
         }
