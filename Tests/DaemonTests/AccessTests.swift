@@ -231,6 +231,15 @@ struct AccessTests {
         #expect(append.output.contains("write_groups") && append.output.contains("(forbidden)"), "\(append.output)")
         let peers = try evctl(reader, socket, ["peers", "add", "x", "unix:///nowhere.sock"])
         #expect(peers.status == 77, "\(peers.output)")
+        // An export is a read; an import stores events.
+        let exported = try evctl(reader, socket, ["export"])
+        #expect(exported.status == 0 && exported.output.contains(#""status":"new""#), "\(exported.output)")
+        let file = NSTemporaryDirectory() + "evstore-access-import-\(getpid()).ndjson"
+        try exported.output.write(toFile: file, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        try FileManager.default.setAttributes([.posixPermissions: 0o644], ofItemAtPath: file)
+        let imported = try evctl(reader, socket, ["import", file])
+        #expect(imported.status == 77 && imported.output.contains("import is refused"), "\(imported.output)")
 
         // The write group as a supplementary group, as a login in that group has it.
         let writer = asUser(nobody, gid: nobody, groups: [writeGroup])
