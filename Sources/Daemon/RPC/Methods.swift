@@ -293,7 +293,8 @@ struct Methods: Sendable {
     /// `import`: stored events (as `log` returns them), taken as replication takes them, all
     /// or nothing; `dry_run` checks them and writes nothing.
     func importEvents(_ request: Request) throws -> [UInt8] {
-        let params = try Params(request.params, method: "import", accepts: ["events", "dry_run"])
+        let params = try Params(
+            request.params, method: "import", accepts: ["events", "dry_run"], verbatim: ["events"])
         guard let events = try params.array("events") else {
             throw RPCError.invalidParams("import takes \"events\": an array of stored events, as `log` returns them")
         }

@@ -9,7 +9,11 @@ struct Params {
     /// list searched in order costs less than hashing the names).
     private var values: [(name: ArraySlice<UInt8>, value: [UInt8])] = []
 
-    init(_ params: Request.Params, method: String, accepts names: [String]) throws(RPCError) {
+    /// Reads the parameters of `method`; those named in `verbatim` are kept as sent rather
+    /// than made canonical (a large array of events is then scanned once, not rewritten).
+    init(_ params: Request.Params, method: String, accepts names: [String], verbatim: [String] = [])
+        throws(RPCError)
+    {
         self.method = method
         switch params {
         case .none: return
@@ -23,6 +27,12 @@ struct Params {
                 try scanner.readObject { (key, scanner) throws(JSONError) in
                     if !names.contains(where: { $0.utf8.elementsEqual(key) }) {
                         unknown = unknown ?? String(decoding: key, as: UTF8.self)
+                    }
+                    if verbatim.contains(where: { $0.utf8.elementsEqual(key) }) {
+                        let start = scanner.offset
+                        try scanner.skipValue()
+                        values.append((key, Array(line[start..<scanner.offset])))
+                        return
                     }
                     var value: [UInt8] = []
                     try scanner.canonicalValue(into: &value)
@@ -60,7 +70,8 @@ struct Params {
         do { return try scanner.readStringBytes() } catch { throw .invalidParams(error.description) }
     }
 
-    /// An array parameter, each element as canonical JSON; absent or null gives nil.
+    /// An array parameter, each element as JSON (as sent when the parameter is `verbatim`);
+    /// absent or null gives nil.
     func array(_ name: String) throws(RPCError) -> [[UInt8]]? {
         guard let value = value(name) else { return nil }
         guard value.first == UInt8(ascii: "[") else { throw .invalidParams("\"\(name)\" must be an array") }
@@ -68,6 +79,7 @@ struct Params {
         var elements: [[UInt8]] = []
         do {
             try scanner.readArray { (scanner) throws(JSONError) in
+                scanner.skipWhitespace()
                 let start = scanner.offset
                 try scanner.skipValue()
                 elements.append(Array(value[start..<scanner.offset]))

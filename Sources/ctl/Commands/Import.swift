@@ -18,10 +18,10 @@ struct Import: Command {
 
                 The whole input is checked first (a dry run on the daemon, which writes nothing), \
                 then imported: a bad file changes nothing, and evctl names the first bad line and \
-                why (exit 65). Each origin's events must come in id order and, for each origin, \
-                follow on from what the node holds: a partial or filtered export (`evctl log \
-                --entity ...`) is refused, since it would leave gaps that replication relies on \
-                not being there.
+                why (exit 65). Each origin's events must come in id order, and an event the node \
+                lacks whose origin has newer events held here is refused: every node holds a \
+                prefix of each origin's events, and replication relies on it. So import whole \
+                exports, not filtered ones (`evctl --json log --entity ...`).
 
                 Events are sent in requests of --batch events (at most 1 MiB each), each stored \
                 in one transaction. It prints "imported N events (M already held)"; with --json, \
@@ -65,26 +65,9 @@ struct Import: Command {
             start = end
         }
         let progress = Terminal.standardErrorIsTerminal && !input.lines.isEmpty
-        var checked = (imported: 0, skipped: 0)
-        for range in batches {
-            let counts = try send(range, of: input, dryRun: true, connection: connection, done: (0, 0))
-            checked.imported += counts.imported
-            checked.skipped += counts.skipped
-            if progress { Terminal.writeError("\rchecked \(range.upperBound) of \(input.lines.count) events\u{1B}[K") }
-        }
-        var done = (imported: 0, skipped: 0)
-        if dryRun {
-            done = checked
-        } else {
-            for range in batches {
-                let counts = try send(range, of: input, dryRun: false, connection: connection, done: done)
-                done.imported += counts.imported
-                done.skipped += counts.skipped
-                if progress {
-                    Terminal.writeError("\rimported \(range.upperBound) of \(input.lines.count) events\u{1B}[K")
-                }
-            }
-        }
+        let checked = try pass(batches, of: input, dryRun: true, connection: connection, progress: progress)
+        let done =
+            dryRun ? checked : try pass(batches, of: input, dryRun: false, connection: connection, progress: progress)
         if progress { Terminal.writeError("\r\u{1B}[K") }
         var output = StandardOutput()
         if global.json {
@@ -103,42 +86,78 @@ struct Import: Command {
         output.flush()
     }
 
-    /// Sends the events of `range` in one `import` request; an error names the line.
-    func send(
-        _ range: Range<Int>, of input: NDJSONInput, dryRun: Bool, connection: Connection,
-        done: (imported: Int, skipped: Int)
+    /// Dry-run requests in flight at once: the daemon checks one while evctl writes the next.
+    /// The real pass sends one at a time: were a request to fail, one sent after it could
+    /// store an origin's later events without the failed ones, a gap.
+    static let inFlight = 4
+
+    /// Sends every batch (dry runs `inFlight` requests at a time on the one connection;
+    /// replies come back in order); returns the events imported and skipped. The first
+    /// error names its line; in the real pass, what was imported before it is said too.
+    func pass(
+        _ batches: [Range<Int>], of input: NDJSONInput, dryRun: Bool, connection: Connection, progress: Bool
     ) throws -> (imported: Int, skipped: Int) {
-        let lines = input.lines[range]
-        var events: [[UInt8]] = []
-        events.reserveCapacity(lines.count)
-        for line in lines { events.append(Array(input.bytes[line.range])) }
-        var params = JSONObjectWriter()
-        params.add("events", json: RawJSON.array(events))
-        if dryRun { params.add("dry_run", true) }
-        let reply = try connection.exchange("import", params)
-        if let error = reply.error {
-            var text: String
-            if let index = error.index, lines.indices.contains(range.lowerBound + index) {
-                text = "line \(input.lines[range.lowerBound + index].number): \(error.description)"
-            } else {
-                text = "lines \(lines.first?.number ?? 0)-\(lines.last?.number ?? 0): \(error.description)"
+        var done = (imported: 0, skipped: 0)
+        var pending: [Range<Int>] = []
+        var next = 0
+        var failure: (range: Range<Int>, error: RPCError, before: (imported: Int, skipped: Int))?
+        while pending.count > 0 || (next < batches.count && failure == nil) {
+            if failure == nil, next < batches.count, pending.count < (dryRun ? Import.inFlight : 1) {
+                let lines = input.lines[batches[next]]
+                var events: [[UInt8]] = []
+                events.reserveCapacity(lines.count)
+                for line in lines { events.append(Array(input.bytes[line.range])) }
+                var params = JSONObjectWriter()
+                params.add("events", json: RawJSON.array(events))
+                if dryRun { params.add("dry_run", true) }
+                try connection.send("import", params)
+                pending.append(batches[next])
+                next += 1
+                continue
             }
-            if dryRun {
-                text += "\nevctl: nothing was imported."
-            } else {
-                text += "\nevctl: nothing of lines \(lines.first?.number ?? 0)-\(lines.last?.number ?? 0) was imported"
-                if done.imported + done.skipped > 0 {
-                    text +=
-                        "; the events before line \(lines.first?.number ?? 0) were "
-                        + "(\(done.imported) imported, \(done.skipped) already held). Importing the file again "
-                        + "skips those"
-                }
-                text += "."
+            let range = pending.removeFirst()
+            let reply = try Import.reply(connection)
+            if let error = reply.error {
+                if failure == nil { failure = (range, error, done) }
+                continue
             }
-            throw CommandFailure(exitCode: error.exitStatus, text)
+            let result = reply.result as? [String: Any] ?? [:]
+            done.imported += result["imported"] as? Int ?? 0
+            done.skipped += result["skipped"] as? Int ?? 0
+            if progress {
+                let verb = dryRun ? "checked" : "imported"
+                Terminal.writeError("\r\(verb) \(range.upperBound) of \(input.lines.count) events\u{1B}[K")
+            }
         }
-        let result = reply.result as? [String: Any] ?? [:]
-        return (result["imported"] as? Int ?? 0, result["skipped"] as? Int ?? 0)
+        guard let failure else { return done }
+        if progress { Terminal.writeError("\r\u{1B}[K") }
+        let lines = input.lines[failure.range]
+        let first = lines.first?.number ?? 0
+        let last = lines.last?.number ?? 0
+        var text: String
+        if let index = failure.error.index, lines.indices.contains(failure.range.lowerBound + index) {
+            text = "line \(input.lines[failure.range.lowerBound + index].number): \(failure.error.description)"
+        } else {
+            text = "lines \(first)-\(last): \(failure.error.description)"
+        }
+        if dryRun {
+            text += "\nevctl: nothing was imported."
+        } else {
+            text += "\nevctl: nothing of lines \(first)-\(last) was imported (a request is all or nothing)"
+            if failure.before.imported + failure.before.skipped > 0 {
+                text += "; the events before line \(first) were (\(failure.before.imported) imported, "
+                text += "\(failure.before.skipped) already held)"
+            }
+            text += ". Importing the file again skips what was imported."
+        }
+        throw CommandFailure(exitCode: failure.error.exitStatus, text)
+    }
+
+    /// The next reply (notifications are skipped).
+    static func reply(_ connection: Connection) throws(CommandFailure) -> Reply {
+        while true {
+            if case .reply(let reply) = try connection.receive() { return reply }
+        }
     }
 
     /// Checks, before anything is sent, that each origin's events come in id order: the
