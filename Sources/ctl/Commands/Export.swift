@@ -1,10 +1,6 @@
 import Arguments
 import Foundation
 
-#if canImport(Glibc)
-    import Glibc
-#endif
-
 /// `evctl export [FILE]`: every stored event as NDJSON, ids and origins kept.
 struct Export: Command {
     static var configuration: CommandConfiguration {
@@ -32,7 +28,9 @@ struct Export: Command {
                 """,
             usage: ["[<options>] [FILE|-]"],
             arguments: [
-                .positional("FILE", optional: true, help: "Where to write the events; - or none: standard output.")
+                .positional(
+                    "FILE", optional: true, completion: .files,
+                    help: "Where to write the events; - or none: standard output.")
             ])
     }
 
@@ -50,14 +48,25 @@ struct Export: Command {
     func run() throws {
         let started = ContinuousClock.now
         let connection = try global.connect()
-        let output = try ExportOutput(path: file)
-        let exported: Int
-        do {
+        var exported = 0
+        if let file {
+            // Written beside FILE and renamed into place once synced: a failed export leaves
+            // no partial FILE.
+            try TextFile.replace(file, mode: 0o600) { (handle: FileHandle) throws(CommandFailure) in
+                let output = ExportOutput(file: handle, path: file)
+                do {
+                    exported = try Export.write(from: connection, to: output)
+                } catch let failure as CommandFailure {
+                    throw failure
+                } catch {
+                    throw CommandFailure(exitCode: ExitStatus.failed, "the export failed: \(error)")
+                }
+                try output.flush()
+            }
+        } else {
+            let output = ExportOutput(file: nil, path: nil)
             exported = try Export.write(from: connection, to: output)
-            try output.commit()
-        } catch {
-            output.discard()
-            throw error
+            try output.flush()
         }
         if Terminal.standardErrorIsTerminal {
             let seconds =
@@ -144,32 +153,15 @@ struct Export: Command {
     }
 }
 
-/// Where an export goes: standard output, or a temporary file beside FILE that `commit()`
-/// flushes to disk and renames into place.
+/// Where an export goes, buffered: standard output, or the file `TextFile.replace` made.
 final class ExportOutput {
+    let file: FileHandle?
     let path: String?
-    let temporary: String?
-    private let handle: FileHandle
     private var buffer: [UInt8] = []
 
-    init(path: String?) throws(CommandFailure) {
+    init(file: FileHandle?, path: String?) {
+        self.file = file
         self.path = path
-        guard let path else {
-            temporary = nil
-            handle = FileHandle.standardOutput
-            return
-        }
-        let url = URL(fileURLWithPath: path)
-        let directory = url.deletingLastPathComponent().path
-        let name = ".\(url.lastPathComponent).export-\(getpid())"
-        let temporary = (directory as NSString).appendingPathComponent(name)
-        let descriptor = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        guard descriptor >= 0 else {
-            let reason = String(cString: strerror(errno)).lowercased()
-            throw CommandFailure(exitCode: ExitStatus.failed, "cannot write to \(directory): \(reason).")
-        }
-        self.temporary = temporary
-        handle = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
     }
 
     func line(_ bytes: [UInt8]) throws(CommandFailure) {
@@ -178,48 +170,19 @@ final class ExportOutput {
         if buffer.count >= 1 << 20 { try flush() }
     }
 
-    private func flush() throws(CommandFailure) {
+    func flush() throws(CommandFailure) {
         guard !buffer.isEmpty else { return }
-        if temporary == nil {
-            StandardOutput.write(buffer)
-        } else {
+        if let file {
             do {
-                try handle.write(contentsOf: buffer)
+                try file.write(contentsOf: buffer)
             } catch {
                 throw CommandFailure(
-                    exitCode: ExitStatus.failed, "writing \(path ?? "") failed: \(error.localizedDescription)")
+                    exitCode: ExitStatus.failed, "writing \(path ?? "the export") failed: \(error.localizedDescription)"
+                )
             }
+        } else {
+            StandardOutput.write(buffer)
         }
         buffer.removeAll(keepingCapacity: true)
-    }
-
-    /// Writes what is buffered; for a file, makes it durable and gives it its name.
-    func commit() throws(CommandFailure) {
-        try flush()
-        guard let temporary, let path else { return }
-        do {
-            try handle.synchronize()
-            try handle.close()
-        } catch {
-            throw CommandFailure(
-                exitCode: ExitStatus.failed, "writing \(path) failed: \(error.localizedDescription)")
-        }
-        guard rename(temporary, path) == 0 else {
-            let reason = String(cString: strerror(errno)).lowercased()
-            throw CommandFailure(exitCode: ExitStatus.failed, "cannot rename the export to \(path): \(reason).")
-        }
-        // The rename itself is durable once the directory is.
-        let directory = open(URL(fileURLWithPath: path).deletingLastPathComponent().path, O_RDONLY | O_CLOEXEC)
-        if directory >= 0 {
-            _ = fsync(directory)
-            close(directory)
-        }
-    }
-
-    /// Removes the temporary file of a failed export.
-    func discard() {
-        guard let temporary else { return }
-        try? handle.close()
-        unlink(temporary)
     }
 }

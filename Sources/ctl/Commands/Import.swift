@@ -34,7 +34,8 @@ struct Import: Command {
             arguments: [
                 .option("batch", value: "N", default: "1000", help: "Events per request (1-10000)."),
                 .flag("dry-run", help: "Only check the input; store nothing."),
-                .positional("FILE", optional: true, help: "The NDJSON events; - or none: standard input."),
+                .positional(
+                    "FILE", optional: true, completion: .files, help: "The NDJSON events; - or none: standard input."),
             ])
     }
 

@@ -5,24 +5,38 @@ import Foundation
     import Glibc
 #endif
 
-/// A file replaced whole, so that a reader (node_exporter's textfile collector) sees
-/// either the old content or the new one, never a part.
+/// A file replaced whole, so that a reader (node_exporter's textfile collector, whoever
+/// opens an export) sees either the old content or the new one, never a part.
 enum TextFile {
     /// Writes `bytes` to a new file beside `path` (mode 0644 whatever the umask), syncs it,
     /// renames it over `path` and syncs the directory. On failure the temporary file is
     /// removed and `path` is left as it was.
     static func replace(_ path: String, with bytes: [UInt8]) throws(CommandFailure) {
+        try replace(path, mode: 0o644) { (file: FileHandle) throws(CommandFailure) in
+            do {
+                try file.write(contentsOf: Data(bytes))
+            } catch {
+                throw CommandFailure(exitCode: ExitStatus.failed, "cannot write beside \(path): \(error)")
+            }
+        }
+    }
+
+    /// The same, with `write` writing the content to the new file as it goes (an export too
+    /// large to hold in memory); what it throws leaves `path` as it was.
+    static func replace(
+        _ path: String, mode: mode_t, write: (FileHandle) throws(CommandFailure) -> Void
+    ) throws(CommandFailure) {
         let url = URL(fileURLWithPath: path)
         let directory = url.deletingLastPathComponent().path
         // node_exporter reads only *.prom files: the temporary name does not end so.
         let temporary = directory + "/." + url.lastPathComponent + "." + UUID().uuidString.prefix(8) + ".tmp"
-        let descriptor = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
+        let descriptor = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
         guard descriptor >= 0 else { throw failure("cannot create a file in \(directory)", errno) }
         let file = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
         do throws(CommandFailure) {
-            guard fchmod(descriptor, 0o644) == 0 else { throw failure("cannot set the mode of \(temporary)", errno) }
+            guard fchmod(descriptor, mode) == 0 else { throw failure("cannot set the mode of \(temporary)", errno) }
+            try write(file)
             do {
-                try file.write(contentsOf: Data(bytes))
                 try file.synchronize()
                 try file.close()
             } catch {
