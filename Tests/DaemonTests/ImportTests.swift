@@ -47,6 +47,8 @@ struct ImportTests {
         #expect(done["imported"] as? Int == 5 && done["skipped"] as? Int == 0)
         #expect(try to.call("status")["digest"] as? String == from.call("status")["digest"] as? String)
         #expect(try ImportTests.storedEvents(to) == events)
+        let appends = try #require(try to.call("status")["appends"] as? [String: Any])
+        #expect(appends["received_total"] as? Int == 5 && appends["events_total"] as? Int == 0)
         let again = try to.call("import", eventsParams(events))
         #expect(again["imported"] as? Int == 0 && again["skipped"] as? Int == 5)
     }

@@ -85,9 +85,10 @@ final class AppendWriter: Sendable {
         defer { hub.publishLock.unlock() }
         let result = try log.importEvents(events)
         if hub.hasSubscribers, !result.imported.isEmpty { hub.publish(result.imported, log: log) }
+        // Counted as a sync's events are: a commit, events written, events received.
         commits.add(1, ordering: .relaxed)
-        requests.add(1, ordering: .relaxed)
         eventsWritten.add(result.imported.count, ordering: .relaxed)
+        if !result.imported.isEmpty { appends.recordReceived(events: result.imported.count) }
         return result
     }
 
