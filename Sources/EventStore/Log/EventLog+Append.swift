@@ -345,6 +345,16 @@ struct WriteBatch {
         }
     }
 
+    /// Stores an event made on another node (replicated or imported): writes it and its
+    /// index entries, then folds it into its entity's state.
+    mutating func writeAndFold(
+        _ event: Event, payload: [UInt8], txn: inout WriteTransaction, writer: inout EventLog.Writer
+    ) throws {
+        try write(event, payload: payload, txn: &txn, writer: &writer)
+        let slot = try slot(event.entity, txn: txn)
+        try WriteBatch.fold(event, into: &touched[slot], log: log, txn: txn)
+    }
+
     /// Folds an event (already written) into its entity's state.
     static func fold(_ event: Event, into entry: inout Touched, log: EventLog, txn: borrowing WriteTransaction)
         throws

@@ -51,9 +51,7 @@ extension EventLog {
                     } else if let lead = batch.clock.observe(event.id, now: batch.now) {
                         batch.skews[event.origin] = max(batch.skews[event.origin] ?? 0, lead)
                     }
-                    try batch.write(event, payload: payload, txn: &txn, writer: &writer)
-                    let slot = try batch.slot(event.entity, txn: txn)
-                    try WriteBatch.fold(event, into: &batch.touched[slot], log: self, txn: txn)
+                    try batch.writeAndFold(event, payload: payload, txn: &txn, writer: &writer)
                     result.imported.append(event.id)
                 }
             }
