@@ -69,9 +69,7 @@ struct Export: Command {
             try output.flush()
         }
         if Terminal.standardErrorIsTerminal {
-            let seconds =
-                Double((ContinuousClock.now - started).components.attoseconds) / 1e18
-                + Double((ContinuousClock.now - started).components.seconds)
+            let seconds = (ContinuousClock.now - started).seconds
             let place = file.map { " to \($0)" } ?? ""
             Terminal.writeError(
                 "exported \(Format.count(exported, "event"))\(place) in \(String(format: "%.2f", seconds)) s\n")
@@ -124,23 +122,14 @@ struct Export: Command {
         for (origin, written) in origins.sorted(by: { $0.key < $1.key }) {
             var held = 0
             let pages = Pages(connection: connection, method: "log", itemsMember: "events", all: true)
-            var cursor: String?
-            var done = false
-            while !done {
+            _ = try pages.read(after: nil) { cursor in
                 var params = JSONObjectWriter()
                 params.add("after", cursor)
                 params.add("limit", pageSize)
                 params.add("origin", origin)
-                let reply = try connection.call("log", params)
-                for event in pages.items(reply) {
-                    guard let id = event["id"] as? String, id <= written.last else {
-                        done = true
-                        break
-                    }
-                    held += 1
-                }
-                cursor = (reply.result as? [String: Any])?["next"] as? String
-                if cursor == nil { done = true }
+                return params
+            } page: { reply in
+                held += pages.items(reply).count { ($0["id"] as? String).map { $0 <= written.last } ?? false }
             }
             if held != written.count {
                 throw CommandFailure(

@@ -157,8 +157,7 @@ final class ImportProgress: Sendable {
     }
 
     var elapsed: Double {
-        let duration = ContinuousClock.now - started
-        return Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+        (ContinuousClock.now - started).seconds
     }
 
     // MARK: The reading thread

@@ -122,3 +122,10 @@ enum Format {
         }
     }
 }
+
+extension Duration {
+    /// The duration in seconds, for "in 1.25 s" in a summary.
+    var seconds: Double {
+        Double(components.seconds) + Double(components.attoseconds) / 1e18
+    }
+}
