@@ -17,14 +17,40 @@ struct ImportTests {
         }
     }
 
+    /// A source daemon whose events are exported, and a target daemon they are imported into,
+    /// each with a client.
+    struct Nodes {
+        let source: DaemonProcess
+        let target: DaemonProcess
+        let from: RPCClient
+        let to: RPCClient
+
+        init() throws {
+            let source = try DaemonProcess(arguments: ["--node", "source"])
+            var target: DaemonProcess?
+            do {
+                target = try DaemonProcess(arguments: ["--node", "target"])
+                (from, to) = (try source.client(), try target!.client())
+            } catch {
+                source.removeFiles()
+                target?.removeFiles()
+                throw error
+            }
+            self.source = source
+            self.target = target!
+        }
+
+        func remove() {
+            source.removeFiles()
+            target.removeFiles()
+        }
+    }
+
     @Test("dry_run commits nothing; the real request stores all; again, all are skipped")
     func dryRunThenImport() throws {
-        let source = try DaemonProcess(arguments: ["--node", "source"])
-        defer { source.removeFiles() }
-        let target = try DaemonProcess(arguments: ["--node", "target"])
-        defer { target.removeFiles() }
-        let from = try source.client()
-        let to = try target.client()
+        let nodes = try Nodes()
+        defer { nodes.remove() }
+        let (from, to) = (nodes.from, nodes.to)
         _ = try from.call(
             "append",
             eventsParams([
@@ -55,12 +81,9 @@ struct ImportTests {
 
     @Test("a bad element fails the whole request with its index; nothing of it is stored")
     func allOrNothing() throws {
-        let source = try DaemonProcess(arguments: ["--node", "source"])
-        defer { source.removeFiles() }
-        let target = try DaemonProcess(arguments: ["--node", "target"])
-        defer { target.removeFiles() }
-        let from = try source.client()
-        let to = try target.client()
+        let nodes = try Nodes()
+        defer { nodes.remove() }
+        let (from, to) = (nodes.from, nodes.to)
         _ = try from.call(
             "append",
             eventsParams((1...4).map { #"{"entity":"job/\#($0)","kind":"status","status":"new"}"# }))

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import unittest
 from typing import Any, Dict, Optional
 
 CLIENT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -105,3 +106,18 @@ class Daemon:
                 return f.read()[-4000:].decode(errors="replace")
         except OSError:
             return ""
+
+
+class DaemonTestCase(unittest.TestCase):
+    """A test class with one `evstored` of its own, started before its first test and
+    stopped (its files removed) after its last."""
+
+    daemon: Daemon
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.daemon = Daemon().start()
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.daemon.cleanup()

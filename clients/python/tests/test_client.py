@@ -8,22 +8,12 @@ from typing import Any, Dict, List
 import evstore
 from evstore import Event
 
-from .support import Daemon
+from .support import Daemon, DaemonTestCase
 
 TIMEOUT = 20.0
 
 
-class ClientTests(unittest.TestCase):
-    daemon: Daemon
-
-    @classmethod
-    def setUpClass(cls) -> None:
-        cls.daemon = Daemon().start()
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        cls.daemon.cleanup()
-
+class ClientTests(DaemonTestCase):
     def setUp(self) -> None:
         self.db = evstore.connect(self.daemon.socket_path, timeout=TIMEOUT)
         self.addCleanup(self.db.close)

@@ -10,7 +10,7 @@ from typing import List
 
 import evstore
 
-from .support import CLIENT_DIR, REPO, Daemon
+from .support import CLIENT_DIR, REPO, DaemonTestCase
 
 
 def python_blocks(path: str) -> List[str]:
@@ -18,17 +18,7 @@ def python_blocks(path: str) -> List[str]:
         return re.findall(r"^```python\n(.*?)^```$", f.read(), flags=re.S | re.M)
 
 
-class DocsTests(unittest.TestCase):
-    daemon: Daemon
-
-    @classmethod
-    def setUpClass(cls) -> None:
-        cls.daemon = Daemon().start()
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        cls.daemon.cleanup()
-
+class DocsTests(DaemonTestCase):
     def run_python(self, code: str, *args: str) -> str:
         with tempfile.TemporaryDirectory(prefix="evstore-py-doc-") as cwd:
             script = os.path.join(cwd, "example.py")
