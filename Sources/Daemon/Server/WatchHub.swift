@@ -3,7 +3,7 @@ import Foundation
 import Projections
 
 /// A connection's `watch`: which events it wants and where they go.
-final class Subscription: @unchecked Sendable {
+final class Subscription: WatchFiltering, @unchecked Sendable {
     let outbox: Outbox
     let entity: EntityKey?
     /// `TYPE/`, the prefix of the entities of the type watched.
@@ -19,9 +19,11 @@ final class Subscription: @unchecked Sendable {
         self.lastQueued = after
     }
 
-    func wants(_ event: Event) -> Bool {
-        if let entity, event.entity != entity { return false }
-        if let typePrefix, !event.entity.bytes.starts(with: typePrefix) { return false }
+    func wants(_ event: Event) -> Bool { wants(event.entity) }
+
+    func wants(_ entity: EntityKey) -> Bool {
+        if let watched = self.entity, entity != watched { return false }
+        if let typePrefix, !entity.bytes.starts(with: typePrefix) { return false }
         return true
     }
 }
@@ -34,8 +36,11 @@ final class Subscription: @unchecked Sendable {
 final class WatchHub: @unchecked Sendable {
     /// Serializes commit-and-publish against a subscriber's switch from reading to live.
     let publishLock = NSLock()
-    /// Guarded by `publishLock`.
-    private var subscriptions: [ObjectIdentifier: Subscription] = [:]
+    /// The live subscriptions, filed by what they watch. Guarded by `publishLock`.
+    private var subscriptions = SubscriptionIndex<Subscription>()
+    /// Subscriptions offered an event so far (whether or not they wanted it): the work
+    /// publishing did. Guarded by `publishLock`.
+    private(set) var examined = 0
     private let logger: Logger
 
     init(logger: Logger) {
@@ -58,13 +63,15 @@ final class WatchHub: @unchecked Sendable {
         }
         for event in events {
             var notification: [UInt8]?
-            for (key, subscription) in subscriptions where subscription.wants(event) {
+            let candidates = subscriptions.candidates(for: event.entity)
+            examined += candidates.count
+            for subscription in candidates where subscription.wants(event) {
                 let bytes = notification ?? WatchHub.notification(event)
                 notification = bytes
                 if subscription.outbox.offerNotification(bytes) {
                     subscription.lastQueued = event.id
                 } else {
-                    subscriptions[key] = nil
+                    subscriptions.remove(subscription)
                     subscription.outbox.finish(after: WatchHub.overflow(resumeAfter: subscription.lastQueued))
                     logger.info(
                         "watch: a consumer fell \(subscription.outbox.notificationLimit) events behind; disconnected it"
@@ -116,7 +123,7 @@ final class WatchHub: @unchecked Sendable {
                     subscription.lastQueued = event.id
                 }
             }
-            subscriptions[ObjectIdentifier(subscription)] = subscription
+            subscriptions.insert(subscription)
             publishLock.unlock()
             return true
         }
@@ -135,7 +142,7 @@ final class WatchHub: @unchecked Sendable {
     /// Ends a subscription (its connection closed).
     func remove(_ subscription: Subscription) {
         publishLock.lock()
-        subscriptions[ObjectIdentifier(subscription)] = nil
+        subscriptions.remove(subscription)
         publishLock.unlock()
     }
 
