@@ -6,7 +6,8 @@ import UnixSocket
 
 @testable import Daemon
 
-/// The subscription index offers each event to the watches that can want it, and no others.
+/// The subscription index offers each event to the watches that can want it, and no others;
+/// the hub's slots count the watches held per connection and overall.
 @Suite("Watch index")
 struct WatchIndexTests {
     static let types = ["job", "site", "jobs", "j", "van"]
@@ -95,14 +96,18 @@ struct WatchIndexTests {
             client.close()
         }
         let outbox = Outbox(socket: server, notificationLimit: 10)
-        let hub = WatchHub(logger: Logger(label: "test", level: .error))
+        let hub = WatchHub(
+            logger: Logger(label: "test", level: .error), limits: WatchLimits(perConnection: 20_000, total: 20_000))
         var watchers: [Subscription] = []
         for number in 0..<10_000 {
             watchers.append(
                 Subscription(outbox: outbox, entity: WatchIndexTests.entity("job/\(number)"), type: nil, after: nil))
         }
         watchers.append(Subscription(outbox: outbox, entity: nil, type: "job", after: nil))
-        for watcher in watchers { #expect(try hub.start(watcher, after: nil, log: store.log)) }
+        for watcher in watchers {
+            #expect(hub.admit(watcher) == nil)
+            #expect(try hub.start(watcher, after: nil, log: store.log))
+        }
         let result = try store.log.append([
             try EventCodec.decodeInput(Array(#"{"entity":"job/42","kind":"delete"}"#.utf8))
         ])
@@ -115,8 +120,46 @@ struct WatchIndexTests {
         #expect(watchers[42].lastQueued == result.ids.first && watchers[10_000].lastQueued == result.ids.first)
         #expect(watchers[41].lastQueued == nil)
         for watcher in watchers { hub.remove(watcher) }
+        #expect(hub.slotsTaken() == (0, 0))
         hub.publishLock.lock()
         #expect(!hub.hasSubscribers)
         hub.publishLock.unlock()
+    }
+
+    @Test("the hub's slots: refused past each cap with too_many_watches, given back once when a watch ends")
+    func slotsCount() throws {
+        let pairs = try (0..<3).map { _ in try UnixConnection.pair() }
+        defer {
+            for (server, client) in pairs {
+                server.close()
+                client.close()
+            }
+        }
+        let outboxes = pairs.map { Outbox(socket: $0.0, notificationLimit: 10) }
+        let hub = WatchHub(
+            logger: Logger(label: "test", level: .error), limits: WatchLimits(perConnection: 3, total: 5))
+        var made: [Subscription] = []  // held, as their connections hold them
+        func watch(_ outbox: Outbox) -> (Subscription, RPCError?) {
+            let subscription = Subscription(outbox: outbox, entity: nil, type: nil, after: nil)
+            made.append(subscription)
+            return (subscription, hub.admit(subscription))
+        }
+        let first = (0..<3).map { _ in watch(outboxes[0]) }
+        #expect(first.allSatisfy { $0.1 == nil })
+        let refused = try #require(watch(outboxes[0]).1)
+        #expect(refused.reason == "too_many_watches" && refused.code == -32010)
+        #expect(refused.message.contains("max_watches_per_connection is 3"))
+        #expect(watch(outboxes[1]).1 == nil)
+        #expect(watch(outboxes[1]).1 == nil)
+        let overall = try #require(watch(outboxes[2]).1)
+        #expect(overall.reason == "too_many_watches" && overall.message.contains("max_watches is 5"))
+        #expect(hub.slotsTaken(by: outboxes[0]) == (5, 3))
+
+        hub.remove(first[0].0)
+        hub.remove(first[0].0)  // a connection's close after an overflow removes it again
+        #expect(hub.slotsTaken(by: outboxes[0]) == (4, 2))
+        #expect(watch(outboxes[2]).1 == nil)
+        for (subscription, _) in first { hub.remove(subscription) }
+        #expect(hub.slotsTaken(by: outboxes[0]) == (3, 0))
     }
 }
