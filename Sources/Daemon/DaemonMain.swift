@@ -247,7 +247,7 @@ final class Daemon: Sendable {
             return (error.code == EADDRINUSE ? Evstored.Exit.unavailable : Evstored.Exit.cantCreate, WeakLog(nil))
         }
 
-        let hub = WatchHub(logger: logger)
+        let hub = WatchHub(logger: logger, limits: WatchLimits(configuration))
         let writer = AppendWriter(log: log, hub: hub, logger: logger)
         writer.start()
         let sync = SyncService(
@@ -330,6 +330,8 @@ final class Daemon: Sendable {
                 old.sshCommand = fresh.sshCommand
                 old.maxLineBytes = fresh.maxLineBytes
                 old.watchQueueEvents = fresh.watchQueueEvents
+                old.maxWatchesPerConnection = fresh.maxWatchesPerConnection
+                old.maxWatches = fresh.maxWatches
                 old.logLevel = fresh.logLevel
                 old.mapMaxBytes = fresh.mapMaxBytes
                 old.readGroups = fresh.readGroups
@@ -343,6 +345,7 @@ final class Daemon: Sendable {
             logger.level = fresh.logLevel
             context.limits = Limits(maxLineBytes: fresh.maxLineBytes, watchQueueEvents: fresh.watchQueueEvents)
             context.access = fresh.access
+            context.hub.limits = WatchLimits(fresh)
             if fresh.access != old.access { logger.info("SIGHUP: access for new connections: \(fresh.accessSummary)") }
             context.sync.update(SyncService.Settings(fresh))
             if fresh.mapMaxBytes != old.mapMaxBytes { context.methods.log.setMaxStorageBytes(fresh.mapMaxBytes) }

@@ -44,6 +44,8 @@ struct Configuration: Equatable, Sendable {
     var durability = Durability.full
     var maxLineBytes = 16 << 20
     var watchQueueEvents = 10_000
+    var maxWatchesPerConnection = 64
+    var maxWatches = 4096
     var logLevel = Logger.Level.info
     /// Where this host's identity is read (a data directory copied to another machine
     /// takes a fresh node id). Containers that share or lack /etc/machine-id point it at a
@@ -94,6 +96,8 @@ struct Configuration: Equatable, Sendable {
         Option(key: "durability", help: "full: every commit reaches the disk; relaxed: flushed each second"),
         Option(key: "max_line_bytes", help: "longest request line, bytes (16 MiB)"),
         Option(key: "watch_queue_events", help: "notifications a watcher may fall behind before it is dropped (10000)"),
+        Option(key: "max_watches_per_connection", help: "watches one connection may hold at once (64)"),
+        Option(key: "max_watches", help: "watches all connections together may hold at once (4096)"),
         Option(key: "log_level", help: "debug, info, notice, warning or error (info)"),
         Option(key: "machine_id_file", help: "this host's identity, compared at start (/etc/machine-id)"),
         Option(key: "read_groups", help: "groups whose members may only read, names or gids, comma-separated"),
@@ -323,6 +327,8 @@ struct Configuration: Equatable, Sendable {
             durability = value
         case "max_line_bytes": maxLineBytes = try integer(1024...(1 << 30))
         case "watch_queue_events": watchQueueEvents = try integer(1...10_000_000)
+        case "max_watches_per_connection": maxWatchesPerConnection = try integer(1...1_000_000)
+        case "max_watches": maxWatches = try integer(1...1_000_000)
         case "machine_id_file": machineIDFile = text
         case "read_groups", "write_groups", "read_users", "write_users":
             let names = try Configuration.nameList(text, source: source)

@@ -310,10 +310,10 @@ public final class FuzzDispatcher: Sendable {
             options.dictionaryCapacity = 4096
             options.machineID = nil
             let log = try EventLog.open(directory: path, options: options)
-            let hub = WatchHub(logger: logger)
+            let configuration = Configuration(dataDirectory: path, socketPath: path + "/socket")
+            let hub = WatchHub(logger: logger, limits: WatchLimits(configuration))
             let writer = AppendWriter(log: log, hub: hub, logger: logger)
             writer.start()
-            let configuration = Configuration(dataDirectory: path, socketPath: path + "/socket")
             let sync = SyncService(
                 node: SyncNode(log: log, name: "fuzz") { (events, peer) throws(EventStoreError) in
                     try writer.ingest(events, from: peer)

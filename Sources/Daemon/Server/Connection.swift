@@ -221,6 +221,10 @@ final class Connection: @unchecked Sendable {
             outbox.fill(slot, with: request.id.map { Connection.response(id: $0, error: error) } ?? [])
             return
         }
+        if let refusal = context.hub.admit(subscription) {
+            outbox.fill(slot, with: request.id.map { Connection.response(id: $0, error: refusal) } ?? [])
+            return
+        }
         let answer = request.id.map { Connection.response(id: $0, result: Array(#"{"watching":true}"#.utf8)) } ?? []
         if after != nil { outbox.fill(slot, with: answer) }
         do {

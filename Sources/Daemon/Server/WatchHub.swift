@@ -1,9 +1,10 @@
 import EventStore
 import Foundation
 import Projections
+import Synchronization
 
 /// A connection's `watch`: which events it wants and where they go.
-final class Subscription: @unchecked Sendable {
+final class Subscription: WatchFiltering, @unchecked Sendable {
     let outbox: Outbox
     let entity: EntityKey?
     /// `TYPE/`, the prefix of the entities of the type watched.
@@ -11,6 +12,9 @@ final class Subscription: @unchecked Sendable {
     /// The id of the last event queued to it (for `resume_after`). Guarded by the hub's lock
     /// once registered; before that only the registering thread touches it.
     var lastQueued: ULID?
+    /// Whether it counts against the hub's caps: from `admit` until it ends, so the slot is
+    /// given back once however it ends. Guarded by the hub's slots lock.
+    fileprivate var holdsSlot = false
 
     init(outbox: Outbox, entity: EntityKey?, type: String?, after: ULID?) {
         self.outbox = outbox
@@ -19,11 +23,36 @@ final class Subscription: @unchecked Sendable {
         self.lastQueued = after
     }
 
-    func wants(_ event: Event) -> Bool {
-        if let entity, event.entity != entity { return false }
-        if let typePrefix, !event.entity.bytes.starts(with: typePrefix) { return false }
+    func wants(_ event: Event) -> Bool { wants(event.entity) }
+
+    func wants(_ entity: EntityKey) -> Bool {
+        if let watched = self.entity, entity != watched { return false }
+        if let typePrefix, !entity.bytes.starts(with: typePrefix) { return false }
         return true
     }
+}
+
+/// How many watches may be held at once: each one costs every append a little work under
+/// the commit lock, and memory until its connection closes.
+struct WatchLimits: Equatable, Sendable {
+    /// `max_watches_per_connection`.
+    var perConnection: Int
+    /// `max_watches`, over all connections.
+    var total: Int
+}
+
+extension WatchLimits {
+    init(_ configuration: Configuration) {
+        self.init(perConnection: configuration.maxWatchesPerConnection, total: configuration.maxWatches)
+    }
+}
+
+/// The watch slots taken, per connection and overall.
+private struct WatchSlots {
+    var limits: WatchLimits
+    var total = 0
+    /// By the connection's outbox; an entry goes when its count reaches zero.
+    var perConnection: [ObjectIdentifier: Int] = [:]
 }
 
 /// Delivers committed events to the watching connections.
@@ -34,16 +63,75 @@ final class Subscription: @unchecked Sendable {
 final class WatchHub: @unchecked Sendable {
     /// Serializes commit-and-publish against a subscriber's switch from reading to live.
     let publishLock = NSLock()
-    /// Guarded by `publishLock`.
-    private var subscriptions: [ObjectIdentifier: Subscription] = [:]
+    /// The live subscriptions, filed by what they watch. Guarded by `publishLock`.
+    private var subscriptions = SubscriptionIndex<Subscription>()
+    /// Subscriptions offered an event so far (whether or not they wanted it): the work
+    /// publishing did. Guarded by `publishLock`.
+    private(set) var examined = 0
+    /// The watch slots taken and the caps on them. Taken after `publishLock` when both are.
+    private let slots: Mutex<WatchSlots>
     private let logger: Logger
 
-    init(logger: Logger) {
+    init(logger: Logger, limits: WatchLimits) {
         self.logger = logger
+        self.slots = Mutex(WatchSlots(limits: limits))
+    }
+
+    /// The caps; a reload changes them for the watches started after.
+    var limits: WatchLimits {
+        get { slots.withLock { $0.limits } }
+        set { slots.withLock { $0.limits = newValue } }
     }
 
     /// Whether anyone watches. Call with `publishLock` held.
     var hasSubscribers: Bool { !subscriptions.isEmpty }
+
+    /// The watches holding a slot, overall and on the connection of `outbox`.
+    func slotsTaken(by outbox: Outbox? = nil) -> (total: Int, connection: Int) {
+        slots.withLock { slots in (slots.total, outbox.map { slots.perConnection[ObjectIdentifier($0)] ?? 0 } ?? 0) }
+    }
+
+    /// Takes a slot for `subscription`, or says which cap refuses it. Call before `start`;
+    /// the slot is given back when the subscription is removed or fails to start.
+    func admit(_ subscription: Subscription) -> RPCError? {
+        let connection = ObjectIdentifier(subscription.outbox)
+        return slots.withLock { (slots) -> RPCError? in
+            let held = slots.perConnection[connection] ?? 0
+            if held >= slots.limits.perConnection {
+                return WatchHub.refusal(
+                    "this connection already holds \(held) watches, the most one connection may hold (max_watches_per_connection is \(slots.limits.perConnection)); watch a type, or everything, with one watch instead of one watch per entity, or raise max_watches_per_connection in the daemon's configuration and reload it"
+                )
+            }
+            if slots.total >= slots.limits.total {
+                return WatchHub.refusal(
+                    "the daemon already holds \(slots.total) watches, as many as it serves at once (max_watches is \(slots.limits.total)); try again once other watchers have closed their connections, or raise max_watches in the daemon's configuration and reload it"
+                )
+            }
+            guard !subscription.holdsSlot else { return nil }
+            subscription.holdsSlot = true
+            slots.total += 1
+            slots.perConnection[connection] = held + 1
+            return nil
+        }
+    }
+
+    /// Gives back the slot of `subscription`, if it holds one.
+    private func release(_ subscription: Subscription) {
+        let connection = ObjectIdentifier(subscription.outbox)
+        slots.withLock { slots in
+            guard subscription.holdsSlot else { return }
+            subscription.holdsSlot = false
+            slots.total -= 1
+            let held = (slots.perConnection[connection] ?? 1) - 1
+            slots.perConnection[connection] = held > 0 ? held : nil
+        }
+    }
+
+    private static func refusal(_ message: String) -> RPCError {
+        RPCError(
+            code: RPCError.applicationCodes["too_many_watches"] ?? RPCError.internalErrorCode, message: message,
+            reason: "too_many_watches")
+    }
 
     /// Sends the events with these ids to whoever wants them. Call with `publishLock` held,
     /// right after the commit that wrote them.
@@ -58,13 +146,16 @@ final class WatchHub: @unchecked Sendable {
         }
         for event in events {
             var notification: [UInt8]?
-            for (key, subscription) in subscriptions where subscription.wants(event) {
+            let candidates = subscriptions.candidates(for: event.entity)
+            examined += candidates.count
+            for subscription in candidates where subscription.wants(event) {
                 let bytes = notification ?? WatchHub.notification(event)
                 notification = bytes
                 if subscription.outbox.offerNotification(bytes) {
                     subscription.lastQueued = event.id
                 } else {
-                    subscriptions[key] = nil
+                    subscriptions.remove(subscription)
+                    release(subscription)
                     subscription.outbox.finish(after: WatchHub.overflow(resumeAfter: subscription.lastQueued))
                     logger.info(
                         "watch: a consumer fell \(subscription.outbox.notificationLimit) events behind; disconnected it"
@@ -77,7 +168,10 @@ final class WatchHub: @unchecked Sendable {
     /// Streams the held events after `after` (all of them when it is the zero id; none
     /// when nil), then joins the live stream. Runs on the connection's reader thread;
     /// waits while the consumer is behind. False when the connection ended meanwhile.
+    /// The slot `admit` took is given back unless it joins.
     func start(_ subscription: Subscription, after: ULID?, log: EventLog) throws(EventStoreError) -> Bool {
+        var joined = false
+        defer { if !joined { release(subscription) } }
         let page = 1000
         var cursor: ULID? = after == ULID.zero ? nil : after
         if after != nil {
@@ -116,8 +210,9 @@ final class WatchHub: @unchecked Sendable {
                     subscription.lastQueued = event.id
                 }
             }
-            subscriptions[ObjectIdentifier(subscription)] = subscription
+            subscriptions.insert(subscription)
             publishLock.unlock()
+            joined = true
             return true
         }
     }
@@ -132,11 +227,12 @@ final class WatchHub: @unchecked Sendable {
         return true
     }
 
-    /// Ends a subscription (its connection closed).
+    /// Ends a subscription (its connection closed) and gives back its slot.
     func remove(_ subscription: Subscription) {
         publishLock.lock()
-        subscriptions[ObjectIdentifier(subscription)] = nil
+        subscriptions.remove(subscription)
         publishLock.unlock()
+        release(subscription)
     }
 
     /// A page of the events after `after` that the subscription wants; `scanned` is the
