@@ -257,7 +257,7 @@ final class Daemon: Sendable {
             settings: SyncService.Settings(configuration), logger: logger)
         let methods = Methods(
             log: log, node: Methods.NodeInfo(name: configuration.nodeName, dataDirectory: configuration.dataDirectory),
-            startedAt: Date(), writer: writer, sync: sync)
+            startedAt: Date(), writer: writer, sync: sync, backupDirectory: configuration.backupDirectory)
         let context = ServerContext(
             writer: writer, hub: hub, methods: methods, sync: sync, logger: logger,
             limits: Limits(maxLineBytes: configuration.maxLineBytes, watchQueueEvents: configuration.watchQueueEvents),
@@ -356,6 +356,7 @@ final class Daemon: Sendable {
                 restartNeeded.append("dictionary_training_events")
             }
             if fresh.maxClockSkewSeconds != old.maxClockSkewSeconds { restartNeeded.append("max_clock_skew_s") }
+            if fresh.backupDirectory != old.backupDirectory { restartNeeded.append("backup_dir") }
             logger.info(
                 "SIGHUP: configuration reloaded\(restartNeeded.isEmpty ? "" : "; a restart applies \(restartNeeded.joined(separator: ", "))")"
             )

@@ -55,6 +55,8 @@ struct Configuration: Equatable, Sendable {
     var writeGroups: [String] = []
     var readUsers: [String] = []
     var writeUsers: [String] = []
+    /// `backup_dir`: when set, `backup` writes only under this directory.
+    var backupDirectory: String?
     /// Where each of the four lists came from, for messages.
     var accessSources: [String: String] = [:]
     /// The four lists resolved (names looked up) when the configuration is read.
@@ -100,6 +102,7 @@ struct Configuration: Equatable, Sendable {
         Option(key: "write_groups", help: "groups whose members may read and write, names or gids, comma-separated"),
         Option(key: "read_users", help: "users who may only read, names or uids, comma-separated"),
         Option(key: "write_users", help: "users who may read and write, names or uids, comma-separated"),
+        Option(key: "backup_dir", help: "when set, backups are written only under this directory (unset: anywhere)"),
     ]
 
     /// The keys that list who may read and write.
@@ -324,6 +327,17 @@ struct Configuration: Equatable, Sendable {
         case "max_line_bytes": maxLineBytes = try integer(1024...(1 << 30))
         case "watch_queue_events": watchQueueEvents = try integer(1...10_000_000)
         case "machine_id_file": machineIDFile = text
+        case "backup_dir":
+            guard !text.isEmpty else {
+                backupDirectory = nil
+                return
+            }
+            let components = text.split(separator: "/")
+            guard text.hasPrefix("/"), !components.contains(where: { $0 == "." || $0 == ".." }) else {
+                throw Invalid(
+                    message: "\(source) must be an absolute directory path without \".\" or \"..\", not \"\(text)\"")
+            }
+            backupDirectory = "/" + components.joined(separator: "/")
         case "read_groups", "write_groups", "read_users", "write_users":
             let names = try Configuration.nameList(text, source: source)
             switch key {
