@@ -380,6 +380,7 @@ final class Daemon: Sendable {
                 old.writeGroups = fresh.writeGroups
                 old.readUsers = fresh.readUsers
                 old.writeUsers = fresh.writeUsers
+                old.execUsers = fresh.execUsers
                 old.accessSources = fresh.accessSources
                 old.access = fresh.access
                 return previous
