@@ -129,7 +129,8 @@ struct BackupTests {
         defer { restored.removeFiles() }
         let client = try restored.client()
         #expect(try client.call("status")["events"] as? Int == count)
-        #expect(try client.call("status")["digest"] as? String == (try daemon.client().call("status")["digest"] as? String))
+        #expect(
+            try client.call("status")["digest"] as? String == (try daemon.client().call("status")["digest"] as? String))
     }
 
     @Test("backup_dir confines backups: outside it, \"..\" and links under it are refused; under it works")

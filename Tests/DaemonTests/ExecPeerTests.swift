@@ -23,7 +23,8 @@ struct ExecPeerTests {
         #expect(open.grant(uid: 1000, groups: [1000]).level == .full)
         #expect(open.grant(uid: 4243, groups: [4243]).level == .full)
         #expect(ClientAccess.refusal(ofPeerURL: "exec:/bin/true", level: .write)?.reason == "forbidden")
-        #expect(ClientAccess.refusal(ofPeerURL: "exec:/bin/true", level: .write)?.message.contains("exec_users") == true)
+        #expect(
+            ClientAccess.refusal(ofPeerURL: "exec:/bin/true", level: .write)?.message.contains("exec_users") == true)
         #expect(ClientAccess.refusal(ofPeerURL: "unix:///x.sock", level: .write) == nil)
         #expect(ClientAccess.refusal(ofPeerURL: "exec:/bin/true", level: .full) == nil)
         let restricted = AccessPolicy(readGroups: [100], execUsers: [4243], daemonUID: 1000)
@@ -36,7 +37,14 @@ struct ExecPeerTests {
         .enabled(if: canSwitchUsers, "needs root to run clients as other users"))
     func execPeersThroughTheSocket() throws {
         // Anyone may open the socket, and no access list is set: the socket's group alone decided before.
-        let daemon = try DaemonProcess(arguments: ["--socket-mode", "0666"])
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "evexec-\(UUID().uuidString.prefix(8))"
+        )
+        .path
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        let config = root + "/evstored.json"
+        try #"{"socket_mode":"0666"}"#.write(toFile: config, atomically: true, encoding: .utf8)
+        let daemon = try DaemonProcess(root: root, arguments: ["--config", config])
         defer { daemon.removeFiles() }
         let user = asUser(nobody, gid: nobody)
         let refused = try evctl(user, daemon.socketPath, ["peers", "add", "relay", "exec:/bin/true"])
@@ -52,19 +60,29 @@ struct ExecPeerTests {
         #expect(peers.compactMap { $0["name"] as? String } == ["other"])
         // Root (the test) may.
         _ = try daemon.client().call("peers.add", #"{"name":"mine","url":"exec:/bin/true"}"#)
-        try daemon.stop()
 
-        let allowed = try DaemonProcess(root: daemon.root, arguments: ["--socket-mode", "0666", "--exec-users", "nobody"])
-        let added = try evctl(user, allowed.socketPath, ["peers", "add", "relay", "exec:/bin/true"])
+        // exec_users names it: allowed, from the reload on.
+        try #"{"socket_mode":"0666","exec_users":["nobody"]}"#.write(toFile: config, atomically: true, encoding: .utf8)
+        daemon.signal(SIGHUP)
+        let deadline = Date().addingTimeInterval(10)
+        while !daemon.stderr.contains("access for new connections"), Date() < deadline {
+            Thread.sleep(forTimeInterval: 0.02)
+        }
+        #expect(daemon.stderr.contains("exec_users nobody"), "the access line names them")
+        let added = try evctl(user, daemon.socketPath, ["peers", "add", "relay", "exec:/bin/true"])
         #expect(added.status == 0, "\(added.output)")
-        #expect(allowed.stderr.contains("exec_users nobody"), "the access line names them")
-        try allowed.stop()
+        let flag = try DaemonProcess(arguments: ["--socket-mode", "0666", "--exec-users", "\(nobody)"])
+        defer { flag.removeFiles() }
+        let byFlag = try evctl(user, flag.socketPath, ["peers", "add", "relay", "exec:/bin/true"])
+        #expect(byFlag.status == 0, "a numeric id, from the flag: \(byFlag.output)")
     }
 
     @Test("exec: peers of the config file still work: the administrator wrote them")
     func configFilePeers() throws {
-        let root = FileManager.default.temporaryDirectory.appendingPathComponent("evexec-\(UUID().uuidString.prefix(8))")
-            .path
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "evexec-\(UUID().uuidString.prefix(8))"
+        )
+        .path
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
         let config = root + "/evstored.json"
         try #"{"peers":[{"name":"relay","url":"exec:/bin/true"}]}"#.write(
