@@ -52,7 +52,7 @@ public struct Evstored: Command {
                     """
                        0   stopped cleanly
                       64   usage: the command line is wrong
-                      69   the socket is in use by another daemon
+                      69   the socket or the data directory is in use by another daemon
                       73   the data directory or the socket cannot be created
                       74   the store cannot be opened
                       78   the configuration is not usable
@@ -176,6 +176,13 @@ final class Daemon: Sendable {
         sources.append(hangup)
         defer { for source in sources { source.cancel() } }
 
+        // Held until the process ends: the store stays this daemon's while it is open.
+        let lock: DataDirectoryLock
+        switch prepareDirectories(configuration) {
+        case .success(let taken): lock = taken
+        case .failure(let failure): return failure.code
+        }
+        defer { withExtendedLifetime(lock) {} }
         let (code, store) = serveStore(configuration, stopRequested: stopRequested, servingContext: servingContext)
         guard code == 0 else { return code }
         // Every user of the store has ended; the last references go as their threads exit.
@@ -195,12 +202,20 @@ final class Daemon: Sendable {
         init(_ log: EventLog?) { self.log = log }
     }
 
-    /// Opens the store, serves until a stop is requested, drains; the exit code.
-    private func serveStore(
-        _ configuration: Configuration, stopRequested: DispatchSemaphore,
-        servingContext: borrowing Mutex<ServerContext?>
-    ) -> (Int32, WeakLog) {
-        let log: EventLog
+    /// An exit status, for a start that cannot go on.
+    struct StartFailure: Error {
+        var code: Int32
+    }
+
+    /// Makes the socket's directory and the data directory, each with its documented mode,
+    /// and takes the data directory's lock, before the store opens.
+    ///
+    /// The socket's directory comes first: when the data directory lies inside it (the
+    /// default `./.evstore`), making the data directory first would make it with the data
+    /// directory's 0700, and the socket's group could not reach the socket.
+    private func prepareDirectories(_ configuration: Configuration) -> Result<DataDirectoryLock, StartFailure> {
+        let activated = !Systemd.listenDescriptors(environment: environment).isEmpty
+        if !activated { makeSocketDirectory(configuration) }
         do {
             try FileManager.default.createDirectory(
                 atPath: configuration.dataDirectory, withIntermediateDirectories: true,
@@ -208,7 +223,7 @@ final class Daemon: Sendable {
         } catch {
             logger.error(
                 "cannot create the data directory \(configuration.dataDirectory): \(error.localizedDescription)")
-            return (Evstored.Exit.cantCreate, WeakLog(nil))
+            return .failure(StartFailure(code: Evstored.Exit.cantCreate))
         }
         var directoryInfo = stat()
         if stat(configuration.dataDirectory, &directoryInfo) == 0, directoryInfo.st_mode & 0o007 != 0 {
@@ -216,6 +231,29 @@ final class Daemon: Sendable {
                 "the data directory \(configuration.dataDirectory) is mode \(String(directoryInfo.st_mode & 0o777, radix: 8)): other users may list it; `chmod 0700` it (the store's files are 0600 either way)"
             )
         }
+        let socket = activated ? "\(configuration.socketPath) (passed by systemd)" : configuration.socketPath
+        do {
+            return .success(try DataDirectoryLock(directory: configuration.dataDirectory, socket: socket))
+        } catch {
+            switch error {
+            case .held(let pid, let holder):
+                logger.error(
+                    "the data directory \(configuration.dataDirectory) is in use by another evstored (pid \(pid ?? "unknown"), socket \(holder ?? "unknown")): two daemons on one store would each miss the appends made through the other; stop that one, or give this one its own data_dir"
+                )
+                return .failure(StartFailure(code: Evstored.Exit.unavailable))
+            case .unusable(let reason):
+                logger.error("cannot lock the data directory \(configuration.dataDirectory): \(reason)")
+                return .failure(StartFailure(code: Evstored.Exit.cantCreate))
+            }
+        }
+    }
+
+    /// Opens the store, serves until a stop is requested, drains; the exit code.
+    private func serveStore(
+        _ configuration: Configuration, stopRequested: DispatchSemaphore,
+        servingContext: borrowing Mutex<ServerContext?>
+    ) -> (Int32, WeakLog) {
+        let log: EventLog
         do {
             var options = StoreOptions()
             options.maxEventBytes = configuration.maxEventBytes
@@ -257,7 +295,7 @@ final class Daemon: Sendable {
             settings: SyncService.Settings(configuration), logger: logger)
         let methods = Methods(
             log: log, node: Methods.NodeInfo(name: configuration.nodeName, dataDirectory: configuration.dataDirectory),
-            startedAt: Date(), writer: writer, sync: sync)
+            startedAt: Date(), writer: writer, sync: sync, backupDirectory: configuration.backupDirectory)
         let context = ServerContext(
             writer: writer, hub: hub, methods: methods, sync: sync, logger: logger,
             limits: Limits(maxLineBytes: configuration.maxLineBytes, watchQueueEvents: configuration.watchQueueEvents),
@@ -303,17 +341,23 @@ final class Daemon: Sendable {
             }
             group = id
         }
-        // A directory made for the socket lets through whom the socket's mode lets in: its
-        // group (socket_group's, when set) and, when the mode grants others, everyone.
-        let directory = (configuration.socketPath as NSString).deletingLastPathComponent
-        if !directory.isEmpty, !FileManager.default.fileExists(atPath: directory) {
-            let mode = configuration.socketMode & 0o007 != 0 ? 0o755 : 0o750
-            try? FileManager.default.createDirectory(
-                atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: mode])
-            if let group { _ = chown(directory, uid_t.max, group) }
-        }
         return try UnixListener.bind(
             path: configuration.socketPath, mode: mode_t(configuration.socketMode), group: group)
+    }
+
+    /// Makes the socket's directory when it is missing. It lets through whom the socket's
+    /// mode lets in: mode 0750 and the socket's group (socket_group's, when set), or 0755
+    /// when the mode grants others. One that exists is left alone.
+    private func makeSocketDirectory(_ configuration: Configuration) {
+        let directory = (configuration.socketPath as NSString).deletingLastPathComponent
+        guard !directory.isEmpty, !FileManager.default.fileExists(atPath: directory) else { return }
+        let mode = configuration.socketMode & 0o007 != 0 ? 0o755 : 0o750
+        try? FileManager.default.createDirectory(
+            atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: mode])
+        // An unknown group stops the start when the socket is bound, with its message.
+        if let name = configuration.socketGroup, let group = groupID(named: name) {
+            _ = chown(directory, uid_t.max, group)
+        }
     }
 
     /// SIGHUP: re-reads the config file and applies what can change while serving.
@@ -338,6 +382,7 @@ final class Daemon: Sendable {
                 old.writeGroups = fresh.writeGroups
                 old.readUsers = fresh.readUsers
                 old.writeUsers = fresh.writeUsers
+                old.execUsers = fresh.execUsers
                 old.accessSources = fresh.accessSources
                 old.access = fresh.access
                 return previous
@@ -359,6 +404,7 @@ final class Daemon: Sendable {
                 restartNeeded.append("dictionary_training_events")
             }
             if fresh.maxClockSkewSeconds != old.maxClockSkewSeconds { restartNeeded.append("max_clock_skew_s") }
+            if fresh.backupDirectory != old.backupDirectory { restartNeeded.append("backup_dir") }
             logger.info(
                 "SIGHUP: configuration reloaded\(restartNeeded.isEmpty ? "" : "; a restart applies \(restartNeeded.joined(separator: ", "))")"
             )

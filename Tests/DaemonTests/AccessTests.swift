@@ -40,12 +40,13 @@ struct AccessTests {
     }
 
     @Test(
-        "with no list set everyone who can connect may write; with lists, root, the daemon's user, then write, then read"
+        "with no list set everyone who can connect may write, not give exec: peers; with lists, root, the daemon's user, then write, then read"
     )
     func grants() {
         let open = AccessPolicy(daemonUID: 1000)
         #expect(!open.isRestricted)
-        #expect(open.grant(uid: 4242, groups: [4242]).level == .full)
+        #expect(open.grant(uid: 4242, groups: [4242]).level == .write)
+        #expect(open.grant(uid: 1000, groups: [1000]).level == .full)
 
         let policy = AccessPolicy(
             readGroups: [100], writeGroups: [200], readUsers: [3001], writeUsers: [3002], daemonUID: 1000)

@@ -57,6 +57,11 @@ struct Configuration: Equatable, Sendable {
     var writeGroups: [String] = []
     var readUsers: [String] = []
     var writeUsers: [String] = []
+    /// Users besides root and the daemon's own who may give `exec:` peer URLs through the
+    /// API (their command runs as the daemon's user), as given.
+    var execUsers: [String] = []
+    /// `backup_dir`: when set, `backup` writes only under this directory.
+    var backupDirectory: String?
     /// Where each of the four lists came from, for messages.
     var accessSources: [String: String] = [:]
     /// The four lists resolved (names looked up) when the configuration is read.
@@ -104,10 +109,16 @@ struct Configuration: Equatable, Sendable {
         Option(key: "write_groups", help: "groups whose members may read and write, names or gids, comma-separated"),
         Option(key: "read_users", help: "users who may only read, names or uids, comma-separated"),
         Option(key: "write_users", help: "users who may read and write, names or uids, comma-separated"),
+        Option(
+            key: "exec_users",
+            help:
+                "users who, besides root and the daemon's user, may give exec: peer URLs (run as the daemon's user), names or uids, comma-separated"
+        ),
+        Option(key: "backup_dir", help: "when set, backups are written only under this directory (unset: anywhere)"),
     ]
 
-    /// The keys that list who may read and write.
-    static let accessKeys: Set = ["read_groups", "write_groups", "read_users", "write_users"]
+    /// The keys that list users or groups: who may read, who may write, who may give `exec:` URLs.
+    static let accessKeys: Set = ["read_groups", "write_groups", "read_users", "write_users", "exec_users"]
 
     /// A setting that cannot be used, and where it came from.
     struct Invalid: Error, CustomStringConvertible {
@@ -169,20 +180,24 @@ struct Configuration: Equatable, Sendable {
             readGroups: try resolve("read_groups", readGroups, group: true),
             writeGroups: try resolve("write_groups", writeGroups, group: true),
             readUsers: try resolve("read_users", readUsers, group: false),
-            writeUsers: try resolve("write_users", writeUsers, group: false), daemonUID: daemonUID)
+            writeUsers: try resolve("write_users", writeUsers, group: false),
+            execUsers: try resolve("exec_users", execUsers, group: false), daemonUID: daemonUID)
     }
 
     /// One line for the log: who may connect with what access.
     var accessSummary: String {
+        let exec =
+            "exec: peer URLs from root, the daemon's user"
+            + (execUsers.isEmpty ? "" : " and exec_users \(execUsers.joined(separator: ","))") + " only"
         guard access.isRestricted else {
             return
-                "whoever may open the socket may read and write (no read_groups, write_groups, read_users or write_users)"
+                "whoever may open the socket may read and write (no read_groups, write_groups, read_users or write_users); \(exec)"
         }
         func list(_ key: String, _ names: [String]) -> String? {
             names.isEmpty ? nil : "\(key) \(names.joined(separator: ","))"
         }
         let writers =
-            ["root", "the daemon's user (uid \(access.daemonUID))"]
+            ["root", "the daemon's user (uid \(access.daemonUID))", list("exec_users", execUsers)].compactMap { $0 }
             + [list("write_users", writeUsers), list("write_groups", writeGroups)].compactMap { $0 }
         let readers = [list("read_users", readUsers), list("read_groups", readGroups)].compactMap { $0 }
         return "read-write for \(writers.joined(separator: ", "))"
@@ -330,12 +345,24 @@ struct Configuration: Equatable, Sendable {
         case "max_watches_per_connection": maxWatchesPerConnection = try integer(1...1_000_000)
         case "max_watches": maxWatches = try integer(1...1_000_000)
         case "machine_id_file": machineIDFile = text
-        case "read_groups", "write_groups", "read_users", "write_users":
+        case "backup_dir":
+            guard !text.isEmpty else {
+                backupDirectory = nil
+                return
+            }
+            let components = text.split(separator: "/")
+            guard text.hasPrefix("/"), !components.contains(where: { $0 == "." || $0 == ".." }) else {
+                throw Invalid(
+                    message: "\(source) must be an absolute directory path without \".\" or \"..\", not \"\(text)\"")
+            }
+            backupDirectory = "/" + components.joined(separator: "/")
+        case "read_groups", "write_groups", "read_users", "write_users", "exec_users":
             let names = try Configuration.nameList(text, source: source)
             switch key {
             case "read_groups": readGroups = names
             case "write_groups": writeGroups = names
             case "read_users": readUsers = names
+            case "exec_users": execUsers = names
             default: writeUsers = names
             }
             accessSources[key] = source

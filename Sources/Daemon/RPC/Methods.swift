@@ -19,6 +19,8 @@ struct Methods: Sendable {
     /// The writer's counters, for `status`.
     let writer: AppendWriter
     let sync: SyncService
+    /// `backup_dir`: when set, backups are written only under it.
+    var backupDirectory: String? = nil
 
     struct NodeInfo: Sendable {
         var name: String?
@@ -256,32 +258,15 @@ struct Methods: Sendable {
         return out.bytes
     }
 
+    /// `backup`: a consistent copy of the store in a new (or empty) directory of the
+    /// daemon's own, its `data.mdb` mode 0600 from creation (see `BackupDestination`).
     func backup(_ request: Request) throws -> [UInt8] {
         let params = try Params(request.params, method: "backup", accepts: ["path"])
-        guard let path = try params.string("path"), path.hasPrefix("/") else {
+        guard let path = try params.string("path") else {
             throw RPCError.invalidParams("backup takes \"path\": an absolute directory path the daemon can write")
         }
-        let manager = FileManager.default
-        var isDirectory: ObjCBool = false
-        if manager.fileExists(atPath: path, isDirectory: &isDirectory) {
-            guard isDirectory.boolValue, (try? manager.contentsOfDirectory(atPath: path))?.isEmpty == true else {
-                throw RPCError.application(
-                    .conflict, "\(path) exists and is not an empty directory: choose a new path for the backup")
-            }
-        } else {
-            do {
-                try manager.createDirectory(
-                    atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-            } catch {
-                throw RPCError.application(
-                    .forbidden, "cannot create \(path) as the daemon's user: \(error.localizedDescription)")
-            }
-        }
-        try log.backup(to: path)
-        // LMDB makes the copy with mode 0666 less the umask: keep it the daemon's alone, as
-        // the store is.
-        try? manager.setAttributes([.posixPermissions: 0o600], ofItemAtPath: path + "/data.mdb")
-        let size = ((try? manager.attributesOfItem(atPath: path + "/data.mdb"))?[.size] as? Int) ?? 0
+        var destination = try BackupDestination(path: path, confinement: backupDirectory)
+        let size = try destination.write(from: log)
         var out = JSONWriter()
         out.beginObject()
         out.member("path", path)

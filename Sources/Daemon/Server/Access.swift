@@ -10,8 +10,8 @@ enum AccessLevel: Int, Comparable, Sendable, CustomStringConvertible {
     /// Reads, appends, sync, peers, maintenance; but not `exec:` peers, whose command runs
     /// as the daemon's user.
     case write = 2
-    /// Everything, `exec:` peers included: root, the daemon's own user, and everyone who
-    /// can open the socket when no access list is set.
+    /// Everything, `exec:` peers included: root, the daemon's own user and the users of
+    /// `exec_users`, who may run commands as the daemon's user in any case.
     case full = 3
 
     static func < (lhs: AccessLevel, rhs: AccessLevel) -> Bool { lhs.rawValue < rhs.rawValue }
@@ -61,16 +61,19 @@ enum MethodAccess {
 /// Who may do what: the `read_groups`, `write_groups`, `read_users` and `write_users`
 /// settings, resolved to ids.
 ///
-/// With none of them set, whoever can open the socket (its mode and group decide) has full
-/// access. With any set, the daemon's own user and root have full access; a client whose
-/// uid is in `write_users` or one of whose groups is in `write_groups` has read-write
-/// access (everything but `exec:` peers); else one in `read_users` or `read_groups` has
+/// Root, the daemon's own user and the users of `exec_users` have full access. Else, with
+/// none of the four lists set, whoever can open the socket (its mode and group decide) has
+/// read-write access: everything but `exec:` peers, whose command would run as the daemon's
+/// user. With any set, a client whose uid is in `write_users` or one of whose groups is in
+/// `write_groups` has read-write access; else one in `read_users` or `read_groups` has
 /// read-only access; anyone else none.
 struct AccessPolicy: Equatable, Sendable {
     var readGroups: Set<UInt32> = []
     var writeGroups: Set<UInt32> = []
     var readUsers: Set<UInt32> = []
     var writeUsers: Set<UInt32> = []
+    /// `exec_users`: besides root and the daemon's user, who may give `exec:` peer URLs.
+    var execUsers: Set<UInt32> = []
     /// The daemon's effective uid: its own user always has read-write access.
     var daemonUID: UInt32 = 0
 
@@ -88,11 +91,12 @@ struct AccessPolicy: Equatable, Sendable {
     /// The access of a client with user `uid` and the groups `groups` (its primary group
     /// first, then its supplementary groups).
     func grant(uid: UInt32, groups: [UInt32]) -> Grant {
-        guard isRestricted else {
-            return Grant(level: .full, why: "no read_groups, write_groups, read_users or write_users is set")
-        }
         if uid == 0 { return Grant(level: .full, why: "root") }
         if uid == daemonUID { return Grant(level: .full, why: "the daemon's own user") }
+        if execUsers.contains(uid) { return Grant(level: .full, why: "uid \(uid) is in exec_users") }
+        guard isRestricted else {
+            return Grant(level: .write, why: "no read_groups, write_groups, read_users or write_users is set")
+        }
         if writeUsers.contains(uid) { return Grant(level: .write, why: "uid \(uid) is in write_users") }
         if let group = groups.first(where: writeGroups.contains) {
             return Grant(level: .write, why: "group \(AccessPolicy.name(group: group)) is in write_groups")
@@ -139,7 +143,8 @@ extension ClientAccess {
             grant =
                 policy.isRestricted
                 ? AccessPolicy.Grant(level: .none, why: "the client's credentials cannot be read")
-                : policy.grant(uid: 0, groups: [])
+                : AccessPolicy.Grant(
+                    level: .write, why: "no access list is set, and the client's credentials cannot be read")
             return
         }
         self.credentials = credentials
@@ -169,14 +174,15 @@ extension ClientAccess {
     }
 
     /// The refusal of a peer URL given through the API (nil when it is allowed): an `exec:`
-    /// command would run as the daemon's user, so it needs full access.
+    /// command would run as the daemon's user, so it needs full access. Peers of the config
+    /// file are not checked: the administrator wrote them.
     static func refusal(ofPeerURL url: String, level: AccessLevel) -> RPCError? {
         guard level < .full, url.hasPrefix("exec:") else { return nil }
         return RPCError.application(
             .forbidden,
-            "an exec: peer runs its command as the daemon's user, so only root and the daemon's own user may give one "
-                + "while read_groups, write_groups, read_users or write_users are set: "
-                + "add it to the peers of the config file instead, or use a unix:// or ssh:// URL")
+            "an exec: peer runs its command as the daemon's user, so only root, the daemon's own user "
+                + "and the users of exec_users may give one: add the user to exec_users in the daemon's "
+                + "configuration, add the peer to the peers of the config file instead, or use a unix:// or ssh:// URL")
     }
 
     /// The sentence of a refusal: who, what they have and why, and what would allow it.

@@ -225,6 +225,18 @@ public final class Environment: @unchecked Sendable {
         try resizeLock.withShared { try MDB.envCopy(handle, to: directory, compact: compact) }
     }
 
+    /// Writes a consistent copy of the environment's data file into the open file
+    /// `descriptor`, from its current offset, and flushes it to disk (`fsync`).
+    ///
+    /// The caller opens the file, so it decides where the copy goes and with which mode
+    /// from the first byte: nothing here follows a path.
+    /// The corresponding C function is `mdb_env_copyfd2`.
+    ///
+    /// - Important: The copy runs in a read transaction, so the map cannot grow until it ends.
+    public func copy(toDescriptor descriptor: Int32, compact: Bool) throws {
+        try resizeLock.withShared { try MDB.envCopy(handle, toDescriptor: descriptor, compact: compact) }
+    }
+
     // MARK: Map growth
 
     /// How one transaction attempt ended.

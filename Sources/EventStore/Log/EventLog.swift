@@ -282,6 +282,16 @@ public final class EventLog: Sendable {
     public func backup(to directory: String, compact: Bool = true) throws(EventStoreError) {
         do { try environment.copy(to: directory, compact: compact) } catch { throw EventStoreError.from(error) }
     }
+
+    /// Copies the whole store, consistent, into the open file `descriptor` (it becomes a
+    /// `data.mdb`) while it keeps serving, and flushes it to disk.
+    public func backup(toDescriptor descriptor: Int32, compact: Bool = true) throws(EventStoreError) {
+        do {
+            try environment.copy(toDescriptor: descriptor, compact: compact)
+        } catch {
+            throw EventStoreError.from(error)
+        }
+    }
 }
 
 func bigEndian(_ value: UInt32) -> [UInt8] {

@@ -9,7 +9,9 @@ struct Backup: Command {
             abstract: "Write a consistent, compacted copy of the store to PATH while the daemon keeps serving.",
             discussion: """
                 The daemon writes the copy, so PATH must be writable by the daemon's user. PATH \
-                must not exist, or be an empty directory. A relative PATH is taken from evctl's \
+                must not exist (it is made with mode 0700), or be an empty directory of the \
+                daemon's user with mode 0700; it may not be a symbolic link, and with backup_dir \
+                set it must lie under that directory. A relative PATH is taken from evctl's \
                 working directory.
                 """,
             arguments: [.positional("PATH", completion: .directories, help: "Where the copy goes (a directory).")])

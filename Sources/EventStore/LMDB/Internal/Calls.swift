@@ -62,6 +62,12 @@ enum MDB {
         try check(mdb_env_copy2(env, directory, compact ? UInt32(MDB_CP_COMPACT) : 0), "mdb_env_copy2")
     }
 
+    /// Writes the copy to an open file, from its current offset, then flushes it to disk.
+    static func envCopy(_ env: OpaquePointer, toDescriptor descriptor: Int32, compact: Bool) throws(LMDBError) {
+        try check(mdb_env_copyfd2(env, descriptor, compact ? UInt32(MDB_CP_COMPACT) : 0), "mdb_env_copyfd2")
+        guard fsync(descriptor) == 0 else { throw LMDBError(code: errno, operation: "fsync") }
+    }
+
     /// - Important: Reads the meta pages inside the map, so hold `ResizeLock` shared.
     static func envInfo(_ env: OpaquePointer) -> EnvironmentInfo {
         var info = MDB_envinfo()

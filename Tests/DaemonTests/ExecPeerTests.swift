@@ -1,0 +1,95 @@
+import Foundation
+import TestSupport
+import Testing
+import UnixSocket
+
+@testable import Daemon
+
+/// An `exec:` peer's command runs as the daemon's user: through the socket, only root, the
+/// daemon's own user and `exec_users` may give one, whether or not the access lists are set.
+@Suite("exec: peers and exec_users")
+struct ExecPeerTests {
+    /// evctl as another user, on `socket`.
+    func evctl(_ user: [String], _ socket: String, _ arguments: [String]) throws -> (status: Int32, output: String) {
+        let evctl = try builtBinary("evctl").path
+        return try runProgram(user[0], Array(user.dropFirst()) + [evctl, "--socket", socket] + arguments)
+    }
+
+    @Test("with no access list, root, the daemon's user and exec_users get full access, the rest read-write")
+    func grants() {
+        let open = AccessPolicy(execUsers: [4243], daemonUID: 1000)
+        #expect(open.grant(uid: 4242, groups: [4242]).level == .write)
+        #expect(open.grant(uid: 0, groups: [0]).level == .full)
+        #expect(open.grant(uid: 1000, groups: [1000]).level == .full)
+        #expect(open.grant(uid: 4243, groups: [4243]).level == .full)
+        #expect(ClientAccess.refusal(ofPeerURL: "exec:/bin/true", level: .write)?.reason == "forbidden")
+        #expect(
+            ClientAccess.refusal(ofPeerURL: "exec:/bin/true", level: .write)?.message.contains("exec_users") == true)
+        #expect(ClientAccess.refusal(ofPeerURL: "unix:///x.sock", level: .write) == nil)
+        #expect(ClientAccess.refusal(ofPeerURL: "exec:/bin/true", level: .full) == nil)
+        let restricted = AccessPolicy(readGroups: [100], execUsers: [4243], daemonUID: 1000)
+        #expect(restricted.grant(uid: 4243, groups: [4243]).level == .full)
+        #expect(restricted.grant(uid: 4242, groups: [100]).level == .read)
+    }
+
+    @Test(
+        "a socket user who is not root nor the daemon's may not add an exec: peer, unless exec_users names it",
+        .enabled(if: canSwitchUsers, "needs root to run clients as other users"))
+    func execPeersThroughTheSocket() throws {
+        // Anyone may open the socket, and no access list is set: the socket's group alone decided before.
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "evexec-\(UUID().uuidString.prefix(8))"
+        )
+        .path
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        let config = root + "/evstored.json"
+        try #"{"socket_mode":"0666"}"#.write(toFile: config, atomically: true, encoding: .utf8)
+        let daemon = try DaemonProcess(root: root, arguments: ["--config", config])
+        defer { daemon.removeFiles() }
+        let user = asUser(nobody, gid: nobody)
+        let refused = try evctl(user, daemon.socketPath, ["peers", "add", "relay", "exec:/bin/true"])
+        #expect(refused.status == 77, "\(refused.output)")
+        #expect(refused.output.contains("(forbidden)") && refused.output.contains("exec_users"), "\(refused.output)")
+        let once = try evctl(user, daemon.socketPath, ["sync", "exec:/bin/true"])
+        #expect(once.status == 77, "\(once.output)")
+        // Everything else stays open to it.
+        let unix = try evctl(user, daemon.socketPath, ["peers", "add", "other", "unix:///nowhere/evstored.sock"])
+        #expect(unix.status == 0, "\(unix.output)")
+        #expect(try evctl(user, daemon.socketPath, ["append", "job/1", "status", "new"]).status == 0)
+        let peers = try daemon.client().call("peers.list")["peers"] as? [[String: Any]] ?? []
+        #expect(peers.compactMap { $0["name"] as? String } == ["other"])
+        // Root (the test) may.
+        _ = try daemon.client().call("peers.add", #"{"name":"mine","url":"exec:/bin/true"}"#)
+
+        // exec_users names it: allowed, from the reload on.
+        try #"{"socket_mode":"0666","exec_users":["nobody"]}"#.write(toFile: config, atomically: true, encoding: .utf8)
+        daemon.signal(SIGHUP)
+        let deadline = Date().addingTimeInterval(10)
+        while !daemon.stderr.contains("access for new connections"), Date() < deadline {
+            Thread.sleep(forTimeInterval: 0.02)
+        }
+        #expect(daemon.stderr.contains("exec_users nobody"), "the access line names them")
+        let added = try evctl(user, daemon.socketPath, ["peers", "add", "relay", "exec:/bin/true"])
+        #expect(added.status == 0, "\(added.output)")
+        let flag = try DaemonProcess(arguments: ["--socket-mode", "0666", "--exec-users", "\(nobody)"])
+        defer { flag.removeFiles() }
+        let byFlag = try evctl(user, flag.socketPath, ["peers", "add", "relay", "exec:/bin/true"])
+        #expect(byFlag.status == 0, "a numeric id, from the flag: \(byFlag.output)")
+    }
+
+    @Test("exec: peers of the config file still work: the administrator wrote them")
+    func configFilePeers() throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "evexec-\(UUID().uuidString.prefix(8))"
+        )
+        .path
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        let config = root + "/evstored.json"
+        try #"{"peers":[{"name":"relay","url":"exec:/bin/true"}]}"#.write(
+            toFile: config, atomically: true, encoding: .utf8)
+        let daemon = try DaemonProcess(root: root, arguments: ["--config", config])
+        defer { daemon.removeFiles() }
+        let peers = try daemon.client().call("peers.list")["peers"] as? [[String: Any]] ?? []
+        #expect(peers.count == 1 && peers.first?["source"] as? String == "config", "\(peers)")
+    }
+}
