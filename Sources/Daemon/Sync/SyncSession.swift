@@ -335,7 +335,7 @@ final class SyncSession {
             }
             let reason = SyncError.Reason(rawValue: failure.reason)
             throw SyncError(
-                reason == .protocolMismatch ? .protocolMismatch : .peerFailed,
+                reason == .protocolMismatch || reason == .busy ? reason! : .peerFailed,
                 "the peer ended the session: \(failure.reason): \(failure.message)")
         }
         return frame
