@@ -317,9 +317,11 @@ final class SyncService: Sendable {
     }
 
     /// Refuses a session another node started on this daemon's socket: answers the
-    /// preamble with its own and an error frame of reason `forbidden` carrying `message`,
-    /// which the initiator reports (as `auth`), then reads what the peer still sends until
-    /// it hangs up, so it is not cut off before it has read the refusal.
+    /// preamble with its own and an error frame of `reason` (`forbidden`, which the
+    /// initiator reports as `auth`, or `busy`) carrying `message`, then reads what the peer
+    /// still sends until it hangs up, so it is not cut off before it has read the refusal:
+    /// for at most the timeout (5 s at most) in all, so a peer that trickles bytes cannot
+    /// hold the connection.
     func refuse(_ connection: UnixConnection, message: String, reason: String = SyncError.forbiddenReason) {
         let timeout = min(settings.withLock { $0.timeout }, 5)
         let channel = FrameChannel(connection: connection, timeoutSeconds: timeout)
@@ -335,7 +337,10 @@ final class SyncService: Sendable {
         connection.shutdownWriting()
         var discard: [UInt8] = []
         var total = 0
-        while total < 64 << 20, let count = try? connection.read(into: &discard, count: 64 * 1024), count > 0 {
+        let deadline = ContinuousClock.now + .seconds(timeout)
+        while total < 64 << 20, ContinuousClock.now < deadline,
+            let count = try? connection.read(into: &discard, count: 64 * 1024), count > 0
+        {
             total += count
             discard.removeAll(keepingCapacity: true)
         }

@@ -212,6 +212,26 @@ struct IncomingSessionTests {
         #expect(try daemon.client().call("status")["events"] as? Int == 1)
     }
 
+    @Test("a refused peer that keeps trickling bytes is hung up on within the timeout")
+    func refusedTrickle() throws {
+        let daemon = try DaemonProcess(arguments: ["--max-incoming-sessions", "1", "--sync-timeout-s", "2"])
+        defer { daemon.removeFiles() }
+        let held = try IncomingPeer(daemon)
+        defer { held.close() }
+        try held.handshake()
+        let extra = try IncomingPeer(daemon)
+        defer { extra.close() }
+        try extra.channel.writePreamble()
+        _ = try extra.channel.readPreamble()
+        #expect(try extra.failure().reason == "busy")
+        // One byte every 100 ms never lets a read time out; the daemon still hangs up.
+        let started = Date()
+        while Date().timeIntervalSince(started) < 15, (try? extra.channel.connection.write([0x00])) != nil {
+            Thread.sleep(forTimeInterval: 0.1)
+        }
+        #expect(Date().timeIntervalSince(started) < 10, "the refused connection was held")
+    }
+
     @Test("a node refused as busy reports `busy`, which it retries")
     func busyOutcome() throws {
         let daemon = try DaemonProcess(arguments: ["--max-incoming-sessions", "1"])
