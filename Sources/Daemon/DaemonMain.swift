@@ -371,6 +371,7 @@ final class Daemon: Sendable {
                 old.backoffBaseSeconds = fresh.backoffBaseSeconds
                 old.backoffCapSeconds = fresh.backoffCapSeconds
                 old.syncTimeoutSeconds = fresh.syncTimeoutSeconds
+                old.maxIncomingSessions = fresh.maxIncomingSessions
                 old.sshCommand = fresh.sshCommand
                 old.maxLineBytes = fresh.maxLineBytes
                 old.watchQueueEvents = fresh.watchQueueEvents

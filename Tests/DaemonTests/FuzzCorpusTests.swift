@@ -1,9 +1,10 @@
-import Daemon
 import EventStore
 import Foundation
 import Projections
 import TestSupport
 import Testing
+
+@testable import Daemon
 
 /// The request and sync-stream fuzzers' seeds and regressions (Fuzz/Corpus,
 /// Fuzz/Regressions), replayed through the fuzzers' entry points: each input must end in an
@@ -42,9 +43,20 @@ import Testing
             } catch {
                 #expect(!name.hasPrefix("session"), "\(name): \(error)")
                 #expect(!"\(error)".isEmpty)
+                if let refusal = DaemonFuzzCorpusTests.hostileRefusals.first(where: { name.hasPrefix($0.key) }) {
+                    #expect("\(error)".contains(refusal.value), "\(name): \(error)")
+                }
             }
         }
     }
+
+    /// The hostile peers' seeds and what their refusal says.
+    static let hostileRefusals = [
+        "bad-oversized-": "frames is",
+        "bad-zeros-batch": "more than the 1000 records it claims",
+        "bad-batch-extra-records": "more than the 1 records it claims",
+        "bad-batch-record-too-long": "over the 16777216 of the largest event",
+    ]
 
     /// Writes the sync-stream seeds when EVSTORE_WRITE_FUZZ_SEEDS is set (see docs/fuzzing.md).
     @Test(.enabled(if: ProcessInfo.processInfo.environment["EVSTORE_WRITE_FUZZ_SEEDS"] != nil))
@@ -77,6 +89,46 @@ import Testing
                 "bad-truncated",
                 Array(DaemonFuzzEntry.sampleSyncStream(flags: 1, node: node, events: Array(all.prefix(2))).dropLast(7))
             ))
+        // What hostile peers sent: frame headers over their kind's limit (no payload follows),
+        // 2 KB batches that expand to 64 MiB of zeros, records past the count or over the
+        // largest event.
+        let hello = Frame(
+            kind: .hello,
+            payload: Messages.encode(
+                Messages.Hello(protocolVersion: 1, node: node.description, name: "fuzz", vector: [:], ranges: nil))
+        ).encoded()
+        func stream(_ frames: [UInt8]...) -> [UInt8] { [0] + Frame.preamble() + frames.joined() }
+        func header(_ kind: Frame.Kind, _ length: Int) -> [UInt8] {
+            var out = [kind.rawValue]
+            appendBigEndian(UInt32(length), to: &out)
+            appendBigEndian(0, to: &out)
+            return out
+        }
+        seeds.append(("bad-oversized-hello", stream(header(.hello, 64 << 20))))
+        seeds.append(("bad-oversized-reconcile", stream(hello, header(.reconcile, 9 << 20))))
+        seeds.append(("bad-oversized-done", stream(hello, header(.done, 1 << 20))))
+        for declared in [true, false] {
+            var payload: [UInt8] = []
+            appendBigEndian(1000, to: &payload)
+            payload += IncomingSessionTests.zerosFrame(blocks: 512, declared: declared)
+            seeds.append(
+                (
+                    "bad-zeros-batch\(declared ? "" : "-undeclared")",
+                    stream(hello, Frame(kind: .batch, payload: payload).encoded())
+                ))
+        }
+        let two = all.prefix(2).map { ReplicatedEvent(id: $0.id, json: $0.json) }
+        var extra = try BatchCodec.encode(two, compressor: Compressor(level: 1))
+        extra[3] = 1  // claims one record, holds two
+        seeds.append(("bad-batch-extra-records", stream(hello, Frame(kind: .batch, payload: extra).encoded())))
+        var long: [UInt8] = []
+        all[0].id.append(to: &long)
+        appendBigEndian(UInt32(StoreOptions.absoluteMaxEventBytes + 1), to: &long)
+        long += all[0].json
+        var longPayload: [UInt8] = []
+        appendBigEndian(1, to: &longPayload)
+        longPayload += try Compressor(level: 1).compress(long, dictionary: nil)
+        seeds.append(("bad-batch-record-too-long", stream(hello, Frame(kind: .batch, payload: longPayload).encoded())))
         for (name, bytes) in seeds {
             try Data(bytes).write(to: directory.appendingPathComponent(name))
         }

@@ -32,6 +32,8 @@ struct Configuration: Equatable, Sendable {
     var backoffBaseSeconds = 2
     var backoffCapSeconds = 600
     var syncTimeoutSeconds = 30
+    /// Sessions other nodes started that are answered at once; more are refused (`busy`).
+    var maxIncomingSessions = 8
     /// The ssh client for ssh:// peers, split as a shell splits words.
     var sshCommand = "ssh"
     var maxClockSkewSeconds = 3600
@@ -90,6 +92,7 @@ struct Configuration: Equatable, Sendable {
         Option(key: "backoff_base_s", help: "first retry delay after a failed sync, seconds (2)"),
         Option(key: "backoff_cap_s", help: "longest retry delay, seconds (600)"),
         Option(key: "sync_timeout_s", help: "a peer silent this long ends the session, seconds (30)"),
+        Option(key: "max_incoming_sessions", help: "sync sessions from other nodes answered at once (8)"),
         Option(key: "ssh_command", help: "the ssh client for ssh:// peers, with its options (ssh)"),
         Option(key: "max_clock_skew_s", help: "how far ahead a stored id may be and still move the clock (3600)"),
         Option(key: "max_event_bytes", help: "largest event, canonical JSON bytes (65536)"),
@@ -324,6 +327,7 @@ struct Configuration: Equatable, Sendable {
         case "backoff_base_s": backoffBaseSeconds = try integer(1...86_400)
         case "backoff_cap_s": backoffCapSeconds = try integer(1...86_400)
         case "sync_timeout_s": syncTimeoutSeconds = try integer(1...86_400)
+        case "max_incoming_sessions": maxIncomingSessions = try integer(1...1024)
         case "ssh_command":
             guard (try? ShellWords.split(text))?.isEmpty == false else {
                 throw Invalid(

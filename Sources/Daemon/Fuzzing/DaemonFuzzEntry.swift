@@ -30,7 +30,7 @@ public enum DaemonFuzzEntry {
         guard version == Frame.protocolVersion else {
             throw SyncError(.protocolMismatch, "the peer speaks protocol \(version)")
         }
-        let decompressor = Decompressor()
+        let decompressor = Decompressor(windowLogMax: SyncSession.windowLogMax)
         var frames = 0
         while true {
             let frame: Frame

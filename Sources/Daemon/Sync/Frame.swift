@@ -13,14 +13,31 @@ struct Frame: Equatable, Sendable {
         case ack = 0x41  // "A"
         case done = 0x44  // "D"
         case error = 0x45  // "E"
+
+        /// The largest payload a frame of this kind may announce. The reader checks it
+        /// against the header before it reads (or makes room for) a byte of the payload, so
+        /// a peer cannot make this node buffer 64 MiB to learn that a control frame is over
+        /// its 8 MiB.
+        var maxPayloadBytes: Int {
+            switch self {
+            case .batch: Frame.maxPayloadBytes
+            // A hello carries the version vector and the opening ranges; a reconcile round
+            // at most a few thousand ranges and ids.
+            case .hello, .reconcile: Messages.maxBytes
+            // A few counters, or a reason and a sentence.
+            case .ack, .done, .error: Frame.maxSmallPayloadBytes
+            }
+        }
     }
 
     var kind: Kind
     var payload: [UInt8]
 
     static let headerBytes = 9
-    /// The largest payload either side accepts.
+    /// The largest payload either side accepts (a batch's).
     static let maxPayloadBytes = 64 << 20
+    /// The largest ack, done or error frame.
+    static let maxSmallPayloadBytes = 64 << 10
 
     /// The protocol this version speaks.
     static let protocolVersion = 1
@@ -143,9 +160,12 @@ final class FrameChannel {
         guard let kind = Frame.Kind(rawValue: typeByte) else {
             throw SyncError(.protocolError, "the peer sent a frame of unknown type 0x\(String(typeByte, radix: 16))")
         }
-        guard length <= Frame.maxPayloadBytes else {
+        // Before a byte of the payload is read: a header may announce anything.
+        guard length <= kind.maxPayloadBytes else {
             throw SyncError(
-                .protocolError, "the peer sent a frame of \(length) bytes; the limit is \(Frame.maxPayloadBytes)")
+                .protocolError,
+                "the peer announced a \(kind) frame of \(length) bytes; the limit for \(kind) frames is \(kind.maxPayloadBytes)"
+            )
         }
         try need(Frame.headerBytes + length, what: "a frame of \(length) bytes")
         let payload = Array(buffer[(start + Frame.headerBytes)..<(start + Frame.headerBytes + length)])

@@ -57,11 +57,22 @@ enum PeerURL: Equatable, Sendable, CustomStringConvertible {
                 rest = rest[..<colon]
             }
             let host = String(rest)
-            guard !host.isEmpty, !host.hasPrefix("-"), host.allSatisfy({ !$0.isWhitespace }) else {
-                throw invalid("the host is missing or not a host name")
+            // What reaches ssh's command line and the remote shell must be inert there: no
+            // shell syntax, nothing ssh would read as an option.
+            guard !host.isEmpty else { throw invalid("the host is missing") }
+            guard PeerURL.isHostName(host) || PeerURL.isBracketedIPv6(host) else {
+                throw invalid(
+                    "the host \"\(host)\" is not a host name (letters, digits, '.', '_' and '-', not starting with '-') or a bracketed IPv6 address such as [::1]"
+                )
             }
-            if let user, user.hasPrefix("-") || user.contains(where: \.isWhitespace) {
-                throw invalid("the user name is not one")
+            if let user, !PeerURL.isUserName(user) {
+                throw invalid(
+                    "the user \"\(user)\" is not a user name (letters, digits, '.', '_' and '-', not starting with '-')"
+                )
+            }
+            if let socket, !PeerURL.isRemoteSocketPath(socket) {
+                throw invalid(
+                    "the socket path \"\(socket)\" may hold only letters, digits, spaces and . _ - / + @ , : = %")
             }
             self = .ssh(user: user, host: host, port: port, socket: socket)
         } else {
@@ -88,7 +99,9 @@ enum PeerURL: Equatable, Sendable, CustomStringConvertible {
             var command = ssh
             command += ["-o", "BatchMode=yes"]
             if let port { command += ["-p", String(port)] }
-            command.append(user.map { "\($0)@\(host)" } ?? host)
+            // ssh takes an IPv6 address bare (its port comes with -p), not in the URL's brackets.
+            let address = PeerURL.isBracketedIPv6(host) ? String(host.dropFirst().dropLast()) : host
+            command.append(user.map { "\($0)@\(address)" } ?? address)
             // The remote side runs it through its shell: quote what came from the URL.
             var remote = ["evctl"]
             if let socket { remote += ["--socket", PeerURL.shellQuoted(socket)] }
@@ -96,6 +109,51 @@ enum PeerURL: Equatable, Sendable, CustomStringConvertible {
             command.append(remote.joined(separator: " "))
             return command
         }
+    }
+
+    /// `[A-Za-z0-9._-]`, not starting with `-` (which ssh would read as an option).
+    static func isHostName(_ text: String) -> Bool {
+        let bytes = Array(text.utf8)
+        return !bytes.isEmpty && bytes[0] != UInt8(ascii: "-") && bytes.allSatisfy(isNameByte)
+    }
+
+    /// The same rule as a host name: the user goes to ssh as `user@host`.
+    static func isUserName(_ text: String) -> Bool { isHostName(text) }
+
+    /// `[` hex digits, colons and dots (an IPv4 tail), with at least one colon, optionally
+    /// `%zone` with a zone of `[A-Za-z0-9._-]`, then `]`.
+    static func isBracketedIPv6(_ text: String) -> Bool {
+        let bytes = Array(text.utf8)
+        guard bytes.count >= 4, bytes.first == UInt8(ascii: "["), bytes.last == UInt8(ascii: "]") else {
+            return false
+        }
+        let inner = bytes[1..<(bytes.count - 1)]
+        let percent = inner.firstIndex(of: UInt8(ascii: "%"))
+        let address = inner[..<(percent ?? inner.endIndex)]
+        guard address.contains(UInt8(ascii: ":")),
+            address.allSatisfy({ isHexDigit($0) || $0 == UInt8(ascii: ":") || $0 == UInt8(ascii: ".") })
+        else { return false }
+        guard let percent else { return true }
+        let zone = inner[(percent + 1)...]
+        return !zone.isEmpty && zone.allSatisfy(isNameByte)
+    }
+
+    /// An absolute path of letters, digits, spaces and `._-/+@,:=%`: quoted for the remote
+    /// shell (`shellQuoted`), it has no quote or backslash that any shell (sh, bash, zsh,
+    /// fish, csh) could read as more than a word, and no control character.
+    static func isRemoteSocketPath(_ text: String) -> Bool {
+        let bytes = Array(text.utf8)
+        return bytes.first == UInt8(ascii: "/")
+            && bytes.allSatisfy { isNameByte($0) || Array(" /+@,:=%".utf8).contains($0) }
+    }
+
+    private static func isNameByte(_ byte: UInt8) -> Bool {
+        (0x30...0x39).contains(byte) || (0x41...0x5A).contains(byte) || (0x61...0x7A).contains(byte)
+            || byte == UInt8(ascii: ".") || byte == UInt8(ascii: "_") || byte == UInt8(ascii: "-")
+    }
+
+    private static func isHexDigit(_ byte: UInt8) -> Bool {
+        (0x30...0x39).contains(byte) || (0x41...0x46).contains(byte) || (0x61...0x66).contains(byte)
     }
 
     /// `word` as a POSIX shell reads it back: bare when it is plain, else single-quoted.

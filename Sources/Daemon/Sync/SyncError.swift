@@ -32,6 +32,9 @@ struct SyncError: Error, Sendable, Equatable, CustomStringConvertible {
         case storageFull = "storage_full"
         /// Not allowed: a peer or URL that is not acceptable.
         case invalidPeer = "invalid_peer"
+        /// The peer answers as many sessions as its `max_incoming_sessions` allows already;
+        /// the next attempt may get through.
+        case busy
     }
 
     var reason: Reason

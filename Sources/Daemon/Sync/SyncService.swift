@@ -30,6 +30,7 @@ final class SyncService: Sendable {
         var backoffBase: Double
         var backoffCap: Double
         var timeout: Double
+        var maxIncomingSessions: Int
         var configPeers: [Configuration.Peer]
         var sshCommand: [String]
 
@@ -38,6 +39,7 @@ final class SyncService: Sendable {
             backoffBase = Double(configuration.backoffBaseSeconds)
             backoffCap = Double(configuration.backoffCapSeconds)
             timeout = Double(configuration.syncTimeoutSeconds)
+            maxIncomingSessions = configuration.maxIncomingSessions
             configPeers = configuration.peers
             sshCommand = (try? ShellWords.split(configuration.sshCommand)) ?? ["ssh"]
         }
@@ -81,6 +83,12 @@ final class SyncService: Sendable {
     private let running = Atomic<Bool>(false)
     /// The connection of the outgoing session in progress, so a stop can cut it.
     private let current = Mutex<UnixConnection?>(nil)
+    /// Sessions other nodes started that are being answered, held to `max_incoming_sessions`:
+    /// each holds a connection, a decompression context and up to a 64 MiB batch.
+    private let incoming = Atomic<Int>(0)
+    /// When a refusal for being busy was last logged (seconds since the epoch), and how many
+    /// refusals were not logged since: a peer retrying in a loop must not flood the log.
+    private let busyLog = Mutex<(at: Double, unlogged: Int)>((0, 0))
 
     struct Known: Sendable {
         var node: ULID?
@@ -309,10 +317,12 @@ final class SyncService: Sendable {
     }
 
     /// Refuses a session another node started on this daemon's socket: answers the
-    /// preamble with its own and an error frame of reason `forbidden` carrying `message`,
-    /// which the initiator reports (as `auth`), then reads what the peer still sends until
-    /// it hangs up, so it is not cut off before it has read the refusal.
-    func refuse(_ connection: UnixConnection, message: String) {
+    /// preamble with its own and an error frame of `reason` (`forbidden`, which the
+    /// initiator reports as `auth`, or `busy`) carrying `message`, then reads what the peer
+    /// still sends until it hangs up, so it is not cut off before it has read the refusal:
+    /// for at most the timeout (5 s at most) in all, so a peer that trickles bytes cannot
+    /// hold the connection.
+    func refuse(_ connection: UnixConnection, message: String, reason: String = SyncError.forbiddenReason) {
         let timeout = min(settings.withLock { $0.timeout }, 5)
         let channel = FrameChannel(connection: connection, timeoutSeconds: timeout)
         do throws(SyncError) {
@@ -320,14 +330,17 @@ final class SyncService: Sendable {
             try channel.write(
                 Frame(
                     kind: .error,
-                    payload: Messages.encode(Messages.Failure(reason: SyncError.forbiddenReason, message: message))))
+                    payload: Messages.encode(Messages.Failure(reason: reason, message: message))))
         } catch {
             return
         }
         connection.shutdownWriting()
         var discard: [UInt8] = []
         var total = 0
-        while total < 64 << 20, let count = try? connection.read(into: &discard, count: 64 * 1024), count > 0 {
+        let deadline = ContinuousClock.now + .seconds(timeout)
+        while total < 64 << 20, ContinuousClock.now < deadline,
+            let count = try? connection.read(into: &discard, count: 64 * 1024), count > 0
+        {
             total += count
             discard.removeAll(keepingCapacity: true)
         }
@@ -335,8 +348,23 @@ final class SyncService: Sendable {
 
     /// Answers a session another node started on this daemon's socket, once its preamble
     /// (protocol `version`) was read; `buffered` holds what came after the preamble.
+    ///
+    /// Past `max_incoming_sessions` sessions in progress, the new one is refused with an
+    /// error frame of reason `busy` (the initiator retries on its schedule); those in
+    /// progress go on.
     func serve(_ connection: UnixConnection, buffered: [UInt8], version: Int) {
-        let timeout = settings.withLock { $0.timeout }
+        let (timeout, limit) = settings.withLock { ($0.timeout, $0.maxIncomingSessions) }
+        guard incoming.add(1, ordering: .relaxed).newValue <= limit else {
+            incoming.subtract(1, ordering: .relaxed)
+            logBusy(limit: limit)
+            refuse(
+                connection,
+                message:
+                    "this node is answering \(limit) sync sessions already, its limit (max_incoming_sessions); the next attempt may get through",
+                reason: SyncError.Reason.busy.rawValue)
+            return
+        }
+        defer { incoming.subtract(1, ordering: .relaxed) }
         let session = SyncSession(
             node: node, channel: FrameChannel(connection: connection, timeoutSeconds: timeout, buffered: buffered),
             peerLabel: "")
@@ -353,6 +381,23 @@ final class SyncService: Sendable {
         } catch {
             logger.warning("sync from \(session.peerLabel.isEmpty ? "a peer" : session.peerLabel) failed: \(error)")
         }
+    }
+
+    /// Logs a refusal for being busy, at most once a minute with the count of those since.
+    private func logBusy(limit: Int) {
+        let now = Date().timeIntervalSince1970
+        let unlogged = busyLog.withLock { state -> Int? in
+            guard now - state.at >= 60 else {
+                state.unlogged += 1
+                return nil
+            }
+            defer { state = (now, 0) }
+            return state.unlogged
+        }
+        guard let unlogged else { return }
+        logger.warning(
+            "refused a sync session: \(limit) from other nodes are in progress (max_incoming_sessions)"
+                + (unlogged > 0 ? "; \(unlogged) more refused since the last such message" : ""))
     }
 
     // MARK: What peers hold

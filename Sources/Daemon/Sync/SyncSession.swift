@@ -63,7 +63,9 @@ final class SyncSession {
     private var sentThrough: [ULID: ULID] = [:]
     static let window = 4
     private let compressor = Compressor(level: 3)
-    private let decompressor = Decompressor(windowLogMax: 27)
+    private let decompressor = Decompressor(windowLogMax: SyncSession.windowLogMax)
+    /// The largest zstd window a batch may ask for: 128 MiB, more than any payload.
+    static let windowLogMax: Int32 = 27
 
     init(node: SyncNode, channel: FrameChannel, peerLabel: String) {
         self.node = node
@@ -335,7 +337,7 @@ final class SyncSession {
             }
             let reason = SyncError.Reason(rawValue: failure.reason)
             throw SyncError(
-                reason == .protocolMismatch ? .protocolMismatch : .peerFailed,
+                reason == .protocolMismatch || reason == .busy ? reason! : .peerFailed,
                 "the peer ended the session: \(failure.reason): \(failure.message)")
         }
         return frame

@@ -53,6 +53,35 @@ public final class Decompressor: @unchecked Sendable {
             context, frame, dictionary: dictionary?.decompressionHandle, contentSize: Int(declared)
         )
     }
+
+    /// Decompresses `frame`, which must be one complete frame, handing its content to
+    /// `consume` one piece at a time (at most `ZSTD_DStreamOutSize()`, 128 KiB, each);
+    /// `consume` returns false to stop, and nothing more of the frame is decoded.
+    ///
+    /// Returns true when the frame was decoded to its end (its checksum, if it has one,
+    /// verified), false when `consume` stopped it. For content from a peer, where a tiny frame
+    /// may declare or hold far more than the caller will take: the caller decides, piece by
+    /// piece, how much it accepts. A declared size over `maxSize` is refused before anything
+    /// is decoded. The corresponding C function is `ZSTD_decompressStream`.
+    public func decompress(
+        _ frame: [UInt8], dictionary: CompressionDictionary?, maxSize: Int,
+        pieces consume: (UnsafeRawBufferPointer) -> Bool
+    ) throws -> Bool {
+        let frameSize = try Zstd.frameSize(frame)
+        guard frameSize == frame.count else {
+            throw ZstdError(
+                operation: "ZSTD_findFrameCompressedSize", code: ZstdError.trailingData.code,
+                message: "\(frame.count - frameSize) bytes follow the \(frameSize)-byte frame; \(Zstd.decodeHint)."
+            )
+        }
+        if let declared = try Zstd.declaredContentSize(frame), declared > UInt64(max(maxSize, 0)) {
+            throw ZstdError(
+                operation: "ZSTD_getFrameContentSize", code: ZstdError.contentTooLarge.code,
+                message: "The frame declares \(declared) bytes of content, more than the \(maxSize) allowed."
+            )
+        }
+        return try Zstd.decompressPieces(context, frame, dictionary: dictionary?.decompressionHandle, consume: consume)
+    }
 }
 
 /// Lends decompressors to concurrent readers, keeping a few idle ones for reuse.

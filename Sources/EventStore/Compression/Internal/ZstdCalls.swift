@@ -197,46 +197,72 @@ enum Zstd {
     static func decompressStream(
         _ context: OpaquePointer, _ frame: [UInt8], dictionary: OpaquePointer?, limit: Int
     ) throws(ZstdError) -> [UInt8] {
+        var content: [UInt8] = []
+        var tooLarge = false
+        _ = try decompressPieces(context, frame, dictionary: dictionary) { piece in
+            guard piece.count <= limit - content.count else {
+                tooLarge = true
+                return false
+            }
+            content.append(contentsOf: piece)
+            return true
+        }
+        if tooLarge {
+            throw ZstdError(
+                operation: "ZSTD_decompressStream", code: ZstdError.contentTooLarge.code,
+                message: "The frame (of undeclared size) decompresses to more than the \(limit) bytes allowed."
+            )
+        }
+        return content
+    }
+
+    /// Decompresses one frame an output chunk at a time, handing each piece of content to
+    /// `consume` as it is produced; `consume` returns false to stop, and nothing after that
+    /// piece is decoded. Returns true when the frame was decoded to its end, false when
+    /// `consume` stopped it.
+    ///
+    /// A frame can expand a thousandfold (2 KB of zstd makes 64 MiB of zeros): this costs the
+    /// caller only the content it accepts. The frame's checksum, when it has one, is checked
+    /// only when the frame is decoded to its end.
+    static func decompressPieces(
+        _ context: OpaquePointer, _ frame: [UInt8], dictionary: OpaquePointer?,
+        consume: (UnsafeRawBufferPointer) -> Bool
+    ) throws(ZstdError) -> Bool {
         try check(ZSTD_DCtx_reset(context, ZSTD_reset_session_only), "ZSTD_DCtx_reset", hint: decodeHint)
         try check(ZSTD_DCtx_refDDict(context, dictionary), "ZSTD_DCtx_refDDict", hint: decodeHint)
         defer { endDecompressionSession(context) }
 
         enum Outcome {
             case finished
+            case stopped
             case failed(Int)
-            case tooLarge
             case truncated
             case trailingData
         }
-        var content: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: ZSTD_DStreamOutSize())
         let outcome: Outcome = frame.withUnsafeBytes { frame in
             var input = ZSTD_inBuffer(src: frame.baseAddress, size: frame.count, pos: 0)
             return chunk.withUnsafeMutableBytes { chunk in
                 while true {
-                    // Room for one byte past the limit, to tell "fits exactly" from "too large".
-                    let room = min(chunk.count, limit + 1 - content.count)
-                    var output = ZSTD_outBuffer(dst: chunk.baseAddress, size: room, pos: 0)
+                    var output = ZSTD_outBuffer(dst: chunk.baseAddress, size: chunk.count, pos: 0)
                     let result = ZSTD_decompressStream(context, &output, &input)
                     if ZSTD_isError(result) != 0 { return .failed(result) }
-                    content.append(contentsOf: chunk[..<output.pos])
-                    if content.count > limit { return .tooLarge }
+                    if output.pos > 0, !consume(UnsafeRawBufferPointer(rebasing: chunk[..<output.pos])) {
+                        return .stopped
+                    }
                     if result == 0 { return input.pos == input.size ? .finished : .trailingData }
-                    if input.pos == input.size && output.pos < room { return .truncated }
+                    if input.pos == input.size && output.pos < chunk.count { return .truncated }
                 }
             }
         }
         switch outcome {
         case .finished:
-            return content
+            return true
+        case .stopped:
+            return false
         case .failed(let result):
             try check(result, "ZSTD_decompressStream", hint: decodeHint)
             preconditionFailure("ZSTD_decompressStream reported an error that is not one")
-        case .tooLarge:
-            throw ZstdError(
-                operation: "ZSTD_decompressStream", code: ZstdError.contentTooLarge.code,
-                message: "The frame (of undeclared size) decompresses to more than the \(limit) bytes allowed."
-            )
         case .truncated:
             throw ZstdError(
                 operation: "ZSTD_decompressStream", code: ZstdError.truncatedFrame.code,
