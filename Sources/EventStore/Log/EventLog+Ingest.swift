@@ -67,7 +67,7 @@ extension EventLog {
                     let error = EventLog.foreignOwnOrigin(
                         lead: lead, skew: batch.clock.maxSkewMilliseconds,
                         then:
-                            "Find the node that made it (a copied data directory, a forged event); then drop this dead letter"
+                            "Look for the node that made it: a copy of this data directory running elsewhere, or a forged event"
                     )
                     if let letter = try batch.deadLetter(raw, id: record.id, reason: error, peer: peer, txn: &txn) {
                         result.deadLettered.append(letter)
