@@ -1,4 +1,5 @@
 import Projections
+import TestSupport
 import Testing
 
 @testable import EventStore
@@ -175,27 +176,27 @@ struct ClockTests {
         mutating func next() -> UInt64 { value }
     }
 
-    @Test func idsNeverGoBackwardsWhenTheWallClockDoes() {
+    @Test func idsNeverGoBackwardsWhenTheWallClockDoes() throws {
         var clock = HybridClock(maxSkewMilliseconds: 3_600_000)
         var rng = Fixed()
         let day: UInt64 = 86_400_000
         let now: UInt64 = 1_764_400_000_000
-        var previous = clock.next(now: now, using: &rng)
+        var previous = try clock.next(now: now, using: &rng)
         #expect(previous.timestamp == now)
         for wall in [now, now + 1, now - day, now - day + 5, now + 2] {
-            let id = clock.next(now: wall, using: &rng)
+            let id = try clock.next(now: wall, using: &rng)
             #expect(id > previous)
             previous = id
         }
         // Back on the wall clock, past the last id: fresh milliseconds again.
-        #expect(clock.next(now: now + 10, using: &rng).timestamp == now + 10)
+        #expect(try clock.next(now: now + 10, using: &rng).timestamp == now + 10)
     }
 
     @Test func sameMillisecondIncrements() throws {
         var clock = HybridClock(maxSkewMilliseconds: 1000)
         var rng = Fixed()
-        let a = clock.next(now: 5000, using: &rng)
-        let b = clock.next(now: 5000, using: &rng)
+        let a = try clock.next(now: 5000, using: &rng)
+        let b = try clock.next(now: 5000, using: &rng)
         #expect(try b == #require(a.incremented()))
     }
 
@@ -205,14 +206,69 @@ struct ClockTests {
         let now: UInt64 = 1_764_400_000_000
         let near = ULID(timestamp: now + 600_000, random: (0, 9))
         #expect(clock.observe(near, now: now) == nil)
-        #expect(clock.next(now: now, using: &rng) > near)
+        #expect(try clock.next(now: now, using: &rng) > near)
 
         var other = HybridClock(maxSkewMilliseconds: 3_600_000)
         let far = ULID(timestamp: now + 2 * 86_400_000, random: (0, 9))
         let lead = other.observe(far, now: now)
         #expect(try #require(lead) == 2 * 86_400_000)
-        let local = other.next(now: now, using: &rng)
+        let local = try other.next(now: now, using: &rng)
         #expect(local.timestamp == now)
         #expect(local < far)
+    }
+
+    @Test("at the end of the ULID space the clock fails with ids_exhausted, and never goes back")
+    func exhausted() throws {
+        var rng = Fixed()
+        // The last id of a millisecond before the last: the next is the first of the last.
+        let edge = ULID(high: (ULID.maxTimestamp - 1) << 16 | 0xFFFF, low: .max)
+        var clock = HybridClock(maxSkewMilliseconds: 1000, last: edge)
+        let next = try clock.next(now: 0, using: &rng)
+        #expect(next == ULID.lowerBound(timestamp: ULID.maxTimestamp) && next > edge)
+        for wall in [0, ULID.maxTimestamp, .max] as [UInt64] {
+            var atEnd = HybridClock(maxSkewMilliseconds: 1000, last: .max)
+            do {
+                let id = try atEnd.next(now: wall, using: &rng)
+                Issue.record("made \(id) after the greatest ULID")
+            } catch {
+                #expect(error.reason == .idsExhausted && error.reason.rawValue == "ids_exhausted")
+                #expect(error.message.contains("no event id is left"))
+            }
+            #expect(atEnd.last == .max)
+        }
+        // A wall clock past the end of ULID time reads as its last millisecond.
+        var late = HybridClock(maxSkewMilliseconds: 1000)
+        #expect(try late.next(now: .max, using: &rng).timestamp == ULID.maxTimestamp)
+    }
+
+    @Test("whatever it observes or skips, each id exceeds the last", arguments: [1, 2, 3, 4] as [UInt64])
+    func monotonicUnderAnyInput(seed: UInt64) throws {
+        var rng = SeededGenerator(seed: seed)
+        let skew: UInt64 = 3_600_000
+        var clock = HybridClock(maxSkewMilliseconds: skew)
+        var wall: UInt64 = 1_764_400_000_000
+        var previous = ULID.zero
+        for _ in 0..<2000 {
+            switch Int.random(in: 0..<10, using: &rng) {
+            case 0: wall -= UInt64.random(in: 0...86_400_000, using: &rng)
+            case 1: wall += UInt64.random(in: 0...10_000, using: &rng)
+            case 2:
+                let ahead = UInt64.random(in: 0...(2 * skew), using: &rng)
+                let id = ULID(timestamp: wall + ahead, random: (UInt16.random(in: 0...0xFFFF, using: &rng), rng.next()))
+                let lead = clock.observe(id, now: wall)
+                #expect((lead != nil) == (ahead > skew))
+                if lead == nil { #expect(clock.last >= id) }
+            case 3:
+                let taken = try #require(clock.last.incremented())
+                clock.skip(past: taken)
+                #expect(clock.last == taken)
+            default:
+                let id = try clock.next(now: wall, using: &rng)
+                #expect(id > previous && id == clock.last)
+                #expect(id.timestamp <= max(wall, previous.timestamp + 1))
+                previous = id
+            }
+            previous = max(previous, clock.last)
+        }
     }
 }

@@ -54,16 +54,36 @@ struct ImportEventsTests {
         try c.check()
     }
 
-    @Test("this node's own events move its clock, however far ahead")
-    func ownEventsMoveTheClock() throws {
+    @Test("this node's own events within the skew move its clock; one beyond it fails the import (foreign_own_origin)")
+    func ownEventsAndTheClock() throws {
         let now: UInt64 = 1_764_400_000_000
         let wall = WallClock(now)
         let store = try TempStore { $0.wallClock = { wall.now } }
-        let far = ULID(timestamp: now + 3 * 86_400_000, random: (0, 5))
-        let raw = Array(#"{"entity":"job/far","id":"\#(far)","kind":"delete","origin":"\#(store.log.nodeID)"}"#.utf8)
-        #expect(try store.log.importEvents([raw]).imported == [far])
+        func own(_ id: ULID, _ entity: String) -> [UInt8] {
+            Array(#"{"entity":"\#(entity)","id":"\#(id)","kind":"delete","origin":"\#(store.log.nodeID)"}"#.utf8)
+        }
+        let near = ULID(timestamp: now + 600_000, random: (0, 5))
+        #expect(try store.log.importEvents([own(near, "job/near")]).imported == [near])
         let local = try store.log.append(inputs(#"{"entity":"job/1","kind":"delete"}"#)).ids[0]
-        #expect(local > far, "a later local id is above every id of this origin")
+        #expect(local > near, "a later local id is above the imported one of this origin")
+
+        let before = try store.log.statistics()
+        for far in [ULID(timestamp: now + 3 * 86_400_000, random: (0, 5)), ULID.max] {
+            for dryRun in [true, false] {
+                do {
+                    _ = try store.log.importEvents([own(near, "job/near"), own(far, "job/far")], dryRun: dryRun)
+                    Issue.record("imported \(far)")
+                } catch {
+                    #expect(error.reason == .invalidEvent && error.index == 1)
+                    #expect(error.message.hasPrefix("event 1 (\(far)): foreign_own_origin: "), "\(error.message)")
+                    #expect(error.message.contains("max_clock_skew_s"))
+                }
+            }
+        }
+        let after = try store.log.statistics()
+        #expect(after.events == before.events && after.digest == before.digest)
+        let next = try store.log.append(inputs(#"{"entity":"job/2","kind":"delete"}"#)).ids[0]
+        #expect(next > local && next.timestamp < now + 3_600_000)
         try store.check()
     }
 }

@@ -18,6 +18,11 @@ public struct EventStoreError: Error, Equatable, Sendable, CustomStringConvertib
         public static let forbidden = Reason(rawValue: "forbidden")
         /// The store's own data is unreadable (corruption, a format this version does not know).
         public static let corrupt = Reason(rawValue: "corrupt")
+        /// No greater event id can be made: the clock reads the greatest ULID.
+        public static let idsExhausted = Reason(rawValue: "ids_exhausted")
+        /// A replicated event of this node's own origin with an id further ahead of its
+        /// clock than `max_clock_skew_s`: refused (a dead letter), as this node did not make it.
+        public static let foreignOwnOrigin = Reason(rawValue: "foreign_own_origin")
     }
 
     public var reason: Reason

@@ -91,6 +91,10 @@ extension EventLog {
                     // Built inside: a retry after the map grew starts again from the writer's clock.
                     var batch = try WriteBatch(log: self, txn: txn, clock: writer.clock, now: now)
                     let result = try body(&batch, &txn, &writer)
+                    // The reading, kept for the next open (`resumeClock`).
+                    if batch.clock.last != writer.clock.last {
+                        try txn.put(tables.meta, Meta.clock, batch.clock.last.bytes)
+                    }
                     return (result, batch.clock, try txn.stat(tables.events).entries)
                 }
                 writer.clock = clock
@@ -249,7 +253,7 @@ struct WriteBatch {
         case .delete:
             body = .delete
         }
-        let id = clock.next(now: now)
+        let id = try freshID(txn: txn)
         let event = Event(
             id: id, origin: log.nodeID, entity: entity, body: body, key: input.key, by: input.by, at: input.at)
         try write(event, payload: try storedPayload(of: event), txn: &txn, writer: &writer)
@@ -260,6 +264,20 @@ struct WriteBatch {
         let log = self.log
         try WriteBatch.fold(event, into: &touched[slot], log: log, txn: txn)
         return .appended(id)
+    }
+
+    /// The clock's next id that no stored event holds. The clock stays above every id it
+    /// observed within the allowed skew, but an event of another origin further ahead, or
+    /// stored while the wall clock read later than it does now, can sit where the clock goes
+    /// next: the clock then steps past it. Only ids not above the greatest key are looked up.
+    mutating func freshID(txn: borrowing WriteTransaction) throws -> ULID {
+        while true {
+            let id = try clock.next(now: now)
+            guard let lastEventKey, !(lastEventKey < id), try txn.get(log.tables.events, id.bytes) != nil else {
+                return id
+            }
+            clock.skip(past: id)
+        }
     }
 
     // MARK: Shared by append and ingest

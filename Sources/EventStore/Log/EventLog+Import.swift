@@ -18,14 +18,17 @@ extension EventLog {
     /// held already with different content, and one that would leave its origin's events
     /// out of id order here (not held, and not above the greatest id of its origin held or
     /// given before it), which would break the prefix of each origin's events that version
-    /// vectors rely on.
+    /// vectors rely on, and one of this node's own origin further ahead of its clock than
+    /// `max_clock_skew_s` (`foreign_own_origin` in the message: where ingest makes it a dead
+    /// letter, an import has none, and the person fixes the file).
     ///
     /// With `dryRun`, checks the same in a read transaction and writes nothing.
     public func importEvents(_ rawEvents: [[UInt8]], dryRun: Bool = false) throws(EventStoreError) -> ImportResult {
         guard !rawEvents.isEmpty else { return ImportResult() }
         if dryRun {
+            let now = options.wallClock()
             return try reading { txn in
-                var check = ImportCheck(log: self)
+                var check = ImportCheck(log: self, now: now)
                 var result = ImportResult()
                 for (index, raw) in rawEvents.enumerated() {
                     switch try check.check(raw, index: index, txn: txn) {
@@ -37,18 +40,14 @@ extension EventLog {
             }
         }
         return try write { batch, txn, writer in
-            var check = ImportCheck(log: self)
+            var check = ImportCheck(log: self, now: batch.now)
             var result = ImportResult()
             for (index, raw) in rawEvents.enumerated() {
                 switch try check.check(raw, index: index, txn: txn) {
                 case .held:
                     result.skipped += 1
                 case .new(let event, let payload):
-                    if event.origin == nodeID, batch.clock.last < event.id {
-                        // This node's own ids always move its clock, however far ahead: a
-                        // later local id must be greater than every one of its origin held.
-                        batch.clock = HybridClock(maxSkewMilliseconds: batch.clock.maxSkewMilliseconds, last: event.id)
-                    } else if let lead = batch.clock.observe(event.id, now: batch.now) {
+                    if let lead = batch.clock.observe(event.id, now: batch.now) {
                         batch.skews[event.origin] = max(batch.skews[event.origin] ?? 0, lead)
                     }
                     try batch.writeAndFold(event, payload: payload, txn: &txn, writer: &writer)
@@ -77,8 +76,12 @@ struct ImportCheck {
         case new(Event, payload: [UInt8])
     }
 
-    init(log: EventLog) {
+    /// The wall clock the request is checked against.
+    let now: UInt64
+
+    init(log: EventLog, now: UInt64) {
         self.log = log
+        self.now = now
     }
 
     mutating func check(_ raw: [UInt8], index: Int, txn: borrowing some TransactionReading & ~Copyable)
@@ -112,6 +115,15 @@ struct ImportCheck {
                 }
                 given[event.id] = payload
                 return .held
+            }
+            let skew = log.options.maxClockSkewMilliseconds
+            if event.origin == log.nodeID, HybridClock.isBeyondSkew(event.id, now: now, skew: skew) {
+                let why = EventLog.foreignOwnOrigin(
+                    lead: HybridClock.lead(of: event.id, now: now), skew: skew,
+                    then:
+                        "Leave it out of the input; an export of this node never holds it unless its clock was that far ahead"
+                )
+                throw refusal("\(why.reason): \(why.message)")
             }
             let newest = try self.newest[event.origin] ?? log.newestID(of: event.origin, txn: txn)
             if let newest, event.id < newest {

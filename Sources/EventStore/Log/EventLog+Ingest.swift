@@ -57,6 +57,25 @@ extension EventLog {
                     }
                     continue
                 }
+                if event.origin == nodeID, batch.clock.isBeyondSkew(event.id, now: batch.now) {
+                    // This node makes its ids from its clock, so one of its origin this far
+                    // ahead was not made here. Stored, it would also set this node's own
+                    // version-vector entry past every id it will make, and peers would
+                    // never ask for its new events.
+                    let lead = HybridClock.lead(of: event.id, now: batch.now)
+                    batch.skews[event.origin] = max(batch.skews[event.origin] ?? 0, lead)
+                    let error = EventLog.foreignOwnOrigin(
+                        lead: lead, skew: batch.clock.maxSkewMilliseconds,
+                        then:
+                            "Look for the node that made it: a copy of this data directory running elsewhere, or a forged event"
+                    )
+                    if let letter = try batch.deadLetter(raw, id: record.id, reason: error, peer: peer, txn: &txn) {
+                        result.deadLettered.append(letter)
+                    } else {
+                        result.skipped += 1
+                    }
+                    continue
+                }
                 seen.insert(event.id)
                 if let lead = batch.clock.observe(event.id, now: batch.now) {
                     batch.skews[event.origin] = max(batch.skews[event.origin] ?? 0, lead)
@@ -67,6 +86,26 @@ extension EventLog {
             _ = try batch.finish(txn: &txn)
             return result
         }
+    }
+}
+
+extension EventLog {
+    /// The refusal of an event of this node's origin whose id is `lead` ms ahead of its
+    /// clock, beyond the allowed `skew` (`max_clock_skew_s`); `then` says what to do.
+    static func foreignOwnOrigin(lead: UInt64, skew: UInt64, then advice: String) -> EventStoreError {
+        EventStoreError(
+            .foreignOwnOrigin,
+            "it has this node's origin and an id \(describe(milliseconds: lead)) ahead of this node's clock, beyond max_clock_skew_s (\(describe(milliseconds: skew))), so this node did not make it; stored, it would set this node's own entry in version vectors past every id it will make, and peers would stop asking for its events. \(advice)"
+        )
+    }
+
+    /// A duration for a message: whole days, hours, minutes or seconds, or ms.
+    static func describe(milliseconds: UInt64) -> String {
+        let units: [(UInt64, String)] = [(86_400_000, "d"), (3_600_000, "h"), (60_000, "min"), (1000, "s")]
+        for (size, name) in units where milliseconds >= size {
+            return "\(milliseconds / size) \(name)"
+        }
+        return "\(milliseconds) ms"
     }
 }
 
@@ -82,7 +121,7 @@ extension WriteBatch {
         let eventID = knownID ?? id.flatMap { ULID($0) }
         if let eventID, try txn.get(log.tables.deadLetterIDs, eventID.bytes) != nil { return nil }
         // From the hybrid clock, so dead letters keep the order they arrived in.
-        let key = clock.next(now: now)
+        let key = try clock.next(now: now)
         let kept = Array(raw.prefix(DeadLetter.maxRawBytes))
         let letter = DeadLetter(
             key: key, id: id, origin: origin, peer: peer, reason: "\(reason.reason): \(reason.message)",

@@ -85,6 +85,9 @@ public final class EventLog: Sendable {
         static let dictionaryVersion = Array("dictionary_version".utf8)
         static let dictionaryTrainedAt = Array("dictionary_trained_at".utf8)
         static let machineID = Array("machine_id".utf8)
+        /// The clock's reading (the greatest id it issued or observed) as the last write
+        /// left it, so a restart resumes above it whatever the wall clock says.
+        static let clock = Array("clock".utf8)
     }
 
     /// The store format this version writes and reads. Format 1 hashed each entity's
@@ -168,7 +171,7 @@ public final class EventLog: Sendable {
                     nodeID = id
                 } else {
                     var clock = HybridClock(maxSkewMilliseconds: options.maxClockSkewMilliseconds)
-                    nodeID = clock.next(now: now)
+                    nodeID = try clock.next(now: now)
                     try txn.put(tables.meta, Meta.nodeID, nodeID.bytes)
                 }
                 // A store copied to another machine must not go on creating events under the
@@ -178,7 +181,7 @@ public final class EventLog: Sendable {
                     if let recorded, recorded != machine {
                         previousNodeID = nodeID
                         var clock = HybridClock(maxSkewMilliseconds: options.maxClockSkewMilliseconds, last: nodeID)
-                        nodeID = clock.next(now: now)
+                        nodeID = try clock.next(now: now)
                         try txn.put(tables.meta, Meta.nodeID, nodeID.bytes)
                     }
                     if recorded != machine { try txn.put(tables.meta, Meta.machineID, machine) }
@@ -187,19 +190,8 @@ public final class EventLog: Sendable {
                     try txn.get(tables.meta, Meta.dictionaryVersion).map(uint32(bigEndian:))
                     ?? 0
                 let dictionary = version == 0 ? nil : try txn.get(tables.dictionaries, bigEndian(version))
-                var clock = HybridClock(maxSkewMilliseconds: options.maxClockSkewMilliseconds)
-                // Our own ids always count, however far ahead a past wall clock put them.
-                if let lastLocal = try txn.withCursor(
-                    tables.originIndex,
-                    { cursor in
-                        try cursor.seekExact(nodeID.bytes) == nil ? nil : try cursor.lastDup()
-                    }), let id = ULID(bytes: lastLocal.value)
-                {
-                    if clock.last < id {
-                        clock = HybridClock(maxSkewMilliseconds: options.maxClockSkewMilliseconds, last: id)
-                    }
-                }
-                try EventLog.observeStoredIDs(&clock, txn: txn, events: tables.events, now: now)
+                let clock = try EventLog.resumeClock(
+                    nodeID: nodeID, txn: &txn, tables: tables, options: options, now: now)
                 let trainedAt = try txn.get(tables.meta, Meta.dictionaryTrainedAt).map(uint64(bigEndian:)) ?? 0
                 return (
                     nodeID, previousNodeID, version, dictionary, clock,
@@ -223,6 +215,38 @@ public final class EventLog: Sendable {
                 compressor: Compressor(
                     level: options.compressionLevel, levelWithoutDictionary: StoreOptions.levelWithoutDictionary),
                 dictionaryVersion: dictionaryVersion, dictionary: dictionary, nextTrainingAt: nextTrainingAt))
+    }
+
+    /// The clock at open: its reading as the last write recorded it, moved past the greatest
+    /// stored id within the allowed skew of now.
+    ///
+    /// A store last written by a version that kept no reading (0.4 and before) resumes from
+    /// its own newest event instead, when that is within the skew. One further ahead is
+    /// taken like any other far-ahead id: it is not followed, and the lead is reported under
+    /// this node's origin. Those versions let a peer store an event of this node's origin at
+    /// any id, up to the greatest ULID, and following it would leave no id to make. The
+    /// reading is recorded here, so the next open resumes from it.
+    static func resumeClock(
+        nodeID: ULID, txn: inout WriteTransaction, tables: Tables, options: StoreOptions, now: UInt64
+    ) throws -> HybridClock {
+        var clock = HybridClock(maxSkewMilliseconds: options.maxClockSkewMilliseconds)
+        let reading = try txn.get(tables.meta, Meta.clock).flatMap { ULID(bytes: $0) }
+        if let reading {
+            clock.skip(past: reading)
+        } else if let lastLocal = try txn.withCursor(
+            tables.originIndex,
+            { cursor in
+                try cursor.seekExact(nodeID.bytes) == nil ? nil : try cursor.lastDup()
+            }), let id = ULID(bytes: lastLocal.value)
+        {
+            if let lead = clock.observe(id, now: now) {
+                let previous = try txn.get(tables.skew, nodeID.bytes).map(uint64(bigEndian:)) ?? 0
+                if lead > previous { try txn.put(tables.skew, nodeID.bytes, bigEndian(lead)) }
+            }
+        }
+        try EventLog.observeStoredIDs(&clock, txn: txn, events: tables.events, now: now)
+        if reading != clock.last { try txn.put(tables.meta, Meta.clock, clock.last.bytes) }
+        return clock
     }
 
     /// Moves the clock past the greatest stored id that is within the allowed skew of now
