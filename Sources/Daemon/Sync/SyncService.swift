@@ -32,6 +32,7 @@ final class SyncService: Sendable {
         var timeout: Double
         var configPeers: [Configuration.Peer]
         var sshCommand: [String]
+        var limits: SyncLimits
 
         init(_ configuration: Configuration) {
             interval = Double(configuration.syncIntervalSeconds)
@@ -40,6 +41,12 @@ final class SyncService: Sendable {
             timeout = Double(configuration.syncTimeoutSeconds)
             configPeers = configuration.peers
             sshCommand = (try? ShellWords.split(configuration.sshCommand)) ?? ["ssh"]
+            limits = SyncLimits(
+                sessionSeconds: Double(configuration.syncSessionMaxSeconds),
+                reconcileRounds: configuration.syncReconcileMaxRounds,
+                reconcileBytes: configuration.syncReconcileMaxBytes,
+                reconcileIDs: configuration.syncReconcileMaxIDs,
+                deadLetters: configuration.syncSessionMaxDeadLetters)
         }
     }
 
@@ -282,7 +289,7 @@ final class SyncService: Sendable {
             defer { current.withLock { $0 = nil } }
             let session = SyncSession(
                 node: node, channel: FrameChannel(connection: link.connection, timeoutSeconds: settings.timeout),
-                peerLabel: name ?? url)
+                peerLabel: name ?? url, limits: settings.limits)
             do {
                 report = try session.initiate()
             } catch {
@@ -327,7 +334,11 @@ final class SyncService: Sendable {
         connection.shutdownWriting()
         var discard: [UInt8] = []
         var total = 0
-        while total < 64 << 20, let count = try? connection.read(into: &discard, count: 64 * 1024), count > 0 {
+        // Bounded in bytes and in time, so a peer trickling bytes cannot hold the thread.
+        let until = ContinuousClock.now + .seconds(timeout)
+        while total < 64 << 20, ContinuousClock.now < until,
+            let count = try? connection.read(into: &discard, count: 64 * 1024), count > 0
+        {
             total += count
             discard.removeAll(keepingCapacity: true)
         }
@@ -336,10 +347,11 @@ final class SyncService: Sendable {
     /// Answers a session another node started on this daemon's socket, once its preamble
     /// (protocol `version`) was read; `buffered` holds what came after the preamble.
     func serve(_ connection: UnixConnection, buffered: [UInt8], version: Int) {
-        let timeout = settings.withLock { $0.timeout }
+        let settings = settings.withLock { $0 }
         let session = SyncSession(
-            node: node, channel: FrameChannel(connection: connection, timeoutSeconds: timeout, buffered: buffered),
-            peerLabel: "")
+            node: node,
+            channel: FrameChannel(connection: connection, timeoutSeconds: settings.timeout, buffered: buffered),
+            peerLabel: "", limits: settings.limits)
         do {
             let report = try session.respond(initiatorVersion: version)
             if report.received > 0 { try? node.log.refreshFingerprints() }
