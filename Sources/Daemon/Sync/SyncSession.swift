@@ -370,7 +370,7 @@ final class SyncSession {
                     // Whatever came before is committed; the peer learns why it gets no ack.
                     throw SyncError(
                         .tooManyInvalid,
-                        "the peer sent \(report.deadLettered) invalid events in this session, the most one may add to the dead letters (sync_session_max_dead_letters)\(result.refused > 0 ? "; the last \(result.refused) events of its batch were refused" : ""): see `evctl dead-letters`"
+                        "the peer's invalid events made \(report.deadLettered) dead letters in this session, the most one may add (sync_session_max_dead_letters)\(result.refused > 0 ? "; the last \(result.refused) events of its batch were refused" : ""): see `evctl dead-letters`, and raise the limit if the peer is honest"
                     )
                 }
                 try send(
