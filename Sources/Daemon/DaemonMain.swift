@@ -289,8 +289,9 @@ final class Daemon: Sendable {
         let writer = AppendWriter(log: log, hub: hub, logger: logger)
         writer.start()
         let sync = SyncService(
-            node: SyncNode(log: log, name: configuration.nodeName) { (events, peer) throws(EventStoreError) in
-                try writer.ingest(events, from: peer)
+            node: SyncNode(log: log, name: configuration.nodeName) {
+                (events, peer, maxDeadLetters) throws(EventStoreError) in
+                try writer.ingest(events, from: peer, maxDeadLetters: maxDeadLetters)
             },
             settings: SyncService.Settings(configuration), logger: logger)
         let methods = Methods(
@@ -372,6 +373,11 @@ final class Daemon: Sendable {
                 old.backoffCapSeconds = fresh.backoffCapSeconds
                 old.syncTimeoutSeconds = fresh.syncTimeoutSeconds
                 old.maxIncomingSessions = fresh.maxIncomingSessions
+                old.syncSessionMaxSeconds = fresh.syncSessionMaxSeconds
+                old.syncReconcileMaxRounds = fresh.syncReconcileMaxRounds
+                old.syncReconcileMaxBytes = fresh.syncReconcileMaxBytes
+                old.syncReconcileMaxIDs = fresh.syncReconcileMaxIDs
+                old.syncSessionMaxDeadLetters = fresh.syncSessionMaxDeadLetters
                 old.sshCommand = fresh.sshCommand
                 old.maxLineBytes = fresh.maxLineBytes
                 old.watchQueueEvents = fresh.watchQueueEvents

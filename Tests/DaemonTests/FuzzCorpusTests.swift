@@ -129,8 +129,55 @@ import Testing
         appendBigEndian(1, to: &longPayload)
         longPayload += try Compressor(level: 1).compress(long, dictionary: nil)
         seeds.append(("bad-batch-record-too-long", stream(hello, Frame(kind: .batch, payload: longPayload).encoded())))
+        seeds += hostilePeerSeeds(node: node)
         for (name, bytes) in seeds {
             try Data(bytes).write(to: directory.appendingPathComponent(name))
         }
+    }
+
+    /// What the hostile peers of `SessionLimitTests` send, small enough for the fuzzer:
+    /// reconcile frames full of needs for ids never seen, a hello whose name is not a node
+    /// name, a batch of nothing but invalid events.
+    func hostilePeerSeeds(node: ULID) -> [(String, [UInt8])] {
+        func stream(_ frames: [Frame]) -> [UInt8] {
+            [0] + Frame.preamble() + frames.flatMap { $0.encoded() }
+        }
+        func hello(name: String) -> Frame {
+            let last = ULID(high: FuzzEntry.sampleID.high, low: 9)
+            return Frame(
+                kind: .hello,
+                payload: Messages.encode(
+                    Messages.Hello(
+                        protocolVersion: Frame.protocolVersion, node: node.description, name: name,
+                        vector: [node.description: last.description],
+                        ranges: [
+                            Messages.WireRange(
+                                origin: node.description, after: nil, through: last.description, count: 3,
+                                hash: String(repeating: "ab", count: 16), ids: nil)
+                        ])))
+        }
+        var next: UInt64 = 100
+        let needs = (0..<3).map { _ in
+            let ids = (0..<40).map { _ in
+                next += 1
+                return ULID(high: FuzzEntry.sampleID.high, low: next).description
+            }
+            let range = Messages.WireRange(
+                origin: node.description, after: nil, through: ULID(high: FuzzEntry.sampleID.high, low: 9).description,
+                count: 3, hash: String(repeating: "cd", count: 16), ids: nil)
+            return Frame(kind: .reconcile, payload: Messages.encode(Messages.Reconcile(ranges: [range], needs: ids)))
+        }
+        let invalid = (1...60).map { index in
+            ReplicatedEvent(
+                id: ULID(high: FuzzEntry.sampleID.high, low: UInt64(index)),
+                json: Array(#"{"entity":"job/\#(index)","kind":"teleport","origin":"\#(node)"}"#.utf8))
+        }
+        let batch = Frame(
+            kind: .batch, payload: (try? BatchCodec.encode(invalid, compressor: Compressor(level: 1))) ?? [])
+        return [
+            ("session-endless-needs", stream([hello(name: "needy")] + needs)),
+            ("bad-hello-name", stream([hello(name: String(repeating: "x", count: 200))])),
+            ("session-too-many-invalid", stream([hello(name: "invalid-1"), batch])),
+        ]
     }
 }

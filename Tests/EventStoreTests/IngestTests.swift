@@ -92,6 +92,40 @@ struct IngestTests {
         try b.check()
     }
 
+    @Test func deadLettersNameThePeersNodeAndStopAtTheCap() throws {
+        let a = try TempStore()
+        let b = try TempStore()
+        _ = try a.log.append(workload(seed: 5, count: 10))
+        var events = try allStoredEvents(a.log)
+        let bad = (0..<30).map { Array(#"{"entity":"job/\#($0)","kind":"teleport"}"#.utf8) }
+        events.insert(contentsOf: bad, at: 4)
+        let node = ULID(timestamp: 1_700_000_000_000, random: (3, 3))
+        let result = try b.log.ingest(
+            events.map { ReplicatedEvent(id: nil, json: $0) }, from: IngestPeer(name: "gw", node: node),
+            maxDeadLetters: 12)
+        // The 4 events before the invalid ones, then 12 dead letters; the rest is refused.
+        #expect(result.ingested.count == 4)
+        #expect(result.deadLettered.count == 12)
+        #expect(result.refused == events.count - 16)
+        let letters = try b.log.deadLetters()
+        #expect(letters.count == 12)
+        #expect(letters.allSatisfy { $0.peer == "gw" && $0.peerNode == node.description })
+        try b.check()
+    }
+
+    @Test func deadLetterRecordsWithoutAPeerNodeStillRead() throws {
+        // As releases before the peer's node id was kept wrote them.
+        let key = ULID(timestamp: 1_700_000_000_000, random: (1, 2))
+        let old =
+            #"{"id":null,"key":"\#(key)","origin":null,"peer":"hq","raw":"<html>","reason":"invalid_event: x","received_at":"2026-11-02T08:00:00.000Z"}"#
+        let letter = try DeadLetter(key: key, decoding: Array(old.utf8))
+        #expect(letter.peer == "hq" && letter.peerNode == nil && letter.reason == "invalid_event: x")
+        #expect(letter.canonicalJSON() == Array(old.utf8))
+        var new = letter
+        new.peerNode = "01M8KX60XQ9QZ6TBERPGCC148Z"
+        #expect(try DeadLetter(key: key, decoding: new.canonicalJSON()) == new)
+    }
+
     @Test func aPeerDaysAheadDoesNotDragTheClock() throws {
         let now: UInt64 = 1_764_400_000_000
         let wall = WallClock(now)

@@ -34,6 +34,12 @@ struct Configuration: Equatable, Sendable {
     var syncTimeoutSeconds = 30
     /// Sessions other nodes started that are answered at once; more are refused (`busy`).
     var maxIncomingSessions = 8
+    /// What one sync session may cost, whatever the peer does (see `SyncLimits`).
+    var syncSessionMaxSeconds = 600
+    var syncReconcileMaxRounds = 1000
+    var syncReconcileMaxBytes = 256 << 20
+    var syncReconcileMaxIDs = 1_000_000
+    var syncSessionMaxDeadLetters = 1000
     /// The ssh client for ssh:// peers, split as a shell splits words.
     var sshCommand = "ssh"
     var maxClockSkewSeconds = 3600
@@ -93,6 +99,16 @@ struct Configuration: Equatable, Sendable {
         Option(key: "backoff_cap_s", help: "longest retry delay, seconds (600)"),
         Option(key: "sync_timeout_s", help: "a peer silent this long ends the session, seconds (30)"),
         Option(key: "max_incoming_sessions", help: "sync sessions from other nodes answered at once (8)"),
+        Option(key: "sync_session_max_s", help: "the longest a sync session may last, seconds (600)"),
+        Option(key: "sync_reconcile_max_rounds", help: "reconcile frames a peer may send in one session (1000)"),
+        Option(
+            key: "sync_reconcile_max_bytes", help: "bytes of reconcile frames a peer may send in one session (256 MiB)"),
+        Option(
+            key: "sync_reconcile_max_ids",
+            help: "events reconciliation may find a peer lacks in one session; more wait for the next (1000000)"),
+        Option(
+            key: "sync_session_max_dead_letters",
+            help: "invalid events one session may add to the dead letters; then it ends (1000)"),
         Option(key: "ssh_command", help: "the ssh client for ssh:// peers, with its options (ssh)"),
         Option(key: "max_clock_skew_s", help: "how far ahead a stored id may be and still move the clock (3600)"),
         Option(key: "max_event_bytes", help: "largest event, canonical JSON bytes (65536)"),
@@ -322,12 +338,22 @@ struct Configuration: Equatable, Sendable {
             }
             socketMode = mode
         case "socket_group": socketGroup = text.isEmpty ? nil : text
-        case "node": nodeName = text.isEmpty ? nil : text
+        case "node":
+            // Sent in every hello: a peer refuses a session whose name breaks the rule.
+            guard text.isEmpty || NodeName.isValid(text) else {
+                throw Invalid(message: "\(source) is not a valid node name: \(NodeName.rule), not \"\(text)\"")
+            }
+            nodeName = text.isEmpty ? nil : text
         case "sync_interval_s": syncIntervalSeconds = try integer(1...86_400)
         case "backoff_base_s": backoffBaseSeconds = try integer(1...86_400)
         case "backoff_cap_s": backoffCapSeconds = try integer(1...86_400)
         case "sync_timeout_s": syncTimeoutSeconds = try integer(1...86_400)
         case "max_incoming_sessions": maxIncomingSessions = try integer(1...1024)
+        case "sync_session_max_s": syncSessionMaxSeconds = try integer(1...604_800)
+        case "sync_reconcile_max_rounds": syncReconcileMaxRounds = try integer(1...1_000_000)
+        case "sync_reconcile_max_bytes": syncReconcileMaxBytes = try integer((1 << 20)...(1 << 40))
+        case "sync_reconcile_max_ids": syncReconcileMaxIDs = try integer(1000...1_000_000_000)
+        case "sync_session_max_dead_letters": syncSessionMaxDeadLetters = try integer(1...100_000_000)
         case "ssh_command":
             guard (try? ShellWords.split(text))?.isEmpty == false else {
                 throw Invalid(

@@ -51,6 +51,7 @@ public enum DaemonFuzzEntry {
         switch frame.kind {
         case .hello:
             let hello = try Messages.decode(Messages.Hello.self, frame.payload, frame: "hello")
+            _ = try hello.validatedName()
             _ = try hello.decodedVector()
             for range in hello.ranges ?? [] { _ = try range.decoded() }
         case .reconcile:
@@ -315,8 +316,8 @@ public final class FuzzDispatcher: Sendable {
             let writer = AppendWriter(log: log, hub: hub, logger: logger)
             writer.start()
             let sync = SyncService(
-                node: SyncNode(log: log, name: "fuzz") { (events, peer) throws(EventStoreError) in
-                    try writer.ingest(events, from: peer)
+                node: SyncNode(log: log, name: "fuzz") { (events, peer, maxDeadLetters) throws(EventStoreError) in
+                    try writer.ingest(events, from: peer, maxDeadLetters: maxDeadLetters)
                 },
                 settings: SyncService.Settings(configuration), logger: logger)
             let methods = Methods(

@@ -235,6 +235,7 @@ struct Methods: Sendable {
             out.member("id", letter.id)
             out.member("origin", letter.origin)
             out.member("peer", letter.peer)
+            out.member("peer_node", letter.peerNode)
             out.member("reason", letter.reason)
             out.member("received_at", Int(clamping: letter.receivedAt))
             out.member("raw", String(decoding: letter.raw, as: UTF8.self))

@@ -65,11 +65,14 @@ final class AppendWriter: Sendable {
     }
 
     /// Commits events received from a peer in one transaction on the calling thread, and
-    /// publishes them to watchers as the writer does its own.
-    func ingest(_ events: [ReplicatedEvent], from peer: String) throws(EventStoreError) -> IngestResult {
+    /// publishes them to watchers as the writer does its own. `maxDeadLetters`: as
+    /// `EventLog.ingest(_:from:maxDeadLetters:)`.
+    func ingest(_ events: [ReplicatedEvent], from peer: IngestPeer, maxDeadLetters: Int = .max)
+        throws(EventStoreError) -> IngestResult
+    {
         hub.publishLock.lock()
         defer { hub.publishLock.unlock() }
-        let result = try log.ingest(events, from: peer)
+        let result = try log.ingest(events, from: peer, maxDeadLetters: maxDeadLetters)
         if hub.hasSubscribers, !result.ingested.isEmpty { hub.publish(result.ingested, log: log) }
         commits.add(1, ordering: .relaxed)
         eventsWritten.add(result.ingested.count, ordering: .relaxed)

@@ -75,7 +75,9 @@ func readBigEndian32(_ bytes: [UInt8], at offset: Int) -> UInt32 {
 }
 
 /// Frames over a connection, with the bytes counted each way. Every read is bounded by
-/// the connection's read timeout, so a silent peer ends the session.
+/// the connection's read timeout, so a silent peer ends the session; and, once
+/// `limitSession(toSeconds:)` is called, the whole session by a deadline, so a peer that
+/// keeps talking ends it too.
 final class FrameChannel {
     let connection: UnixConnection
     private var buffer: [UInt8]
@@ -84,6 +86,15 @@ final class FrameChannel {
     private(set) var bytesSent = 0
     /// The timeout the connection was given, for messages.
     let timeoutSeconds: Double
+    /// When the session must be over, and how long that was from its start (for messages).
+    private(set) var deadline: ContinuousClock.Instant?
+    private var sessionSeconds = 0.0
+    /// The read and write timeout set on the connection: `timeoutSeconds`, less once the
+    /// deadline is nearer than that.
+    private var appliedTimeout: Double
+    /// Writes go out in pieces of this size, so the deadline is checked between them even
+    /// when a peer takes a large frame slowly.
+    static let writeChunkBytes = 256 * 1024
 
     /// `buffered`: bytes already read from the connection (after the preamble line, when the
     /// daemon recognised the session from its first line).
@@ -92,7 +103,39 @@ final class FrameChannel {
         self.timeoutSeconds = timeoutSeconds
         self.buffer = buffered
         self.bytesReceived = buffered.count
+        self.appliedTimeout = timeoutSeconds
         try? connection.setTimeouts(read: timeoutSeconds, write: timeoutSeconds)
+    }
+
+    /// Ends the session with `session_limit` once `seconds` have passed from now: every
+    /// read and write after that fails, and none blocks past it.
+    func limitSession(toSeconds seconds: Double) {
+        sessionSeconds = seconds
+        deadline = .now + .milliseconds(Int64(clamping: Int((seconds * 1000).rounded())))
+    }
+
+    var isPastDeadline: Bool { deadline.map { ContinuousClock.now >= $0 } ?? false }
+
+    var deadlineError: SyncError {
+        SyncError(
+            .sessionLimit,
+            "the session went on for \(Int(sessionSeconds)) s, the most one may last (sync_session_max_s); what was committed stays, and the next session goes on from there"
+        )
+    }
+
+    /// Before each read or write: fails past the deadline, and shortens the connection's
+    /// timeouts once the deadline is nearer than `timeoutSeconds`.
+    private func checkDeadline() throws(SyncError) {
+        guard let deadline else { return }
+        let left = deadline - ContinuousClock.now
+        let seconds = Double(left.components.seconds) + Double(left.components.attoseconds) / 1e18
+        guard seconds > 0 else { throw deadlineError }
+        // A timeout of 0 would mean none at all.
+        let wanted = min(timeoutSeconds, max(seconds, 0.001))
+        if wanted != appliedTimeout {
+            try? connection.setTimeouts(read: wanted, write: wanted)
+            appliedTimeout = wanted
+        }
     }
 
     func writePreamble() throws(SyncError) {
@@ -139,15 +182,31 @@ final class FrameChannel {
         try write(frame.encoded())
     }
 
+    /// Writes the frame that ends a failed session (an error frame), past the deadline too,
+    /// waiting at most a couple of seconds for the peer to take it.
+    func writeLast(_ frame: Frame) throws(SyncError) {
+        deadline = nil
+        appliedTimeout = min(timeoutSeconds, 2)
+        try? connection.setTimeouts(read: appliedTimeout, write: appliedTimeout)
+        try write(frame.encoded())
+    }
+
     private func write(_ bytes: [UInt8]) throws(SyncError) {
-        do {
-            try connection.write(bytes)
-            bytesSent += bytes.count
-        } catch {
-            if error.isTimeout {
-                throw SyncError(.timeout, "the peer took no data for \(Int(timeoutSeconds)) s (sync_timeout_s)")
+        var offset = 0
+        while offset < bytes.count {
+            try checkDeadline()
+            let end = min(bytes.count, offset + FrameChannel.writeChunkBytes)
+            do {
+                try connection.write(end - offset == bytes.count ? bytes : Array(bytes[offset..<end]))
+            } catch {
+                if isPastDeadline { throw deadlineError }
+                if error.isTimeout {
+                    throw SyncError(.timeout, "the peer took no data for \(Int(timeoutSeconds)) s (sync_timeout_s)")
+                }
+                throw SyncError(.closed, "the peer closed the connection (\(error))")
             }
-            throw SyncError(.closed, "the peer closed the connection (\(error))")
+            bytesSent += end - offset
+            offset = end
         }
     }
 
@@ -197,11 +256,13 @@ final class FrameChannel {
             buffer.removeFirst(start)
             start = 0
         }
+        try checkDeadline()
         do {
             let n = try connection.read(into: &buffer, count: 256 * 1024)
             bytesReceived += n
             return n > 0
         } catch {
+            if isPastDeadline { throw deadlineError }
             if error.isTimeout {
                 throw SyncError(.timeout, "the peer sent nothing for \(Int(timeoutSeconds)) s (sync_timeout_s)")
             }

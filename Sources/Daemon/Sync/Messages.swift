@@ -103,7 +103,7 @@ extension Messages.WireRange {
     func decoded() throws(SyncError) -> IDRange {
         func id(_ text: String, _ what: String) throws(SyncError) -> ULID {
             guard let id = ULID(text) else {
-                throw SyncError(.protocolError, "a range's \(what) is not an id: \(text)")
+                throw SyncError(.protocolError, "a range's \(what) is not an id: \(SyncError.quote(text))")
             }
             return id
         }
@@ -125,6 +125,20 @@ extension Messages.WireRange {
 }
 
 extension Messages.Hello {
+    /// The sender's name, when it gives one that is a valid node name (`NodeName`). Any
+    /// other ends the session: a name goes into every log line and dead letter
+    /// of the session, so a long one would cost far more than it weighs.
+    func validatedName() throws(SyncError) -> String? {
+        guard let name else { return nil }
+        guard NodeName.isValid(name) else {
+            throw SyncError(
+                .protocolError,
+                "the peer's hello names it \(SyncError.quote(name, limit: 64)) (\(name.utf8.count) bytes), which is not a node name: \(NodeName.rule)"
+            )
+        }
+        return name
+    }
+
     func decodedVector() throws(SyncError) -> [ULID: ULID] {
         var out: [ULID: ULID] = [:]
         for (origin, last) in vector {

@@ -19,6 +19,8 @@ struct IDRange: Equatable, Sendable {
 protocol IDSource {
     func fingerprint(origin: ULID, after: ULID?, through: ULID?) throws(EventStoreError) -> Fingerprint
     func ids(origin: ULID, after: ULID?, through: ULID?) throws(EventStoreError) -> [ULID]
+    /// The ids among `ids` this node holds.
+    func held(_ ids: [ULID]) throws(EventStoreError) -> [ULID]
 }
 
 extension EventLog: IDSource {}
@@ -38,8 +40,15 @@ struct Reconciler {
     static let idListLimit = 64
 
     let source: any IDSource
-    /// Ids this node holds that the peer lacks (found so far), beyond its version vector.
+    /// Ids this node holds that the peer lacks (found so far), beyond its version vector:
+    /// at most `maxIDs` of them.
     private(set) var theyLack: Set<ULID> = []
+    /// The most ids `theyLack` keeps. More are left for a later session, which finds them
+    /// again once the peer holds the ones kept: a peer cannot make a session hold
+    /// unbounded memory, and two honest nodes far apart still converge, session by session.
+    let maxIDs: Int
+    /// Whether ids beyond `maxIDs` were found and left out.
+    private(set) var overflowed = false
 
     /// Roughly how many bytes of new ranges (splits and id lists) one reply may hold.
     /// Mismatched ranges beyond it go back unsplit, with this side's fingerprint, for the
@@ -47,9 +56,20 @@ struct Reconciler {
     /// have drifted apart, and every round still settles `replyBudget` worth of ranges.
     let replyBudget: Int
 
-    init(source: any IDSource, replyBudget: Int = 2 << 20) {
+    init(source: any IDSource, replyBudget: Int = 2 << 20, maxIDs: Int = .max) {
         self.source = source
         self.replyBudget = replyBudget
+        self.maxIDs = maxIDs
+    }
+
+    private mutating func keep(_ ids: some Sequence<ULID>) {
+        for id in ids {
+            guard theyLack.count < maxIDs else {
+                if !theyLack.contains(id) { overflowed = true }
+                continue
+            }
+            theyLack.insert(id)
+        }
     }
 
     /// Wire size of a range, near enough: the JSON of its bounds and fingerprint or ids.
@@ -77,18 +97,24 @@ struct Reconciler {
 
     /// Answers the peer's ranges: nothing for those that match, smaller ranges or id lists
     /// for those that do not; `needs` lists ids the peer listed that this node lacks.
-    mutating func respond(to incoming: [IDRange]) throws(EventStoreError) -> (ranges: [IDRange], needs: [ULID]) {
+    ///
+    /// Past `deadline` it stops where it is and returns what it has: the caller ends the
+    /// session, so a frame of many ranges over a large store cannot keep it busy for long.
+    mutating func respond(to incoming: [IDRange], until deadline: ContinuousClock.Instant? = nil)
+        throws(EventStoreError) -> (ranges: [IDRange], needs: [ULID])
+    {
         var reply: [IDRange] = []
         var needs: [ULID] = []
         var spent = 0
         for range in incoming {
+            if let deadline, ContinuousClock.now >= deadline { break }
             switch range.content {
             case .fingerprint(let theirs):
                 let mine = try source.fingerprint(origin: range.origin, after: range.after, through: range.through)
                 if mine == theirs { continue }
                 if theirs.count == 0 {
                     // They hold nothing here: all of ours is theirs to take.
-                    theyLack.formUnion(try source.ids(origin: range.origin, after: range.after, through: range.through))
+                    keep(try source.ids(origin: range.origin, after: range.after, through: range.through))
                     continue
                 }
                 if spent >= replyBudget {
@@ -110,7 +136,7 @@ struct Reconciler {
                 let mine = try source.ids(origin: range.origin, after: range.after, through: range.through)
                 let theirSet = Set(theirs)
                 let mineSet = Set(mine)
-                theyLack.formUnion(mine.filter { !theirSet.contains($0) })
+                keep(mine.filter { !theirSet.contains($0) })
                 let missing = theirs.filter { !mineSet.contains($0) }
                 needs.append(contentsOf: missing)
             }
@@ -118,9 +144,11 @@ struct Reconciler {
         return (reply, needs)
     }
 
-    /// The peer's list of ids it lacks and this node holds.
-    mutating func take(needs: [ULID]) {
-        theyLack.formUnion(needs)
+    /// The peer's list of ids it lacks and this node holds. Ids this node does not hold
+    /// are ignored: an honest peer only names ids this node listed, and keeping the others
+    /// would let a peer grow the set without bound.
+    mutating func take(needs: [ULID]) throws(EventStoreError) {
+        keep(try source.held(needs))
     }
 
     /// `fanOut` consecutive parts of `range`, each with the fingerprint of its share of `ids`.

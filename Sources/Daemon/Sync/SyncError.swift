@@ -35,6 +35,12 @@ struct SyncError: Error, Sendable, Equatable, CustomStringConvertible {
         /// The peer answers as many sessions as its `max_incoming_sessions` allows already;
         /// the next attempt may get through.
         case busy
+        /// The session went past one of its limits: its overall time (`sync_session_max_s`),
+        /// or the rounds, bytes or ids of its reconciliation. What was committed stays.
+        case sessionLimit = "session_limit"
+        /// The peer sent more invalid events in one session than this node keeps as dead
+        /// letters (`sync_session_max_dead_letters`); the rest of that batch was refused.
+        case tooManyInvalid = "too_many_invalid"
     }
 
     var reason: Reason
@@ -59,4 +65,16 @@ struct SyncError: Error, Sendable, Equatable, CustomStringConvertible {
     }
 
     var description: String { "\(reason.rawValue): \(message)" }
+
+    /// Text a peer sent, quoted for a message: at most `limit` characters, control
+    /// characters shown as `·`, so a peer cannot put megabytes or line breaks into the log.
+    static func quote(_ text: String, limit: Int = 80) -> String { "\"\(shown(text, limit: limit))\"" }
+
+    /// As `quote`, without the quotation marks.
+    static func shown(_ text: String, limit: Int) -> String {
+        var shown = String(
+            text.unicodeScalars.prefix(limit).map { $0.properties.generalCategory == .control ? "·" : Character($0) })
+        if !text.unicodeScalars.dropFirst(limit).isEmpty { shown += "…" }
+        return shown
+    }
 }

@@ -21,6 +21,22 @@ enum PeerName {
     }
 }
 
+/// Node names: the human name of a node (`node`), which its hello carries to every peer.
+///
+/// Looser than a peer name, since a node of 0.4 could be named anything (`Van 7`), and a
+/// node named that way must still sync with this release; bounded, because the name goes
+/// into the peer's log lines and dead letters.
+enum NodeName {
+    static let rule = "1 to 64 bytes of UTF-8 without control characters"
+
+    static func isValid(_ name: String) -> Bool {
+        guard (1...64).contains(name.utf8.count) else { return false }
+        return name.unicodeScalars.allSatisfy { scalar in
+            !(scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value))
+        }
+    }
+}
+
 /// Replication in the daemon: the peers (from the config file and from `peers.add`, kept
 /// in the store), a background thread that syncs each one on its schedule, `sync` on
 /// demand, and the responder side of sessions other nodes start.
@@ -33,6 +49,7 @@ final class SyncService: Sendable {
         var maxIncomingSessions: Int
         var configPeers: [Configuration.Peer]
         var sshCommand: [String]
+        var limits: SyncLimits
 
         init(_ configuration: Configuration) {
             interval = Double(configuration.syncIntervalSeconds)
@@ -42,6 +59,12 @@ final class SyncService: Sendable {
             maxIncomingSessions = configuration.maxIncomingSessions
             configPeers = configuration.peers
             sshCommand = (try? ShellWords.split(configuration.sshCommand)) ?? ["ssh"]
+            limits = SyncLimits(
+                sessionSeconds: Double(configuration.syncSessionMaxSeconds),
+                reconcileRounds: configuration.syncReconcileMaxRounds,
+                reconcileBytes: configuration.syncReconcileMaxBytes,
+                reconcileIDs: configuration.syncReconcileMaxIDs,
+                deadLetters: configuration.syncSessionMaxDeadLetters)
         }
     }
 
@@ -290,7 +313,7 @@ final class SyncService: Sendable {
             defer { current.withLock { $0 = nil } }
             let session = SyncSession(
                 node: node, channel: FrameChannel(connection: link.connection, timeoutSeconds: settings.timeout),
-                peerLabel: name ?? url)
+                peerLabel: name ?? url, limits: settings.limits)
             do {
                 report = try session.initiate()
             } catch {
@@ -353,7 +376,8 @@ final class SyncService: Sendable {
     /// error frame of reason `busy` (the initiator retries on its schedule); those in
     /// progress go on.
     func serve(_ connection: UnixConnection, buffered: [UInt8], version: Int) {
-        let (timeout, limit) = settings.withLock { ($0.timeout, $0.maxIncomingSessions) }
+        let settings = settings.withLock { $0 }
+        let limit = settings.maxIncomingSessions
         guard incoming.add(1, ordering: .relaxed).newValue <= limit else {
             incoming.subtract(1, ordering: .relaxed)
             logBusy(limit: limit)
@@ -366,8 +390,9 @@ final class SyncService: Sendable {
         }
         defer { incoming.subtract(1, ordering: .relaxed) }
         let session = SyncSession(
-            node: node, channel: FrameChannel(connection: connection, timeoutSeconds: timeout, buffered: buffered),
-            peerLabel: "")
+            node: node,
+            channel: FrameChannel(connection: connection, timeoutSeconds: settings.timeout, buffered: buffered),
+            peerLabel: "", limits: settings.limits)
         do {
             let report = try session.respond(initiatorVersion: version)
             if report.received > 0 { try? node.log.refreshFingerprints() }

@@ -7,12 +7,13 @@ struct SyncNode: Sendable {
     let log: EventLog
     let name: String?
     /// Commits received events in one transaction (in the daemon through the writer, so
-    /// watchers see them); the string names the peer for dead letters.
-    let ingest: @Sendable ([ReplicatedEvent], String) throws(EventStoreError) -> IngestResult
+    /// watchers see them); the peer is named in dead letters, and once the batch has made
+    /// as many dead letters as the number says, the rest of it is refused.
+    let ingest: @Sendable ([ReplicatedEvent], IngestPeer, Int) throws(EventStoreError) -> IngestResult
 
     init(
         log: EventLog, name: String?,
-        ingest: @escaping @Sendable ([ReplicatedEvent], String) throws(EventStoreError) -> IngestResult
+        ingest: @escaping @Sendable ([ReplicatedEvent], IngestPeer, Int) throws(EventStoreError) -> IngestResult
     ) {
         self.log = log
         self.name = name
@@ -21,10 +22,28 @@ struct SyncNode: Sendable {
 
     /// Ingests straight into the log (tools and tests).
     init(log: EventLog, name: String? = nil) {
-        self.init(log: log, name: name) { (events, peer) throws(EventStoreError) in
-            try log.ingest(events, from: peer)
+        self.init(log: log, name: name) { (events, peer, maxDeadLetters) throws(EventStoreError) in
+            try log.ingest(events, from: peer, maxDeadLetters: maxDeadLetters)
         }
     }
+}
+
+/// What one session may cost this node, whatever the peer does. Past a limit the session
+/// ends with `session_limit` (or `too_many_invalid`); what was committed before stays, and
+/// the next session goes on from there. The defaults are far above what two honest nodes
+/// need (a few differences among a million ids take six reconcile frames).
+struct SyncLimits: Equatable, Sendable {
+    /// The longest a session may last, seconds (`sync_session_max_s`).
+    var sessionSeconds = 600.0
+    /// Reconcile frames the peer may send (`sync_reconcile_max_rounds`).
+    var reconcileRounds = 1000
+    /// Bytes of reconcile frames the peer may send (`sync_reconcile_max_bytes`).
+    var reconcileBytes = 256 << 20
+    /// Ids the reconciliation keeps as lacking on the peer's side
+    /// (`sync_reconcile_max_ids`); the rest are sent by a later session.
+    var reconcileIDs = 1_000_000
+    /// Dead letters one session may add (`sync_session_max_dead_letters`).
+    var deadLetters = 1000
 }
 
 /// What one session moved.
@@ -66,11 +85,18 @@ final class SyncSession {
     private let decompressor = Decompressor(windowLogMax: SyncSession.windowLogMax)
     /// The largest zstd window a batch may ask for: 128 MiB, more than any payload.
     static let windowLogMax: Int32 = 27
+    let limits: SyncLimits
+    /// The peer's reconcile frames so far, and their bytes.
+    private var reconcileRounds = 0
+    private var reconcileBytes = 0
 
-    init(node: SyncNode, channel: FrameChannel, peerLabel: String) {
+    /// The session's clock starts now: it must be over `limits.sessionSeconds` later.
+    init(node: SyncNode, channel: FrameChannel, peerLabel: String, limits: SyncLimits = SyncLimits()) {
         self.node = node
         self.channel = channel
         self.peerLabel = peerLabel
+        self.limits = limits
+        channel.limitSession(toSeconds: limits.sessionSeconds)
     }
 
     /// Runs the session as the side that connected.
@@ -92,7 +118,7 @@ final class SyncSession {
                 throw error
             }
             let (hello, theirs) = try readHello(peerVersion: try channel.readPreamble(), sentAt: sentAt)
-            var reconciler = Reconciler(source: node.log)
+            var reconciler = Reconciler(source: node.log, maxIDs: limits.reconcileIDs)
             var incoming = try (hello.ranges ?? []).map { (range) throws(SyncError) in try range.decoded() }
             while !incoming.isEmpty {
                 let (reply, needs) = try reconcile(&reconciler, incoming)
@@ -100,13 +126,11 @@ final class SyncSession {
                     .reconcile,
                     Messages.Reconcile(ranges: reply.map(Messages.WireRange.init), needs: needs.map(\.description)))
                 if reply.isEmpty { break }
-                let message = try Messages.decode(
-                    Messages.Reconcile.self, try expect(.reconcile).payload, frame: "reconcile")
-                reconciler.take(needs: try ids(message.needs))
-                incoming = try message.ranges.map { (range) throws(SyncError) in try range.decoded() }
+                incoming = try readReconcile(&reconciler)
             }
             try push(lacking: theirs, extras: reconciler.theyLack, mine: mine)
             try receive()
+            try checkOverflow(reconciler)
             report.peerVector = theirs.merging(mine) { max($0, $1) }.merging(sentThrough) { max($0, $1) }
         }
         return finished()
@@ -119,7 +143,7 @@ final class SyncSession {
             try channel.writePreamble()
             let (_, theirs) = try readHello(peerVersion: version, sentAt: nil)
             let mine = try vector()
-            var reconciler = Reconciler(source: node.log)
+            var reconciler = Reconciler(source: node.log, maxIDs: limits.reconcileIDs)
             let opening = try storage { () throws(EventStoreError) in try reconciler.opening(mine: mine, theirs: theirs)
             }
             try send(
@@ -130,11 +154,8 @@ final class SyncSession {
                     clock: node.log.options.wallClock()))
             if !opening.isEmpty {
                 while true {
-                    let message = try Messages.decode(
-                        Messages.Reconcile.self, try expect(.reconcile).payload, frame: "reconcile")
-                    reconciler.take(needs: try ids(message.needs))
-                    if message.ranges.isEmpty { break }
-                    let incoming = try message.ranges.map { (range) throws(SyncError) in try range.decoded() }
+                    let incoming = try readReconcile(&reconciler)
+                    if incoming.isEmpty { break }
                     let (reply, needs) = try reconcile(&reconciler, incoming)
                     try send(
                         .reconcile,
@@ -144,6 +165,7 @@ final class SyncSession {
             }
             try receive()
             try push(lacking: theirs, extras: reconciler.theyLack, mine: mine)
+            try checkOverflow(reconciler)
             report.peerVector = theirs.merging(mine) { max($0, $1) }.merging(sentThrough) { max($0, $1) }
         }
         return finished()
@@ -175,7 +197,7 @@ final class SyncSession {
             switch error.reason {
             case .closed, .timeout, .peerFailed, .notEvstore: break
             default:
-                try? channel.write(
+                try? channel.writeLast(
                     Frame(
                         kind: .error,
                         payload: Messages.encode(
@@ -223,22 +245,63 @@ final class SyncSession {
         guard peer != node.log.nodeID else {
             throw SyncError(.sameNode, "the peer is this very node (\(peer)): check the peer's URL")
         }
+        let name = try hello.validatedName()
         report.peerNode = peer
-        report.peerName = hello.name
-        if peerLabel.isEmpty { peerLabel = hello.name.map { "\($0) (\(peer))" } ?? peer.description }
+        report.peerName = name
+        if peerLabel.isEmpty { peerLabel = name.map { "\($0) (\(peer))" } ?? peer.description }
         return try hello.decodedVector()
     }
 
     private func reconcile(_ reconciler: inout Reconciler, _ incoming: [IDRange]) throws(SyncError) -> (
         [IDRange], [ULID]
     ) {
-        try storage { () throws(EventStoreError) in try reconciler.respond(to: incoming) }
+        let deadline = channel.deadline
+        let answer = try storage { () throws(EventStoreError) in try reconciler.respond(to: incoming, until: deadline) }
+        // The reconciler stops at the deadline with half an answer: it is not sent.
+        if channel.isPastDeadline { throw channel.deadlineError }
+        return answer
+    }
+
+    /// The peer's next reconcile frame, counted against the session's limits before it is
+    /// decoded; takes its `needs` and returns its ranges.
+    private func readReconcile(_ reconciler: inout Reconciler) throws(SyncError) -> [IDRange] {
+        let payload = try expect(.reconcile).payload
+        reconcileRounds += 1
+        reconcileBytes += payload.count
+        if reconcileRounds > limits.reconcileRounds {
+            throw SyncError(
+                .sessionLimit,
+                "the peer kept reconciling past \(limits.reconcileRounds) rounds (sync_reconcile_max_rounds); nothing was exchanged. Two honest nodes need a handful: if these are far apart, raise the limit"
+            )
+        }
+        if reconcileBytes > limits.reconcileBytes {
+            throw SyncError(
+                .sessionLimit,
+                "the peer's reconcile frames went past \(limits.reconcileBytes) bytes (sync_reconcile_max_bytes); nothing was exchanged. If both nodes are honest and far apart, raise the limit"
+            )
+        }
+        let message = try Messages.decode(Messages.Reconcile.self, payload, frame: "reconcile")
+        let needs = try ids(message.needs)
+        try storage { () throws(EventStoreError) in try reconciler.take(needs: needs) }
+        return try message.ranges.map { (range) throws(SyncError) in try range.decoded() }
+    }
+
+    /// Once everything else is done: a reconciliation that found more than it could keep
+    /// ends the session with `session_limit`, after sending what it kept.
+    private func checkOverflow(_ reconciler: Reconciler) throws(SyncError) {
+        guard reconciler.overflowed else { return }
+        throw SyncError(
+            .sessionLimit,
+            "reconciliation found more than \(limits.reconcileIDs) events the peer lacks below its version vector (sync_reconcile_max_ids): \(reconciler.theyLack.count) were sent, and the next session sends more"
+        )
     }
 
     private func ids(_ texts: [String]) throws(SyncError) -> [ULID] {
         var out: [ULID] = []
         for text in texts {
-            guard let id = ULID(text) else { throw SyncError(.protocolError, "the peer listed \"\(text)\" as an id") }
+            guard let id = ULID(text) else {
+                throw SyncError(.protocolError, "the peer listed \(SyncError.quote(text)) as an id")
+            }
             out.append(id)
         }
         return out
@@ -299,11 +362,19 @@ final class SyncSession {
             case .batch:
                 let events = try BatchCodec.decode(
                     frame.payload, decompressor: decompressor, maxEventBytes: StoreOptions.absoluteMaxEventBytes)
-                let label = peerLabel
-                let result = try storage { () throws(EventStoreError) in try node.ingest(events, label) }
+                let peer = IngestPeer(name: peerLabel, node: report.peerNode)
+                let allowance = max(0, limits.deadLetters - report.deadLettered)
+                let result = try storage { () throws(EventStoreError) in try node.ingest(events, peer, allowance) }
                 report.received += result.ingested.count
                 report.skipped += result.skipped
                 report.deadLettered += result.deadLettered.count
+                if report.deadLettered >= limits.deadLetters {
+                    // Whatever came before is committed; the peer learns why it gets no ack.
+                    throw SyncError(
+                        .tooManyInvalid,
+                        "the peer's invalid events made \(report.deadLettered) dead letters in this session, the most one may add (sync_session_max_dead_letters)\(result.refused > 0 ? "; the last \(result.refused) events of its batch were refused" : ""): see `evctl dead-letters`, and raise the limit if the peer is honest"
+                    )
+                }
                 try send(
                     .ack,
                     Messages.Ack(
@@ -329,7 +400,9 @@ final class SyncSession {
     private func read() throws(SyncError) -> Frame {
         let frame = try channel.read()
         if frame.kind == .error {
-            let failure = try Messages.decode(Messages.Failure.self, frame.payload, frame: "error")
+            var failure = try Messages.decode(Messages.Failure.self, frame.payload, frame: "error")
+            failure.reason = SyncError.shown(failure.reason, limit: 64)
+            failure.message = SyncError.shown(failure.message, limit: 1000)
             if failure.reason == SyncError.forbiddenReason {
                 // The peer's daemon will not let the account we reach it as write: retrying
                 // cannot help until its configuration changes, as with a refused ssh key.

@@ -17,11 +17,24 @@ extension EventLog {
     public func ingest(_ replicated: [ReplicatedEvent], from peer: String? = nil) throws(EventStoreError)
         -> IngestResult
     {
+        try ingest(replicated, from: IngestPeer(name: peer))
+    }
+
+    /// As `ingest(_:from:)`, with the peer's node id for the dead letters. Once the batch has
+    /// put `maxDeadLetters` events in the dead letters, the rest of it is refused (counted
+    /// in `refused`, neither stored nor kept); what came before is committed.
+    public func ingest(_ replicated: [ReplicatedEvent], from peer: IngestPeer, maxDeadLetters: Int = .max)
+        throws(EventStoreError) -> IngestResult
+    {
         guard !replicated.isEmpty else { return IngestResult() }
         return try write { batch, txn, writer in
             var result = IngestResult()
             var seen = Set<ULID>()
-            for record in replicated {
+            for (index, record) in replicated.enumerated() {
+                if result.deadLettered.count >= maxDeadLetters {
+                    result.refused = replicated.count - index
+                    break
+                }
                 let raw = record.json
                 let event: Event
                 let payload: [UInt8]
@@ -114,7 +127,8 @@ extension WriteBatch {
     /// Nil when an event of that id is a dead letter already (a peer sends an invalid event
     /// again at each session while it is the last of its origin).
     mutating func deadLetter(
-        _ raw: [UInt8], id knownID: ULID? = nil, reason: EventStoreError, peer: String?, txn: inout WriteTransaction
+        _ raw: [UInt8], id knownID: ULID? = nil, reason: EventStoreError, peer: IngestPeer,
+        txn: inout WriteTransaction
     ) throws -> DeadLetter? {
         var (id, origin) = EventCodec.identity(of: raw)
         if let knownID { id = knownID.description }
@@ -124,9 +138,9 @@ extension WriteBatch {
         let key = try clock.next(now: now)
         let kept = Array(raw.prefix(DeadLetter.maxRawBytes))
         let letter = DeadLetter(
-            key: key, id: id, origin: origin, peer: peer, reason: "\(reason.reason): \(reason.message)",
+            key: key, id: id, origin: origin, peer: peer.name, reason: "\(reason.reason): \(reason.message)",
             receivedAt: now,
-            raw: kept)
+            raw: kept, peerNode: peer.node?.description)
         try txn.put(log.tables.deadLetters, key.bytes, letter.canonicalJSON(), flags: .noOverwrite)
         if let eventID { try txn.put(log.tables.deadLetterIDs, eventID.bytes, key.bytes) }
         return letter
@@ -137,7 +151,8 @@ extension DeadLetter {
     /// Raw bytes kept per dead letter; the rest is cut (the reason says what was wrong).
     public static let maxRawBytes = 64 * 1024
 
-    /// `{"id","origin","peer","raw","reason","received_at"}` as canonical JSON.
+    /// `{"id","key","origin","peer","peer_node","raw","reason","received_at"}` as canonical
+    /// JSON; `peer_node` is left out when not known, as in the records of older releases.
     public func canonicalJSON() -> [UInt8] {
         var out = Array("{".utf8)
         func optional(_ key: StaticString, _ value: String?) {
@@ -149,6 +164,11 @@ extension DeadLetter {
         optional("key", key.description)
         optional("origin", origin)
         optional("peer", peer)
+        if let peerNode {
+            CanonicalWriter.appendKey("peer_node", to: &out)
+            CanonicalWriter.appendString(peerNode, to: &out)
+            out.append(UInt8(ascii: ","))
+        }
         // Raw bytes as text; invalid UTF-8 shows as U+FFFD.
         optional("raw", String(decoding: raw, as: UTF8.self))
         optional("reason", reason)
@@ -167,6 +187,7 @@ extension DeadLetter {
             case "id": letter.id = value
             case "origin": letter.origin = value
             case "peer": letter.peer = value
+            case "peer_node": letter.peerNode = value
             case "raw": letter.raw = Array((value ?? "").utf8)
             case "reason": letter.reason = value ?? ""
             case "received_at": letter.receivedAt = EventLog.milliseconds(fromTimestamp: value ?? "") ?? 0

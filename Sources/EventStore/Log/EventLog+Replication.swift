@@ -153,6 +153,11 @@ extension EventLog {
         }
     }
 
+    /// The ids among `ids` this node holds, in the order given.
+    public func held(_ ids: [ULID]) throws(EventStoreError) -> [ULID] {
+        try reading { txn in try ids.filter { try txn.get(tables.events, $0.bytes) != nil } }
+    }
+
     /// The held events among `ids`, in their stored form (ids not held are left out).
     public func replicationEvents(ids: [ULID]) throws(EventStoreError) -> [ReplicatedEvent] {
         try reading { txn in

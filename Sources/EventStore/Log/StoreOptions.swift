@@ -67,6 +67,23 @@ public struct IngestResult: Equatable, Sendable {
     public var skipped: Int = 0
     /// Events that failed validation, with the reason, now in the dead-letter table.
     public var deadLettered: [DeadLetter] = []
+    /// Events at the end of the batch neither stored nor kept as dead letters, because the
+    /// batch had put `maxDeadLetters` events in the dead letters already.
+    public var refused: Int = 0
+}
+
+/// Who sent replicated events, as their dead letters name it.
+public struct IngestPeer: Equatable, Sendable {
+    /// How this node names the peer: its peer name or URL, or for a session the peer
+    /// started, the name the peer gave and its node id.
+    public var name: String?
+    /// The peer's node id, from its hello; nil when not known (`import`, tools).
+    public var node: ULID?
+
+    public init(name: String?, node: ULID? = nil) {
+        self.name = name
+        self.node = node
+    }
 }
 
 /// An event received from a peer that failed validation.
@@ -79,6 +96,8 @@ public struct DeadLetter: Equatable, Sendable {
     public var reason: String
     public var receivedAt: UInt64
     public var raw: [UInt8]
+    /// The node id of the peer that sent it. Dead letters kept before it was recorded have none.
+    public var peerNode: String? = nil
 }
 
 /// Counts and fingerprints of a store: what `status` shows.

@@ -64,9 +64,12 @@ final class TempStore: @unchecked Sendable {
     }
 }
 
-/// Runs one session between two stores in this process over a socket pair: `a` starts it.
+/// Runs one session between two stores in this process over a socket pair: `a` starts it,
+/// within `limits`.
 @discardableResult
-func syncPair(_ a: EventLog, _ b: EventLog, timeout: Double = 20) throws -> (SyncReport, SyncReport) {
+func syncPair(_ a: EventLog, _ b: EventLog, timeout: Double = 20, limits: SyncLimits = SyncLimits()) throws -> (
+    SyncReport, SyncReport
+) {
     let (left, right) = try UnixConnection.pair()
     let answer = Mutex<Result<SyncReport, SyncError>?>(nil)
     let done = DispatchSemaphore(value: 0)
@@ -85,7 +88,7 @@ func syncPair(_ a: EventLog, _ b: EventLog, timeout: Double = 20) throws -> (Syn
     }
     let session = SyncSession(
         node: SyncNode(log: a, name: "a"), channel: FrameChannel(connection: left, timeoutSeconds: timeout),
-        peerLabel: "b")
+        peerLabel: "b", limits: limits)
     let mine: Result<SyncReport, SyncError>
     do throws(SyncError) {
         mine = .success(try session.initiate())

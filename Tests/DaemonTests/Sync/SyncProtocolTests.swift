@@ -240,6 +240,41 @@ struct SyncProtocolTests {
         func fingerprint(origin: ULID, after: ULID?, through: ULID?) -> Fingerprint {
             Fingerprint(ids(origin: origin, after: after, through: through))
         }
+        func held(_ wanted: [ULID]) -> [ULID] {
+            let all = Set(ids.values.joined())
+            return wanted.filter { all.contains($0) }
+        }
+    }
+
+    @Test("needs naming ids this node does not hold are ignored, and the ids kept are capped")
+    func needsAreBounded() throws {
+        let origin = ULID(timestamp: 1000, random: (0, 0))
+        let held = (1...50).map { ULID(timestamp: 2_000_000 + $0, random: (0, $0)) }
+        var reconciler = Reconciler(source: MemorySource(ids: [origin: held]), maxIDs: 20)
+        // A peer inventing ids: none is kept.
+        try reconciler.take(needs: (1...10_000).map { ULID(timestamp: 3_000_000 + $0, random: (1, $0)) })
+        #expect(reconciler.theyLack.isEmpty)
+        #expect(!reconciler.overflowed)
+        try reconciler.take(needs: Array(held.prefix(15)))
+        #expect(reconciler.theyLack.count == 15)
+        #expect(!reconciler.overflowed)
+        // More than the cap: 20 kept, the rest left for a later session.
+        try reconciler.take(needs: held)
+        #expect(reconciler.theyLack.count == 20)
+        #expect(reconciler.overflowed)
+    }
+
+    @Test("past its deadline the reconciler stops answering")
+    func reconcilerStopsAtTheDeadline() throws {
+        let origin = ULID(timestamp: 1000, random: (0, 0))
+        let held = (1...200).map { ULID(timestamp: 2_000_000 + $0, random: (0, $0)) }
+        var reconciler = Reconciler(source: MemorySource(ids: [origin: held]))
+        let range = IDRange(
+            origin: origin, after: nil, through: held.last!, content: .fingerprint(Fingerprint(held.prefix(3))))
+        let answered = try reconciler.respond(to: [range, range])
+        #expect(!answered.ranges.isEmpty)
+        let late = try reconciler.respond(to: [range, range], until: .now - .seconds(1))
+        #expect(late.ranges.isEmpty && late.needs.isEmpty)
     }
 
     @Test(
@@ -294,11 +329,11 @@ struct SyncProtocolTests {
             rounds += 1
             if turnA {
                 let (reply, needs) = try ra.respond(to: incoming)
-                rb.take(needs: needs)
+                try rb.take(needs: needs)
                 incoming = reply
             } else {
                 let (reply, needs) = try rb.respond(to: incoming)
-                ra.take(needs: needs)
+                try ra.take(needs: needs)
                 incoming = reply
             }
             turnA.toggle()

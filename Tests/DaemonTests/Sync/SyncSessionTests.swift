@@ -141,6 +141,37 @@ struct SyncSessionTests {
     }
 
     @Test(
+        "a gap larger than sync_reconcile_max_ids is filled over several sessions, each sending what it kept",
+        .timeLimit(.minutes(10)))
+    func gapBeyondTheIDCap() throws {
+        let a = try TempStore()
+        let b = try TempStore()
+        defer {
+            a.remove()
+            b.remove()
+        }
+        try a.append(replicaWorkloads(replicas: 1, eventsEach: 1000, seed: 6)[0])
+        let all = try a.log.replicationEvents(origin: a.log.nodeID, after: nil, limit: 10_000, maxBytes: 1 << 30).events
+        // b holds the first and last events and misses the 405 between 300 and 705.
+        _ = try b.log.ingest(all.enumerated().filter { !(300..<705).contains($0.offset) }.map(\.element), from: "test")
+        var failures = 0
+        while failures < 10 {
+            do {
+                let (report, _) = try syncPair(a.log, b.log, limits: SyncLimits(reconcileIDs: 150))
+                #expect(report.reconciledSent == 105)
+                break
+            } catch let error as SyncError {
+                #expect(error.reason == .sessionLimit)
+                #expect(error.message.contains("sync_reconcile_max_ids"))
+                failures += 1
+            }
+        }
+        // 150, 150, then the last 105 in a session that succeeds.
+        #expect(failures == 2)
+        try assertConverged([a, b])
+    }
+
+    @Test(
         "a node restored from an old backup gets back what its peers kept, its own lost events included",
         .timeLimit(.minutes(10)))
     func restoredFromBackup() throws {
