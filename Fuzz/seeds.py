@@ -49,6 +49,7 @@ def main():
         {"entity": entity, "kind": "edit", "fields": {"phone": None, "floor": 3, "tags": ["a", {"b": 1.5e3}]},
          "if_match": ID},
         {"entity": "site/a/b/\u00e9", "kind": "add", "set": "parts", "element": {"sku": "valve-3", "n": 2}},
+        {"entity": entity, "kind": "edit", "fields": {"address": "12 Main St"}, "resolve": True, "by": "ana"},
     ]
     for index, sample in enumerate(samples):
         write(out, f"input-{index:02d}.json", b"\x00" + compact(sample).encode())

@@ -37,6 +37,24 @@ struct CodecTests {
         #expect(restore.entity.type == "job")
     }
 
+    @Test("resolve is an input flag of an edit: decoded, listed among the members, never stored")
+    func resolveFlag() throws {
+        let edit = #"{"entity":"job/1","kind":"edit","fields":{"a":1}"#
+        #expect(try decode(edit + #","resolve":true}"#).resolve)
+        #expect(try !decode(edit + #","resolve":false}"#).resolve)
+        #expect(try !decode(edit + "}").resolve)
+        do {
+            _ = try decode(edit + #","colour":1}"#)
+            Issue.record("an unknown member was accepted")
+        } catch {
+            #expect(error.message.contains("if_match, resolve)"), "\(error.message)")
+        }
+        // The stored form has no such member: a peer cannot send it.
+        let stored =
+            #"{"entity":"job/1","fields":{"a":1},"id":"01JD3Q8R5N8X6ZK2W7Y4V9B3TR","kind":"edit","origin":"01JD00000000000000000N0DE1","resolve":true}"#
+        #expect(throws: EventStoreError.self) { try EventCodec.decodeStored(Array(stored.utf8)) }
+    }
+
     @Test func entityIDsMayHoldSlashesAndUnicode() throws {
         #expect(
             try decode(#"{"entity":"site/north/pump 3 — é","kind":"delete"}"#).entity.description
@@ -92,6 +110,16 @@ struct CodecTests {
             (#"{"entity":"job/1","kind":"delete","by":"\#(String(repeating: "b", count: 129))"}"#, "at most 128"),
             (#"{"entity":"job/1","kind":"delete","at":{"t":1}}"#, "\"at\" must be a string or a number"),
             (#"{"entity":"job/1","kind":"delete","if_match":"nope"}"#, "\"if_match\" must be an entity version"),
+            (#"{"entity":"job/1","kind":"edit","fields":{"a":1},"resolve":1}"#, "\"resolve\" must be true or false"),
+            (
+                #"{"entity":"job/1","kind":"edit","fields":{"a":1},"resolve":"yes"}"#,
+                "\"resolve\" must be true or false"
+            ),
+            (
+                #"{"entity":"job/1","kind":"status","status":"x","resolve":true}"#,
+                "\"resolve\" is only allowed on an \"edit\" event, not on a \"status\" event"
+            ),
+            (#"{"entity":"job/1","kind":"delete","resolve":false}"#, "\"resolve\" is only allowed on an \"edit\""),
             (#"{"entity":"job/1","kind":"delete","colour":"red"}"#, "unknown member \"colour\""),
             (#"{"entity":"job/1","kind":"delete","id":"01JD3Q8R5N8X6ZK2W7Y4V9B3TQ"}"#, "unknown member \"id\""),
             (#"{"entity":"job/1","kind":"delete"} x"#, "invalid JSON"),

@@ -119,8 +119,10 @@ struct ListingTests {
         #expect(first.next == entity("job/1"))
         #expect(try b.log.conflicts(after: first.next, limit: 1).entities.map(\.entity) == [entity("site/1")])
         #expect(try b.log.conflicts(type: "site", limit: 10).entities.count == 1)
-        // An edit that names both heads resolves it.
+        // A plain edit joins the conflict; a resolution names every head and settles it.
         _ = try b.log.append(inputs(#"{"entity":"job/1","kind":"edit","fields":{"x":4}}"#))
+        #expect(try b.log.conflicts(limit: 10).entities.count == 2)
+        _ = try b.log.append(inputs(#"{"entity":"job/1","kind":"edit","fields":{"x":5},"resolve":true}"#))
         #expect(try b.log.conflicts(limit: 10).entities.map(\.entity) == [entity("site/1")])
     }
 

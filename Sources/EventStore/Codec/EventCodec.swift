@@ -3,7 +3,7 @@ import Projections
 /// Decoding of the input form and the stored form, and the canonical JSON encoding of
 /// stored events. Each input is decoded once; canonical bytes are written directly.
 public enum EventCodec {
-    static let inputKeys = "entity, kind, status, fields, set, element, key, by, at, if_match"
+    static let inputKeys = "entity, kind, status, fields, set, element, key, by, at, if_match, resolve"
 
     /// Everything an event object may carry, as read off the wire, before the kind is known.
     struct Members {
@@ -17,6 +17,7 @@ public enum EventCodec {
         var by: [UInt8]?
         var at: JSONBytes?
         var ifMatch: [UInt8]?
+        var resolve: Bool?
         // Stored form only.
         var id: [UInt8]?
         var origin: [UInt8]?
@@ -26,7 +27,7 @@ public enum EventCodec {
 
     /// The members an event object may have, found by their bytes without making strings.
     enum Member: String, CaseIterable {
-        case entity, kind, status, fields, set, element, key, by, at, id, origin, base, observed
+        case entity, kind, status, fields, set, element, key, by, at, id, origin, base, observed, resolve
         case ifMatch = "if_match"
 
         static let kinds: [[UInt8]: EventKind] = Dictionary(
@@ -80,6 +81,16 @@ public enum EventCodec {
                     "\"if_match\" must be an entity version (a ULID): \(ULID.problem(with: ifMatch) ?? "invalid")")
             }
             event.ifMatch = version
+        }
+        if let resolve = m.resolve {
+            // A status event always names every status head, so it settles a status conflict
+            // without the flag; on other kinds there is nothing for it to settle.
+            guard case .edit = change else {
+                throw .invalid(
+                    "\"resolve\" is only allowed on an \"edit\" event, not on a \"\(change.kind.rawValue)\" event (a status event settles a status conflict without it)"
+                )
+            }
+            event.resolve = resolve
         }
         return event
     }
@@ -154,6 +165,11 @@ public enum EventCodec {
                     m.at = at
                 case .fields: m.fields = try fieldsMember(&s)
                 case .ifMatch where !stored: m.ifMatch = try stringMember(&s, "if_match")
+                case .resolve where !stored:
+                    guard s.peek() == UInt8(ascii: "t") || s.peek() == UInt8(ascii: "f") else {
+                        throw JSONError(meaning: "\"resolve\" must be true or false", at: s.offset)
+                    }
+                    m.resolve = try s.readBool()
                 case .id where stored: m.id = try stringMember(&s, "id")
                 case .origin where stored: m.origin = try stringMember(&s, "origin")
                 case .base where stored: m.base = try canonical(&s)
@@ -274,6 +290,7 @@ public enum EventCodec {
             throw .invalid("\"observed\" is only allowed on a remove event")
         }
         if input.ifMatch != nil { throw .invalid("\"if_match\" is not part of a stored event") }
+        if input.resolve { throw .invalid("\"resolve\" is not part of a stored event") }
         return Event(
             id: id, origin: origin, entity: input.entity, body: body, key: input.key, by: input.by, at: input.at)
     }

@@ -29,10 +29,14 @@ public struct InputEvent: Equatable, Sendable {
     public var at: JSONBytes?
     /// The entity version the client last read; a mismatch rejects the batch.
     public var ifMatch: ULID?
+    /// An `edit` that settles the conflicts of the fields it sets: its `base` names every
+    /// head of them, although a plain edit of a field in conflict names none. Input only:
+    /// the stored event carries the `base`, not this flag.
+    public var resolve: Bool
 
     public init(
         entity: EntityKey, change: Change, key: String? = nil, by: String? = nil, at: JSONBytes? = nil,
-        ifMatch: ULID? = nil
+        ifMatch: ULID? = nil, resolve: Bool = false
     ) {
         self.entity = entity
         self.change = change
@@ -40,5 +44,11 @@ public struct InputEvent: Equatable, Sendable {
         self.by = by
         self.at = at
         self.ifMatch = ifMatch
+        self.resolve = resolve
     }
+
+    /// Whether its author read the conflicts of the fields it sets: `resolve`, or an
+    /// `if_match` (checked against the entity before anything is appended, so an event
+    /// whose batch goes ahead was made from the entity's current state).
+    var settlesConflicts: Bool { resolve || ifMatch != nil }
 }

@@ -239,9 +239,14 @@ struct WriteBatch {
                 .deleted,
                 "\(entity) is deleted: restore it first (kind \"restore\"), then \(input.change.kind.rawValue) it")
         case .edit(let fields):
+            // A field in conflict keeps its heads unless this edit is a resolution: a plain
+            // edit of it names none of them and joins the conflict as one more head, so no
+            // edit settles a conflict its author did not see.
+            let settles = input.settlesConflicts
             let base = fields.compactMap { field -> FieldBase? in
                 let heads = state.heads(ofField: field.name)
-                return heads.isEmpty ? nil : FieldBase(field: field.name, heads: heads)
+                guard !heads.isEmpty, heads.count == 1 || settles else { return nil }
+                return FieldBase(field: field.name, heads: heads)
             }
             body = .edit(fields: fields, base: base)
         case .status(let status):

@@ -8,9 +8,11 @@ struct Resolve: Command {
             name: "resolve",
             abstract: "Settle an entity's conflicts by appending the values to keep.",
             discussion: """
-                Appends an edit of the given fields (and a status event with --status). The \
-                daemon records that the new event saw every competing value, so it supersedes \
-                them all and the conflict is gone, on this device and, once synced, everywhere.
+                Appends an edit of the given fields (and a status event with --status), marked \
+                as a resolution. The daemon records that the new event saw every competing \
+                value, so it supersedes them all and the conflict is gone, on this device and, \
+                once synced, everywhere. A plain edit (evctl append) of a field in conflict \
+                does not settle it: it joins the conflict as one more value.
 
                   evctl resolve job/42 address="12 Main St"
                   evctl resolve job/42 floor:=3 --status on_site
@@ -66,6 +68,8 @@ struct Resolve: Command {
             edit.add("entity", entity)
             edit.add("kind", "edit")
             edit.add("fields", json: object.bytes)
+            // Without it, the edit of a field in conflict would only join the conflict.
+            edit.add("resolve", true)
             edit.add("key", key)
             edit.add("by", by)
             events.append(edit.bytes)

@@ -236,4 +236,79 @@ struct ReplicationTests {
             #expect((verify["mismatched"] as? [Any])?.isEmpty == true)
         }
     }
+
+    @Test(
+        "a plain edit of a field in conflict leaves it in conflict with one head more on both nodes; evctl resolve, and an edit with if_match, clear it everywhere"
+    )
+    func conflictsStayUntilResolved() throws {
+        let a = try DaemonProcess(arguments: ["--node", "a"])
+        let b = try DaemonProcess(arguments: ["--node", "b"])
+        defer {
+            a.removeFiles()
+            b.removeFiles()
+        }
+        let ca = try a.client()
+        let cb = try b.client()
+        func edit(_ client: RPCClient, _ value: String, _ extra: String = "") throws -> [String: Any] {
+            try client.call(
+                "append", eventsParams([#"{"entity":"job/1","kind":"edit","fields":{"address":"\#(value)"}\#(extra)}"#])
+            )
+        }
+        /// The values of the heads of `address`, in id order ([] when not in conflict), and
+        /// the number of entities in conflict.
+        func conflict(_ client: RPCClient) throws -> (values: [String], entities: Int) {
+            let job = try client.call("get", #"{"entity":"job/1"}"#)
+            let heads =
+                ((job["conflicts"] as? [String: Any])?["fields"] as? [String: Any])?["address"] as? [[String: Any]]
+            let attention = try client.call("status")["needs_attention"] as! [String: Any]
+            return ((heads ?? []).compactMap { $0["value"] as? String }, attention["conflicts"] as! Int)
+        }
+        func syncBoth() throws {
+            #expect(try sync(a, "unix://\(b.socketPath)")["error"] is NSNull)
+        }
+        _ = try edit(ca, "12 Main St")
+        try syncBoth()
+        // Offline, each node edits the address: after a sync, two heads on both.
+        _ = try edit(ca, "13 Main St")
+        _ = try edit(cb, "14 Main St")
+        try syncBoth()
+        for client in [ca, cb] {
+            #expect(Set(try conflict(client).values) == ["13 Main St", "14 Main St"])
+        }
+        // A plain edit on a joins the conflict: three heads, on both nodes after the sync.
+        _ = try edit(ca, "15 Main St")
+        #expect(try conflict(ca).values.count == 3)
+        try syncBoth()
+        for client in [ca, cb] {
+            let (values, entities) = try conflict(client)
+            #expect(Set(values) == ["13 Main St", "14 Main St", "15 Main St"])
+            #expect(entities == 1)
+        }
+        // evctl resolve on b settles it; after the sync, on a too.
+        let (code, output) = try runProgram(
+            try builtBinary("evctl").path, ["--socket", b.socketPath, "resolve", "job/1", "address=16 Main St"])
+        #expect(code == 0, "\(output)")
+        #expect(output.hasPrefix("resolved address of job/1"), "\(output)")
+        #expect(try conflict(cb).values.isEmpty)
+        try syncBoth()
+        for client in [ca, cb] {
+            let (values, entities) = try conflict(client)
+            #expect(values.isEmpty && entities == 0)
+            let fields = try client.call("get", #"{"entity":"job/1"}"#)["fields"] as? [String: Any]
+            #expect(fields?["address"] as? String == "16 Main St")
+        }
+        // A new conflict, settled by an edit whose if_match is what get returned.
+        _ = try edit(ca, "17 Main St")
+        _ = try edit(cb, "18 Main St")
+        try syncBoth()
+        #expect(try conflict(ca).values.count == 2)
+        let version = try #require(try ca.call("get", #"{"entity":"job/1"}"#)["version"] as? String)
+        _ = try edit(ca, "19 Main St", #","if_match":"\#(version)""#)
+        try syncBoth()
+        for client in [ca, cb] {
+            let (values, entities) = try conflict(client)
+            #expect(values.isEmpty && entities == 0)
+        }
+        try assertConverged([a, b])
+    }
 }

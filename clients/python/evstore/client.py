@@ -16,6 +16,7 @@ from .errors import (
     WatchOverflow,
     error_from_response,
 )
+from .events import Event
 
 __all__ = [
     "AppendResult",
@@ -404,6 +405,45 @@ class Client:
         ids = [str(i) for i in result["ids"]]
         return AppendResult(ids=ids, versions=dict(result.get("versions", {})),
                             appended=int(result.get("appended", len(ids))))
+
+    def resolve(
+        self,
+        entity: str,
+        fields: Optional[Mapping[str, Any]] = None,
+        *,
+        status: Optional[str] = None,
+        by: Optional[str] = None,
+        key: Optional[str] = None,
+    ) -> AppendResult:
+        """Settles conflicts of ``entity`` with the values to keep, as ``evctl resolve``
+        does: an edit of ``fields`` marked ``resolve`` (a plain edit of a field in conflict
+        only joins the conflict), and a status event when ``status`` is given (a status
+        event always settles a status conflict). Both in one transaction.
+
+        Args:
+            entity: the entity, ``TYPE/ID``.
+            fields: the values to keep, by field name (None clears a field).
+            status: the status to keep.
+            by: the actor.
+            key: an idempotency key for the edit (the status event gets ``KEY.status``
+                when there is an edit too).
+
+        Returns:
+            The ids of the events and the entity's new version.
+
+        Raises:
+            Deleted: the entity is deleted (restore it first).
+            ValueError: neither fields nor status.
+        """
+        batch: List[Dict[str, Any]] = []
+        if fields:
+            batch.append(Event.edit(entity, fields, key=key, by=by, resolve=True))
+        if status is not None:
+            status_key = key if not batch or key is None else key + ".status"
+            batch.append(Event.status(entity, status, key=status_key, by=by))
+        if not batch:
+            raise ValueError("resolve needs the values to keep: fields, status or both")
+        return self.append(batch)
 
     # --- reading ---
 

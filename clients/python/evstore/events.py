@@ -81,9 +81,18 @@ class Event(Dict[str, Any]):
         by: Optional[str] = None,
         at: Any = None,
         if_match: Optional[str] = None,
+        resolve: bool = False,
     ) -> "Event":
-        """Sets ``fields`` of ``entity`` (any JSON values; None clears a field)."""
-        return cls._make(entity, "edit", {"fields": dict(fields)}, key, by, at, if_match)
+        """Sets ``fields`` of ``entity`` (any JSON values; None clears a field).
+
+        An edit of a field in conflict joins the conflict as one more competing value,
+        unless it is a resolution: ``resolve=True`` (what `Client.resolve` sends), or an
+        ``if_match`` that matches. A resolution supersedes every competing value.
+        """
+        members: Dict[str, Any] = {"fields": dict(fields)}
+        if resolve:
+            members["resolve"] = True
+        return cls._make(entity, "edit", members, key, by, at, if_match)
 
     @classmethod
     def add(

@@ -311,6 +311,48 @@ class ClientTests(DaemonTestCase):
                 os.environ["EVSTORE_SOCKET"] = saved["EVSTORE_SOCKET"]
 
 
+class ResolveTests(unittest.TestCase):
+    """Two daemons of their own: a conflict made on both, that only a resolution settles."""
+
+    def setUp(self) -> None:
+        self.a = Daemon({"node": "a"}).start()
+        self.addCleanup(self.a.cleanup)
+        self.b = Daemon({"node": "b"}).start()
+        self.addCleanup(self.b.cleanup)
+
+    def test_a_plain_edit_joins_a_conflict_and_resolve_settles_it(self) -> None:
+        with evstore.connect(self.a.socket_path, timeout=TIMEOUT) as a, \
+                evstore.connect(self.b.socket_path, timeout=TIMEOUT) as b:
+            peer = "unix://" + self.b.socket_path
+            job = evstore.new_entity_id("job")
+            a.append(Event.edit(job, {"address": "12 Main St"}))
+            a.sync(peer)
+            a.append(Event.edit(job, {"address": "13 Main St"}))
+            b.append(Event.edit(job, {"address": "14 Main St"}))
+            a.sync(peer)
+
+            def heads(db: evstore.Client) -> List[str]:
+                return [h["value"] for h in db.get(job)["conflicts"]["fields"].get("address", [])]
+
+            self.assertEqual(len(heads(a)), 2)
+            a.append(Event.edit(job, {"address": "15 Main St"}))  # joins the conflict
+            a.sync(peer)
+            for db in (a, b):
+                self.assertEqual(sorted(heads(db)), ["13 Main St", "14 Main St", "15 Main St"])
+            self.assertEqual([c["entity"] for c in b.conflicts()], [job])
+
+            result = b.resolve(job, {"address": "16 Main St"}, by="ana")
+            self.assertEqual(result.appended, 1)
+            self.assertTrue(list(b.log(entity=job))[-1]["base"]["address"])
+            a.sync(peer)
+            for db in (a, b):
+                self.assertEqual(heads(db), [])
+                self.assertEqual(db.get(job)["fields"]["address"], "16 Main St")
+                self.assertEqual(list(db.conflicts()), [])
+            with self.assertRaises(ValueError):
+                b.resolve(job)
+
+
 class DaemonGoneTests(unittest.TestCase):
     """A daemon of its own: a watcher that falls behind, and a daemon that stops."""
 

@@ -128,6 +128,8 @@ class EventTests(unittest.TestCase):
                          {"entity": "job/1", "kind": "status", "status": "new", "by": "ana", "key": "k",
                           "at": "2026-01-01T00:00:00Z", "if_match": "V"})
         self.assertEqual(Event.edit("job/1", {"a": None}), {"entity": "job/1", "kind": "edit", "fields": {"a": None}})
+        self.assertEqual(Event.edit("job/1", {"a": 1}, resolve=True),
+                         {"entity": "job/1", "kind": "edit", "fields": {"a": 1}, "resolve": True})
         self.assertEqual(Event.add("job/1", "parts", [1]), {"entity": "job/1", "kind": "add", "set": "parts",
                                                             "element": [1]})
         self.assertEqual(Event.remove("job/1", "parts", "x")["kind"], "remove")
