@@ -38,6 +38,14 @@ public struct LineReader {
     public mutating func next(
         reading read: (inout [UInt8], _ count: Int) throws -> Int
     ) rethrows -> Line {
+        try next(reading: { buffer, count, _ in try read(&buffer, count) })
+    }
+
+    /// `next(reading:)`, telling `read` whether a line is begun (some of it read, or an
+    /// over-long one being dropped): a caller bounds how long a line may take.
+    public mutating func next(
+        reading read: (inout [UInt8], _ count: Int, _ midLine: Bool) throws -> Int
+    ) rethrows -> Line {
         while true {
             if let newline = LineReader.firstNewline(in: buffer, from: scanned) {
                 let length = newline - start
@@ -53,9 +61,12 @@ public struct LineReader {
                 return .line(Array(buffer[start..<newline]))
             }
             scanned = buffer.count
-            if buffer.count - start > limit {
+            if dropping != nil || buffer.count - start > limit {
+                // Over the limit: what is read of the line is dropped at once, and so is
+                // the buffer it grew (a client must not make every connection hold
+                // `limit` bytes).
                 dropping = (dropping ?? 0) + buffer.count - start
-                buffer.removeAll(keepingCapacity: true)
+                buffer.removeAll(keepingCapacity: buffer.capacity <= 2 * chunk)
                 start = 0
                 scanned = 0
             }
@@ -76,13 +87,21 @@ public struct LineReader {
                 return .end
             }
             if start > 0, start >= buffer.count / 2 {
-                buffer.removeFirst(start)
+                if buffer.capacity > 4 * chunk {
+                    // A long line grew the buffer: give that memory back.
+                    buffer = Array(buffer[start...])
+                } else {
+                    buffer.removeFirst(start)
+                }
                 scanned -= start
                 start = 0
             }
-            if try read(&buffer, chunk) == 0 { ended = true }
+            if try read(&buffer, chunk, dropping != nil || start < buffer.count) == 0 { ended = true }
         }
     }
+
+    /// Bytes held for lines not yet returned, and room kept for more (for tests).
+    public var capacity: Int { buffer.capacity }
 
     /// The bytes read but not yet returned as lines, handed over to whoever reads the
     /// stream next (the reader is empty afterwards).
