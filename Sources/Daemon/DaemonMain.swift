@@ -260,7 +260,7 @@ final class Daemon: Sendable {
             startedAt: Date(), writer: writer, sync: sync)
         let context = ServerContext(
             writer: writer, hub: hub, methods: methods, sync: sync, logger: logger,
-            limits: Limits(maxLineBytes: configuration.maxLineBytes, watchQueueEvents: configuration.watchQueueEvents),
+            limits: Limits(configuration),
             access: configuration.access)
         let server = Server(listener: listener, context: context)
         server.start()
@@ -330,6 +330,12 @@ final class Daemon: Sendable {
                 old.sshCommand = fresh.sshCommand
                 old.maxLineBytes = fresh.maxLineBytes
                 old.watchQueueEvents = fresh.watchQueueEvents
+                old.maxConnections = fresh.maxConnections
+                old.idleTimeoutSeconds = fresh.idleTimeoutSeconds
+                old.lineTimeoutSeconds = fresh.lineTimeoutSeconds
+                old.maxQueuedResponseBytes = fresh.maxQueuedResponseBytes
+                old.maxBatchRequests = fresh.maxBatchRequests
+                old.maxBatchResponseBytes = fresh.maxBatchResponseBytes
                 old.logLevel = fresh.logLevel
                 old.mapMaxBytes = fresh.mapMaxBytes
                 old.readGroups = fresh.readGroups
@@ -341,7 +347,7 @@ final class Daemon: Sendable {
                 return previous
             }
             logger.level = fresh.logLevel
-            context.limits = Limits(maxLineBytes: fresh.maxLineBytes, watchQueueEvents: fresh.watchQueueEvents)
+            context.limits = Limits(fresh)
             context.access = fresh.access
             if fresh.access != old.access { logger.info("SIGHUP: access for new connections: \(fresh.accessSummary)") }
             context.sync.update(SyncService.Settings(fresh))

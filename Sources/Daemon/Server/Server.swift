@@ -7,6 +7,25 @@ import UnixSocket
 struct Limits: Sendable {
     var maxLineBytes: Int
     var watchQueueEvents: Int
+    var maxConnections: Int
+    /// Seconds; 0: idle connections are kept.
+    var idleTimeoutSeconds: Int
+    var lineTimeoutSeconds: Int
+    var maxQueuedResponseBytes: Int
+    var maxBatchRequests: Int
+    var maxBatchResponseBytes: Int
+
+    /// The limits `configuration` sets.
+    init(_ configuration: Configuration) {
+        maxLineBytes = configuration.maxLineBytes
+        watchQueueEvents = configuration.watchQueueEvents
+        maxConnections = configuration.maxConnections
+        idleTimeoutSeconds = configuration.idleTimeoutSeconds
+        lineTimeoutSeconds = configuration.lineTimeoutSeconds
+        maxQueuedResponseBytes = configuration.maxQueuedResponseBytes
+        maxBatchRequests = configuration.maxBatchRequests
+        maxBatchResponseBytes = configuration.maxBatchResponseBytes
+    }
 }
 
 /// What every connection shares.
@@ -90,14 +109,40 @@ final class Server: Sendable {
                 socket.close()
                 break
             }
+            let limit = context.limits.maxConnections
+            if connectionCount >= limit {
+                refuseOverLimit(socket, limit: limit)
+                continue
+            }
             next += 1
             let connection = Connection(socket: socket, context: context, identifier: next)
             connections.withLock { $0[next] = connection }
-            connection.start { [self] ended in
+            let failure = connection.start { [self] ended in
                 connections.withLock { $0[ended.identifier] = nil }
                 connectionEnded.signal()
             }
+            if let failure {
+                connections.withLock { $0[connection.identifier] = nil }
+                context.refusals.log(
+                    "refused connection \(connection.identifier): cannot start its thread (\(failure))",
+                    now: Date().timeIntervalSince1970)
+            }
         }
+    }
+
+    /// One connection more than `max_connections`: told so in one line, and closed.
+    private func refuseOverLimit(_ socket: UnixConnection, limit: Int) {
+        let pid = (try? socket.peerCredentials()).map { "pid \($0.pid)" } ?? "pid unknown"
+        context.refusals.log(
+            "refused a connection from \(pid): \(limit) connections are open (max_connections)",
+            now: Date().timeIntervalSince1970)
+        Connection.refuse(
+            socket,
+            error: RPCError(
+                code: RPCError.applicationCodes["unavailable"]!,
+                message:
+                    "the daemon serves at most \(limit) connections at once (max_connections) and all are in use; close idle connections or retry later",
+                reason: "unavailable"))
     }
 
     /// Stops accepting, lets every connection answer what it has read, and waits for them
