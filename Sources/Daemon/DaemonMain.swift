@@ -152,6 +152,7 @@ final class Daemon: Sendable {
     /// Serves until SIGTERM or SIGINT; returns the exit code.
     func serve() -> Int32 {
         let configuration = initial
+        Allocator.returnLargeBuffers()
         signal(SIGPIPE, SIG_IGN)
         for stop in [SIGTERM, SIGINT, SIGHUP] { signal(stop, SIG_IGN) }
         // Signals are taken from the start: a SIGTERM while the store opens still stops us.

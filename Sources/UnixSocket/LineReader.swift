@@ -66,7 +66,8 @@ public struct LineReader {
                 // the buffer it grew (a client must not make every connection hold
                 // `limit` bytes).
                 dropping = (dropping ?? 0) + buffer.count - start
-                buffer.removeAll(keepingCapacity: buffer.capacity <= 2 * chunk)
+                let keep = buffer.capacity <= 2 * chunk
+                release { $0.removeAll(keepingCapacity: keep) }
                 start = 0
                 scanned = 0
             }
@@ -89,7 +90,8 @@ public struct LineReader {
             if start > 0, start >= buffer.count / 2 {
                 if buffer.capacity > 4 * chunk {
                     // A long line grew the buffer: give that memory back.
-                    buffer = Array(buffer[start...])
+                    let begin = start
+                    release { $0 = Array($0[begin...]) }
                 } else {
                     buffer.removeFirst(start)
                 }
@@ -100,8 +102,13 @@ public struct LineReader {
         }
     }
 
-    /// Bytes held for lines not yet returned, and room kept for more (for tests).
+    /// The room the buffer keeps, in bytes.
     public var capacity: Int { buffer.capacity }
+
+    /// Replaces the buffer through `shrink` (the closure must not touch the reader).
+    mutating func release(_ shrink: (inout [UInt8]) -> Void) {
+        shrink(&buffer)
+    }
 
     /// The bytes read but not yet returned as lines, handed over to whoever reads the
     /// stream next (the reader is empty afterwards).

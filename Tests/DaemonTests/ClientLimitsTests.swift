@@ -1,0 +1,239 @@
+import Foundation
+import Testing
+import UnixSocket
+
+/// Local clients that try to exhaust the daemon: answers never read, huge batches, more
+/// connections than it serves, idle and half-sent connections, over-long lines. Each runs
+/// the attack against a real daemon and asserts the bound while it runs.
+@Suite("Local client limits")
+struct ClientLimitsTests {
+    /// Polls `condition` every 50 ms until it holds or `timeout` seconds pass.
+    func eventually(timeout: Double = 15, _ condition: () throws -> Bool) rethrows -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if try condition() { return true }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        return try condition()
+    }
+
+    /// A raw connection whose reads give up after `timeout` seconds.
+    func connect(_ daemon: DaemonProcess, timeout: Double = 15) throws -> RPCClient {
+        let client = try daemon.client()
+        try client.connection.setTimeouts(read: timeout, write: timeout)
+        return client
+    }
+
+    /// The `data.reason` and message of an error response.
+    func reason(_ response: [String: Any]) -> (reason: String?, message: String) {
+        let error = response["error"] as? [String: Any]
+        return ((error?["data"] as? [String: Any])?["reason"] as? String, error?["message"] as? String ?? "")
+    }
+
+    @Test("a batch of 300 log pages of 10000 events, never read: RSS stays < 300 MB, others are answered, the batch past 16 MiB is too_large")
+    func batchAmplification() throws {
+        let daemon = try DaemonProcess()
+        defer { daemon.removeFiles() }
+        let writer = try connect(daemon, timeout: 60)
+        // 10,000 events of ~300 bytes in one append: each page of the batch is ~3 MB.
+        let pad = String(repeating: "p", count: 200)
+        let events = (0..<10_000).map { #"{"entity":"job/\#($0)","kind":"edit","fields":{"pad":"\#(pad)"}}"# }
+        #expect(try writer.call("append", eventsParams(events))["appended"] as? Int == 10_000)
+
+        let attacker = try connect(daemon, timeout: 60)
+        let members = (0..<300).map { #"{"jsonrpc":"2.0","id":\#($0),"method":"log","params":{"limit":10000}}"# }
+        try attacker.send("[" + members.joined(separator: ",") + "]")
+        var peak = 0
+        for _ in 0..<20 {
+            peak = max(peak, daemon.residentMegabytes)
+            _ = try writer.call("status")
+            Thread.sleep(forTimeInterval: 0.15)
+        }
+        peak = max(peak, daemon.residentMegabytes)
+        #expect(peak < 300, "the daemon's RSS reached \(peak) MB")
+        // The batch is answered, one response per member: pages until the batch passed
+        // max_batch_response_bytes, too_large after.
+        let line = try #require(try attacker.readLine())
+        let responses = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [[String: Any]])
+        #expect(responses.count == 300)
+        let pages = responses.prefix { $0["result"] != nil }.count
+        #expect(pages >= 1 && pages < 300)
+        for response in responses.dropFirst(pages) {
+            let (reason, message) = reason(response)
+            #expect(reason == "too_large")
+            #expect(message.contains("max_batch_response_bytes"))
+        }
+        #expect(responses.map { $0["id"] as? Int } == (0..<300).map { $0 })
+        try daemon.stop()
+    }
+
+    @Test("200 pipelined gets of a 6 MB entity, never read: RSS stays < 300 MB, others are answered, nothing is lost")
+    func pipelinedAnswersWait() throws {
+        let daemon = try DaemonProcess(arguments: ["--max-queued-response-bytes", "8388608"])
+        defer { daemon.removeFiles() }
+        let writer = try connect(daemon, timeout: 60)
+        let pad = String(repeating: "v", count: 60_000)
+        let events = (0..<100).map { #"{"entity":"big/1","kind":"edit","fields":{"f\#($0)":"\#(pad)"}}"# }
+        _ = try writer.call("append", eventsParams(events))
+        let baseline = daemon.openDescriptors
+
+        let attacker = try connect(daemon, timeout: 60)
+        let get = Array(#"{"jsonrpc":"2.0","id":1,"method":"get","params":{"entity":"big/1"}}"#.utf8) + [0x0A]
+        try attacker.send(Array([[UInt8]](repeating: get, count: 200).joined()))
+        var peak = 0
+        for _ in 0..<25 {
+            peak = max(peak, daemon.residentMegabytes)
+            _ = try writer.call("status")
+            Thread.sleep(forTimeInterval: 0.15)
+        }
+        peak = max(peak, daemon.residentMegabytes)
+        #expect(peak < 300, "the daemon's RSS reached \(peak) MB")
+        // The answers wait for the client; none is dropped.
+        for _ in 0..<3 {
+            let response = try attacker.readJSON()
+            #expect((response["result"] as? [String: Any])?["entity"] as? String == "big/1")
+        }
+        attacker.connection.close()
+        #expect(eventually { daemon.openDescriptors <= baseline }, "descriptors: \(daemon.openDescriptors), were \(baseline)")
+        _ = try writer.call("status")
+        try daemon.stop()
+    }
+
+    @Test("a batch longer than max_batch_requests gets one too_large error; one at the limit is answered")
+    func batchTooLong() throws {
+        let daemon = try DaemonProcess(arguments: ["--max-batch-requests", "10"])
+        defer { daemon.removeFiles() }
+        let client = try connect(daemon)
+        func batch(_ count: Int) -> String {
+            "[" + (0..<count).map { #"{"jsonrpc":"2.0","id":\#($0),"method":"status"}"# }.joined(separator: ",") + "]"
+        }
+        try client.send(batch(11))
+        let refused = try client.readJSON()
+        #expect(refused["id"] is NSNull)
+        let (reason, message) = reason(refused)
+        #expect(reason == "too_large")
+        #expect(message.contains("11") && message.contains("max_batch_requests"), "\(message)")
+        try client.send(batch(10))
+        let line = try #require(try client.readLine())
+        let answers = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [[String: Any]]
+        #expect(answers?.count == 10 && answers?.allSatisfy { $0["result"] != nil } == true)
+        try daemon.stop()
+    }
+
+    @Test("max_connections: one more gets an unavailable error line and is closed; after some close, new ones are served; no descriptor leaks")
+    func connectionCap() throws {
+        let daemon = try DaemonProcess(arguments: ["--max-connections", "5"])
+        defer { daemon.removeFiles() }
+        let baseline = daemon.openDescriptors
+        // Five served connections (the probe that saw the daemon start may still count
+        // for a moment, and then a sixth is refused: connect again).
+        var clients: [RPCClient] = []
+        func connectServed() -> Bool {
+            guard let client = try? connect(daemon), (try? client.call("status")) != nil else { return false }
+            clients.append(client)
+            return true
+        }
+        for _ in 0..<5 { #expect(eventually(connectServed)) }
+        for _ in 0..<20 {
+            let extra = try connect(daemon)
+            let refused = try extra.readJSON()
+            let (reason, message) = reason(refused)
+            #expect(reason == "unavailable")
+            #expect(message.contains("5") && message.contains("max_connections"), "\(message)")
+            #expect(try extra.readLine() == nil, "the refused connection is closed")
+        }
+        for client in clients { _ = try client.call("status") }
+        clients.removeFirst(2)
+        // The two closed connections are let go asynchronously: new ones are served soon.
+        for _ in 0..<2 { #expect(eventually(connectServed)) }
+        #expect(clients.count == 5)
+        clients.removeAll()
+        #expect(eventually { daemon.openDescriptors <= baseline }, "descriptors: \(daemon.openDescriptors), were \(baseline)")
+        try daemon.stop()
+    }
+
+    @Test("an idle connection is closed after idle_timeout_s; a watching one and a busy one are not")
+    func idleTimeout() throws {
+        let daemon = try DaemonProcess(arguments: ["--idle-timeout-s", "1"])
+        defer { daemon.removeFiles() }
+        let idle = try connect(daemon)
+        _ = try idle.call("status")
+        let watcher = try connect(daemon)
+        _ = try watcher.call("watch")
+        let started = Date()
+        #expect(try idle.readLine() == nil, "the idle connection is closed")
+        #expect(Date().timeIntervalSince(started) < 12)
+        // A connection that keeps asking stays, and so does the watch.
+        let busy = try connect(daemon)
+        for _ in 0..<8 {
+            _ = try busy.call("status")
+            Thread.sleep(forTimeInterval: 0.3)
+        }
+        _ = try watcher.call("status")
+        let writer = try connect(daemon)
+        _ = try writer.call("append", eventsParams([#"{"entity":"job/1","kind":"delete"}"#]))
+        #expect(try watcher.readJSON()["method"] as? String == "event")
+        withExtendedLifetime((watcher, busy, writer)) {}
+        try daemon.stop()
+    }
+
+    @Test("a line begun and not finished within line_timeout_s gets a timeout error line and is closed")
+    func lineTimeout() throws {
+        let daemon = try DaemonProcess(arguments: ["--line-timeout-s", "1"])
+        defer { daemon.removeFiles() }
+        let baseline = daemon.openDescriptors
+        let slow = try connect(daemon)
+        try slow.send(Array(#"{"jsonrpc":"2.0","id":1,"method":"sta"#.utf8))
+        let response = try slow.readJSON()
+        let (reason, message) = reason(response)
+        #expect(reason == "timeout")
+        #expect(message.contains("line_timeout_s"), "\(message)")
+        #expect(try slow.readLine() == nil)
+        // Others were served meanwhile, and whole lines sent slowly are fine.
+        let other = try connect(daemon)
+        _ = try other.call("status")
+        withExtendedLifetime(other) {}
+        #expect(eventually { daemon.openDescriptors <= baseline + 1 })
+        try daemon.stop()
+    }
+
+    @Test("30 half-sent over-long lines (17 MiB each, 16 MiB limit): RSS < 200 MB once sent; descriptors return to baseline")
+    func overLongLines() throws {
+        let daemon = try DaemonProcess()
+        defer { daemon.removeFiles() }
+        let baseline = daemon.openDescriptors
+        let chunk = [UInt8](repeating: UInt8(ascii: "a"), count: 1 << 20)
+        var attackers: [UnixConnection] = []
+        for _ in 0..<30 {
+            let connection = try UnixConnection.connect(to: daemon.socketPath)
+            try connection.setTimeouts(read: 15, write: 15)
+            try connection.write(Array(#"{"jsonrpc":"2.0","id":1,"method":"status","params":{"pad":""#.utf8))
+            for _ in 0..<17 { try connection.write(chunk) }
+            attackers.append(connection)
+        }
+        // The daemon has read them all (the writes returned): what it holds of them is gone.
+        let client = try connect(daemon)
+        _ = try client.call("status")
+        Thread.sleep(forTimeInterval: 0.5)
+        let rss = daemon.residentMegabytes
+        #expect(rss < 200, "the daemon's RSS is \(rss) MB")
+        for connection in attackers { connection.close() }
+        #expect(eventually { daemon.openDescriptors <= baseline + 1 }, "descriptors: \(daemon.openDescriptors), were \(baseline)")
+        _ = try client.call("status")
+        try daemon.stop()
+    }
+}
+
+extension DaemonProcess {
+    /// The daemon's resident memory (VmRSS), in MB.
+    fileprivate var residentMegabytes: Int {
+        let status = (try? String(contentsOfFile: "/proc/\(process.processIdentifier)/status", encoding: .utf8)) ?? ""
+        let line = status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") } ?? ""
+        return (Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0) / 1024
+    }
+
+    /// How many descriptors the daemon has open.
+    fileprivate var openDescriptors: Int {
+        (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(process.processIdentifier)/fd").count) ?? -1
+    }
+}
