@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 import UnixSocket
 
@@ -236,5 +237,127 @@ extension DaemonProcess {
     /// How many descriptors the daemon has open.
     fileprivate var openDescriptors: Int {
         (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(process.processIdentifier)/fd").count) ?? -1
+    }
+}
+
+/// The daemon under a task limit: run as a user of its own, so that RLIMIT_NPROC (which
+/// root is exempt from) counts only its threads.
+@Suite("Local client limits: threads")
+struct ThreadLimitTests {
+    /// A uid no other process of the tests runs as.
+    static let uid: UInt32 = 64_999
+
+    /// A daemon run as `uid`, with at most `tasks` threads for that user when given.
+    final class LimitedDaemon {
+        let root: String
+        let socketPath: String
+        let process = Process()
+
+        init(root: String, tasks: Int?) throws {
+            self.root = root
+            socketPath = root + "/evstored.sock"
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/prlimit")
+            let limit = tasks.map { ["--nproc=\($0):\($0)"] } ?? []
+            process.arguments =
+                limit + ["--"] + asUser(ThreadLimitTests.uid, gid: ThreadLimitTests.uid)
+                + [try builtBinary("evstored").path, "--data-dir", root + "/data", "--socket", socketPath]
+            process.environment = ProcessInfo.processInfo.environment.filter {
+                !$0.key.hasPrefix("EVSTORE_") && $0.key != "NOTIFY_SOCKET"
+            }
+            process.standardError = FileHandle.nullDevice
+            process.standardOutput = FileHandle.nullDevice
+            try process.run()
+        }
+
+        var pid: Int32 { process.processIdentifier }
+
+        var threads: Int {
+            let status = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
+            let line = status.split(separator: "\n").first { $0.hasPrefix("Threads:") } ?? ""
+            return Int(line.split(separator: "\t").last ?? "") ?? 0
+        }
+
+        var descriptors: Int { (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd").count) ?? -1 }
+
+        func connect() throws -> RPCClient {
+            let client = try RPCClient(path: socketPath)
+            try client.connection.setTimeouts(read: 15, write: 15)
+            return client
+        }
+
+        /// A connection that has been answered, once the daemon serves one.
+        func served(timeout: Double = 20) -> RPCClient? {
+            let deadline = Date().addingTimeInterval(timeout)
+            while Date() < deadline {
+                if let client = try? connect(), (try? client.send(#"{"jsonrpc":"2.0","id":0,"method":"status"}"#)) != nil,
+                    let response = try? client.readJSON()
+                {
+                    if response["result"] != nil { return client }
+                }
+                Thread.sleep(forTimeInterval: 0.05)
+            }
+            return nil
+        }
+
+        func kill() {
+            Glibc.kill(pid, SIGKILL)
+            reap(process)
+        }
+    }
+
+    @Test(
+        "under a task limit, a connection whose thread cannot start is sent an unavailable line and closed; nothing leaks; later ones are served",
+        .enabled(if: canSwitchUsers && FileManager.default.isExecutableFile(atPath: "/usr/bin/prlimit")))
+    func threadStartFails() throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("evd-\(UUID().uuidString.prefix(8))").path
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        chown(root, Self.uid, Self.uid)
+        // How many threads the daemon runs with one connection open: its task limit then.
+        let measure = try LimitedDaemon(root: root, tasks: nil)
+        let probe = try #require(measure.served())
+        Thread.sleep(forTimeInterval: 0.5)
+        let tasks = measure.threads
+        withExtendedLifetime(probe) {}
+        measure.kill()
+
+        let daemon = try LimitedDaemon(root: root, tasks: tasks)
+        defer { daemon.kill() }
+        let served = try #require(daemon.served(), "the daemon serves one connection under a limit of \(tasks) tasks")
+        Thread.sleep(forTimeInterval: 0.5)
+        let baseline = daemon.descriptors
+        // (Should the daemon idle with a thread fewer than when it was measured, a
+        // connection more is served: it is kept open.)
+        var held: [RPCClient] = []
+        var refusals = 0
+        while refusals < 10 && held.count < 3 {
+            let client = try daemon.connect()
+            // A refused connection may be closed before the request is sent: its error
+            // line is read all the same.
+            try? client.send(#"{"jsonrpc":"2.0","id":0,"method":"status"}"#)
+            let response = try client.readJSON()
+            if response["result"] != nil {
+                held.append(client)
+                continue
+            }
+            let error = response["error"] as? [String: Any]
+            #expect((error?["data"] as? [String: Any])?["reason"] as? String == "unavailable")
+            #expect((error?["message"] as? String)?.contains("thread") == true, "\(response)")
+            // Closed: the end of the stream, or a reset (the request it sent was unread).
+            do {
+                #expect(try client.readLine() == nil)
+            } catch let error as SocketError {
+                #expect(error.code == ECONNRESET, "\(error)")
+            }
+            refusals += 1
+        }
+        #expect(refusals == 10)
+        #expect(daemon.descriptors == baseline + held.count, "no descriptor of a refused connection is left open")
+        held.removeAll()
+        // The connection that has its threads is still served; once it ends, a new one is.
+        _ = try served.call("status")
+        served.connection.shutdown()
+        #expect(daemon.served() != nil, "a new connection is served once threads are free")
+        #expect(daemon.process.isRunning)
     }
 }
