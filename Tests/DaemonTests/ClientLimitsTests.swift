@@ -68,6 +68,29 @@ struct ClientLimitsTests {
         try daemon.stop()
     }
 
+    @Test("a client that leaves during a batch of 300 log pages: the rest is not run (the daemon uses < 0.5 s of CPU in the 2 s after)")
+    func goneClientStopsBatch() throws {
+        // No byte cap to end the batch early: only the client's leaving may.
+        let daemon = try DaemonProcess(arguments: ["--max-batch-response-bytes", "\(1 << 40)"])
+        defer { daemon.removeFiles() }
+        let writer = try connect(daemon, timeout: 60)
+        let pad = String(repeating: "p", count: 200)
+        let events = (0..<10_000).map { #"{"entity":"job/\#($0)","kind":"edit","fields":{"pad":"\#(pad)"}}"# }
+        _ = try writer.call("append", eventsParams(events))
+        let attacker = try connect(daemon)
+        let members = (0..<300).map { #"{"jsonrpc":"2.0","id":\#($0),"method":"log","params":{"limit":10000}}"# }
+        try attacker.send("[" + members.joined(separator: ",") + "]")
+        Thread.sleep(forTimeInterval: 0.3)
+        attacker.connection.close()
+        Thread.sleep(forTimeInterval: 1.5)
+        let before = daemon.cpuSeconds
+        Thread.sleep(forTimeInterval: 2)
+        let used = daemon.cpuSeconds - before
+        #expect(used < 0.5, "the daemon used \(used) s of CPU after its client left")
+        _ = try writer.call("status")
+        try daemon.stop()
+    }
+
     @Test("200 pipelined gets of a 6 MB entity, never read: RSS stays < 300 MB, others are answered, nothing is lost")
     func pipelinedAnswersWait() throws {
         // The default max_queued_response_bytes, 64 MiB: the answers would be 1.2 GB.
@@ -232,6 +255,16 @@ extension DaemonProcess {
         let status = (try? String(contentsOfFile: "/proc/\(process.processIdentifier)/status", encoding: .utf8)) ?? ""
         let line = status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") } ?? ""
         return (Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0) / 1024
+    }
+
+    /// The CPU time the daemon has used, user and system, in seconds.
+    fileprivate var cpuSeconds: Double {
+        let stat = (try? String(contentsOfFile: "/proc/\(process.processIdentifier)/stat", encoding: .utf8)) ?? ""
+        // The fields after the command's closing parenthesis; utime and stime are the 12th and 13th.
+        guard let close = stat.lastIndex(of: ")") else { return 0 }
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
+        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
     }
 
     /// How many descriptors the daemon has open.
