@@ -154,7 +154,7 @@ struct ClientLimitsTests {
         // for a moment, and then a sixth is refused: connect again).
         var clients: [RPCClient] = []
         func connectServed() -> Bool {
-            guard let client = try? connect(daemon), (try? client.call("status")) != nil else { return false }
+            guard let client = try? connect(daemon), answersStatus(client) else { return false }
             clients.append(client)
             return true
         }
@@ -249,6 +249,15 @@ struct ClientLimitsTests {
     }
 }
 
+/// Whether `client` is served: it answers `status` (a refused connection answers an
+/// error with id null, or nothing).
+private func answersStatus(_ client: RPCClient) -> Bool {
+    guard (try? client.send(#"{"jsonrpc":"2.0","id":0,"method":"status"}"#)) != nil,
+        let response = try? client.readJSON()
+    else { return false }
+    return response["result"] != nil
+}
+
 extension DaemonProcess {
     /// The daemon's resident memory (VmRSS), in MB.
     fileprivate var residentMegabytes: Int {
@@ -322,11 +331,7 @@ struct ThreadLimitTests {
         func served(timeout: Double = 20) -> RPCClient? {
             let deadline = Date().addingTimeInterval(timeout)
             while Date() < deadline {
-                if let client = try? connect(), (try? client.send(#"{"jsonrpc":"2.0","id":0,"method":"status"}"#)) != nil,
-                    let response = try? client.readJSON()
-                {
-                    if response["result"] != nil { return client }
-                }
+                if let client = try? connect(), answersStatus(client) { return client }
                 Thread.sleep(forTimeInterval: 0.05)
             }
             return nil
