@@ -68,7 +68,7 @@ struct ClientLimitsTests {
         try daemon.stop()
     }
 
-    @Test("a client that leaves during a batch of 300 log pages: the rest is not run (the daemon uses < 0.5 s of CPU in the 2 s after)")
+    @Test("a client that leaves during a batch of 300 log pages: the rest is not run (within 20 s the daemon uses < 0.25 s of CPU in a second)")
     func goneClientStopsBatch() throws {
         // No byte cap to end the batch early: only the client's leaving may.
         let daemon = try DaemonProcess(arguments: ["--max-batch-response-bytes", "\(1 << 40)"])
@@ -82,11 +82,16 @@ struct ClientLimitsTests {
         try attacker.send("[" + members.joined(separator: ",") + "]")
         Thread.sleep(forTimeInterval: 0.3)
         attacker.connection.close()
-        Thread.sleep(forTimeInterval: 1.5)
-        let before = daemon.cpuSeconds
-        Thread.sleep(forTimeInterval: 2)
-        let used = daemon.cpuSeconds - before
-        #expect(used < 0.5, "the daemon used \(used) s of CPU after its client left")
+        // The page being made when the client left is finished; then the daemon goes
+        // quiet (the batch's 300 pages would keep it busy for minutes).
+        var quiet = false
+        let deadline = Date().addingTimeInterval(20)
+        while !quiet, Date() < deadline {
+            let before = daemon.cpuSeconds
+            Thread.sleep(forTimeInterval: 1)
+            quiet = daemon.cpuSeconds - before < 0.25
+        }
+        #expect(quiet, "the daemon kept working for a client that left")
         _ = try writer.call("status")
         try daemon.stop()
     }
