@@ -38,12 +38,12 @@ public struct LineReader {
     public mutating func next(
         reading read: (inout [UInt8], _ count: Int) throws -> Int
     ) rethrows -> Line {
-        try next(reading: { buffer, count, _ in try read(&buffer, count) })
+        try nextLine(reading: { buffer, count, _ in try read(&buffer, count) })
     }
 
     /// `next(reading:)`, telling `read` whether a line is begun (some of it read, or an
     /// over-long one being dropped): a caller bounds how long a line may take.
-    public mutating func next(
+    public mutating func nextLine(
         reading read: (inout [UInt8], _ count: Int, _ midLine: Bool) throws -> Int
     ) rethrows -> Line {
         while true {

@@ -31,7 +31,9 @@ struct ClientLimitsTests {
         return ((error?["data"] as? [String: Any])?["reason"] as? String, error?["message"] as? String ?? "")
     }
 
-    @Test("a batch of 300 log pages of 10000 events, never read: RSS stays < 300 MB, others are answered, the batch past 16 MiB is too_large")
+    @Test(
+        "a batch of 300 log pages of 10000 events, never read: RSS stays < 300 MB, others are answered, the batch past 16 MiB is too_large"
+    )
     func batchAmplification() throws {
         let daemon = try DaemonProcess()
         defer { daemon.removeFiles() }
@@ -68,7 +70,9 @@ struct ClientLimitsTests {
         try daemon.stop()
     }
 
-    @Test("a client that leaves during a batch of 300 log pages: the rest is not run (within 20 s the daemon uses < 0.25 s of CPU in a second)")
+    @Test(
+        "a client that leaves during a batch of 300 log pages: the rest is not run (within 20 s the daemon uses < 0.25 s of CPU in a second)"
+    )
     func goneClientStopsBatch() throws {
         // No byte cap to end the batch early: only the client's leaving may.
         let daemon = try DaemonProcess(arguments: ["--max-batch-response-bytes", "\(1 << 40)"])
@@ -124,7 +128,9 @@ struct ClientLimitsTests {
             #expect((response["result"] as? [String: Any])?["entity"] as? String == "big/1")
         }
         attacker.connection.close()
-        #expect(eventually { daemon.openDescriptors <= baseline }, "descriptors: \(daemon.openDescriptors), were \(baseline)")
+        #expect(
+            eventually { daemon.openDescriptors <= baseline },
+            "descriptors: \(daemon.openDescriptors), were \(baseline)")
         _ = try writer.call("status")
         try daemon.stop()
     }
@@ -150,7 +156,9 @@ struct ClientLimitsTests {
         try daemon.stop()
     }
 
-    @Test("max_connections: one more gets an unavailable error line and is closed; after some close, new ones are served; no descriptor leaks")
+    @Test(
+        "max_connections: one more gets an unavailable error line and is closed; after some close, new ones are served; no descriptor leaks"
+    )
     func connectionCap() throws {
         let daemon = try DaemonProcess(arguments: ["--max-connections", "5"])
         defer { daemon.removeFiles() }
@@ -178,7 +186,9 @@ struct ClientLimitsTests {
         for _ in 0..<2 { #expect(eventually(connectServed)) }
         #expect(clients.count == 5)
         clients.removeAll()
-        #expect(eventually { daemon.openDescriptors <= baseline }, "descriptors: \(daemon.openDescriptors), were \(baseline)")
+        #expect(
+            eventually { daemon.openDescriptors <= baseline },
+            "descriptors: \(daemon.openDescriptors), were \(baseline)")
         try daemon.stop()
     }
 
@@ -227,7 +237,9 @@ struct ClientLimitsTests {
         try daemon.stop()
     }
 
-    @Test("30 half-sent over-long lines (17 MiB each, 16 MiB limit): RSS < 200 MB once sent; descriptors return to baseline")
+    @Test(
+        "30 half-sent over-long lines (17 MiB each, 16 MiB limit): RSS < 200 MB once sent; descriptors return to baseline"
+    )
     func overLongLines() throws {
         let daemon = try DaemonProcess()
         defer { daemon.removeFiles() }
@@ -248,7 +260,9 @@ struct ClientLimitsTests {
         let rss = daemon.residentMegabytes
         #expect(rss < 200, "the daemon's RSS is \(rss) MB")
         for connection in attackers { connection.close() }
-        #expect(eventually { daemon.openDescriptors <= baseline + 1 }, "descriptors: \(daemon.openDescriptors), were \(baseline)")
+        #expect(
+            eventually { daemon.openDescriptors <= baseline + 1 },
+            "descriptors: \(daemon.openDescriptors), were \(baseline)")
         _ = try client.call("status")
         try daemon.stop()
     }
@@ -352,7 +366,8 @@ struct ThreadLimitTests {
         "under a task limit, a connection whose thread cannot start is sent an unavailable line and closed; nothing leaks; later ones are served",
         .enabled(if: canSwitchUsers && FileManager.default.isExecutableFile(atPath: "/usr/bin/prlimit")))
     func threadStartFails() throws {
-        let root = FileManager.default.temporaryDirectory.appendingPathComponent("evd-\(UUID().uuidString.prefix(8))").path
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("evd-\(UUID().uuidString.prefix(8))")
+            .path
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: root) }
         chown(root, Self.uid, Self.uid)

@@ -51,8 +51,8 @@ struct LineReaderTests {
         var fed = 0
         // 8 MiB with no newline, then a newline and a short line.
         let total = 8 << 20
-        let line = reader.next { buffer, count, _ in
-            most = max(most, reader_capacity(buffer))
+        let line = reader.nextLine(reading: { buffer, count, _ in
+            most = max(most, buffer.capacity)
             if fed >= total {
                 buffer.append(contentsOf: Array("\nok\n".utf8))
                 return 4
@@ -60,24 +60,25 @@ struct LineReaderTests {
             buffer.append(contentsOf: [UInt8](repeating: UInt8(ascii: "x"), count: count))
             fed += count
             return count
-        }
+        })
         #expect(line == .tooLong(bytes: total))
         #expect(most <= 4 << 20, "the buffer held \(most) bytes for a line over a 1 MiB limit")
-        #expect(reader.next { _, _, _ in 0 } == .line(Array("ok".utf8)))
+        #expect(reader.nextLine(reading: { _, _, _ in 0 }) == .line(Array("ok".utf8)))
         #expect(reader.capacity <= 4 * chunk)
         // A line under the limit but long: once read, its room is given back.
         var long = [UInt8](repeating: UInt8(ascii: "y"), count: 900_000) + [0x0A]
-        let read = reader.next { buffer, count, _ in
+        let read = reader.nextLine(reading: { buffer, count, _ in
             let n = min(count, long.count)
             buffer.append(contentsOf: long.prefix(n))
             long.removeFirst(n)
             return n
-        }
+        })
         #expect(read == .line([UInt8](repeating: UInt8(ascii: "y"), count: 900_000)))
-        #expect(reader.next { buffer, _, _ in
-            buffer.append(contentsOf: Array("z\n".utf8))
-            return 2
-        } == .line(Array("z".utf8)))
+        #expect(
+            reader.nextLine(reading: { buffer, _, _ in
+                buffer.append(contentsOf: Array("z\n".utf8))
+                return 2
+            }) == .line(Array("z".utf8)))
         #expect(reader.capacity <= 4 * chunk)
     }
 
@@ -175,6 +176,3 @@ struct UnixSocketTests {
         #expect(try receiver.receive(timeout: 0.05) == nil)
     }
 }
-
-/// The room an array keeps.
-private func reader_capacity(_ buffer: [UInt8]) -> Int { buffer.capacity }

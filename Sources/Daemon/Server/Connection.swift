@@ -42,23 +42,30 @@ final class Connection: @unchecked Sendable {
     func start(ended: @escaping @Sendable (Connection) -> Void) -> SocketError? {
         // A client that stops reading for this long is dropped rather than held forever.
         try? socket.setTimeouts(read: nil, write: 30)
-        if let error = startThread(name: "evsend-\(identifier)", { [self] in
-            send()
-            senderDone.signal()
-        }) {
+        if let error = startThread(
+            name: "evsend-\(identifier)",
+            { [self] in
+                send()
+                senderDone.signal()
+            })
+        {
             Connection.refuse(socket, error: Connection.threadRefusal(error))
             return error
         }
-        if let error = startThread(name: "evread-\(identifier)", { [self] in
-            read()
-            for subscription in subscriptions { context.hub.remove(subscription) }
-            outbox.finish()
-            senderDone.wait()
-            socket.close()
-            ended(self)
-        }) {
+        if let error = startThread(
+            name: "evread-\(identifier)",
+            { [self] in
+                read()
+                for subscription in subscriptions { context.hub.remove(subscription) }
+                outbox.finish()
+                senderDone.wait()
+                socket.close()
+                ended(self)
+            })
+        {
             // The sender has nothing to write: the line goes out before it is stopped.
-            _ = try? socket.writeAvailable(Connection.response(id: RequestParser.nullID, error: Connection.threadRefusal(error)))
+            _ = try? socket.writeAvailable(
+                Connection.response(id: RequestParser.nullID, error: Connection.threadRefusal(error)))
             outbox.abort()
             senderDone.wait()
             socket.close()
@@ -122,9 +129,9 @@ final class Connection: @unchecked Sendable {
             outbox.waitForRoom()
             let line: LineReader.Line
             do {
-                line = try reader.next { buffer, count, midLine in
+                line = try reader.nextLine(reading: { buffer, count, midLine in
                     try receive(into: &buffer, count: count, midLine: midLine, clock: &clock)
-                }
+                })
             } catch ReadStop.lineTimeout {
                 context.logger.debug("connection \(identifier): a line was not finished in time; closing")
                 outbox.push(
