@@ -161,9 +161,9 @@ final class Connection: @unchecked Sendable {
                             reason: "too_large")))
             case .line(let bytes):
                 // A peer's sync session announces itself in the first line; the connection
-                // then speaks the sync protocol until the session ends.
+                // then speaks the sync protocol until the session ends (with its own
+                // deadlines: the idle and line timeouts end here).
                 if first, let version = Frame.preambleVersion(bytes) {
-                    // The sync session keeps its own deadlines; its buffer is handed over.
                     if client.grant.level < MethodAccess.syncSession {
                         let message = client.refusalMessage(doing: "a sync session is refused")
                         logRefusal("a sync session", message: message)
@@ -417,12 +417,12 @@ final class Connection: @unchecked Sendable {
         return out
     }
 
-    static func response(id: [UInt8], error: RPCError, newline: Bool = true) -> [UInt8] {
+    static func response(id: [UInt8], error: RPCError) -> [UInt8] {
         var out: [UInt8] = []
         begin(id: id, member: #","error":"#, into: &out)
         out.append(contentsOf: error.json())
         out.append(UInt8(ascii: "}"))
-        if newline { out.append(0x0A) }
+        out.append(0x0A)
         return out
     }
 
