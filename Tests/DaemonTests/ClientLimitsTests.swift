@@ -301,26 +301,22 @@ extension DaemonProcess {
     }
 }
 
-/// The daemon under a task limit: run as a user of its own, so that RLIMIT_NPROC (which
-/// root is exempt from) counts only its threads.
-@Suite("Local client limits: threads")
-struct ThreadLimitTests {
-    /// A uid no other process of the tests runs as.
-    static let uid: UInt32 = 64_999
-
-    /// A daemon run as `uid`, with at most `tasks` threads for that user when given.
+/// The daemon under a task or descriptor limit: run as a user of its own, so that
+/// RLIMIT_NPROC (which root is exempt from) counts only its threads.
+@Suite("Local client limits: threads and descriptors")
+struct SystemLimitTests {
+    /// A daemon run as `uid` under `prlimit` with `limits` (e.g. `--nproc=8:8`).
     final class LimitedDaemon {
         let root: String
         let socketPath: String
         let process = Process()
 
-        init(root: String, tasks: Int?) throws {
+        init(root: String, uid: UInt32, limits: [String]) throws {
             self.root = root
             socketPath = root + "/evstored.sock"
             process.executableURL = URL(fileURLWithPath: "/usr/bin/prlimit")
-            let limit = tasks.map { ["--nproc=\($0):\($0)"] } ?? []
             process.arguments =
-                limit + ["--"] + asUser(ThreadLimitTests.uid, gid: ThreadLimitTests.uid)
+                limits + ["--"] + asUser(uid, gid: uid)
                 + [try builtBinary("evstored").path, "--data-dir", root + "/data", "--socket", socketPath]
             process.environment = ProcessInfo.processInfo.environment.filter {
                 !$0.key.hasPrefix("EVSTORE_") && $0.key != "NOTIFY_SOCKET"
@@ -362,30 +358,40 @@ struct ThreadLimitTests {
         }
     }
 
+    enum Limit: String, CaseIterable, CustomTestStringConvertible {
+        case threads, descriptors
+        var testDescription: String { rawValue }
+        /// A uid no other process of the tests runs as (the cases run at once, and a task
+        /// limit counts every process of its user).
+        var uid: UInt32 { self == .threads ? 64_999 : 64_998 }
+    }
+
     @Test(
-        "under a task limit, a connection whose thread cannot start is sent an unavailable line and closed; nothing leaks; later ones are served",
-        .enabled(if: canSwitchUsers && FileManager.default.isExecutableFile(atPath: "/usr/bin/prlimit")))
-    func threadStartFails() throws {
+        "under a task or descriptor limit, a connection the daemon cannot serve is sent an unavailable line and closed; nothing leaks; later ones are served",
+        .enabled(if: canSwitchUsers && FileManager.default.isExecutableFile(atPath: "/usr/bin/prlimit")),
+        arguments: Limit.allCases)
+    func refusedAtSystemLimit(_ limit: Limit) throws {
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("evd-\(UUID().uuidString.prefix(8))")
             .path
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: root) }
-        chown(root, Self.uid, Self.uid)
-        // How many threads the daemon runs with one connection open: its task limit then.
-        let measure = try LimitedDaemon(root: root, tasks: nil)
+        chown(root, limit.uid, limit.uid)
+        // What the daemon uses with one connection open: its limit then.
+        let measure = try LimitedDaemon(root: root, uid: limit.uid, limits: [])
         let probe = try #require(measure.served())
         Thread.sleep(forTimeInterval: 0.5)
-        let tasks = measure.threads
+        let used = limit == .threads ? measure.threads : measure.descriptors
         withExtendedLifetime(probe) {}
         measure.kill()
 
-        let daemon = try LimitedDaemon(root: root, tasks: tasks)
+        let option = limit == .threads ? "--nproc=\(used):\(used)" : "--nofile=\(used):\(used)"
+        let daemon = try LimitedDaemon(root: root, uid: limit.uid, limits: [option])
         defer { daemon.kill() }
-        let served = try #require(daemon.served(), "the daemon serves one connection under a limit of \(tasks) tasks")
+        let served = try #require(daemon.served(), "the daemon serves one connection under \(option)")
         Thread.sleep(forTimeInterval: 0.5)
         let baseline = daemon.descriptors
-        // (Should the daemon idle with a thread fewer than when it was measured, a
-        // connection more is served: it is kept open.)
+        // (Should the daemon idle with less than it was measured with, a connection more
+        // is served: it is kept open.)
         var held: [RPCClient] = []
         var refusals = 0
         while refusals < 10 && held.count < 3 {
@@ -400,7 +406,8 @@ struct ThreadLimitTests {
             }
             let error = response["error"] as? [String: Any]
             #expect((error?["data"] as? [String: Any])?["reason"] as? String == "unavailable")
-            #expect((error?["message"] as? String)?.contains("thread") == true, "\(response)")
+            let message = error?["message"] as? String ?? ""
+            #expect(message.contains(limit == .threads ? "thread" : "file descriptor"), "\(response)")
             // Closed: the end of the stream, or a reset (the request it sent was unread).
             do {
                 #expect(try client.readLine() == nil)
@@ -412,10 +419,10 @@ struct ThreadLimitTests {
         #expect(refusals == 10)
         #expect(daemon.descriptors == baseline + held.count, "no descriptor of a refused connection is left open")
         held.removeAll()
-        // The connection that has its threads is still served; once it ends, a new one is.
+        // The connection that has what it needs is still served; once it ends, a new one is.
         _ = try served.call("status")
         served.connection.shutdown()
-        #expect(daemon.served() != nil, "a new connection is served once threads are free")
+        #expect(daemon.served() != nil, "a new connection is served once the daemon has room")
         #expect(daemon.process.isRunning)
     }
 }

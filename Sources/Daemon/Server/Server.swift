@@ -95,11 +95,22 @@ final class Server: Sendable {
 
     private func acceptLoop() {
         var next = 0
+        // A descriptor kept in reserve: when the process has none left (EMFILE), it is let
+        // go so that a waiting client can be accepted and told, rather than left hanging
+        // in the backlog.
+        var spare = open("/dev/null", O_RDONLY | O_CLOEXEC)
+        defer { if spare >= 0 { close(spare) } }
         while accepting.load(ordering: .relaxed) {
             let socket: UnixConnection?
             do {
                 socket = try listener.accept(timeout: 0.2)
             } catch {
+                if error.code == EMFILE || error.code == ENFILE, spare >= 0 {
+                    close(spare)
+                    if let waiting = try? listener.accept(timeout: 0) { refuseOutOfDescriptors(waiting) }
+                    spare = open("/dev/null", O_RDONLY | O_CLOEXEC)
+                    if spare >= 0 { continue }
+                }
                 context.logger.error("accept failed: \(error)")
                 Thread.sleep(forTimeInterval: 0.1)  // e.g. out of descriptors: do not spin
                 continue
@@ -128,6 +139,23 @@ final class Server: Sendable {
                     now: Date().timeIntervalSince1970)
             }
         }
+    }
+
+    /// A client accepted on the spare descriptor: told that the daemon has no descriptor
+    /// left for it, and closed.
+    private func refuseOutOfDescriptors(_ socket: UnixConnection) {
+        var limit = rlimit()
+        getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+        context.refusals.log(
+            "refused a connection: out of file descriptors (\(limit.rlim_cur) allowed, RLIMIT_NOFILE) with \(connectionCount) connections open",
+            now: Date().timeIntervalSince1970)
+        Connection.refuse(
+            socket,
+            error: RPCError(
+                code: RPCError.applicationCodes["unavailable"]!,
+                message:
+                    "the daemon has no file descriptor left for this connection (its limit is \(limit.rlim_cur), RLIMIT_NOFILE); close idle connections, raise its limit (LimitNOFILE) or lower max_connections below it",
+                reason: "unavailable"))
     }
 
     /// One connection more than `max_connections`: told so in one line, and closed.
