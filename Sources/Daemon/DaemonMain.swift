@@ -152,6 +152,7 @@ final class Daemon: Sendable {
     /// Serves until SIGTERM or SIGINT; returns the exit code.
     func serve() -> Int32 {
         let configuration = initial
+        Allocator.returnLargeBuffers()
         signal(SIGPIPE, SIG_IGN)
         for stop in [SIGTERM, SIGINT, SIGHUP] { signal(stop, SIG_IGN) }
         // Signals are taken from the start: a SIGTERM while the store opens still stops us.
@@ -299,7 +300,7 @@ final class Daemon: Sendable {
             startedAt: Date(), writer: writer, sync: sync, backupDirectory: configuration.backupDirectory)
         let context = ServerContext(
             writer: writer, hub: hub, methods: methods, sync: sync, logger: logger,
-            limits: Limits(maxLineBytes: configuration.maxLineBytes, watchQueueEvents: configuration.watchQueueEvents),
+            limits: Limits(configuration),
             access: configuration.access)
         let server = Server(listener: listener, context: context)
         server.start()
@@ -383,6 +384,12 @@ final class Daemon: Sendable {
                 old.watchQueueEvents = fresh.watchQueueEvents
                 old.maxWatchesPerConnection = fresh.maxWatchesPerConnection
                 old.maxWatches = fresh.maxWatches
+                old.maxConnections = fresh.maxConnections
+                old.idleTimeoutSeconds = fresh.idleTimeoutSeconds
+                old.lineTimeoutSeconds = fresh.lineTimeoutSeconds
+                old.maxQueuedResponseBytes = fresh.maxQueuedResponseBytes
+                old.maxBatchRequests = fresh.maxBatchRequests
+                old.maxBatchResponseBytes = fresh.maxBatchResponseBytes
                 old.logLevel = fresh.logLevel
                 old.mapMaxBytes = fresh.mapMaxBytes
                 old.readGroups = fresh.readGroups
@@ -395,7 +402,7 @@ final class Daemon: Sendable {
                 return previous
             }
             logger.level = fresh.logLevel
-            context.limits = Limits(maxLineBytes: fresh.maxLineBytes, watchQueueEvents: fresh.watchQueueEvents)
+            context.limits = Limits(fresh)
             context.access = fresh.access
             context.hub.limits = WatchLimits(fresh)
             if fresh.access != old.access { logger.info("SIGHUP: access for new connections: \(fresh.accessSummary)") }

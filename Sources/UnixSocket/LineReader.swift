@@ -38,6 +38,14 @@ public struct LineReader {
     public mutating func next(
         reading read: (inout [UInt8], _ count: Int) throws -> Int
     ) rethrows -> Line {
+        try nextLine(reading: { buffer, count, _ in try read(&buffer, count) })
+    }
+
+    /// `next(reading:)`, telling `read` whether a line is begun (some of it read, or an
+    /// over-long one being dropped): a caller bounds how long a line may take.
+    public mutating func nextLine(
+        reading read: (inout [UInt8], _ count: Int, _ midLine: Bool) throws -> Int
+    ) rethrows -> Line {
         while true {
             if let newline = LineReader.firstNewline(in: buffer, from: scanned) {
                 let length = newline - start
@@ -53,9 +61,13 @@ public struct LineReader {
                 return .line(Array(buffer[start..<newline]))
             }
             scanned = buffer.count
-            if buffer.count - start > limit {
+            if dropping != nil || buffer.count - start > limit {
+                // Over the limit: what is read of the line is dropped at once, and so is
+                // the buffer it grew (a client must not make every connection hold
+                // `limit` bytes).
                 dropping = (dropping ?? 0) + buffer.count - start
-                buffer.removeAll(keepingCapacity: true)
+                let keep = buffer.capacity <= 2 * chunk
+                release { $0.removeAll(keepingCapacity: keep) }
                 start = 0
                 scanned = 0
             }
@@ -76,12 +88,26 @@ public struct LineReader {
                 return .end
             }
             if start > 0, start >= buffer.count / 2 {
-                buffer.removeFirst(start)
+                if buffer.capacity > 4 * chunk {
+                    // A long line grew the buffer: give that memory back.
+                    let begin = start
+                    release { $0 = Array($0[begin...]) }
+                } else {
+                    buffer.removeFirst(start)
+                }
                 scanned -= start
                 start = 0
             }
-            if try read(&buffer, chunk) == 0 { ended = true }
+            if try read(&buffer, chunk, dropping != nil || start < buffer.count) == 0 { ended = true }
         }
+    }
+
+    /// The room the buffer keeps, in bytes.
+    public var capacity: Int { buffer.capacity }
+
+    /// Replaces the buffer through `shrink` (the closure must not touch the reader).
+    mutating func release(_ shrink: (inout [UInt8]) -> Void) {
+        shrink(&buffer)
     }
 
     /// The bytes read but not yet returned as lines, handed over to whoever reads the

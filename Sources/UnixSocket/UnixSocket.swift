@@ -67,6 +67,27 @@ public final class UnixConnection: @unchecked Sendable {
         }
     }
 
+    /// Waits up to `timeout` seconds for bytes to read (or the end of the stream); false
+    /// when the time ran out first. The corresponding C function is `poll`.
+    public func waitReadable(timeout: Double) throws(SocketError) -> Bool {
+        var poller = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
+        let milliseconds = Int32(min(max(timeout, 0) * 1000, Double(Int32.max)).rounded(.up))
+        while true {
+            let ready = poll(&poller, 1, milliseconds)
+            if ready >= 0 { return ready > 0 }
+            if errno != EINTR { throw SocketError.last("poll") }
+        }
+    }
+
+    /// Whether the other end is gone: closed in both directions, not merely done sending
+    /// (a client may shut down its writing side and still read its answers). Does not
+    /// block. The corresponding C function is `poll`.
+    public var peerHasClosed: Bool {
+        var poller = pollfd(fd: descriptor, events: 0, revents: 0)
+        guard poll(&poller, 1, 0) == 1 else { return false }
+        return poller.revents & Int16(POLLHUP | POLLERR) != 0
+    }
+
     /// Writes all of `bytes`, however many calls it takes.
     public func write(_ bytes: [UInt8]) throws(SocketError) {
         var offset = 0

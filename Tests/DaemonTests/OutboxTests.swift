@@ -140,4 +140,29 @@ struct OutboxTests {
         #expect(broken.isEnding)
         #expect(broken.writeFailure != nil)
     }
+
+    @Test("past byteLimit queued, waitForRoom waits until the client has read enough; nothing is lost")
+    func waitForRoom() throws {
+        let (server, client) = try UnixConnection.pair()
+        let outbox = Outbox(socket: server, notificationLimit: 10, byteLimit: 1 << 20)
+        let sender = startSender(outbox, server)
+        // 4 MiB of answers: far more than the socket's buffers and the 1 MiB limit.
+        let line = String(repeating: "x", count: 64 * 1024 - 1)
+        for _ in 0..<64 { outbox.push(Array((line + "\n").utf8)) }
+        let waited = Atomic<Bool>(false)
+        let done = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            outbox.waitForRoom()
+            waited.store(true, ordering: .sequentiallyConsistent)
+            done.signal()
+        }
+        #expect(done.wait(timeout: .now() + 0.3) == .timedOut, "the reader waits while the client reads nothing")
+        let early = waited.load(ordering: .sequentiallyConsistent)
+        #expect(!early)
+        let lines = try readLines(client, count: 64)
+        #expect(done.wait(timeout: .now() + 10) == .success, "the reader goes on once the answers are read")
+        #expect(lines.count == 64 && lines.allSatisfy { $0 == line })
+        outbox.finish()
+        sender.wait()
+    }
 }

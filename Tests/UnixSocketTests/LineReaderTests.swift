@@ -43,6 +43,45 @@ struct LineReaderTests {
             ])
     }
 
+    @Test("an over-long line is dropped chunk by chunk without holding its bytes; a long line's buffer is given back")
+    func releasesBuffers() {
+        let chunk = 64 * 1024
+        var reader = LineReader(limit: 1 << 20, chunk: chunk)
+        var most = 0
+        var fed = 0
+        // 8 MiB with no newline, then a newline and a short line.
+        let total = 8 << 20
+        let line = reader.nextLine(reading: { buffer, count, _ in
+            most = max(most, buffer.capacity)
+            if fed >= total {
+                buffer.append(contentsOf: Array("\nok\n".utf8))
+                return 4
+            }
+            buffer.append(contentsOf: [UInt8](repeating: UInt8(ascii: "x"), count: count))
+            fed += count
+            return count
+        })
+        #expect(line == .tooLong(bytes: total))
+        #expect(most <= 4 << 20, "the buffer held \(most) bytes for a line over a 1 MiB limit")
+        #expect(reader.nextLine(reading: { _, _, _ in 0 }) == .line(Array("ok".utf8)))
+        #expect(reader.capacity <= 4 * chunk)
+        // A line under the limit but long: once read, its room is given back.
+        var long = [UInt8](repeating: UInt8(ascii: "y"), count: 900_000) + [0x0A]
+        let read = reader.nextLine(reading: { buffer, count, _ in
+            let n = min(count, long.count)
+            buffer.append(contentsOf: long.prefix(n))
+            long.removeFirst(n)
+            return n
+        })
+        #expect(read == .line([UInt8](repeating: UInt8(ascii: "y"), count: 900_000)))
+        #expect(
+            reader.nextLine(reading: { buffer, _, _ in
+                buffer.append(contentsOf: Array("z\n".utf8))
+                return 2
+            }) == .line(Array("z".utf8)))
+        #expect(reader.capacity <= 4 * chunk)
+    }
+
     @Test("exactly at the limit is a line")
     func atLimit() {
         let line = [UInt8](repeating: UInt8(ascii: "y"), count: 64)

@@ -54,6 +54,20 @@ struct Configuration: Equatable, Sendable {
     var watchQueueEvents = 10_000
     var maxWatchesPerConnection = 64
     var maxWatches = 4096
+    /// Local clients served at once; one more is refused with an error line.
+    var maxConnections = 1024
+    /// A connection with no request, nothing to send and no watch is closed after this
+    /// long; 0: never.
+    var idleTimeoutSeconds = 300
+    /// A line begun and not finished within this long closes its connection.
+    var lineTimeoutSeconds = 30
+    /// Responses one connection may have waiting to be sent before its requests are no
+    /// longer read (until the client reads its answers).
+    var maxQueuedResponseBytes = 64 << 20
+    /// Requests one batch line may hold.
+    var maxBatchRequests = 1000
+    /// Bytes of responses one batch may gather; the members after get `too_large`.
+    var maxBatchResponseBytes = 16 << 20
     var logLevel = Logger.Level.info
     /// Where this host's identity is read (a data directory copied to another machine
     /// takes a fresh node id). Containers that share or lack /etc/machine-id point it at a
@@ -122,6 +136,14 @@ struct Configuration: Equatable, Sendable {
         Option(key: "watch_queue_events", help: "notifications a watcher may fall behind before it is dropped (10000)"),
         Option(key: "max_watches_per_connection", help: "watches one connection may hold at once (64)"),
         Option(key: "max_watches", help: "watches all connections together may hold at once (4096)"),
+        Option(key: "max_connections", help: "local clients served at once; more are refused (1024)"),
+        Option(key: "idle_timeout_s", help: "an idle connection is closed after this long, seconds; 0: never (300)"),
+        Option(key: "line_timeout_s", help: "a request line must be finished within this long, seconds (30)"),
+        Option(
+            key: "max_queued_response_bytes",
+            help: "responses waiting for a slow client before its requests wait, bytes (64 MiB)"),
+        Option(key: "max_batch_requests", help: "most requests in one batch line (1000)"),
+        Option(key: "max_batch_response_bytes", help: "most response bytes one batch gathers (16 MiB)"),
         Option(key: "log_level", help: "debug, info, notice, warning or error (info)"),
         Option(key: "machine_id_file", help: "this host's identity, compared at start (/etc/machine-id)"),
         Option(key: "read_groups", help: "groups whose members may only read, names or gids, comma-separated"),
@@ -374,6 +396,12 @@ struct Configuration: Equatable, Sendable {
         case "watch_queue_events": watchQueueEvents = try integer(1...10_000_000)
         case "max_watches_per_connection": maxWatchesPerConnection = try integer(1...1_000_000)
         case "max_watches": maxWatches = try integer(1...1_000_000)
+        case "max_connections": maxConnections = try integer(1...1_000_000)
+        case "idle_timeout_s": idleTimeoutSeconds = try integer(0...604_800)
+        case "line_timeout_s": lineTimeoutSeconds = try integer(1...86_400)
+        case "max_queued_response_bytes": maxQueuedResponseBytes = try integer((64 << 10)...(1 << 40))
+        case "max_batch_requests": maxBatchRequests = try integer(1...1_000_000)
+        case "max_batch_response_bytes": maxBatchResponseBytes = try integer((64 << 10)...(1 << 40))
         case "machine_id_file": machineIDFile = text
         case "backup_dir":
             guard !text.isEmpty else {

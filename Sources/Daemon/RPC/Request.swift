@@ -42,16 +42,19 @@ enum ParsedLine: Sendable {
 enum RequestParser {
     static let nullID = Array("null".utf8)
 
-    /// Parses a line of the socket protocol.
-    static func parse(_ line: [UInt8]) -> ParsedLine {
+    /// Parses a line of the socket protocol. A batch of more than `maxBatch` requests is
+    /// refused as a whole, before any of them is decoded.
+    static func parse(_ line: [UInt8], maxBatch: Int = .max) -> ParsedLine {
         var scanner = JSONScanner(line)
         switch scanner.peek() {
         case UInt8(ascii: "["):
             var offsets: [Int] = []
+            var count = 0
             do {
                 try scanner.readArray { (scanner) throws(JSONError) in
                     scanner.skipWhitespace()
-                    offsets.append(scanner.offset)
+                    count += 1
+                    if count <= maxBatch { offsets.append(scanner.offset) }
                     try scanner.skipValue()
                 }
                 try scanner.expectEnd()
@@ -59,6 +62,12 @@ enum RequestParser {
                 return .failed(.parseError(error.description))
             }
             if offsets.isEmpty { return .failed(.invalidRequest("an empty batch: send at least one request")) }
+            if count > maxBatch {
+                return .failed(
+                    .invalidRequest(
+                        "a batch of \(count) requests is over the limit of \(maxBatch) (max_batch_requests); split it into smaller batches",
+                        reason: "too_large"))
+            }
             return .batch(offsets.map { element(line, at: $0).element })
         case UInt8(ascii: "{"):
             // Validate the rest after the object only when the object itself parsed.

@@ -24,34 +24,69 @@ final class Connection: @unchecked Sendable {
     /// only by the reader thread.
     private var refusalLogged = false
     private let senderDone = DispatchSemaphore(value: 0)
+    /// The limits as they were when the connection came (a reload changes later ones).
+    let limits: Limits
 
     init(socket: UnixConnection, context: ServerContext, identifier: Int) {
         self.socket = socket
         self.context = context
         self.identifier = identifier
-        self.outbox = Outbox(socket: socket, notificationLimit: context.limits.watchQueueEvents)
+        self.limits = context.limits
+        self.outbox = Outbox(
+            socket: socket, notificationLimit: limits.watchQueueEvents, byteLimit: limits.maxQueuedResponseBytes)
     }
 
-    /// Starts the two threads; `ended` runs once the connection is closed.
-    func start(ended: @escaping @Sendable (Connection) -> Void) {
+    /// Starts the two threads; `ended` runs once the connection is closed. When a thread
+    /// cannot be started (a task or memory limit), the client is sent an error line and
+    /// the socket is closed at once; `ended` does not run and the error is returned.
+    func start(ended: @escaping @Sendable (Connection) -> Void) -> SocketError? {
         // A client that stops reading for this long is dropped rather than held forever.
         try? socket.setTimeouts(read: nil, write: 30)
-        let sender = Thread { [self] in
-            send()
-            senderDone.signal()
+        if let error = startThread(
+            name: "evsend-\(identifier)",
+            { [self] in
+                send()
+                senderDone.signal()
+            })
+        {
+            Connection.refuse(socket, error: Connection.threadRefusal(error))
+            return error
         }
-        sender.name = "evstored-send-\(identifier)"
-        sender.start()
-        let reader = Thread { [self] in
-            read()
-            for subscription in subscriptions { context.hub.remove(subscription) }
-            outbox.finish()
+        if let error = startThread(
+            name: "evread-\(identifier)",
+            { [self] in
+                read()
+                for subscription in subscriptions { context.hub.remove(subscription) }
+                outbox.finish()
+                senderDone.wait()
+                socket.close()
+                ended(self)
+            })
+        {
+            // The sender has nothing to write: the line goes out before it is stopped.
+            _ = try? socket.writeAvailable(
+                Connection.response(id: RequestParser.nullID, error: Connection.threadRefusal(error)))
+            outbox.abort()
             senderDone.wait()
             socket.close()
-            ended(self)
+            return error
         }
-        reader.name = "evstored-read-\(identifier)"
-        reader.start()
+        return nil
+    }
+
+    /// Sends `error` as one line, without waiting, and closes the socket: for a client
+    /// the daemon will not serve.
+    static func refuse(_ socket: UnixConnection, error: RPCError) {
+        _ = try? socket.writeAvailable(response(id: RequestParser.nullID, error: error))
+        socket.close()
+    }
+
+    static func threadRefusal(_ error: SocketError) -> RPCError {
+        RPCError(
+            code: RPCError.applicationCodes["unavailable"]!,
+            message:
+                "the daemon cannot start a thread for this connection (\(error)): it is at a task or memory limit; close idle connections, or retry later",
+            reason: "unavailable")
     }
 
     /// Stops taking requests; those already read are still answered.
@@ -86,15 +121,34 @@ final class Connection: @unchecked Sendable {
                 "connection \(identifier) from pid \(credentials.pid): \(client.who), \(client.grant.level) (\(client.grant.why))"
             )
         }
-        var reader = LineReader(limit: context.limits.maxLineBytes)
+        var reader = LineReader(limit: limits.maxLineBytes)
+        var clock = ReadClock(now: Connection.now())
         var first = true
         while !outbox.isEnding {
+            // A client that does not read its answers is not read either.
+            outbox.waitForRoom()
             let line: LineReader.Line
             do {
-                line = try reader.next { buffer, count in try socket.read(into: &buffer, count: count) }
+                line = try reader.nextLine(reading: { buffer, count, midLine in
+                    try receive(into: &buffer, count: count, midLine: midLine, clock: &clock)
+                })
+            } catch ReadStop.lineTimeout {
+                context.logger.debug("connection \(identifier): a line was not finished in time; closing")
+                outbox.push(
+                    Connection.response(
+                        id: RequestParser.nullID,
+                        error: .invalidRequest(
+                            "a line was begun and not finished within \(limits.lineTimeoutSeconds) s (line_timeout_s); the connection is closed",
+                            reason: "timeout")))
+                return
+            } catch ReadStop.idle {
+                context.logger.debug(
+                    "connection \(identifier): idle for \(limits.idleTimeoutSeconds) s (idle_timeout_s); closing")
+                return
             } catch {
                 return
             }
+            defer { clock.active = Connection.now() }
             switch line {
             case .end:
                 return
@@ -107,7 +161,8 @@ final class Connection: @unchecked Sendable {
                             reason: "too_large")))
             case .line(let bytes):
                 // A peer's sync session announces itself in the first line; the connection
-                // then speaks the sync protocol until the session ends.
+                // then speaks the sync protocol until the session ends (with its own
+                // deadlines: the idle and line timeouts end here).
                 if first, let version = Frame.preambleVersion(bytes) {
                     if client.grant.level < MethodAccess.syncSession {
                         let message = client.refusalMessage(doing: "a sync session is refused")
@@ -125,8 +180,63 @@ final class Connection: @unchecked Sendable {
         }
     }
 
+    /// Why the reader stopped reading before the end of the stream.
+    private enum ReadStop: Error {
+        /// A line was begun and not finished within `line_timeout_s`.
+        case lineTimeout
+        /// No request came for `idle_timeout_s`, and nothing was waiting.
+        case idle
+    }
+
+    /// When the current line began (nil: between lines) and when the connection last
+    /// had work, in seconds of the monotonic clock.
+    private struct ReadClock {
+        var lineStarted: Double?
+        var active: Double
+
+        init(now: Double) { active = now }
+    }
+
+    /// Reads from the socket for the line reader, within the line and idle deadlines: a
+    /// line begun must end within `line_timeout_s`; between lines, a connection with no
+    /// watch and nothing to send or answer is closed after `idle_timeout_s`.
+    private func receive(into buffer: inout [UInt8], count: Int, midLine: Bool, clock: inout ReadClock) throws
+        -> Int
+    {
+        while true {
+            let now = Connection.now()
+            let wait: Double?
+            if midLine {
+                let started = clock.lineStarted ?? now
+                clock.lineStarted = started
+                wait = started + Double(limits.lineTimeoutSeconds) - now
+                if wait! <= 0 { throw ReadStop.lineTimeout }
+            } else {
+                clock.lineStarted = nil
+                let idle = Double(limits.idleTimeoutSeconds)
+                if idle <= 0 {
+                    wait = nil
+                } else if subscriptions.isEmpty && outbox.isIdle {
+                    wait = clock.active + idle - now
+                    if wait! <= 0 { throw ReadStop.idle }
+                } else {
+                    // Busy: not idle now; look again once a whole timeout has passed.
+                    clock.active = now
+                    wait = idle
+                }
+            }
+            if let wait, try !socket.waitReadable(timeout: wait) { continue }
+            return try socket.read(into: &buffer, count: count)
+        }
+    }
+
+    /// Seconds of the monotonic clock.
+    static func now() -> Double {
+        Double(DispatchTime.now().uptimeNanoseconds) / 1e9
+    }
+
     private func handle(_ line: [UInt8]) {
-        switch RequestParser.parse(line) {
+        switch RequestParser.parse(line, maxBatch: limits.maxBatchRequests) {
         case .failed(let error):
             outbox.push(Connection.response(id: RequestParser.nullID, error: error))
         case .single(.invalid(let id, let error)):
@@ -243,15 +353,35 @@ final class Connection: @unchecked Sendable {
     }
 
     /// A batch is answered as one array, in order; appends in it wait for their commit.
+    ///
+    /// Once the responses gathered reach `max_batch_response_bytes`, the members after are
+    /// not run: each is answered `too_large` (a client still gets one response per
+    /// request). A client that is gone gets nothing more: its batch stops there.
     private func handleBatch(_ elements: [ParsedLine.Element]) {
-        var responses: [[UInt8]] = []
+        var out: [UInt8] = [UInt8(ascii: "[")]
+        var answered = 0
         for element in elements {
+            if outbox.isEnding || socket.peerHasClosed {
+                context.logger.debug("connection \(identifier): the client left during a batch; the rest is dropped")
+                return
+            }
+            var line: [UInt8]
             switch element {
             case .invalid(let id, let error):
-                responses.append(Connection.response(id: id, error: error, newline: false))
+                line = Connection.response(id: id, error: error)
             case .request(let request):
-                var line: [UInt8]
-                if let error = refusal(of: request) {
+                if out.count > limits.maxBatchResponseBytes {
+                    line =
+                        request.id.map {
+                            Connection.response(
+                                id: $0,
+                                error: RPCError(
+                                    code: RPCError.applicationCodes["too_large"]!,
+                                    message:
+                                        "the batch's responses before this one passed \(limits.maxBatchResponseBytes) bytes (max_batch_response_bytes), so it was not run; send it again in a smaller batch or on its own",
+                                    reason: "too_large"))
+                        } ?? []
+                } else if let error = refusal(of: request) {
                     line = request.id.map { Connection.response(id: $0, error: error) } ?? []
                 } else if request.method == "append", case .events(let events) = request.params {
                     let result = context.writer.appendAndWait(events, from: identifier)
@@ -267,18 +397,14 @@ final class Connection: @unchecked Sendable {
                     outbox.waitForAppends()
                     line = respond(request)
                 }
-                if !line.isEmpty {
-                    line.removeLast()  // the newline: elements are joined with commas
-                    responses.append(line)
-                }
             }
+            if line.isEmpty { continue }
+            line.removeLast()  // the newline: elements are joined with commas
+            if answered > 0 { out.append(UInt8(ascii: ",")) }
+            out.append(contentsOf: line)
+            answered += 1
         }
-        guard !responses.isEmpty else { return }  // only notifications: nothing is sent
-        var out: [UInt8] = [UInt8(ascii: "[")]
-        for (index, response) in responses.enumerated() {
-            if index > 0 { out.append(UInt8(ascii: ",")) }
-            out.append(contentsOf: response)
-        }
+        guard answered > 0 else { return }  // only notifications: nothing is sent
         out.append(contentsOf: [UInt8(ascii: "]"), 0x0A])
         outbox.push(out)
     }
@@ -295,12 +421,12 @@ final class Connection: @unchecked Sendable {
         return out
     }
 
-    static func response(id: [UInt8], error: RPCError, newline: Bool = true) -> [UInt8] {
+    static func response(id: [UInt8], error: RPCError) -> [UInt8] {
         var out: [UInt8] = []
         begin(id: id, member: #","error":"#, into: &out)
         out.append(contentsOf: error.json())
         out.append(UInt8(ascii: "}"))
-        if newline { out.append(0x0A) }
+        out.append(0x0A)
         return out
     }
 

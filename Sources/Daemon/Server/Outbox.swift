@@ -12,7 +12,10 @@ import UnixSocket
 /// client that reads its answers is answered without waking the sender.
 ///
 /// Notifications pushed by the writer never block it: past `notificationLimit` queued,
-/// the offer is refused and the caller disconnects the consumer.
+/// the offer is refused and the caller disconnects the consumer. Past `byteLimit` bytes
+/// waiting to be sent, the reader waits (`waitForRoom`) before it takes another request:
+/// a client that does not read its answers cannot make the daemon hold more than that
+/// and the response being made.
 final class Outbox: @unchecked Sendable {
     /// A place in the order, filled when its response is ready.
     final class Slot: @unchecked Sendable {
@@ -29,6 +32,7 @@ final class Outbox: @unchecked Sendable {
     }
 
     let notificationLimit: Int
+    let byteLimit: Int
     /// Where responses go; written by one thread at a time (`writing`).
     private let socket: UnixConnection
     /// Protects every var below (and each slot's bytes); wakes the sender and waiters.
@@ -46,6 +50,10 @@ final class Outbox: @unchecked Sendable {
     private var senderWaiting = false
     private var readerWaiting = false
     private var queuedNotifications = 0
+    /// Bytes of ready slots not yet taken, and of `unsent`.
+    private var queuedBytes = 0
+    /// Bytes the sender took and is writing.
+    private var sendingBytes = 0
     private var appendsInFlight = 0
     /// No more pushes; the sender ends once everything queued is written.
     private var finishing = false
@@ -54,9 +62,10 @@ final class Outbox: @unchecked Sendable {
     /// Why a write without blocking failed, for the sender to report.
     private var failure: SocketError?
 
-    init(socket: UnixConnection, notificationLimit: Int) {
+    init(socket: UnixConnection, notificationLimit: Int, byteLimit: Int = 64 << 20) {
         self.socket = socket
         self.notificationLimit = notificationLimit
+        self.byteLimit = byteLimit
     }
 
     /// Takes the next place in the order for a response computed later.
@@ -74,6 +83,7 @@ final class Outbox: @unchecked Sendable {
     func fill(_ slot: Slot, with bytes: [UInt8]) {
         condition.lock()
         slot.bytes = bytes
+        queuedBytes += bytes.count
         if slot.isAppend {
             appendsInFlight -= 1
             // A reader waits for this connection's appends before a read.
@@ -95,6 +105,7 @@ final class Outbox: @unchecked Sendable {
             write(bytes)
         } else {
             slots.append(Slot(bytes: bytes, isAppend: false, isNotification: false))
+            queuedBytes += bytes.count
             wakeSender()
         }
     }
@@ -126,6 +137,7 @@ final class Outbox: @unchecked Sendable {
         condition.lock()
         if let last, !finishing && !aborted {
             slots.append(Slot(bytes: last, isAppend: false, isNotification: false))
+            queuedBytes += last.count
         }
         finishing = true
         condition.broadcast()
@@ -145,6 +157,21 @@ final class Outbox: @unchecked Sendable {
         condition.lock()
         defer { condition.unlock() }
         return max(0, notificationLimit - queuedNotifications)
+    }
+
+    /// Waits while more than `byteLimit` bytes wait to be sent: the reader calls it before
+    /// each request, so a client that does not read stops being read.
+    func waitForRoom() {
+        condition.lock()
+        while queuedBytes + sendingBytes > byteLimit && !aborted && !finishing { readerWait() }
+        condition.unlock()
+    }
+
+    /// Nothing waits to be sent or to be answered: the connection is idle.
+    var isIdle: Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        return head == slots.count && unsent.isEmpty && !writing && appendsInFlight == 0
     }
 
     /// Waits until every append this connection sent has its response.
@@ -173,6 +200,7 @@ final class Outbox: @unchecked Sendable {
                 let out = takeReady()
                 if !out.isEmpty {
                     writing = true
+                    sendingBytes = out.count
                     return out
                 }
                 if finishing && head == slots.count { return nil }
@@ -187,6 +215,8 @@ final class Outbox: @unchecked Sendable {
     func wrote() {
         condition.lock()
         writing = false
+        sendingBytes = 0
+        if readerWaiting { condition.broadcast() }
         condition.unlock()
     }
 
@@ -202,10 +232,12 @@ final class Outbox: @unchecked Sendable {
     private func takeReady() -> [UInt8] {
         var out: [UInt8] = []
         swap(&out, &unsent)
+        queuedBytes -= out.count
         var released = 0
         while head < slots.count, let bytes = slots[head].bytes {
             if out.isEmpty { out = bytes } else { out.append(contentsOf: bytes) }
             if slots[head].isNotification { released += 1 }
+            queuedBytes -= bytes.count
             head += 1
             if out.count >= 1 << 20 { break }
         }
@@ -252,6 +284,7 @@ final class Outbox: @unchecked Sendable {
         case .success(let written):
             if written < bytes.count {
                 unsent = Array(bytes[written...])
+                queuedBytes += unsent.count
             }
         case .failure(let error):
             failure = error
@@ -277,6 +310,7 @@ final class Outbox: @unchecked Sendable {
 
     private func appendNotification(_ bytes: [UInt8]) {
         slots.append(Slot(bytes: bytes, isAppend: false, isNotification: true))
+        queuedBytes += bytes.count
         queuedNotifications += 1
         wakeSender()
     }

@@ -7,6 +7,25 @@ import UnixSocket
 struct Limits: Sendable {
     var maxLineBytes: Int
     var watchQueueEvents: Int
+    var maxConnections: Int
+    /// Seconds; 0: idle connections are kept.
+    var idleTimeoutSeconds: Int
+    var lineTimeoutSeconds: Int
+    var maxQueuedResponseBytes: Int
+    var maxBatchRequests: Int
+    var maxBatchResponseBytes: Int
+
+    /// The limits `configuration` sets.
+    init(_ configuration: Configuration) {
+        maxLineBytes = configuration.maxLineBytes
+        watchQueueEvents = configuration.watchQueueEvents
+        maxConnections = configuration.maxConnections
+        idleTimeoutSeconds = configuration.idleTimeoutSeconds
+        lineTimeoutSeconds = configuration.lineTimeoutSeconds
+        maxQueuedResponseBytes = configuration.maxQueuedResponseBytes
+        maxBatchRequests = configuration.maxBatchRequests
+        maxBatchResponseBytes = configuration.maxBatchResponseBytes
+    }
 }
 
 /// What every connection shares.
@@ -76,11 +95,22 @@ final class Server: Sendable {
 
     private func acceptLoop() {
         var next = 0
+        // A descriptor kept in reserve: when the process has none left (EMFILE), it is let
+        // go so that a waiting client can be accepted and told, rather than left hanging
+        // in the backlog.
+        var spare = open("/dev/null", O_RDONLY | O_CLOEXEC)
+        defer { if spare >= 0 { close(spare) } }
         while accepting.load(ordering: .relaxed) {
             let socket: UnixConnection?
             do {
                 socket = try listener.accept(timeout: 0.2)
             } catch {
+                if error.code == EMFILE || error.code == ENFILE, spare >= 0 {
+                    close(spare)
+                    if let waiting = try? listener.accept(timeout: 0) { refuseOutOfDescriptors(waiting) }
+                    spare = open("/dev/null", O_RDONLY | O_CLOEXEC)
+                    if spare >= 0 { continue }
+                }
                 context.logger.error("accept failed: \(error)")
                 Thread.sleep(forTimeInterval: 0.1)  // e.g. out of descriptors: do not spin
                 continue
@@ -90,14 +120,57 @@ final class Server: Sendable {
                 socket.close()
                 break
             }
+            let limit = context.limits.maxConnections
+            if connectionCount >= limit {
+                refuseOverLimit(socket, limit: limit)
+                continue
+            }
             next += 1
             let connection = Connection(socket: socket, context: context, identifier: next)
             connections.withLock { $0[next] = connection }
-            connection.start { [self] ended in
+            let failure = connection.start { [self] ended in
                 connections.withLock { $0[ended.identifier] = nil }
                 connectionEnded.signal()
             }
+            if let failure {
+                connections.withLock { $0[connection.identifier] = nil }
+                context.refusals.log(
+                    "refused connection \(connection.identifier): cannot start its thread (\(failure))",
+                    now: Date().timeIntervalSince1970)
+            }
         }
+    }
+
+    /// A client accepted on the spare descriptor: told that the daemon has no descriptor
+    /// left for it, and closed.
+    private func refuseOutOfDescriptors(_ socket: UnixConnection) {
+        var limit = rlimit()
+        getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+        context.refusals.log(
+            "refused a connection: out of file descriptors (\(limit.rlim_cur) allowed, RLIMIT_NOFILE) with \(connectionCount) connections open",
+            now: Date().timeIntervalSince1970)
+        Connection.refuse(
+            socket,
+            error: RPCError(
+                code: RPCError.applicationCodes["unavailable"]!,
+                message:
+                    "the daemon has no file descriptor left for this connection (its limit is \(limit.rlim_cur), RLIMIT_NOFILE); close idle connections, raise its limit (LimitNOFILE) or lower max_connections below it",
+                reason: "unavailable"))
+    }
+
+    /// One connection more than `max_connections`: told so in one line, and closed.
+    private func refuseOverLimit(_ socket: UnixConnection, limit: Int) {
+        let pid = (try? socket.peerCredentials()).map { "pid \($0.pid)" } ?? "pid unknown"
+        context.refusals.log(
+            "refused a connection from \(pid): \(limit) connections are open (max_connections)",
+            now: Date().timeIntervalSince1970)
+        Connection.refuse(
+            socket,
+            error: RPCError(
+                code: RPCError.applicationCodes["unavailable"]!,
+                message:
+                    "the daemon serves at most \(limit) connections at once (max_connections) and all are in use; close idle connections or retry later",
+                reason: "unavailable"))
     }
 
     /// Stops accepting, lets every connection answer what it has read, and waits for them

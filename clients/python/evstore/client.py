@@ -148,6 +148,22 @@ class _Line:
                                      socket_path=self.path)
             self.buffer += chunk
 
+    def closed_while_idle(self) -> bool:
+        """Whether the daemon has closed this connection while nothing was asked of it
+        (it closes idle connections after its idle_timeout_s): a new one may take its
+        place, as nothing sent on it is lost. Does not wait."""
+        if self.sock is None:
+            return True
+        if self.buffer:
+            return False
+        try:
+            self.sock.settimeout(0)
+            return self.sock.recv(1, _socket.MSG_PEEK) == b""
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            return True
+
     def _open(self) -> _socket.socket:
         if self.sock is None:
             raise ConnectionLost(f"the connection to the evstore daemon at {self.path} is closed",
@@ -330,6 +346,9 @@ class Client:
             request_id = request["id"] = self._next_id
             encoded = _encode(request)
             self._next_id += 1
+            if self._line is not None and self._line.closed_while_idle():
+                self._line.close()
+                self._line = None
             if self._line is None:
                 self._line = _Line(self.socket_path, self.timeout, self.max_line_bytes)
             line = self._line

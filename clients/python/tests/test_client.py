@@ -2,6 +2,7 @@
 entities of its own."""
 import os
 import threading
+import time
 import unittest
 from typing import Any, Dict, List
 
@@ -400,6 +401,17 @@ class DaemonGoneTests(unittest.TestCase):
             db.status()  # ...and no daemon answers a new one
         self.daemon.start()
         self.assertEqual(db.get("job/1")["status"]["current"], "new")
+
+
+class IdleTests(unittest.TestCase):
+    def test_a_connection_the_daemon_closed_as_idle_is_replaced_without_an_error(self) -> None:
+        daemon = Daemon({"idle_timeout_s": 1}).start()
+        self.addCleanup(daemon.cleanup)
+        with evstore.connect(daemon.socket_path, timeout=TIMEOUT) as db:
+            db.append(Event.status("job/1", "new"))
+            time.sleep(3)  # the daemon closes the idle connection after 1 s
+            self.assertEqual(db.get("job/1")["status"]["current"], "new")
+            self.assertEqual(db.status()["events"], 1)
 
 
 class UnreachableTests(unittest.TestCase):

@@ -1,0 +1,20 @@
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// How the daemon asks glibc's allocator to give memory back.
+enum Allocator {
+    /// Has buffers of `bytes` or more (a long request line, a large response) mapped
+    /// apart, so freeing one returns its memory to the system. By default glibc raises
+    /// that threshold to the largest buffer freed so far (up to 32 MiB) and serves later
+    /// ones from its heaps, which keep the memory: thirty connections that had each sent
+    /// one over-long line kept 300 MB resident after the lines were dropped. Setting the
+    /// threshold fixes it. The corresponding C function is `mallopt`.
+    static func returnLargeBuffers(from bytes: Int32 = 1 << 20) {
+        // M_MMAP_THRESHOLD from <malloc.h>, which Swift's Glibc module does not import.
+        let mmapThreshold: Int32 = -3
+        guard let symbol = dlsym(nil, "mallopt") else { return }
+        let mallopt = unsafeBitCast(symbol, to: (@convention(c) (Int32, Int32) -> Int32).self)
+        _ = mallopt(mmapThreshold, bytes)
+    }
+}
