@@ -297,7 +297,8 @@ final class Daemon: Sendable {
             settings: SyncService.Settings(configuration), logger: logger)
         let methods = Methods(
             log: log, node: Methods.NodeInfo(name: configuration.nodeName, dataDirectory: configuration.dataDirectory),
-            startedAt: Date(), writer: writer, sync: sync, backupDirectory: configuration.backupDirectory)
+            startedAt: Date(), writer: writer, sync: sync, backupDirectory: configuration.backupDirectory,
+            maxPageBytes: configuration.maxPageBytes)
         let context = ServerContext(
             writer: writer, hub: hub, methods: methods, sync: sync, logger: logger,
             limits: Limits(configuration),
@@ -419,6 +420,7 @@ final class Daemon: Sendable {
             }
             if fresh.maxClockSkewSeconds != old.maxClockSkewSeconds { restartNeeded.append("max_clock_skew_s") }
             if fresh.backupDirectory != old.backupDirectory { restartNeeded.append("backup_dir") }
+            if fresh.maxPageBytes != old.maxPageBytes { restartNeeded.append("max_page_bytes") }
             logger.info(
                 "SIGHUP: configuration reloaded\(restartNeeded.isEmpty ? "" : "; a restart applies \(restartNeeded.joined(separator: ", "))")"
             )

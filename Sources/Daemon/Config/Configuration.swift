@@ -68,6 +68,9 @@ struct Configuration: Equatable, Sendable {
     var maxBatchRequests = 1000
     /// Bytes of responses one batch may gather; the members after get `too_large`.
     var maxBatchResponseBytes = 16 << 20
+    /// A page of dead letters ends early (with `next`) once it holds this many bytes.
+    var maxPageBytes = Configuration.defaultMaxPageBytes
+    static let defaultMaxPageBytes = 8 << 20
     var logLevel = Logger.Level.info
     /// Where this host's identity is read (a data directory copied to another machine
     /// takes a fresh node id). Containers that share or lack /etc/machine-id point it at a
@@ -144,6 +147,7 @@ struct Configuration: Equatable, Sendable {
             help: "responses waiting for a slow client before its requests wait, bytes (64 MiB)"),
         Option(key: "max_batch_requests", help: "most requests in one batch line (1000)"),
         Option(key: "max_batch_response_bytes", help: "most response bytes one batch gathers (16 MiB)"),
+        Option(key: "max_page_bytes", help: "a page of dead letters ends early past this many bytes (8 MiB)"),
         Option(key: "log_level", help: "debug, info, notice, warning or error (info)"),
         Option(key: "machine_id_file", help: "this host's identity, compared at start (/etc/machine-id)"),
         Option(key: "read_groups", help: "groups whose members may only read, names or gids, comma-separated"),
@@ -402,6 +406,7 @@ struct Configuration: Equatable, Sendable {
         case "max_queued_response_bytes": maxQueuedResponseBytes = try integer((64 << 10)...(1 << 40))
         case "max_batch_requests": maxBatchRequests = try integer(1...1_000_000)
         case "max_batch_response_bytes": maxBatchResponseBytes = try integer((64 << 10)...(1 << 40))
+        case "max_page_bytes": maxPageBytes = try integer((64 << 10)...(1 << 30))
         case "machine_id_file": machineIDFile = text
         case "backup_dir":
             guard !text.isEmpty else {

@@ -21,6 +21,9 @@ struct Methods: Sendable {
     let sync: SyncService
     /// `backup_dir`: when set, backups are written only under it.
     var backupDirectory: String? = nil
+    /// `max_page_bytes`: a page of dead letters ends early, with `next`, once its records
+    /// reach this many bytes, so one request cannot make the daemon build a huge answer.
+    var maxPageBytes = Configuration.defaultMaxPageBytes
 
     struct NodeInfo: Sendable {
         var name: String?
@@ -227,9 +230,10 @@ struct Methods: Sendable {
     func deadLetters(_ request: Request) throws -> [UInt8] {
         let params = try Params(request.params, method: "dead_letters", accepts: ["limit", "after"])
         let limit = try params.int("limit", in: 1...10_000) ?? 100
-        let letters = try log.deadLetters(after: try params.id("after"), limit: limit + 1)
-        let next = letters.count > limit ? letters[limit - 1].key.description : nil
-        return JSONWriter.page("dead_letters", letters.prefix(limit), next: next) { out, letter in
+        let (letters, more) = try log.deadLetterPage(
+            after: try params.id("after"), limit: limit, maxBytes: maxPageBytes)
+        let next = more ? letters.last?.key.description : nil
+        return JSONWriter.page("dead_letters", letters, next: next) { out, letter in
             out.beginObject()
             out.member("key", letter.key.description)
             out.member("id", letter.id)

@@ -145,16 +145,27 @@ extension EventLog {
 
     /// Dead letters in the order received, after `after`, at most `limit`.
     public func deadLetters(after: ULID? = nil, limit: Int = 100) throws(EventStoreError) -> [DeadLetter] {
+        try deadLetterPage(after: after, limit: limit).letters
+    }
+
+    /// At most `limit` dead letters after `after`, and fewer once their stored records add
+    /// up to `maxBytes` (one at least): a raw event may be megabytes, so a page of them is
+    /// bounded in bytes as well as in count. `more` tells whether any follow the page.
+    public func deadLetterPage(
+        after: ULID? = nil, limit: Int = 100, maxBytes: Int = .max
+    ) throws(EventStoreError) -> (letters: [DeadLetter], more: Bool) {
         try reading { txn in
             try txn.withCursor(tables.deadLetters) { cursor in
                 var out: [DeadLetter] = []
+                var bytes = 0
                 var item = try cursor.first(after: after)
-                while let current = item, out.count < limit {
+                while let current = item, out.count < limit, out.isEmpty || bytes + current.value.count <= maxBytes {
                     guard let key = ULID(bytes: current.key) else { break }
+                    bytes += current.value.count
                     out.append(try DeadLetter(key: key, decoding: current.value))
                     item = try cursor.next()
                 }
-                return out
+                return (out, item != nil)
             }
         }
     }

@@ -233,6 +233,39 @@ struct SessionLimitTests {
         try goodPeerSyncs(daemon)
     }
 
+    @Test("a page of dead letters ends at max_page_bytes with next; paging reads each once")
+    func deadLetterPagesAreBoundedInBytes() throws {
+        let daemon = try DaemonProcess(arguments: ["--max-page-bytes", "65536"])
+        defer { daemon.removeFiles() }
+        let padding = String(repeating: "p", count: 30_000)
+        let peer = try ScriptedPeer(handshake: true) { peer, channel in
+            try peer.answerHello(channel)
+            // Five invalid events of about 30 KB each: each becomes a dead letter with its raw bytes.
+            let events = (1...5).map { n in
+                (peer.id(UInt64(n)), #"{"entity":"job/\#(n)","kind":"teleport","pad":"\#(padding)","origin":"\#(peer.node)"}"#)
+            }
+            try channel.write(try peer.batch(events))
+            _ = try? channel.read()
+        }
+        _ = try sync(daemon, peer.url)
+        peer.finish()
+        var seen: [String] = []
+        var after: String? = nil
+        var pages = 0
+        repeat {
+            let params = after.map { #"{"limit":1000,"after":"\#($0)"}"# } ?? #"{"limit":1000}"#
+            let page = try daemon.client().call("dead_letters", params)
+            let letters = page["dead_letters"] as! [[String: Any]]
+            let rawBytes = letters.reduce(0) { $0 + ($1["raw"] as! String).utf8.count }
+            #expect(!letters.isEmpty && rawBytes <= 65536, "a page of \(letters.count) letters, \(rawBytes) raw bytes")
+            seen += letters.map { $0["key"] as! String }
+            after = page["next"] as? String
+            pages += 1
+        } while after != nil && pages < 10
+        #expect(seen.count == 5 && Set(seen).count == 5)
+        #expect(pages == 3)
+    }
+
     @Test("a node name as 0.4 allowed it (a space, non-ASCII) still syncs both ways; control characters do not")
     func humanNodeNames() throws {
         #expect(NodeName.isValid("Van 7") && NodeName.isValid("Fourgon n° 7") && NodeName.isValid(String(repeating: "v", count: 64)))
