@@ -1,3 +1,4 @@
+import TestSupport
 import Foundation
 import Testing
 
@@ -81,7 +82,9 @@ struct ExportImportTests {
         for entity in entities {
             let fromA = try evctl(["--json", "get", entity], socket: a.socketPath)
             #expect(fromA.status == 0)
-            #expect(try evctl(["--json", "get", entity], socket: c.socketPath).stdout == fromA.stdout, "\(entity)")
+            #expect(
+                withoutRev(try evctl(["--json", "get", entity], socket: c.socketPath).stdout) == withoutRev(fromA.stdout),
+                "\(entity)")
         }
         let conflicts = try evctl(["--json", "conflicts"], socket: c.socketPath)
         #expect(conflicts.stdout.contains("job/1"), "\(conflicts)")

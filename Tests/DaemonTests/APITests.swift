@@ -112,7 +112,7 @@ struct APITests {
         defer { daemon.removeFiles() }
         let client = try daemon.client()
         let first = try client.call("append", eventsParams([#"{"entity":"job/1","kind":"status","status":"new"}"#]))
-        let version = try #require((first["ids"] as? [String])?.first)
+        let rev = try #require((first["revs"] as? [String: Any])?["job/1"] as? Int)
 
         let invalid = try client.failure(
             "append",
@@ -127,11 +127,15 @@ struct APITests {
         let conflict = try client.failure(
             "append",
             eventsParams([
-                #"{"entity":"job/1","kind":"status","status":"done","if_match":"01ARZ3NDEKTSV4RRFFQ69G5FAV"}"#
+                #"{"entity":"job/1","kind":"status","status":"done","if_match":\#(rev + 100)}"#
             ]))
         #expect(conflict.reason == "conflict")
+        let stale = try client.failure(
+            "append",
+            eventsParams([#"{"entity":"job/1","kind":"status","status":"done","if_match":"01ARZ3NDEKTSV4RRFFQ69G5FAV"}"#]))
+        #expect(stale.reason == "invalid_event" && stale.message.contains("pass \"rev\""))
         _ = try client.call(
-            "append", eventsParams([#"{"entity":"job/1","kind":"status","status":"done","if_match":"\#(version)"}"#]))
+            "append", eventsParams([#"{"entity":"job/1","kind":"status","status":"done","if_match":\#(rev)}"#]))
 
         _ = try client.call("append", eventsParams([#"{"entity":"job/1","kind":"delete"}"#]))
         #expect(

@@ -304,14 +304,14 @@ final class Connection: @unchecked Sendable {
         return out
     }
 
-    /// `{"ids":[...],"versions":{...},"appended":n}` written straight into the response line.
+    /// `{"ids":[...],"versions":{...},"revs":{...},"appended":n}` written straight into the response line.
     static func response(id: [UInt8], append result: Result<AppendResult, EventStoreError>) -> [UInt8] {
         switch result {
         case .failure(let error):
             return response(id: id, error: RPCError(error))
         case .success(let appended):
             var out: [UInt8] = []
-            out.reserveCapacity(96 + id.count + appended.ids.count * 29 + appended.versions.count * 96)
+            out.reserveCapacity(96 + id.count + appended.ids.count * 29 + appended.versions.count * 120)
             begin(id: id, member: #","result":{"ids":["#, into: &out)
             for (index, id) in appended.ids.enumerated() {
                 if index > 0 { out.append(UInt8(ascii: ",")) }
@@ -323,6 +323,13 @@ final class Connection: @unchecked Sendable {
                 CanonicalWriter.appendString(utf8: entity.bytes, to: &out)
                 out.append(UInt8(ascii: ":"))
                 version.appendJSON(to: &out)
+            }
+            append(#"},"revs":{"#, to: &out)
+            for (index, (entity, rev)) in appended.revs.sorted(by: { $0.key < $1.key }).enumerated() {
+                if index > 0 { out.append(UInt8(ascii: ",")) }
+                CanonicalWriter.appendString(utf8: entity.bytes, to: &out)
+                out.append(UInt8(ascii: ":"))
+                CanonicalWriter.appendInteger(Int(clamping: rev), to: &out)
             }
             append(#"},"appended":"#, to: &out)
             CanonicalWriter.appendInteger(appended.appended, to: &out)

@@ -27,12 +27,12 @@ public struct InputEvent: Equatable, Sendable {
     public var key: String?
     public var by: String?
     public var at: JSONBytes?
-    /// The entity version the client last read; a mismatch rejects the batch.
-    public var ifMatch: ULID?
+    /// The entity rev the client last read; a mismatch rejects the batch.
+    public var ifMatch: UInt64?
 
     public init(
         entity: EntityKey, change: Change, key: String? = nil, by: String? = nil, at: JSONBytes? = nil,
-        ifMatch: ULID? = nil
+        ifMatch: UInt64? = nil
     ) {
         self.entity = entity
         self.change = change
