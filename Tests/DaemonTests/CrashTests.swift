@@ -17,9 +17,9 @@ struct DaemonCrashTests {
     func storedEvents(_ daemon: DaemonProcess) throws -> [(id: String, summary: String)] {
         let client = try daemon.client()
         var out: [(String, String)] = []
-        var after: String?
+        var after: Int?
         repeat {
-            let page = try client.call("log", after.map { #"{"after":"\#($0)","limit":5000}"# } ?? #"{"limit":5000}"#)
+            let page = try client.call("log", after.map { #"{"after":\#($0),"limit":5000}"# } ?? #"{"limit":5000}"#)
             for event in page["events"] as? [[String: Any]] ?? [] {
                 out.append(
                     (
@@ -27,7 +27,7 @@ struct DaemonCrashTests {
                         "\(event["entity"] as? String ?? "?") \(event["kind"] as? String ?? "?")"
                     ))
             }
-            after = page["next"] as? String
+            after = page["next"] as? Int
         } while after != nil
         return out
     }

@@ -75,7 +75,9 @@ final class TempStore {
             for item in page.events {
                 #expect(item.seq > after, "seqs go back", sourceLocation: sourceLocation)
                 after = item.seq
-                #expect(seen.insert(item.event.id).inserted, "\(item.event.id) has two seqs", sourceLocation: sourceLocation)
+                #expect(
+                    seen.insert(item.event.id).inserted, "\(item.event.id) has two seqs", sourceLocation: sourceLocation
+                )
                 revs[item.event.entity] = item.seq
             }
             guard let next = page.next else { break }

@@ -211,10 +211,10 @@ final class Connection: @unchecked Sendable {
     private func watch(_ request: Request) {
         let slot = outbox.reserve()
         let subscription: Subscription
-        let after: ULID?
+        let after: UInt64?
         do throws(RPCError) {
             let params = try Params(request.params, method: "watch", accepts: ["after", "entity", "type"])
-            after = try params.id("after")
+            after = try params.seq("after")
             subscription = Subscription(
                 outbox: outbox, entity: try params.entity("entity"), type: try params.type("type"), after: after)
         } catch {

@@ -35,8 +35,8 @@ class Event(Dict[str, Any]):
     Each takes the optional members every event may have: ``key`` (an idempotency key:
     an event whose key the node has seen is not appended again, the id of the first is
     returned in its place), ``by`` (the actor), ``at`` (the client's time, kept as
-    given) and ``if_match`` (the version last read: the append is a `Conflict` when the
-    entity changed since). Members left None are not sent.
+    given) and ``if_match`` (the entity's ``rev`` last read, an int: the append is a
+    `Conflict` when the entity changed on this node since). Members left None are not sent.
     """
 
     @classmethod
@@ -48,7 +48,7 @@ class Event(Dict[str, Any]):
         key: Optional[str],
         by: Optional[str],
         at: Any,
-        if_match: Optional[str],
+        if_match: Optional[int],
     ) -> "Event":
         event = cls(entity=entity, kind=kind)
         event.update(members)
@@ -66,7 +66,7 @@ class Event(Dict[str, Any]):
         key: Optional[str] = None,
         by: Optional[str] = None,
         at: Any = None,
-        if_match: Optional[str] = None,
+        if_match: Optional[int] = None,
     ) -> "Event":
         """A new current status of ``entity``; its history keeps every one."""
         return cls._make(entity, "status", {"status": status}, key, by, at, if_match)
@@ -80,7 +80,7 @@ class Event(Dict[str, Any]):
         key: Optional[str] = None,
         by: Optional[str] = None,
         at: Any = None,
-        if_match: Optional[str] = None,
+        if_match: Optional[int] = None,
     ) -> "Event":
         """Sets ``fields`` of ``entity`` (any JSON values; None clears a field)."""
         return cls._make(entity, "edit", {"fields": dict(fields)}, key, by, at, if_match)
@@ -95,7 +95,7 @@ class Event(Dict[str, Any]):
         key: Optional[str] = None,
         by: Optional[str] = None,
         at: Any = None,
-        if_match: Optional[str] = None,
+        if_match: Optional[int] = None,
     ) -> "Event":
         """Adds ``element`` (any JSON value) to the set named ``set`` of ``entity``."""
         return cls._make(entity, "add", {"set": set, "element": element}, key, by, at, if_match)
@@ -110,7 +110,7 @@ class Event(Dict[str, Any]):
         key: Optional[str] = None,
         by: Optional[str] = None,
         at: Any = None,
-        if_match: Optional[str] = None,
+        if_match: Optional[int] = None,
     ) -> "Event":
         """Removes ``element`` from the set named ``set`` of ``entity`` (the adds seen so
         far; a concurrent add wins)."""
@@ -124,7 +124,7 @@ class Event(Dict[str, Any]):
         key: Optional[str] = None,
         by: Optional[str] = None,
         at: Any = None,
-        if_match: Optional[str] = None,
+        if_match: Optional[int] = None,
     ) -> "Event":
         """Deletes ``entity``; appends to it other than `restore` are then refused."""
         return cls._make(entity, "delete", {}, key, by, at, if_match)
@@ -137,7 +137,7 @@ class Event(Dict[str, Any]):
         key: Optional[str] = None,
         by: Optional[str] = None,
         at: Any = None,
-        if_match: Optional[str] = None,
+        if_match: Optional[int] = None,
     ) -> "Event":
         """Undoes the deletes of ``entity`` seen so far."""
         return cls._make(entity, "restore", {}, key, by, at, if_match)
