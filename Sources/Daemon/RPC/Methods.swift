@@ -298,6 +298,7 @@ struct Methods: Sendable {
         for entity in report.mismatched { out.string(entity.description) }
         out.endArray()
         out.member("digest_mismatch", report.digestMismatch)
+        out.member("unsequenced", report.unsequenced)
         out.endObject()
         return out.bytes
     }
