@@ -167,7 +167,9 @@ struct SequenceCrashTests {
                 _ = try peer.client().call("append", eventsParams(Array(peerEvents[start..<start + 1000])))
             }
             let file = root + "/local-\(round).ndjson"
-            let lines = (0..<20_000).map { #"{"entity":"job/r\#(round)-\#($0 % 500)","kind":"edit","fields":{"n":\#($0)}}"# }
+            let lines = (0..<20_000).map {
+                #"{"entity":"job/r\#(round)-\#($0 % 500)","kind":"edit","fields":{"n":\#($0)}}"#
+            }
             try lines.joined(separator: "\n").write(toFile: file, atomically: true, encoding: .utf8)
 
             let client = Process()

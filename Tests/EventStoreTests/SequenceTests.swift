@@ -25,7 +25,9 @@ struct SequenceTests {
         }
     }
 
-    @Test("random appends, ingests of another log's events and imports interleaved; a consumer resuming by seq with random page sizes sees every stored event once, in the log's order", arguments: [UInt64(1), 2, 3])
+    @Test(
+        "random appends, ingests of another log's events and imports interleaved; a consumer resuming by seq with random page sizes sees every stored event once, in the log's order",
+        arguments: [UInt64(1), 2, 3])
     func consumerSeesEveryStoredEventOnce(seed: UInt64) throws {
         var rng = SeededGenerator(seed: seed)
         let node = try TempStore()
