@@ -316,13 +316,13 @@ def canonical_from_daemon(options, runner, workload, path):
                 return False
             partial = path.with_name(path.name + ".partial")
             with open(partial, "wb") as output:
-                if subprocess.run(evctl + ["--json", "log", "--all", "--limit", "10000"], stdout=output,
-                                  stderr=log_file).returncode != 0:
-                    say(f"evctl --json log failed; see {log}")
+                # The stored form in id order, without this node's seq: what export writes.
+                if subprocess.run(evctl + ["export"], stdout=output, stderr=log_file).returncode != 0:
+                    say(f"evctl export failed; see {log}")
                     return False
             with open(partial, "rb") as lines, open(workload, "rb") as inputs:
                 if sum(1 for _ in lines) != sum(1 for _ in inputs):
-                    say(f"evctl --json log returned another number of events than the workload holds; see {log}")
+                    say(f"evctl export wrote another number of events than the workload holds; see {log}")
                     return False
             partial.replace(path)
             return True

@@ -47,7 +47,7 @@ def main():
         {"entity": entity, "kind": "delete", "key": "k-1", "at": "2026-11-02T08:00:00Z"},
         {"entity": entity, "kind": "restore", "by": "tech-0"},
         {"entity": entity, "kind": "edit", "fields": {"phone": None, "floor": 3, "tags": ["a", {"b": 1.5e3}]},
-         "if_match": ID},
+         "if_match": 1042},
         {"entity": "site/a/b/\u00e9", "kind": "add", "set": "parts", "element": {"sku": "valve-3", "n": 2}},
         {"entity": entity, "kind": "edit", "fields": {"address": "12 Main St"}, "resolve": True, "by": "ana"},
     ]
@@ -85,7 +85,7 @@ def main():
     for start in range(0, 24, 6):
         requests.append(rpc("append", {"events": events[start:start + 6]}, start))
     requests.append(rpc("append", {"events": [events[0]]}, None))
-    requests.append(rpc("append", {"events": [dict(by_kind["status"], key="once", if_match=ID)]}, "s"))
+    requests.append(rpc("append", {"events": [dict(by_kind["status"], key="once", if_match=1)]}, "s"))
     requests += [
         rpc("get", {"entity": entity}), rpc("get", {"entity": "job/none"}, "x"),
         rpc("list", {"type": "job", "status": "on_site", "limit": 2}),

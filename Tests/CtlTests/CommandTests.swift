@@ -66,7 +66,9 @@ struct CommandTests {
 
         let log = try ok("log", "--entity", entity).lines
         #expect(log.count == 6)
-        #expect(log[0].hasPrefix(statusID.trimmingCharacters(in: .newlines) + "  \(entity)  status  en_route"))
+        // seq, id, entity, kind, what changed.
+        #expect(log[0].contains("  " + statusID.trimmingCharacters(in: .newlines) + "  \(entity)  status  en_route"))
+        #expect(Int(log[0].prefix { $0 != " " }) != nil, "\(log[0])")
         #expect(log[0].hasSuffix("(by ana)"))
         #expect(log[1].contains("  edit  address=\"12 Main St\"  floor:=3  gate:=null  phone=+15550100"))
         #expect(log[3].contains("  add  parts  :=7"))
@@ -83,11 +85,19 @@ struct CommandTests {
         #expect(result.status == 2, "\(result)")
         #expect(result.stderr.hasPrefix("evctl: ") && result.stderr.contains("(not_found)"))
 
-        let version = try ok("append", "job/1", "status", "assigned").stdout.trimmingCharacters(in: .newlines)
-        _ = try ok("append", "job/1", "status", "en_route", "--if-match", version)
-        result = try run("append", "job/1", "status", "done", "--if-match", version)
+        _ = try ok("append", "job/1", "status", "assigned")
+        let shown = try ok("get", "job/1").stdout
+        let rev = try #require(
+            shown.split(separator: "\n").first { $0.hasPrefix("rev:") }?.split(
+                separator: " ", omittingEmptySubsequences: true
+            )
+            .dropFirst().first.map(String.init))
+        _ = try ok("append", "job/1", "status", "en_route", "--if-match", rev)
+        result = try run("append", "job/1", "status", "done", "--if-match", rev)
         #expect(result.status == 3, "\(result)")
         #expect(result.stderr.contains("(conflict)"))
+        result = try run("append", "job/1", "status", "done", "--if-match", "01ARZ3NDEKTSV4RRFFQ69G5FAV")
+        #expect(result.status == 64, "\(result)")
 
         _ = try ok("append", "job/1", "delete")
         result = try run("append", "job/1", "set", "a=1")

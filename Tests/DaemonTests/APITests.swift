@@ -56,6 +56,8 @@ struct APITests {
         let log = try client.call("log")
         let events = try #require(log["events"] as? [[String: Any]])
         #expect(events.compactMap { $0["id"] as? String } == ids)
+        #expect(events.compactMap { $0["seq"] as? Int } == [1, 2, 3, 4])
+        #expect(log["next"] is NSNull && log["head"] as? Int == 4)
         #expect(events[1]["key"] as? String == "k-1")
         let status = try client.call("status")
         let node = try #require(status["node"] as? [String: Any])
@@ -64,10 +66,24 @@ struct APITests {
         #expect(events.allSatisfy { $0["origin"] as? String == nodeID })
         let byEntity = try client.call("log", #"{"entity":"job/1"}"#)
         #expect((byEntity["events"] as? [[String: Any]])?.count == 2)
-        let byOrigin = try client.call("log", #"{"origin":"\#(nodeID)","after":"\#(ids[0])","limit":2}"#)
+        let byOrigin = try client.call("log", #"{"origin":"\#(nodeID)","after":1,"limit":2}"#)
         #expect((byOrigin["events"] as? [[String: Any]])?.compactMap { $0["id"] as? String } == [ids[1], ids[2]])
-        #expect(byOrigin["next"] as? String == ids[2])
-        #expect(try client.failure("log", #"{"after":"not-an-id"}"#).code == -32602)
+        #expect(byOrigin["next"] as? Int == 3 && byOrigin["head"] as? Int == 4)
+        let byType = try client.call("log", #"{"type":"site"}"#)
+        #expect(
+            (byType["events"] as? [[String: Any]])?.allSatisfy { ($0["entity"] as? String)?.hasPrefix("site/") == true }
+                == true)
+        #expect(try client.failure("log", #"{"after":"not-a-seq"}"#).code == -32602)
+        // An event id, what 0.4 took, is refused with what to pass instead.
+        let byID = try client.failure("log", #"{"after":"\#(ids[0])"}"#)
+        #expect(byID.code == -32602 && byID.message.contains("takes a seq"), "\(byID)")
+        // In id order, as export reads it: no seq, ids as cursors.
+        let inIDOrder = try client.call("log", #"{"order":"id","after":"\#(ids[0])","limit":2}"#)
+        let idOrdered = try #require(inIDOrder["events"] as? [[String: Any]])
+        #expect(
+            idOrdered.compactMap { $0["id"] as? String } == [ids[1], ids[2]]
+                && idOrdered.allSatisfy { $0["seq"] == nil })
+        #expect(inIDOrder["next"] as? String == ids[2])
 
         #expect(status["events"] as? Int == 4)
         #expect(status["entities"] as? Int == 3)
@@ -112,7 +128,7 @@ struct APITests {
         defer { daemon.removeFiles() }
         let client = try daemon.client()
         let first = try client.call("append", eventsParams([#"{"entity":"job/1","kind":"status","status":"new"}"#]))
-        let version = try #require((first["ids"] as? [String])?.first)
+        let rev = try #require((first["revs"] as? [String: Any])?["job/1"] as? Int)
 
         let invalid = try client.failure(
             "append",
@@ -127,11 +143,17 @@ struct APITests {
         let conflict = try client.failure(
             "append",
             eventsParams([
-                #"{"entity":"job/1","kind":"status","status":"done","if_match":"01ARZ3NDEKTSV4RRFFQ69G5FAV"}"#
+                #"{"entity":"job/1","kind":"status","status":"done","if_match":\#(rev + 100)}"#
             ]))
         #expect(conflict.reason == "conflict")
+        let stale = try client.failure(
+            "append",
+            eventsParams([
+                #"{"entity":"job/1","kind":"status","status":"done","if_match":"01ARZ3NDEKTSV4RRFFQ69G5FAV"}"#
+            ]))
+        #expect(stale.reason == "invalid_event" && stale.message.contains("pass \"rev\""))
         _ = try client.call(
-            "append", eventsParams([#"{"entity":"job/1","kind":"status","status":"done","if_match":"\#(version)"}"#]))
+            "append", eventsParams([#"{"entity":"job/1","kind":"status","status":"done","if_match":\#(rev)}"#]))
 
         _ = try client.call("append", eventsParams([#"{"entity":"job/1","kind":"delete"}"#]))
         #expect(
@@ -393,11 +415,11 @@ struct APITests {
         let again = try DaemonProcess(root: daemon.root)
         let client = try again.client()
         var logged: [String] = []
-        var after: String?
+        var after: Int?
         repeat {
-            let page = try client.call("log", after.map { #"{"after":"\#($0)","limit":500}"# } ?? #"{"limit":500}"#)
+            let page = try client.call("log", after.map { #"{"after":\#($0),"limit":500}"# } ?? #"{"limit":500}"#)
             logged += (page["events"] as? [[String: Any]] ?? []).compactMap { $0["id"] as? String }
-            after = page["next"] as? String
+            after = page["next"] as? Int
         } while after != nil
         #expect(logged.count == ids.count && Set(logged) == Set(ids))
         let rebuild = try client.call("rebuild", #"{"verify":true}"#)

@@ -150,12 +150,12 @@ struct FullDiskTests {
     /// Every id in the log, which must hold each once.
     private func loggedIDs(_ client: RPCClient) throws -> Set<String> {
         var ids: [String] = []
-        var after: String?
+        var after: Int?
         repeat {
-            let params = after.map { #"{"limit":1000,"after":"\#($0)"}"# } ?? #"{"limit":1000}"#
+            let params = after.map { #"{"limit":1000,"after":\#($0)}"# } ?? #"{"limit":1000}"#
             let page = try client.call("log", params)
             ids += (page["events"] as? [[String: Any]] ?? []).compactMap { $0["id"] as? String }
-            after = page["next"] as? String
+            after = page["next"] as? Int
         } while after != nil
         let distinct = Set(ids)
         #expect(distinct.count == ids.count, "each event is logged once")

@@ -38,11 +38,11 @@ struct LifecycleTests {
         let again = try DaemonProcess(root: daemon.root)
         let client2 = try again.client()
         var logged: [String] = []
-        var after: String?
+        var after: Int?
         repeat {
-            let page = try client2.call("log", after.map { #"{"after":"\#($0)","limit":1000}"# } ?? #"{"limit":1000}"#)
+            let page = try client2.call("log", after.map { #"{"after":\#($0),"limit":1000}"# } ?? #"{"limit":1000}"#)
             logged += (page["events"] as? [[String: Any]] ?? []).compactMap { $0["id"] as? String }
-            after = page["next"] as? String
+            after = page["next"] as? Int
         } while after != nil
         // Answered appends are all there; one the daemon took but could not answer may be too.
         #expect(Set(acknowledged).isSubset(of: Set(logged)), "answered \(answered) of 200")

@@ -108,17 +108,18 @@ struct WatchIndexTests {
             #expect(hub.admit(watcher) == nil)
             #expect(try hub.start(watcher, after: nil, log: store.log))
         }
-        let result = try store.log.append([
+        let head = store.log.sequenceHead
+        _ = try store.log.append([
             try EventCodec.decodeInput(Array(#"{"entity":"job/42","kind":"delete"}"#.utf8))
         ])
         hub.publishLock.lock()
         let before = hub.examined
-        hub.publish(result.ids, log: store.log)
+        hub.publish(after: head, log: store.log)
         let examined = hub.examined - before
         hub.publishLock.unlock()
         #expect(examined == 2)
-        #expect(watchers[42].lastQueued == result.ids.first && watchers[10_000].lastQueued == result.ids.first)
-        #expect(watchers[41].lastQueued == nil)
+        #expect(watchers[42].lastQueued == head + 1 && watchers[10_000].lastQueued == head + 1)
+        #expect(watchers[41].lastQueued == head)
         for watcher in watchers { hub.remove(watcher) }
         #expect(hub.slotsTaken() == (0, 0))
         hub.publishLock.lock()

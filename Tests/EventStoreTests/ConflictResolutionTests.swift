@@ -83,9 +83,9 @@ struct ConflictResolutionTests {
     @Test("an edit whose if_match passed settles the conflict, on both stores")
     func ifMatchSettles() throws {
         let (a, b) = try conflicted()
-        let version = try #require(try a.log.state(of: job)?.version)
+        let rev = try #require(try a.log.rev(of: job))
         _ = try a.log.append(
-            inputs(#"{"entity":"job/1","kind":"edit","fields":{"x":6},"if_match":"\#(version)"}"#))
+            inputs(#"{"entity":"job/1","kind":"edit","fields":{"x":6},"if_match":\#(rev)}"#))
         try exchange(a, b)
         for store in [a, b] {
             #expect(try heads(store, "x") == 1)

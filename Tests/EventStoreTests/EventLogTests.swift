@@ -55,7 +55,7 @@ struct EventLogTests {
             (#"{"entity":"job/2","kind":"status","status":"on_site"}"#, .deleted, 2),
             (#"{"entity":"job/1","kind":"restore"}"#, .conflict, 2),
             (#"{"entity":"job/1","kind":"edit","fields":{"a":"\#(big)"}}"#, .tooLarge, 2),
-            (#"{"entity":"job/1","kind":"delete","if_match":"01JD3Q8R5N8X6ZK2W7Y4V9B3TQ"}"#, .conflict, 2),
+            (#"{"entity":"job/1","kind":"delete","if_match":999}"#, .conflict, 2),
         ]
         for (bad, reason, index) in failing {
             do {
@@ -102,21 +102,30 @@ struct EventLogTests {
         try store.check()
     }
 
-    @Test func ifMatchComparesWithTheVersionBeforeTheBatch() throws {
+    @Test func ifMatchComparesWithTheRevBeforeTheBatch() throws {
         let store = try TempStore()
         let created = try store.log.append(inputs(#"{"entity":"job/1","kind":"edit","fields":{"a":1}}"#))
-        let version = created.ids[0]
+        let version = try #require(created.revs[entity("job/1")])
         let ok = try store.log.append(
             inputs(
-                #"{"entity":"job/1","kind":"edit","fields":{"a":2},"if_match":"\#(version)"}"#,
-                #"{"entity":"job/1","kind":"edit","fields":{"b":2},"if_match":"\#(version)"}"#))
+                #"{"entity":"job/1","kind":"edit","fields":{"a":2},"if_match":\#(version)}"#,
+                #"{"entity":"job/1","kind":"edit","fields":{"b":2},"if_match":\#(version)}"#))
         #expect(ok.appended == 2)
         #expect(throws: EventStoreError.self) {
-            try store.log.append(inputs(#"{"entity":"job/1","kind":"edit","fields":{"a":3},"if_match":"\#(version)"}"#))
+            try store.log.append(inputs(#"{"entity":"job/1","kind":"edit","fields":{"a":3},"if_match":\#(version)}"#))
+        }
+        // A version (what 0.4 compared with) is refused, saying to pass the rev.
+        do {
+            _ = try store.log.append(
+                inputs(#"{"entity":"job/1","kind":"edit","fields":{"a":3},"if_match":"\#(created.ids[0])"}"#))
+            Issue.record("a ULID if_match was accepted")
+        } catch let error as EventStoreError {
+            #expect(error.reason == .invalidEvent)
+            #expect(error.message.contains("rev"))
         }
         do {
             _ = try store.log.append(
-                inputs(#"{"entity":"job/new","kind":"edit","fields":{"a":3},"if_match":"\#(version)"}"#))
+                inputs(#"{"entity":"job/new","kind":"edit","fields":{"a":3},"if_match":\#(version)}"#))
             Issue.record("if_match on a new entity accepted")
         } catch let error as EventStoreError {
             #expect(error.reason == .conflict)
@@ -311,19 +320,20 @@ struct GroupCommitTests {
     @Test func laterBatchesSeeEarlierOnesAndIfMatchComparesPerBatch() throws {
         let store = try TempStore()
         let created = try store.log.append(inputs(#"{"entity":"job/1","kind":"edit","fields":{"a":1}}"#))
-        let v0 = created.ids[0]
+        let v0 = try #require(created.revs[entity("job/1")])
         let results = try store.log.append(groups: [
-            try inputs(#"{"entity":"job/1","kind":"edit","fields":{"a":2},"if_match":"\#(v0)"}"#),
+            try inputs(#"{"entity":"job/1","kind":"edit","fields":{"a":2},"if_match":\#(v0)}"#),
             // Read before the first batch: job/1 has changed since, so this one conflicts.
-            try inputs(#"{"entity":"job/1","kind":"edit","fields":{"a":3},"if_match":"\#(v0)"}"#),
+            try inputs(#"{"entity":"job/1","kind":"edit","fields":{"a":3},"if_match":\#(v0)}"#),
         ])
-        let v1 = try results[0].get().ids[0]
+        let v1 = try #require(try results[0].get().revs[entity("job/1")])
+        let head1 = try results[0].get().ids[0]
         switch results[1] {
         case .success: Issue.record("a stale if_match was accepted")
         case .failure(let error): #expect(error.reason == .conflict)
         }
         let again = try store.log.append(groups: [
-            try inputs(#"{"entity":"job/1","kind":"edit","fields":{"a":4},"if_match":"\#(v1)"}"#)
+            try inputs(#"{"entity":"job/1","kind":"edit","fields":{"a":4},"if_match":\#(v1)}"#)
         ])
         #expect(try again[0].get().appended == 1)
         // The edit's causal context names the head written by the previous group.
@@ -332,7 +342,7 @@ struct GroupCommitTests {
             edit.body
                 == .edit(
                     fields: [FieldChange(name: "a", value: try JSONBytes(parsing: "4"))],
-                    base: [FieldBase(field: "a", heads: [v1])]))
+                    base: [FieldBase(field: "a", heads: [head1])]))
         try store.check()
     }
 

@@ -222,9 +222,7 @@ struct ConvergenceTests {
         let digests = try stores.map { try $0.log.statistics().digest }
         #expect(Set(digests.map(\.description)).count == 1)
         for entity in entities {
-            let states = try stores.map {
-                try $0.log.canonicalState(of: entity).map { String(decoding: $0, as: UTF8.self) }
-            }
+            let states = try stores.map { try stateJSON($0.log, entity.description) }
             #expect(states[0] == states[1] && states[1] == states[2], "\(entity) differs")
         }
         for store in stores { try store.check() }

@@ -127,16 +127,17 @@ class LineSocket:
 
 
 def all_events(client, **filters):
-    """Every stored event of a node (id order), paging through `log`."""
-    after = None
+    """Every stored event of a node, paging through `log`: in seq order (the order the
+    node stored them), or in id order with ``order="id"`` (``after`` then an event id)."""
+    after = filters.pop("after", None)
     while True:
         params = dict(filters, limit=10000)
-        if after:
+        if after is not None:
             params["after"] = after
         page = client.call("log", params)
         yield from page["events"]
         after = page["next"]
-        if not after or not page["events"]:
+        if after is None:
             return
 
 

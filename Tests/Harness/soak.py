@@ -35,7 +35,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import evharness as h  # noqa: E402
 
-ZERO_ID = "0" * 26
+START = 0  # a seq: watch and log from the first event
 
 
 # --- clients (each in its own process) ---------------------------------------------------
@@ -117,10 +117,10 @@ def reader(index, socket_path, node, seed, rate, stop, counters, slot):
             elif op < 0.9:
                 params = {"limit": 100}
                 if known_ids and rng.random() < 0.7:
-                    params["after"] = rng.choice(known_ids)
+                    params["after"] = rng.choice(known_ids)  # seqs seen
                 page = client.call("log", params)
                 if page["events"]:
-                    known_ids.append(page["events"][-1]["id"])
+                    known_ids.append(page["events"][-1]["seq"])
                     known_entities.append(page["events"][0]["entity"])
             else:
                 client.call("status")
@@ -149,7 +149,7 @@ def watcher(index, socket_path, node, type_filter, stop, counters, slot):
     hash_sum = 0
     overflows = 0
     errors = []
-    after = ZERO_ID
+    after = START
     while not stop.is_set():
         try:
             client = h.Client(socket_path, timeout=120)
@@ -170,7 +170,7 @@ def watcher(index, socket_path, node, type_filter, stop, counters, slot):
                         errors.append(f"watch {type_filter}: got {event['entity']}")
                     count += 1
                     hash_sum = (hash_sum + h.id_hash(event["id"])) % (1 << 64)
-                    after = event["id"]
+                    after = event["seq"]
                     counters[slot] = count
                 elif method == "watch.overflow":
                     overflows += 1

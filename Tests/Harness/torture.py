@@ -274,7 +274,8 @@ class Torture:
         return resent
 
     def own_events_since(self, store, node_id, marker):
-        params = {"origin": node_id}
+        # The marker is an event id: this node's own events after it, in id order.
+        params = {"origin": node_id, "order": "id"}
         if marker:
             params["after"] = marker
         with store.daemon.client(timeout=300) as client:

@@ -262,7 +262,7 @@ public final class FuzzDispatcher: Sendable {
         case "watch":
             result = Result { () throws(RPCError) in
                 let params = try Params(request.params, method: "watch", accepts: ["after", "entity", "type"])
-                _ = (try params.id("after"), try params.entity("entity"), try params.type("type"))
+                _ = (try params.seq("after"), try params.entity("entity"), try params.type("type"))
                 return Array(#"{"watching":true}"#.utf8)
             }
         case "backup":

@@ -80,16 +80,55 @@ struct Methods: Sendable {
             out.beginObject()
             out.member("entity", summary.entity.description)
             out.member("version", summary.version?.description)
+            out.member("rev", Int(clamping: summary.rev))
             out.member("status", summary.status)
             out.member("deleted", summary.deleted)
             out.endObject()
         }
     }
 
+    /// `log`: the events this node stored, in seq order after `after` (a seq; 0 or absent:
+    /// from the start), filtered by entity, origin and type; `next` is where the next page
+    /// starts (null: the page reached `head`, the seq the page was read at).
+    ///
+    /// With `order: "id"` (what `evctl export` asks for: an import needs each origin's events
+    /// in id order), the events come in id order instead, without `seq`, `after` and `next`
+    /// being event ids, as 0.4 gave them.
     func logPage(_ request: Request) throws -> [UInt8] {
-        let params = try Params(request.params, method: "log", accepts: ["after", "limit", "entity", "origin"])
+        let params = try Params(
+            request.params, method: "log", accepts: ["after", "limit", "entity", "origin", "type", "order"])
+        switch try params.string("order") ?? "seq" {
+        case "seq": break
+        case "id": return try logPageInIDOrder(params)
+        case let order:
+            throw RPCError.invalidParams("\"order\" is \"seq\" (the default) or \"id\", not \"\(order.prefix(40))\"")
+        }
+        let after = try params.seq("after") ?? 0
+        let limit = try params.int("limit", in: 1...10_000) ?? 100
+        let filter = FeedFilter(
+            entity: try params.entity("entity"), origin: try params.id("origin"), type: try params.type("type"))
+        let page = try log.feed(after: after, limit: limit, filter: filter)
+        var out = JSONWriter()
+        out.bytes.reserveCapacity(64 + page.events.count * 256)
+        out.beginObject()
+        out.key("events")
+        out.beginArray()
+        for item in page.events { out.raw(Methods.storedEventJSON(item)) }
+        out.endArray()
+        out.key("next")
+        if let next = page.next { out.int(Int(clamping: next)) } else { out.null() }
+        out.member("head", Int(clamping: page.head))
+        out.endObject()
+        return out.bytes
+    }
+
+    /// `log` in id order: the events after the event id `after`, by entity or origin.
+    func logPageInIDOrder(_ params: Params) throws -> [UInt8] {
         let after = try params.id("after")
         let limit = try params.int("limit", in: 1...10_000) ?? 100
+        if try params.type("type") != nil {
+            throw RPCError.invalidParams("\"type\" goes with the seq order of log, not with \"order\": \"id\"")
+        }
         let entity = try params.entity("entity")
         let origin = try params.id("origin")
         let page: (events: [Event], next: ULID?)
@@ -97,25 +136,29 @@ struct Methods: Sendable {
         case (let entity?, nil): page = try log.events(ofEntity: entity, after: after, limit: limit)
         case (nil, let origin?): page = try log.events(ofOrigin: origin, after: after, limit: limit)
         case (nil, nil): page = try log.events(after: after, limit: limit)
-        case (let entity?, let origin?):
-            // Both: the entity's events, filtered by origin, page by page until enough.
-            var found: [Event] = []
-            var cursor = after
-            var next: ULID?
-            repeat {
-                let part = try log.events(ofEntity: entity, after: cursor, limit: limit)
-                for event in part.events where event.origin == origin {
-                    if found.count == limit { break }
-                    found.append(event)
-                }
-                next = part.next
-                cursor = part.next
-            } while found.count < limit && next != nil
-            page = (found, found.count == limit ? found.last?.id : nil)
+        case (.some, .some):
+            throw RPCError.invalidParams("with \"order\": \"id\", give \"entity\" or \"origin\", not both")
         }
         return JSONWriter.page("events", page.events, next: page.next?.description, capacity: page.events.count * 256) {
             out, event in out.raw(EventCodec.encodeStored(event, includeID: true))
         }
+    }
+
+    /// A stored event as `log` and `watch` give it: its canonical JSON with `seq` added
+    /// as the last member (it is this node's, not part of the event).
+    static func storedEventJSON(_ item: SequencedEvent) -> [UInt8] {
+        var out: [UInt8] = []
+        storedEventJSON(item, into: &out)
+        return out
+    }
+
+    static func storedEventJSON(_ item: SequencedEvent, into out: inout [UInt8]) {
+        EventCodec.encodeStored(item.event, includeID: true, into: &out)
+        guard out.last == UInt8(ascii: "}") else { return }
+        out.removeLast()
+        out.append(contentsOf: Array(#","seq":"#.utf8))
+        CanonicalWriter.appendInteger(Int(clamping: item.seq), to: &out)
+        out.append(UInt8(ascii: "}"))
     }
 
     func status(_ request: Request) throws -> [UInt8] {
@@ -132,6 +175,7 @@ struct Methods: Sendable {
         out.member("entities", statistics.entities)
         out.member("bytes", statistics.bytesUsed)
         out.member("digest", statistics.digest.description)
+        out.member("seq", Int(clamping: statistics.seq))
         out.key("clock")
         out.beginObject()
         out.member("max_skew_ms", Int(clamping: log.options.maxClockSkewMilliseconds))
@@ -259,6 +303,7 @@ struct Methods: Sendable {
         for entity in report.mismatched { out.string(entity.description) }
         out.endArray()
         out.member("digest_mismatch", report.digestMismatch)
+        out.member("unsequenced", report.unsequenced)
         out.endObject()
         return out.bytes
     }

@@ -72,8 +72,9 @@ final class AppendWriter: Sendable {
     {
         hub.publishLock.lock()
         defer { hub.publishLock.unlock() }
+        let before = log.sequenceHead
         let result = try log.ingest(events, from: peer, maxDeadLetters: maxDeadLetters)
-        if hub.hasSubscribers, !result.ingested.isEmpty { hub.publish(result.ingested, log: log) }
+        if hub.hasSubscribers, !result.ingested.isEmpty { hub.publish(after: before, log: log) }
         commits.add(1, ordering: .relaxed)
         eventsWritten.add(result.ingested.count, ordering: .relaxed)
         if !result.ingested.isEmpty { appends.recordReceived(events: result.ingested.count) }
@@ -86,8 +87,9 @@ final class AppendWriter: Sendable {
         if dryRun { return try log.importEvents(events, dryRun: true) }
         hub.publishLock.lock()
         defer { hub.publishLock.unlock() }
+        let before = log.sequenceHead
         let result = try log.importEvents(events)
-        if hub.hasSubscribers, !result.imported.isEmpty { hub.publish(result.imported, log: log) }
+        if hub.hasSubscribers, !result.imported.isEmpty { hub.publish(after: before, log: log) }
         // Counted as a sync's events are: a commit, events written, events received.
         commits.add(1, ordering: .relaxed)
         eventsWritten.add(result.imported.count, ordering: .relaxed)
@@ -139,6 +141,7 @@ final class AppendWriter: Sendable {
     private func commit(_ jobs: [Job]) {
         var results: [Result<AppendResult, EventStoreError>]
         hub.publishLock.lock()
+        let before = log.sequenceHead
         do {
             results = try log.append(groups: jobs.map(\.events))
         } catch {
@@ -147,11 +150,9 @@ final class AppendWriter: Sendable {
                 logger.error("append of \(jobs.count) batches failed: \(error)")
             }
         }
-        if hub.hasSubscribers {
-            var written: [ULID] = []
-            for case .success(let result) in results { written.append(contentsOf: result.written) }
-            hub.publish(written, log: log)
-        }
+        // The commit's events are the seqs after `before`: nothing else stores events while
+        // `publishLock` is held.
+        if hub.hasSubscribers { hub.publish(after: before, log: log) }
         hub.publishLock.unlock()
         commits.add(1, ordering: .relaxed)
         requests.add(jobs.count, ordering: .relaxed)

@@ -321,10 +321,10 @@ final class Connection: @unchecked Sendable {
     private func watch(_ request: Request) {
         let slot = outbox.reserve()
         let subscription: Subscription
-        let after: ULID?
+        let after: UInt64?
         do throws(RPCError) {
             let params = try Params(request.params, method: "watch", accepts: ["after", "entity", "type"])
-            after = try params.id("after")
+            after = try params.seq("after")
             subscription = Subscription(
                 outbox: outbox, entity: try params.entity("entity"), type: try params.type("type"), after: after)
         } catch {
@@ -430,14 +430,14 @@ final class Connection: @unchecked Sendable {
         return out
     }
 
-    /// `{"ids":[...],"versions":{...},"appended":n}` written straight into the response line.
+    /// `{"ids":[...],"versions":{...},"revs":{...},"appended":n}` written straight into the response line.
     static func response(id: [UInt8], append result: Result<AppendResult, EventStoreError>) -> [UInt8] {
         switch result {
         case .failure(let error):
             return response(id: id, error: RPCError(error))
         case .success(let appended):
             var out: [UInt8] = []
-            out.reserveCapacity(96 + id.count + appended.ids.count * 29 + appended.versions.count * 96)
+            out.reserveCapacity(96 + id.count + appended.ids.count * 29 + appended.versions.count * 120)
             begin(id: id, member: #","result":{"ids":["#, into: &out)
             for (index, id) in appended.ids.enumerated() {
                 if index > 0 { out.append(UInt8(ascii: ",")) }
@@ -449,6 +449,13 @@ final class Connection: @unchecked Sendable {
                 CanonicalWriter.appendString(utf8: entity.bytes, to: &out)
                 out.append(UInt8(ascii: ":"))
                 version.appendJSON(to: &out)
+            }
+            append(#"},"revs":{"#, to: &out)
+            for (index, (entity, rev)) in appended.revs.sorted(by: { $0.key < $1.key }).enumerated() {
+                if index > 0 { out.append(UInt8(ascii: ",")) }
+                CanonicalWriter.appendString(utf8: entity.bytes, to: &out)
+                out.append(UInt8(ascii: ":"))
+                CanonicalWriter.appendInteger(Int(clamping: rev), to: &out)
             }
             append(#"},"appended":"#, to: &out)
             CanonicalWriter.appendInteger(appended.appended, to: &out)

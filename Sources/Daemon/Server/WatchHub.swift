@@ -9,18 +9,23 @@ final class Subscription: WatchFiltering, @unchecked Sendable {
     let entity: EntityKey?
     /// `TYPE/`, the prefix of the entities of the type watched.
     let typePrefix: [UInt8]?
-    /// The id of the last event queued to it (for `resume_after`). Guarded by the hub's lock
+    /// The seq of the last event queued to it, or that its catch-up read past (for
+    /// `resume_after`, and so an event is never queued twice). Guarded by the hub's lock
     /// once registered; before that only the registering thread touches it.
-    var lastQueued: ULID?
+    var lastQueued: UInt64
     /// Whether it counts against the hub's caps: from `admit` until it ends, so the slot is
     /// given back once however it ends. Guarded by the hub's slots lock.
     fileprivate var holdsSlot = false
 
-    init(outbox: Outbox, entity: EntityKey?, type: String?, after: ULID?) {
+    init(outbox: Outbox, entity: EntityKey?, type: String?, after: UInt64?) {
         self.outbox = outbox
         self.entity = entity
         self.typePrefix = type.map { Array($0.utf8) + [UInt8(ascii: "/")] }
-        self.lastQueued = after
+        self.lastQueued = after ?? 0
+    }
+
+    var filter: FeedFilter {
+        FeedFilter(entity: entity, type: typePrefix.map { String(decoding: $0.dropLast(), as: UTF8.self) })
     }
 
     func wants(_ event: Event) -> Bool { wants(event.entity) }
@@ -133,26 +138,37 @@ final class WatchHub: @unchecked Sendable {
             reason: "too_many_watches")
     }
 
-    /// Sends the events with these ids to whoever wants them. Call with `publishLock` held,
-    /// right after the commit that wrote them.
-    func publish(_ ids: [ULID], log: EventLog) {
-        guard !subscriptions.isEmpty, !ids.isEmpty else { return }
-        let events: [Event]
-        do {
-            events = try log.events(ids: ids)
-        } catch {
-            logger.error("watch: reading back committed events failed: \(error)")
-            return
+    /// Sends the events a commit stored — the seqs after `after`, up to the head — to whoever
+    /// wants them, in seq order. Call with `publishLock` held, right after the commit, with
+    /// the head read before it (`EventLog.sequenceHead`).
+    func publish(after: UInt64, log: EventLog) {
+        guard !subscriptions.isEmpty, log.sequenceHead > after else { return }
+        var cursor = after
+        while true {
+            let page: FeedPage
+            do {
+                page = try log.feed(after: cursor, limit: 10_000, scanLimit: 10_000)
+            } catch {
+                logger.error("watch: reading back committed events failed: \(error)")
+                return
+            }
+            publish(page.events)
+            guard let next = page.next else { return }
+            cursor = next
         }
-        for event in events {
+    }
+
+    private func publish(_ events: [SequencedEvent]) {
+        for item in events {
             var notification: [UInt8]?
-            let candidates = subscriptions.candidates(for: event.entity)
+            let candidates = subscriptions.candidates(for: item.event.entity)
             examined += candidates.count
-            for subscription in candidates where subscription.wants(event) {
-                let bytes = notification ?? WatchHub.notification(event)
+            // A subscription skips what it was sent already (its catch-up read past it).
+            for subscription in candidates where item.seq > subscription.lastQueued && subscription.wants(item.event) {
+                let bytes = notification ?? WatchHub.notification(item)
                 notification = bytes
                 if subscription.outbox.offerNotification(bytes) {
-                    subscription.lastQueued = event.id
+                    subscription.lastQueued = item.seq
                 } else {
                     subscriptions.remove(subscription)
                     release(subscription)
@@ -165,38 +181,41 @@ final class WatchHub: @unchecked Sendable {
         }
     }
 
-    /// Streams the held events after `after` (all of them when it is the zero id; none
-    /// when nil), then joins the live stream. Runs on the connection's reader thread;
-    /// waits while the consumer is behind. False when the connection ended meanwhile.
-    /// The slot `admit` took is given back unless it joins.
-    func start(_ subscription: Subscription, after: ULID?, log: EventLog) throws(EventStoreError) -> Bool {
+    /// Streams the held events after seq `after` (all of them when it is 0; none when nil),
+    /// then joins the live stream. Runs on the connection's reader thread; waits while the
+    /// consumer is behind. False when the connection ended meanwhile. The slot `admit`
+    /// took is given back unless it joins.
+    ///
+    /// The last page is read and the subscription joins with `publishLock` held, so no
+    /// commit falls between them: every event is either read or published to it, and the
+    /// seq it has reached (`lastQueued`) keeps one from being sent twice.
+    func start(_ subscription: Subscription, after: UInt64?, log: EventLog) throws(EventStoreError) -> Bool {
         var joined = false
         defer { if !joined { release(subscription) } }
         let page = 1000
-        var cursor: ULID? = after == ULID.zero ? nil : after
-        if after != nil {
+        if let after {
+            subscription.lastQueued = after
             // Catch up without the lock while pages are full...
             while true {
-                let (events, scanned, more) = try read(subscription, after: cursor, log: log, limit: page)
+                let (events, more) = try read(subscription, log: log, limit: page)
                 guard queueWaiting(events, to: subscription) else { return false }
-                cursor = scanned
                 guard more else { break }
             }
+        } else {
+            subscription.lastQueued = log.sequenceHead
         }
         // ...then read what came meanwhile and join, with the writer held off.
         while true {
             publishLock.lock()
             if after != nil {
-                let events: [Event]
-                let scanned: ULID?
+                let events: [SequencedEvent]
                 let more: Bool
                 do {
-                    (events, scanned, more) = try read(subscription, after: cursor, log: log, limit: page)
+                    (events, more) = try read(subscription, log: log, limit: page)
                 } catch {
                     publishLock.unlock()
                     throw error
                 }
-                cursor = scanned
                 // Join only when the rest fits in the queue now (nothing else adds to it
                 // before it joins): otherwise queue it with waiting, outside the lock.
                 if more || events.count > subscription.outbox.notificationRoom {
@@ -204,11 +223,13 @@ final class WatchHub: @unchecked Sendable {
                     guard queueWaiting(events, to: subscription) else { return false }
                     continue
                 }
-                for event in events {
-                    let queued = subscription.outbox.offerNotification(WatchHub.notification(event))
+                for item in events {
+                    let queued = subscription.outbox.offerNotification(WatchHub.notification(item))
                     assert(queued, "room was checked under the lock")
-                    subscription.lastQueued = event.id
                 }
+            } else {
+                // Live only: from the head as it is now, with no commit in between.
+                subscription.lastQueued = max(subscription.lastQueued, log.sequenceHead)
             }
             subscriptions.insert(subscription)
             publishLock.unlock()
@@ -219,10 +240,9 @@ final class WatchHub: @unchecked Sendable {
 
     /// Queues replayed events, waiting while the consumer is behind (never with the lock
     /// held). False when the connection ended meanwhile.
-    private func queueWaiting(_ events: [Event], to subscription: Subscription) -> Bool {
-        for event in events {
-            guard subscription.outbox.pushNotificationWaiting(WatchHub.notification(event)) else { return false }
-            subscription.lastQueued = event.id
+    private func queueWaiting(_ events: [SequencedEvent], to subscription: Subscription) -> Bool {
+        for item in events {
+            guard subscription.outbox.pushNotificationWaiting(WatchHub.notification(item)) else { return false }
         }
         return true
     }
@@ -235,28 +255,24 @@ final class WatchHub: @unchecked Sendable {
         release(subscription)
     }
 
-    /// A page of the events after `after` that the subscription wants; `scanned` is the
-    /// last id read (where the next page starts) and `more` whether the log goes on.
-    private func read(_ subscription: Subscription, after: ULID?, log: EventLog, limit: Int) throws(EventStoreError)
-        -> (events: [Event], scanned: ULID?, more: Bool)
+    /// A page of the events after the subscription's `lastQueued` that it wants, moving
+    /// `lastQueued` past every seq the page looked at; `more` whether the log goes on.
+    private func read(_ subscription: Subscription, log: EventLog, limit: Int) throws(EventStoreError)
+        -> (events: [SequencedEvent], more: Bool)
     {
-        let page: (events: [Event], next: ULID?)
-        if let entity = subscription.entity {
-            page = try log.events(ofEntity: entity, after: after, limit: limit)
-        } else {
-            page = try log.events(after: after, limit: limit)
-        }
-        return (page.events.filter(subscription.wants), page.events.last?.id ?? after, page.next != nil)
+        let page = try log.feed(after: subscription.lastQueued, limit: limit, filter: subscription.filter)
+        subscription.lastQueued = page.next ?? max(page.head, page.events.last?.seq ?? subscription.lastQueued)
+        return (page.events, page.next != nil)
     }
 
-    static func notification(_ event: Event) -> [UInt8] {
+    static func notification(_ item: SequencedEvent) -> [UInt8] {
         var out = Array(#"{"jsonrpc":"2.0","method":"event","params":{"event":"#.utf8)
-        EventCodec.encodeStored(event, includeID: true, into: &out)
+        Methods.storedEventJSON(item, into: &out)
         out.append(contentsOf: Array("}}\n".utf8))
         return out
     }
 
-    static func overflow(resumeAfter: ULID?) -> [UInt8] {
+    static func overflow(resumeAfter: UInt64) -> [UInt8] {
         var out = JSONWriter()
         out.beginObject()
         out.member("jsonrpc", "2.0")
@@ -268,7 +284,7 @@ final class WatchHub: @unchecked Sendable {
         out.string(
             "this watch fell too far behind the events being written and was ended; watch again with \"after\" set to resume_after to continue without a gap"
         )
-        out.member("resume_after", resumeAfter?.description)
+        out.member("resume_after", Int(clamping: resumeAfter))
         out.endObject()
         out.endObject()
         out.bytes.append(0x0A)

@@ -16,7 +16,7 @@ public enum EventCodec {
         var key: [UInt8]?
         var by: [UInt8]?
         var at: JSONBytes?
-        var ifMatch: [UInt8]?
+        var ifMatch: JSONBytes?
         var resolve: Bool?
         // Stored form only.
         var id: [UInt8]?
@@ -27,7 +27,7 @@ public enum EventCodec {
 
     /// The members an event object may have, found by their bytes without making strings.
     enum Member: String, CaseIterable {
-        case entity, kind, status, fields, set, element, key, by, at, id, origin, base, observed, resolve
+        case entity, kind, status, fields, set, element, key, by, at, id, origin, base, observed, resolve, seq
         case ifMatch = "if_match"
 
         static let kinds: [[UInt8]: EventKind] = Dictionary(
@@ -75,13 +75,7 @@ public enum EventCodec {
             event.by = try Validation.text(by, what: "\"by\"", limit: Validation.maxByBytes, allowEmpty: true)
         }
         event.at = m.at
-        if let ifMatch = m.ifMatch {
-            guard let version = ULID(utf8: ifMatch) else {
-                throw .invalid(
-                    "\"if_match\" must be an entity version (a ULID): \(ULID.problem(with: ifMatch) ?? "invalid")")
-            }
-            event.ifMatch = version
-        }
+        if let ifMatch = m.ifMatch { event.ifMatch = try rev(ifMatch) }
         if let resolve = m.resolve {
             // A status event always names every status head, so it settles a status conflict
             // without the flag; on other kinds there is nothing for it to settle.
@@ -93,6 +87,24 @@ public enum EventCodec {
             event.resolve = resolve
         }
         return event
+    }
+
+    /// An `if_match`: the entity's rev as `get`, `list` or `append` reported it, a positive
+    /// integer. A version (a ULID, what 0.4 compared with) is refused with how to move on.
+    static func rev(_ value: JSONBytes) throws(EventStoreError) -> UInt64 {
+        let bytes = value.bytes
+        if bytes.first == UInt8(ascii: "\"") {
+            throw .invalid(
+                "\"if_match\" takes the entity's rev (a number, as get, list and append report it), not a version or other string: pass \"rev\" instead"
+            )
+        }
+        guard !bytes.isEmpty, bytes.count <= 20, bytes.allSatisfy({ (0x30...0x39).contains($0) }),
+            let rev = UInt64(String(decoding: bytes, as: UTF8.self)), rev > 0
+        else {
+            throw .invalid(
+                "\"if_match\" must be the entity's rev, a positive integer (as get, list and append report it)")
+        }
+        return rev
     }
 
     static func change(from m: Members) throws(EventStoreError) -> InputEvent.Change {
@@ -164,12 +176,16 @@ public enum EventCodec {
                     }
                     m.at = at
                 case .fields: m.fields = try fieldsMember(&s)
-                case .ifMatch where !stored: m.ifMatch = try stringMember(&s, "if_match")
+                case .ifMatch where !stored: m.ifMatch = try canonical(&s)
                 case .resolve where !stored:
                     guard s.peek() == UInt8(ascii: "t") || s.peek() == UInt8(ascii: "f") else {
                         throw JSONError(meaning: "\"resolve\" must be true or false", at: s.offset)
                     }
                     m.resolve = try s.readBool()
+                case .seq where stored:
+                    // As `log` returns an event: this node's commit sequence, not part of the
+                    // event. Taken and dropped, so a log export imports as it is.
+                    try s.skipValue()
                 case .id where stored: m.id = try stringMember(&s, "id")
                 case .origin where stored: m.origin = try stringMember(&s, "origin")
                 case .base where stored: m.base = try canonical(&s)

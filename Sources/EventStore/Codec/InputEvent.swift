@@ -27,8 +27,8 @@ public struct InputEvent: Equatable, Sendable {
     public var key: String?
     public var by: String?
     public var at: JSONBytes?
-    /// The entity version the client last read; a mismatch rejects the batch.
-    public var ifMatch: ULID?
+    /// The entity rev the client last read; a mismatch rejects the batch.
+    public var ifMatch: UInt64?
     /// An `edit` that settles the conflicts of the fields it sets: its `base` names every
     /// head of them, although a plain edit of a field in conflict names none. Input only:
     /// the stored event carries the `base`, not this flag.
@@ -36,7 +36,7 @@ public struct InputEvent: Equatable, Sendable {
 
     public init(
         entity: EntityKey, change: Change, key: String? = nil, by: String? = nil, at: JSONBytes? = nil,
-        ifMatch: ULID? = nil, resolve: Bool = false
+        ifMatch: UInt64? = nil, resolve: Bool = false
     ) {
         self.entity = entity
         self.change = change

@@ -9,8 +9,8 @@ extension EventLog {
         guard !inputs.isEmpty else { return AppendResult(ids: [], versions: [:], written: []) }
         return try write { batch, txn, writer in
             let (ids, written) = try batch.append(inputs, txn: &txn, writer: &writer)
-            let versions = try batch.finish(txn: &txn)
-            return AppendResult(ids: ids, versions: versions, written: written)
+            _ = try batch.finish(txn: &txn)
+            return batch.result(of: inputs, ids: ids, written: written)
         }
     }
 
@@ -87,17 +87,21 @@ extension EventLog {
         do {
             (result, trainingDue) = try writer.withLock { writer throws -> (R, Bool) in
                 let now = options.wallClock()
-                let (result, clock, count) = try environment.write { txn -> (R, HybridClock, Int) in
+                let (result, clock, count, head) = try environment.write { txn -> (R, HybridClock, Int, UInt64) in
                     // Built inside: a retry after the map grew starts again from the writer's clock.
                     var batch = try WriteBatch(log: self, txn: txn, clock: writer.clock, now: now)
+                    let firstSeq = batch.seq
                     let result = try body(&batch, &txn, &writer)
                     // The reading, kept for the next open (`resumeClock`).
                     if batch.clock.last != writer.clock.last {
                         try txn.put(tables.meta, Meta.clock, batch.clock.last.bytes)
                     }
-                    return (result, batch.clock, try txn.stat(tables.events).entries)
+                    // The head, in the transaction that took the seqs: never reused after a crash.
+                    if batch.seq != firstSeq { try txn.put(tables.meta, Meta.sequenceHead, bigEndian(batch.seq)) }
+                    return (result, batch.clock, try txn.stat(tables.events).entries, batch.seq)
                 }
                 writer.clock = clock
+                committedSequence.store(head, ordering: .releasing)
                 let due = options.trainsDictionaryAutomatically && count >= writer.nextTrainingAt
                 if due { writer.nextTrainingAt = .max }  // one training at a time
                 return (result, due)
@@ -149,6 +153,9 @@ struct WriteBatch {
     /// has named it already.
     var clientBatch = 0
     var skews: [ULID: UInt64] = [:]
+    /// The commit sequence's head: the seq of the last event this transaction stored (or
+    /// of the last one stored before it). Each stored event takes the next one.
+    var seq: UInt64
 
     struct Touched {
         var state: EntityState
@@ -156,10 +163,12 @@ struct WriteBatch {
         var changed = false
         /// The entity as it was when the batch first read it (nil: new entity).
         let before: Before?
-        /// The entity's version when client batch `startBatch` first named it: what
-        /// `if_match` is compared with.
+        /// The seq of the latest event folded into the entity on this node (0: none yet).
+        var rev: UInt64
+        /// The entity's rev when client batch `startBatch` first named it: what `if_match`
+        /// is compared with.
         var startBatch = -1
-        var startVersion: ULID?
+        var startRev: UInt64 = 0
     }
 
     struct Before {
@@ -173,6 +182,7 @@ struct WriteBatch {
         self.now = now
         try EventLog.observeStoredIDs(&self.clock, txn: txn, events: log.tables.events, now: now)
         self.lastEventKey = try txn.withCursor(log.tables.events) { try $0.last() }.flatMap { ULID(bytes: $0.key) }
+        self.seq = try EventLog.sequenceHead(txn: txn, tables: log.tables)
     }
 
     // MARK: Local appends
@@ -219,12 +229,13 @@ struct WriteBatch {
         let entity = input.entity
         if touched[slot].startBatch != clientBatch {
             touched[slot].startBatch = clientBatch
-            touched[slot].startVersion = touched[slot].state.version
+            touched[slot].startRev = touched[slot].rev
         }
-        let versionAtStart = touched[slot].startVersion
-        if let expected = input.ifMatch, expected != versionAtStart {
-            let actual = versionAtStart.map { "is at version \($0)" } ?? "does not exist yet"
-            throw EventStoreError(.conflict, "\(entity) \(actual), not \(expected) (if_match): read it again and retry")
+        let revAtStart = touched[slot].startRev
+        if let expected = input.ifMatch, expected != revAtStart {
+            let actual = revAtStart == 0 ? "does not exist yet" : "is at rev \(revAtStart)"
+            throw EventStoreError(
+                .conflict, "\(entity) \(actual), not \(expected) (if_match): read it again and retry")
         }
         let state = touched[slot].state
         let body: EventBody
@@ -261,13 +272,13 @@ struct WriteBatch {
         let id = try freshID(txn: txn)
         let event = Event(
             id: id, origin: log.nodeID, entity: entity, body: body, key: input.key, by: input.by, at: input.at)
-        try write(event, payload: try storedPayload(of: event), txn: &txn, writer: &writer)
+        let seq = try write(event, payload: try storedPayload(of: event), txn: &txn, writer: &writer)
         if let key = input.key {
             try txn.put(tables.keys, Array(key.utf8), id.bytes)
             keysInBatch[key] = id
         }
         let log = self.log
-        try WriteBatch.fold(event, into: &touched[slot], log: log, txn: txn)
+        try WriteBatch.fold(event, seq: seq, into: &touched[slot], log: log, txn: txn)
         return .appended(id)
     }
 
@@ -293,10 +304,10 @@ struct WriteBatch {
         if let slot = slots[entity] { return slot }
         let entry: Touched
         if let record = try txn.get(log.tables.projections, entity.bytes) {
-            let (hash, state) = try EventLog.decodeProjection(record, entity: entity)
-            entry = Touched(state: state, before: Before(hash: hash, statusKey: EventLog.statusKey(state)))
+            let (hash, state, rev) = try EventLog.decodeProjection(record, entity: entity)
+            entry = Touched(state: state, before: Before(hash: hash, statusKey: EventLog.statusKey(state)), rev: rev)
         } else {
-            entry = Touched(state: EntityState(entity: entity), before: nil)
+            entry = Touched(state: EntityState(entity: entity), before: nil, rev: 0)
         }
         touched.append(entry)
         slots[entity] = touched.count - 1
@@ -326,13 +337,17 @@ struct WriteBatch {
         originEntries.removeAll()
     }
 
-    /// A group's result: its ids, and the version of each entity it names after its events.
+    /// A group's result: its ids, and the version and rev of each entity it names after its
+    /// events.
     func result(of inputs: [InputEvent], ids: [ULID], written: [ULID]) -> AppendResult {
         var versions: [EntityKey: ULID] = [:]
+        var revs: [EntityKey: UInt64] = [:]
         for input in inputs {
-            if let version = version(of: input.entity) { versions[input.entity] = version }
+            guard let slot = slots[input.entity] else { continue }
+            if let version = touched[slot].state.version { versions[input.entity] = version }
+            if touched[slot].rev > 0 { revs[input.entity] = touched[slot].rev }
         }
-        return AppendResult(ids: ids, versions: versions, written: written)
+        return AppendResult(ids: ids, versions: versions, revs: revs, written: written)
     }
 
     /// The entity's version as this batch sees it, when the batch has touched it.
@@ -346,9 +361,11 @@ struct WriteBatch {
     }
 
     /// Writes an event (its payload from `storedPayload(of:)`) and its index entries, not
-    /// the projection.
+    /// the projection, and gives it the next seq.
+    /// - Returns: the seq it took.
+    @discardableResult
     mutating func write(_ event: Event, payload: [UInt8], txn: inout WriteTransaction, writer: inout EventLog.Writer)
-        throws
+        throws -> UInt64
     {
         let tables = log.tables
         let value = try StoredValue.encode(
@@ -366,6 +383,11 @@ struct WriteBatch {
         if case .status(let status, _) = event.body {
             try txn.put(tables.statusHistory, event.entity.bytes, EventLog.historyValue(event.id, event.origin, status))
         }
+        // Every path that stores an event comes through here, so every stored event takes a
+        // seq, in the transaction that stores it. Keys only grow: MDB_APPEND.
+        seq += 1
+        try txn.put(tables.sequence, bigEndian(seq), key, flags: .append)
+        return seq
     }
 
     /// Stores an event made on another node (replicated or imported): writes it and its
@@ -373,15 +395,15 @@ struct WriteBatch {
     mutating func writeAndFold(
         _ event: Event, payload: [UInt8], txn: inout WriteTransaction, writer: inout EventLog.Writer
     ) throws {
-        try write(event, payload: payload, txn: &txn, writer: &writer)
+        let seq = try write(event, payload: payload, txn: &txn, writer: &writer)
         let slot = try slot(event.entity, txn: txn)
-        try WriteBatch.fold(event, into: &touched[slot], log: log, txn: txn)
+        try WriteBatch.fold(event, seq: seq, into: &touched[slot], log: log, txn: txn)
     }
 
-    /// Folds an event (already written) into its entity's state.
-    static func fold(_ event: Event, into entry: inout Touched, log: EventLog, txn: borrowing WriteTransaction)
-        throws
-    {
+    /// Folds an event (already written, with `seq`) into its entity's state.
+    static func fold(
+        _ event: Event, seq: UInt64, into entry: inout Touched, log: EventLog, txn: borrowing WriteTransaction
+    ) throws {
         let tables = log.tables
         var isFoldedError: (any Error)?
         let outcome = entry.state.apply(event) { id in
@@ -399,6 +421,7 @@ struct WriteBatch {
             entry.state = try log.refold(event.entity, txn: txn)
         }
         entry.changed = true
+        entry.rev = seq
     }
 
     /// Writes every touched projection back, with the status index, the conflicts table
@@ -412,7 +435,7 @@ struct WriteBatch {
             let entity = state.entity
             if let version = state.version { versions[entity] = version }
             guard entry.changed else { continue }
-            let (record, hash) = EventLog.projectionRecord(state)
+            let (record, hash) = EventLog.projectionRecord(state, rev: entry.rev)
             if let before = entry.before { digest.remove(before.hash) }
             digest.add(hash)
             try txn.put(tables.projections, entity.bytes, record)
@@ -451,24 +474,27 @@ extension EventLog {
         return value
     }
 
-    /// A `projections` value, `[state hash][encoded state]`, and the hash: the state is
-    /// encoded once for both.
-    static func projectionRecord(_ state: EntityState) -> (record: [UInt8], hash: StateHash) {
+    /// A `projections` value, `[state hash][rev, 8 bytes big-endian][encoded state]`, and
+    /// the hash: the state is encoded once for both. The rev is this node's and stays out of
+    /// the hash (and so out of the digest): equal event sets still hash equal on every node.
+    static func projectionRecord(_ state: EntityState, rev: UInt64) -> (record: [UInt8], hash: StateHash) {
         let encoded = state.encoded()
         let hash = StateHash(hashing: encoded)
         var out: [UInt8] = []
-        out.reserveCapacity(16 + encoded.count)
+        out.reserveCapacity(24 + encoded.count)
         ULID(high: hash.high, low: hash.low).append(to: &out)
+        out.append(contentsOf: bigEndian(rev))
         out.append(contentsOf: encoded)
         return (out, hash)
     }
 
-    static func decodeProjection(_ record: [UInt8], entity: EntityKey) throws -> (StateHash, EntityState) {
-        guard record.count > 16, let raw = ULID(bytes: record) else {
+    static func decodeProjection(_ record: [UInt8], entity: EntityKey) throws -> (StateHash, EntityState, UInt64) {
+        guard record.count > 24, let raw = ULID(bytes: record) else {
             throw CorruptDataError("projection record of \(entity) is truncated")
         }
-        let state = try EntityState(entity: entity, decoding: Array(record[16...]))
-        return (StateHash(high: raw.high, low: raw.low), state)
+        let rev = uint64(bigEndian: Array(record[16..<24]))
+        let state = try EntityState(entity: entity, decoding: Array(record[24...]))
+        return (StateHash(high: raw.high, low: raw.low), state, rev)
     }
 
     /// `TYPE 0x00 STATUS`, the status index key of an entity, or nil without a status.

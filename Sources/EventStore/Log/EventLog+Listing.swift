@@ -4,6 +4,8 @@ import Projections
 public struct EntitySummary: Equatable, Sendable {
     public var entity: EntityKey
     public var version: ULID?
+    /// The entity's rev on this node (what `if_match` takes).
+    public var rev: UInt64 = 0
     /// The current status, nil when the entity has none.
     public var status: String?
     public var deleted: Bool
@@ -62,7 +64,7 @@ extension EventLog {
                             guard let record = try txn.get(tables.projections, entity.bytes) else {
                                 throw CorruptDataError("status index names \(entity), which has no projection")
                             }
-                            let summary = EventLog.summary(try EventLog.decodeProjection(record, entity: entity).1)
+                            let summary = EventLog.summary(try EventLog.decodeProjection(record, entity: entity))
                             if keep(summary) {
                                 candidates.append(summary)
                                 taken += 1
@@ -86,7 +88,8 @@ extension EventLog {
                     }
                     while let current = item, current.key.starts(with: prefix) {
                         let entity = EntityKey(validated: current.key)
-                        let summary = EventLog.summary(try EventLog.decodeProjection(current.value, entity: entity).1)
+                        let summary = EventLog.summary(
+                            try EventLog.decodeProjection(current.value, entity: entity))
                         if keep(summary) {
                             if found.count == limit {
                                 more = true
@@ -154,9 +157,10 @@ extension EventLog {
         }
     }
 
-    static func summary(_ state: EntityState) -> EntitySummary {
-        EntitySummary(
-            entity: state.entity, version: state.version, status: state.currentStatus?.status,
+    static func summary(_ record: (StateHash, EntityState, UInt64)) -> EntitySummary {
+        let state = record.1
+        return EntitySummary(
+            entity: state.entity, version: state.version, rev: record.2, status: state.currentStatus?.status,
             deleted: state.isDeleted)
     }
 

@@ -8,71 +8,25 @@ public struct RebuildReport: Equatable, Sendable {
     public var mismatched: [EntityKey] = []
     /// Whether the stored digest differed from the digest of the folded states.
     public var digestMismatch = false
+    /// Events held without a seq (0 in a sound store: every stored event takes one).
+    public var unsequenced = 0
 }
 
 extension EventLog {
     /// Folds every entity again from the log. With `verify`, compares against the stored
     /// projections and status histories and changes nothing; otherwise replaces
     /// projections, status histories, the status index, the conflicts table and the digest.
+    ///
+    /// The commit sequence is not touched: it records the order this node stored its
+    /// events in, which the log alone cannot tell, and consumers resume by it. Each entity's
+    /// `rev` is found again from it (the greatest seq among the entity's events).
     @discardableResult
     public func rebuild(verify: Bool = false) throws(EventStoreError) -> RebuildReport {
         do {
             return try writer.withLock { _ throws -> RebuildReport in
                 try environment.write { txn -> RebuildReport in
-                    var report = RebuildReport()
-                    var digest = StateDigest()
-                    var entities: [EntityKey] = []
-                    try txn.withCursor(tables.entityIndex) { cursor in
-                        var item = try cursor.first()
-                        while let current = item {
-                            entities.append(EntityKey(validated: current.key))
-                            item = try cursor.nextNoDup()
-                        }
-                    }
-                    if !verify {
-                        try txn.drop(tables.projections)
-                        try txn.drop(tables.statusIndex)
-                        try txn.drop(tables.conflicts)
-                        try txn.drop(tables.statusHistory)
-                    }
-                    for entity in entities {
-                        let events = try self.events(of: entity, txn: txn)
-                        let state = Projection.fold(entity, events)
-                        let history = Projection.statusHistory(entity, events)
-                        let (record, hash) = EventLog.projectionRecord(state)
-                        digest.add(hash)
-                        report.entities += 1
-                        report.events += state.eventCount
-                        if verify {
-                            if try txn.get(tables.projections, entity.bytes) != record
-                                || statusHistory(of: entity, txn: txn) != history
-                            {
-                                report.mismatched.append(entity)
-                            }
-                            continue
-                        }
-                        try txn.put(tables.projections, entity.bytes, record)
-                        for entry in history {
-                            try txn.put(
-                                tables.statusHistory, entity.bytes,
-                                EventLog.historyValue(entry.id, entry.origin, entry.status))
-                        }
-                        if let key = EventLog.statusKey(state) { try txn.put(tables.statusIndex, key, entity.bytes) }
-                        if state.hasConflicts {
-                            try txn.put(tables.conflicts, entity.bytes, EventLog.conflictRecord(state))
-                        }
-                    }
-                    let stored =
-                        try txn.get(tables.meta, Meta.digest).flatMap(StateDigest.init(bytes:)) ?? StateDigest()
-                    report.digestMismatch = stored != digest
-                    if verify {
-                        report.mismatched.append(
-                            contentsOf: try projectionsWithoutEvents(txn: txn, known: Set(entities)))
-                        throw VerifyOnly(report: report)
-                    }
-                    try txn.put(tables.meta, Meta.digest, digest.bytes)
-                    // Every projection is now in this version's format.
-                    try txn.put(tables.meta, Meta.format, bigEndian(EventLog.formatVersion))
+                    let report = try rebuildProjections(txn: &txn, verify: verify)
+                    if verify { throw VerifyOnly(report: report) }
                     return report
                 }
             }
@@ -81,6 +35,116 @@ extension EventLog {
         } catch {
             throw EventStoreError.from(error)
         }
+    }
+
+    /// Brings a store of an older format to this one, in one transaction (a crash during it
+    /// leaves the old store, upgraded at the next open): before format 3, every event takes
+    /// a seq, in id order (the order an older release's `log` gave), and the head is
+    /// recorded; then every projection is folded again, with its rev, and the format marker
+    /// is written.
+    func upgrade() throws(EventStoreError) {
+        do {
+            let head = try writer.withLock { _ throws -> UInt64 in
+                try environment.write { txn -> UInt64 in
+                    let format = try txn.get(tables.meta, Meta.format).map(uint32(bigEndian:)) ?? EventLog.formatVersion
+                    var seq = try EventLog.sequenceHead(txn: txn, tables: tables)
+                    if format < 3 {
+                        // Older releases kept no sequence table; should one be there anyway,
+                        // its seqs are given again above its head, which never goes back.
+                        try txn.drop(tables.sequence)
+                        var ids: [[UInt8]] = []
+                        try txn.withCursor(tables.events) { cursor in
+                            var item = try cursor.first()
+                            while let current = item {
+                                ids.append(current.key)
+                                item = try cursor.next()
+                            }
+                        }
+                        for id in ids {
+                            seq += 1
+                            try txn.put(tables.sequence, bigEndian(seq), id, flags: .append)
+                        }
+                        try txn.put(tables.meta, Meta.sequenceHead, bigEndian(seq))
+                    }
+                    _ = try rebuildProjections(txn: &txn, verify: false)
+                    return seq
+                }
+            }
+            committedSequence.store(head, ordering: .releasing)
+        } catch {
+            throw EventStoreError.from(error)
+        }
+    }
+
+    /// The body of `rebuild(verify:)`, in the caller's write transaction. With `verify` it
+    /// writes nothing (the caller aborts the transaction anyway).
+    func rebuildProjections(txn: inout WriteTransaction, verify: Bool) throws -> RebuildReport {
+        var report = RebuildReport()
+        var digest = StateDigest()
+        var entities: [EntityKey] = []
+        try txn.withCursor(tables.entityIndex) { cursor in
+            var item = try cursor.first()
+            while let current = item {
+                entities.append(EntityKey(validated: current.key))
+                item = try cursor.nextNoDup()
+            }
+        }
+        // Every event's seq, to find each entity's rev.
+        var seqs: [ULID: UInt64] = [:]
+        seqs.reserveCapacity(try txn.stat(tables.sequence).entries)
+        try txn.withCursor(tables.sequence) { cursor in
+            var item = try cursor.first()
+            while let current = item {
+                if let id = ULID(bytes: current.value) { seqs[id] = uint64(bigEndian: current.key) }
+                item = try cursor.next()
+            }
+        }
+        if !verify {
+            try txn.drop(tables.projections)
+            try txn.drop(tables.statusIndex)
+            try txn.drop(tables.conflicts)
+            try txn.drop(tables.statusHistory)
+        }
+        for entity in entities {
+            let events = try self.events(of: entity, txn: txn)
+            let state = Projection.fold(entity, events)
+            let history = Projection.statusHistory(entity, events)
+            let rev = events.reduce(UInt64(0)) { max($0, seqs[$1.id] ?? 0) }
+            let (record, hash) = EventLog.projectionRecord(state, rev: rev)
+            digest.add(hash)
+            report.entities += 1
+            report.events += state.eventCount
+            if verify {
+                if try txn.get(tables.projections, entity.bytes) != record
+                    || statusHistory(of: entity, txn: txn) != history
+                {
+                    report.mismatched.append(entity)
+                }
+                continue
+            }
+            try txn.put(tables.projections, entity.bytes, record)
+            for entry in history {
+                try txn.put(
+                    tables.statusHistory, entity.bytes,
+                    EventLog.historyValue(entry.id, entry.origin, entry.status))
+            }
+            if let key = EventLog.statusKey(state) { try txn.put(tables.statusIndex, key, entity.bytes) }
+            if state.hasConflicts {
+                try txn.put(tables.conflicts, entity.bytes, EventLog.conflictRecord(state))
+            }
+        }
+        let stored =
+            try txn.get(tables.meta, Meta.digest).flatMap(StateDigest.init(bytes:)) ?? StateDigest()
+        report.digestMismatch = stored != digest
+        report.unsequenced = try txn.stat(tables.events).entries - seqs.count
+        if verify {
+            report.mismatched.append(contentsOf: try projectionsWithoutEvents(txn: txn, known: Set(entities)))
+            return report
+        }
+        try txn.put(tables.meta, Meta.digest, digest.bytes)
+        // Every projection is now in this version's format.
+        try txn.put(tables.meta, Meta.format, bigEndian(EventLog.formatVersion))
+        return report
     }
 
     /// Aborts a verifying rebuild's transaction (it must change nothing) and carries its report.

@@ -103,13 +103,83 @@ extension EventLog {
         }
     }
 
-    /// The state as `get` returns it — canonical JSON with the status history — or nil when
-    /// no event of the entity is held.
+    /// The state as `get` returns it — canonical JSON with the status history, and the
+    /// entity's `rev` on this node added as the last member (it is not part of the state) —
+    /// or nil when no event of the entity is held.
     public func canonicalState(of entity: EntityKey) throws(EventStoreError) -> [UInt8]? {
         try reading { txn in
             guard let record = try txn.get(tables.projections, entity.bytes) else { return nil }
-            let state = try EventLog.decodeProjection(record, entity: entity).1
-            return state.canonicalJSON(history: try statusHistory(of: entity, txn: txn))
+            let (_, state, rev) = try EventLog.decodeProjection(record, entity: entity)
+            var json = state.canonicalJSON(history: try statusHistory(of: entity, txn: txn))
+            guard json.last == UInt8(ascii: "}") else { return json }
+            json.removeLast()
+            json.append(contentsOf: Array(#","rev":"#.utf8))
+            json.append(contentsOf: Array(String(rev).utf8))
+            json.append(UInt8(ascii: "}"))
+            return json
+        }
+    }
+
+    /// The entity's rev on this node (the seq of the latest event folded into it), or nil
+    /// when no event of it is held.
+    public func rev(of entity: EntityKey) throws(EventStoreError) -> UInt64? {
+        try reading { txn in
+            try txn.get(tables.projections, entity.bytes).map { try EventLog.decodeProjection($0, entity: entity).2 }
+        }
+    }
+
+    /// A page of the events this node stored, in seq order after `after` (0: from the
+    /// first), that pass `filter`: at most `limit` of them, and at most `scanLimit` seqs
+    /// looked at, so a filter that matches little still answers promptly.
+    ///
+    /// `next` is the last seq looked at when more follow (pass it as `after` for the next
+    /// page; it can come with fewer than `limit` events), nil when the page reached the
+    /// head; `head` is the head the page was read at: a consumer that got `next: nil` has
+    /// seen everything up to `head` and resumes after it.
+    public func feed(after: UInt64 = 0, limit: Int = 1000, filter: FeedFilter = FeedFilter(), scanLimit: Int = 10_000)
+        throws(EventStoreError) -> FeedPage
+    {
+        try reading { txn in
+            let head = try EventLog.sequenceHead(txn: txn, tables: tables)
+            var entityIDs: Set<ULID>?
+            if let entity = filter.entity {
+                // Matched by id against the entity's index, so other events are not decoded.
+                var ids = Set<ULID>()
+                var cursor: ULID?
+                while true {
+                    let (page, more) = try eventIDs(
+                        in: tables.entityIndex, key: entity.bytes, after: cursor, limit: 4096, txn: txn)
+                    ids.formUnion(page)
+                    guard more, let last = page.last else { break }
+                    cursor = last
+                }
+                entityIDs = ids
+            }
+            let typePrefix = filter.type.map { Array($0.utf8) + [UInt8(ascii: "/")] }
+            return try txn.withCursor(tables.sequence) { cursor in
+                var out: [SequencedEvent] = []
+                var scanned = 0
+                var lastSeq = after
+                var item = try cursor.seek(bigEndian(after &+ 1))
+                if after == UInt64.max { item = nil }
+                while let current = item, out.count < limit, scanned < scanLimit {
+                    guard current.key.count == 8, let id = ULID(bytes: current.value) else {
+                        throw CorruptDataError("a seq table entry is not a seq and an id")
+                    }
+                    let seq = uint64(bigEndian: current.key)
+                    scanned += 1
+                    lastSeq = seq
+                    item = try cursor.next()
+                    if let entityIDs, !entityIDs.contains(id) { continue }
+                    guard let event = try readEvent(id, txn: txn) else {
+                        throw CorruptDataError("seq \(seq) names a missing event \(id)")
+                    }
+                    if let origin = filter.origin, event.origin != origin { continue }
+                    if let typePrefix, !event.entity.bytes.starts(with: typePrefix) { continue }
+                    out.append(SequencedEvent(seq: seq, event: event))
+                }
+                return FeedPage(events: out, next: item == nil ? nil : lastSeq, head: head)
+            }
         }
     }
 
@@ -139,6 +209,7 @@ extension EventLog {
                 mapSize: info.mapSize,
                 digest: try txn.get(tables.meta, Meta.digest).flatMap(StateDigest.init(bytes:)) ?? StateDigest(),
                 dictionaryVersion: try txn.get(tables.meta, Meta.dictionaryVersion).map(uint32(bigEndian:)) ?? 0,
+                seq: try EventLog.sequenceHead(txn: txn, tables: tables),
                 skewedOrigins: skewed)
         }
     }
@@ -281,4 +352,38 @@ extension Cursor {
         guard let found = try seek(key) else { return nil }
         return found.key == key ? try next() : found
     }
+}
+
+/// An event as this node stored it, with the seq it took here.
+public struct SequencedEvent: Equatable, Sendable {
+    public var seq: UInt64
+    public var event: Event
+
+    public init(seq: UInt64, event: Event) {
+        self.seq = seq
+        self.event = event
+    }
+}
+
+/// Which events a feed (`log`, `watch`) passes on: all of them when every member is nil.
+public struct FeedFilter: Equatable, Sendable {
+    public var entity: EntityKey?
+    public var origin: ULID?
+    /// An entity type: events of entities `TYPE/...`.
+    public var type: String?
+
+    public init(entity: EntityKey? = nil, origin: ULID? = nil, type: String? = nil) {
+        self.entity = entity
+        self.origin = origin
+        self.type = type
+    }
+}
+
+/// A page of `EventLog.feed(after:limit:filter:scanLimit:)`.
+public struct FeedPage: Equatable, Sendable {
+    public var events: [SequencedEvent]
+    /// Where the next page starts (its `after`), nil when this one reached the head.
+    public var next: UInt64?
+    /// The head when the page was read.
+    public var head: UInt64
 }

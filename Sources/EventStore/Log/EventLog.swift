@@ -32,6 +32,9 @@ public final class EventLog: Sendable {
     /// Per peer node, how far its wall clock was from ours at its last sync session, ms
     /// (positive: ahead). Measured again by each session, so kept in memory only.
     private let clockOffsets = Mutex<[ULID: Int64]>([:])
+    /// The commit sequence's head as the last committed write left it (`meta/seq`): set by
+    /// the writer after each commit, so a publisher can tell which seqs a commit took.
+    let committedSequence: Atomic<UInt64>
 
     struct Writer: ~Copyable {
         var clock: HybridClock
@@ -74,7 +77,10 @@ public final class EventLog: Sendable {
         let dictionaries: Database
         /// origin (16 bytes) → largest lead over our clock seen, ms (8 bytes, big-endian).
         let skew: Database
-        /// small named values: format, node id, digest, dictionary version.
+        /// seq (8 bytes, big-endian) → event id (16 bytes): every stored event in the order
+        /// this node stored it (the commit sequence). Node-local, never replicated.
+        let sequence: Database
+        /// small named values: format, node id, digest, dictionary version, sequence head.
         let meta: Database
     }
 
@@ -88,12 +94,16 @@ public final class EventLog: Sendable {
         /// The clock's reading (the greatest id it issued or observed) as the last write
         /// left it, so a restart resumes above it whatever the wall clock says.
         static let clock = Array("clock".utf8)
+        /// The commit sequence's head: the greatest seq ever assigned (8 bytes, big-endian).
+        /// Kept apart from the `seq` table so the head never goes back, whatever the table holds.
+        static let sequenceHead = Array("seq".utf8)
     }
 
     /// The store format this version writes and reads. Format 1 hashed each entity's
-    /// canonical JSON for the digest; format 2 hashes its encoded state. A format-1 store is
-    /// upgraded when it is opened, by refolding every projection (`rebuild()`).
-    public static let formatVersion: UInt32 = 2
+    /// canonical JSON for the digest; format 2 hashes its encoded state; format 3 adds the
+    /// commit sequence (the `seq` table and `meta/seq`) and each projection's `rev`. An
+    /// older store is upgraded when it is opened (`upgrade()`), in one transaction.
+    public static let formatVersion: UInt32 = 3
 
     /// Opens (creating when needed) the store in `directory`.
     public static func open(directory: String, options: StoreOptions = StoreOptions()) throws(EventStoreError)
@@ -102,9 +112,9 @@ public final class EventLog: Sendable {
         do {
             let log = try EventLog(directory: directory, options: options)
             if log.storedFormat < EventLog.formatVersion {
-                // The rebuild writes every projection, the digest and the format marker in one
+                // Seqs, every projection, the digest and the format marker in one
                 // transaction: a crash during it leaves the old store, upgraded at next open.
-                try log.rebuild()
+                try log.upgrade()
             }
             return log
         } catch {
@@ -137,11 +147,12 @@ public final class EventLog: Sendable {
             peers: try environment.openDatabase("peers", flags: [.create]),
             dictionaries: try environment.openDatabase("dictionaries", flags: [.create]),
             skew: try environment.openDatabase("clock_skew", flags: [.create]),
+            sequence: try environment.openDatabase("seq", flags: [.create]),
             meta: try environment.openDatabase("meta", flags: [.create])
         )
         let tables = self.tables
         let now = options.wallClock()
-        let (nodeID, previousNodeID, dictionaryVersion, dictionaryBytes, clock, nextTrainingAt, storedFormat) =
+        let (nodeID, previousNodeID, dictionaryVersion, dictionaryBytes, clock, nextTrainingAt, storedFormat, head) =
             try environment.write {
                 txn in
                 var storedFormat = EventLog.formatVersion
@@ -195,10 +206,12 @@ public final class EventLog: Sendable {
                 let trainedAt = try txn.get(tables.meta, Meta.dictionaryTrainedAt).map(uint64(bigEndian:)) ?? 0
                 return (
                     nodeID, previousNodeID, version, dictionary, clock,
-                    EventLog.trainingDue(after: Int(clamping: trainedAt), options: options), storedFormat
+                    EventLog.trainingDue(after: Int(clamping: trainedAt), options: options), storedFormat,
+                    try EventLog.sequenceHead(txn: txn, tables: tables)
                 )
             }
         self.storedFormat = storedFormat
+        self.committedSequence = Atomic(head)
         self.nodeID = nodeID
         self.previousNodeID = previousNodeID
         var dictionary: CompressionDictionary?
@@ -267,6 +280,18 @@ public final class EventLog: Sendable {
             clock.observe(id, now: now)
         }
     }
+
+    /// The commit sequence's head in `txn`: the greatest seq assigned, from `meta/seq`, or
+    /// the table's last key should that be greater (it never is, short of damage: the head
+    /// only moves forward either way).
+    static func sequenceHead(txn: borrowing some TransactionReading & ~Copyable, tables: Tables) throws -> UInt64 {
+        let recorded = try txn.get(tables.meta, Meta.sequenceHead).map(uint64(bigEndian:)) ?? 0
+        let last = try txn.withCursor(tables.sequence) { try $0.last() }.map { uint64(bigEndian: $0.key) } ?? 0
+        return max(recorded, last)
+    }
+
+    /// The commit sequence's head: the seq of the last event this node stored (0: none yet).
+    public var sequenceHead: UInt64 { committedSequence.load(ordering: .acquiring) }
 
     /// Records how far `node`'s wall clock is from this one's, in ms (positive: ahead), as
     /// a sync session measured it.

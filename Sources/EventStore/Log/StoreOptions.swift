@@ -47,14 +47,17 @@ public struct AppendResult: Equatable, Sendable {
     public var ids: [ULID]
     /// The version of each entity the batch touched, after the batch.
     public var versions: [EntityKey: ULID]
+    /// The rev of each entity the batch touched, after the batch (what `if_match` takes).
+    public var revs: [EntityKey: UInt64]
     /// The ids of the events actually written, in order (keys seen before write nothing).
     public var written: [ULID]
     /// How many events were actually written.
     public var appended: Int { written.count }
 
-    public init(ids: [ULID], versions: [EntityKey: ULID], written: [ULID]) {
+    public init(ids: [ULID], versions: [EntityKey: ULID], revs: [EntityKey: UInt64] = [:], written: [ULID]) {
         self.ids = ids
         self.versions = versions
+        self.revs = revs
         self.written = written
     }
 }
@@ -111,6 +114,8 @@ public struct StoreStatistics: Equatable, Sendable {
     public var mapSize: Int
     public var digest: StateDigest
     public var dictionaryVersion: UInt32
+    /// The commit sequence's head: the seq of the last event stored.
+    public var seq: UInt64
     /// Origins whose ids were seen too far ahead of the local clock: the largest lead, in ms.
     public var skewedOrigins: [ULID: UInt64]
 }

@@ -41,8 +41,8 @@ struct Append: Command {
                     "key", value: "KEY", help: "Idempotency key: an event whose key was seen is not appended again."),
                 .option("by", value: "ACTOR", help: "Who made the change (default: $USER)."),
                 .option(
-                    "if-match", value: "VERSION",
-                    help: "Append only if the entity's version is still VERSION (from `evctl get`)."),
+                    "if-match", value: "REV",
+                    help: "Append only if the entity's rev is still REV (from `evctl get`, list or append --json)."),
                 .option(
                     "file", short: "f", value: "PATH", completion: .files,
                     help: "Append the events of an NDJSON file; - reads standard input."),
@@ -63,7 +63,7 @@ struct Append: Command {
     var global: GlobalOptions
     var key: String?
     var by: String?
-    var ifMatch: String?
+    var ifMatch: Int?
     var file: String?
     var batch: Int
     var skip: Int
@@ -78,7 +78,7 @@ struct Append: Command {
         key = arguments["key"]
         givenBy = arguments.contains("by")
         by = arguments["by"] ?? ProcessInfo.processInfo.environment["USER"]
-        ifMatch = arguments["if-match"]
+        ifMatch = try arguments.integer("if-match", in: 1...Int.max)
         file = arguments["file"]
         batch = try arguments.integer("batch", in: 1...100_000) ?? 1000
         skip = try arguments.integer("skip", in: 0...Int.max) ?? 0

@@ -8,11 +8,13 @@ struct Export: Command {
             name: "export",
             abstract: "Write every stored event, ids and origins kept, as NDJSON to FILE or standard output.",
             discussion: """
-                Each line is one stored event exactly as `evctl log --json` prints it (id, origin, \
-                causal context, by, at, ...), in id order. `evctl import` reads it back, into this \
+                Each line is one stored event as `evctl log --json` prints it (id, origin, causal \
+                context, by, at, ...) but without this node's `seq`, and in id order rather than \
+                seq order: an import needs each origin's events in id order, and two nodes holding \
+                the same events then export the same bytes. `evctl import` reads it back, into this \
                 node or another: a backup people can read, a way to move a store to a new \
-                machine, or a feed for another system. Two nodes holding the same events export \
-                the same bytes.
+                machine, or a feed for another system. (To follow what a node stores as it \
+                stores it, use `evctl log --follow`, which goes by seq.)
 
                 A FILE is written to a temporary file beside it, flushed to disk and renamed into \
                 place, so a failed export never leaves a partial FILE (mode 0600: it holds the \
@@ -92,6 +94,7 @@ struct Export: Command {
             var params = JSONObjectWriter()
             params.add("after", cursor)
             params.add("limit", pageSize)
+            params.add("order", "id")
             return params
         } page: { reply in
             let raw = pages.rawItems(reply)
@@ -127,6 +130,7 @@ struct Export: Command {
                 params.add("after", cursor)
                 params.add("limit", pageSize)
                 params.add("origin", origin)
+                params.add("order", "id")
                 return params
             } page: { reply in
                 held += pages.items(reply).count { ($0["id"] as? String).map { $0 <= written.last } ?? false }

@@ -51,6 +51,11 @@ enum EntityText {
         var rows: [[String]] = [
             ["entity:", entity],
             ["version:", state["version"] as? String ?? "-"],
+            [
+                "rev:",
+                (state["rev"] as? Int).map { "\($0) (append --if-match \($0) changes it only if nothing else has)" }
+                    ?? "-",
+            ],
             ["events:", String(state["events"] as? Int ?? 0)],
         ]
         let deleted = state["deleted"] as? Bool ?? false

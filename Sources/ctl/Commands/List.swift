@@ -5,7 +5,7 @@ struct List: Command {
     static var configuration: CommandConfiguration {
         CommandConfiguration(
             name: "list",
-            abstract: "List entities: their status, version and whether they are deleted.",
+            abstract: "List entities: their status, version, rev and whether they are deleted.",
             arguments: [
                 .option("status", value: "STATUS", help: "Only entities whose current status is STATUS."),
                 .flag("include-deleted", help: "Also list deleted entities."),
@@ -52,6 +52,7 @@ struct List: Command {
                 item["entity"] as? String ?? "?",
                 (item["status"] as? String).map { RawJSON.display($0) } ?? "-",
                 item["version"] as? String ?? "-",
+                (item["rev"] as? Int).map(String.init) ?? "-",
                 (item["deleted"] as? Bool ?? false) ? "yes" : "no",
             ]
         }
@@ -62,7 +63,7 @@ struct List: Command {
         } else if rows.isEmpty {
             output.line("no entities")
         } else {
-            for line in Format.table([["ENTITY", "STATUS", "VERSION", "DELETED"]] + rows) { output.line(line) }
+            for line in Format.table([["ENTITY", "STATUS", "VERSION", "REV", "DELETED"]] + rows) { output.line(line) }
         }
         output.flush()
         if !global.json { Pages.hintMore(collected.next) }

@@ -29,6 +29,7 @@ struct Rebuild: Command {
         let result = reply.result as? [String: Any] ?? [:]
         let mismatched = result["mismatched"] as? [String] ?? []
         let digestMismatch = result["digest_mismatch"] as? Bool ?? false
+        let unsequenced = result["unsequenced"] as? Int ?? 0
         var output = StandardOutput()
         if global.json {
             output.line(bytes: reply.resultBytes)
@@ -38,7 +39,8 @@ struct Rebuild: Command {
             if verify {
                 output.line(
                     "verified \(entities) from \(events): "
-                        + (mismatched.isEmpty && !digestMismatch ? "the projections match the log" : "MISMATCH"))
+                        + (mismatched.isEmpty && !digestMismatch && unsequenced == 0
+                            ? "the projections match the log" : "MISMATCH"))
             } else {
                 output.line("rebuilt \(entities) from \(events)")
             }
@@ -48,9 +50,13 @@ struct Rebuild: Command {
                         + mismatched.joined(separator: ", "))
             }
             if digestMismatch { output.line("the stored state digest differs from the rebuilt one") }
+            if unsequenced > 0 {
+                output.line(
+                    "\(Format.count(unsequenced, "event")) held without a seq: the store is damaged; restore a backup")
+            }
         }
         output.flush()
-        if verify, !mismatched.isEmpty || digestMismatch {
+        if verify, !mismatched.isEmpty || digestMismatch || unsequenced > 0 {
             throw CommandFailure(exitCode: ExitStatus.failed, nil)
         }
     }

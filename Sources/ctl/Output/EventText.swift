@@ -1,10 +1,12 @@
 import Foundation
 
-/// A stored event as one line for a person: id, entity, kind, what changed, who.
+/// A stored event as one line for a person: seq (when it has one), id, entity, kind, what
+/// changed, who.
 enum EventText {
     static func line(_ event: [String: Any]) -> String {
         let kind = event["kind"] as? String ?? "?"
         var words = [event["id"] as? String ?? "?", event["entity"] as? String ?? "?", kind]
+        if let seq = event["seq"] as? Int { words.insert(String(seq), at: 0) }
         switch kind {
         case "status":
             words.append(event["status"].map(argument) ?? "?")

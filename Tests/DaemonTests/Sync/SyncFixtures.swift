@@ -55,8 +55,9 @@ final class TempStore: @unchecked Sendable {
         repeat {
             let page = try log.entities(includeDeleted: true, after: after, limit: 1000)
             for summary in page.entities {
-                out[summary.entity.description] = String(
-                    decoding: try log.canonicalState(of: summary.entity)!, as: UTF8.self)
+                // Without the rev: it is this store's own.
+                out[summary.entity.description] = withoutRev(
+                    String(decoding: try log.canonicalState(of: summary.entity)!, as: UTF8.self))
             }
             after = page.next
         } while after != nil

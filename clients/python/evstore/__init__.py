@@ -9,7 +9,7 @@ daemon over its Unix socket (newline-delimited JSON-RPC 2.0). Standard library o
     with evstore.connect() as db:
         result = db.append(Event.status("job/42", "en_route", by="ana"))
         job = db.get("job/42")
-        db.append(Event.edit("job/42", {"address": "12 Main St"}), if_match=job["version"])
+        db.append(Event.edit("job/42", {"address": "12 Main St"}), if_match=job["rev"])
         for entity in db.list(type="job", status="en_route"):
             print(entity["entity"])
 
@@ -21,6 +21,7 @@ from .client import (
     AppendResult,
     Client,
     JSONObject,
+    START,
     Watch,
     ZERO_ID,
     connect,
@@ -84,6 +85,7 @@ __all__ = [
     "Unreachable",
     "Watch",
     "WatchOverflow",
+    "START",
     "ZERO_ID",
     "connect",
     "default_socket_candidates",

@@ -3,7 +3,7 @@ import json
 import os
 import socket as _socket
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Union
 
 from .errors import (
@@ -38,9 +38,13 @@ JSONObject = Dict[str, Any]
 #: most the daemon's ``max_event_bytes`` each (64 KiB by default).
 DEFAULT_MAX_LINE_BYTES = 256 << 20
 
-#: The smallest event id: as ``after`` of `Client.watch` or `Client.log`, it starts at
-#: the first event held.
-ZERO_ID = "00000000000000000000000000"
+#: The start of a node's log: as ``after`` of `Client.watch` or `Client.log`, it starts
+#: at the first event the node stored. Feeds resume by seq (each event's ``"seq"``).
+START = 0
+
+#: What 0.4 passed as ``after`` to start at the first event; ``after`` is a seq now, and
+#: this is the same as `START`.
+ZERO_ID = START
 
 _RECEIVE_CHUNK = 1 << 16
 
@@ -224,14 +228,17 @@ class AppendResult:
     Attributes:
         ids: one event id per event appended, in order. An event whose ``key`` the node
             had seen holds the id of the event first appended with that key.
-        versions: each entity's version after the batch: pass it as ``if_match`` to
-            append only if nobody changed the entity since.
+        versions: each entity's version after the batch (its greatest event id).
+        revs: each entity's rev after the batch (the seq of the latest event this node
+            folded into it): pass it as ``if_match`` to append only if the entity has not
+            changed on this node since, replication included.
         appended: how many events were written (repeated keys are not).
     """
 
     ids: List[str]
     versions: Dict[str, str]
     appended: int
+    revs: Dict[str, int] = field(default_factory=dict)
 
     @property
     def id(self) -> str:
@@ -376,7 +383,7 @@ class Client:
         self,
         *events: Union[EventInput, Iterable[EventInput]],
         by: Optional[str] = None,
-        if_match: Optional[str] = None,
+        if_match: Optional[int] = None,
         key: Optional[str] = None,
     ) -> AppendResult:
         """Appends events, all of them in one transaction or none.
@@ -390,8 +397,9 @@ class Client:
         Args:
             events: the events.
             by: the actor, set on each event that has no ``by``.
-            if_match: the version last read, set on each event that has no
-                ``if_match``: the append is a `Conflict` when the entity changed since.
+            if_match: the entity's ``rev`` last read (from `get`, `list` or an append's
+                ``revs``), set on each event that has no ``if_match``: the append is a
+                `Conflict` when the entity changed on this node since.
             key: an idempotency key, for a single event only: when the node has seen
                 it, nothing is appended and the id of the first event is returned.
 
@@ -423,7 +431,8 @@ class Client:
         result = self.call("append", {"events": batch})
         ids = [str(i) for i in result["ids"]]
         return AppendResult(ids=ids, versions=dict(result.get("versions", {})),
-                            appended=int(result.get("appended", len(ids))))
+                            appended=int(result.get("appended", len(ids))),
+                            revs={str(k): int(v) for k, v in dict(result.get("revs", {})).items()})
 
     def resolve(
         self,
@@ -502,24 +511,33 @@ class Client:
 
     def log(
         self,
-        after: Optional[str] = None,
+        after: Optional[int] = None,
         entity: Optional[str] = None,
         origin: Optional[str] = None,
         limit: Optional[int] = None,
         *,
+        type: Optional[str] = None,
         page_size: int = 1000,
     ) -> Iterator[JSONObject]:
-        """The stored events in id order (the input form plus ``id``, ``origin`` and the
-        causal context). An iterator that reads page after page as it goes.
+        """The events in the order this node stored them (the input form plus ``id``,
+        ``origin``, the causal context and ``seq``). An iterator that reads page after
+        page as it goes.
+
+        Every event the node stores (appended, replicated or imported) takes its next
+        ``seq``: to resume later, pass the ``seq`` of the last event read as ``after``.
 
         Args:
-            after: start after this event id.
+            after: start after this seq (None or 0: from the start).
             entity: only the events of this entity.
             origin: only the events made by this node id.
             limit: stop after this many (None: all of them).
+            type: only the events of entities of this type.
             page_size: events per request (at most 10000).
         """
-        return self._pages("log", "events", {"entity": entity, "origin": origin}, after, limit, page_size)
+        if after is not None and not isinstance(after, int):
+            raise TypeError("after is a seq (an int: the \"seq\" of the last event read), not an event id")
+        return self._pages("log", "events", {"entity": entity, "origin": origin, "type": type}, after, limit,
+                           page_size)
 
     def conflicts(self, type: Optional[str] = None, limit: Optional[int] = None, *,
                   page_size: int = 1000) -> Iterator[JSONObject]:
@@ -533,7 +551,7 @@ class Client:
         iterator over every page."""
         return self._pages("dead_letters", "dead_letters", {}, None, limit, page_size)
 
-    def _pages(self, method: str, member: str, params: Mapping[str, Any], after: Optional[str],
+    def _pages(self, method: str, member: str, params: Mapping[str, Any], after: Optional[Any],
                limit: Optional[int], page_size: int) -> Iterator[JSONObject]:
         if page_size < 1:
             raise ValueError("page_size must be at least 1")
@@ -541,7 +559,7 @@ class Client:
             raise ValueError("limit must not be negative")
         return self._page_iterator(method, member, dict(params), after, limit, page_size)
 
-    def _page_iterator(self, method: str, member: str, params: Dict[str, Any], after: Optional[str],
+    def _page_iterator(self, method: str, member: str, params: Dict[str, Any], after: Optional[Any],
                        limit: Optional[int], page_size: int) -> Iterator[JSONObject]:
         left = limit
         cursor = after
@@ -554,7 +572,8 @@ class Client:
                 left -= len(items)
             yield from items
             following = page.get("next")
-            if not isinstance(following, str) or following == cursor:
+            # A cursor is an entity or key (list, conflicts, ...) or a seq (log).
+            if isinstance(following, bool) or not isinstance(following, (str, int)) or following == cursor:
                 return
             cursor = following
 
@@ -601,7 +620,7 @@ class Client:
 
     def watch(
         self,
-        after: Optional[str] = None,
+        after: Optional[int] = None,
         entity: Optional[str] = None,
         type: Optional[str] = None,
         *,
@@ -609,9 +628,9 @@ class Client:
     ) -> "Watch":
         """Follows the events as they are committed, on a connection of its own.
 
-        The watch is in place when this returns: every event committed from then on is
-        delivered (with ``after``, the held events after that id come first;
-        `ZERO_ID` replays the whole log). Iterate the `Watch`
+        The watch is in place when this returns: every event stored from then on is
+        delivered, in seq order (with ``after``, a seq, the held events after it come
+        first; `START` replays the whole log). Iterate the `Watch`
         for the events; close it (or leave its ``with`` block) to end it::
 
             with db.watch(type="job") as events:
@@ -619,7 +638,8 @@ class Client:
                     print(event["entity"], event["kind"])
 
         Args:
-            after: replay the held events after this id first.
+            after: replay the held events after this seq first (the ``seq`` of the last
+                event read, to resume).
             entity: only the events of this entity.
             type: only the events of entities of this type.
             timeout: the longest wait for the next event: iterating raises `Timeout`
@@ -631,6 +651,8 @@ class Client:
         """
         if self._closed:
             raise ValueError("the evstore client is closed")
+        if after is not None and (isinstance(after, bool) or not isinstance(after, int)):
+            raise TypeError("after is a seq (an int: the \"seq\" of the last event read), not an event id")
         return Watch(self.socket_path, {"after": after, "entity": entity, "type": type},
                      connect_timeout=self.timeout, timeout=timeout, max_line_bytes=self.max_line_bytes)
 
@@ -645,20 +667,23 @@ class Watch(Iterator[JSONObject]):
     - `WatchOverflow` when the daemon ended the watch because it fell too far behind:
       watch again with ``after=error.resume_after`` to go on without a gap;
     - `ConnectionLost` when the daemon closed the connection (it stopped): watch again
-      with ``after=watch.last_id``;
+      with ``after=watch.last_seq``;
     - `Timeout` when the ``timeout`` given passed without an event (the watch goes on).
 
     Meant for one thread.
 
     Attributes:
-        last_id: the id of the last event read from it (``after`` when none was yet).
+        last_seq: the seq of the last event read from it (``after`` when none was yet):
+            where to resume.
+        last_id: the id of the last event read from it (None when none was yet).
     """
 
-    def __init__(self, socket_path: str, params: Mapping[str, Optional[str]], *,
+    def __init__(self, socket_path: str, params: Mapping[str, Any], *,
                  connect_timeout: Optional[float], timeout: Optional[float], max_line_bytes: int) -> None:
         self.socket_path = socket_path
         self.timeout = timeout
-        self.last_id: Optional[str] = params.get("after")
+        self.last_seq: Optional[int] = params.get("after")
+        self.last_id: Optional[str] = None
         self._line: Optional[_Line] = None
         line = _Line(socket_path, connect_timeout, max_line_bytes)
         self._line = line
@@ -692,13 +717,18 @@ class Watch(Iterator[JSONObject]):
                 event: JSONObject = params["event"]
                 if isinstance(event.get("id"), str):
                     self.last_id = event["id"]
+                seq = event.get("seq")
+                if isinstance(seq, int) and not isinstance(seq, bool):
+                    if self.last_seq is not None and seq <= self.last_seq:
+                        continue  # never twice
+                    self.last_seq = seq
                 return event
             if method == "watch.overflow":
                 self.close()
                 details = params if isinstance(params, dict) else {}
                 resume_after = details.get("resume_after")
                 raise WatchOverflow(str(details.get("message") or "the watch fell too far behind and was ended"),
-                                    resume_after=resume_after if isinstance(resume_after, str) else None)
+                                    resume_after=resume_after if isinstance(resume_after, int) else None)
             # Anything else (a notification of a later version) is not for this client.
 
     def close(self) -> None:

@@ -89,7 +89,7 @@ class NotFound(EvstoreError):
 
 
 class Conflict(EvstoreError):
-    """``if_match`` does not match the entity's version, a ``restore`` of an entity that
+    """``if_match`` does not match the entity's rev, a ``restore`` of an entity that
     is not deleted, or a name already taken (``conflict``, -32002). Nothing was written."""
 
     default_reason = "conflict"
@@ -179,15 +179,14 @@ class WatchOverflow(EvstoreError):
     Watch again with ``after=error.resume_after`` to continue without a gap.
 
     Attributes:
-        resume_after: the id of the last event queued to this watch before it was ended
-            (None when none was).
+        resume_after: the seq of the last event queued to this watch before it was ended.
     """
 
     default_reason = "too_far_behind"
 
-    def __init__(self, message: str, *, resume_after: Optional[str] = None) -> None:
+    def __init__(self, message: str, *, resume_after: Optional[int] = None) -> None:
         super().__init__(message, data={"resume_after": resume_after})
-        self.resume_after: Optional[str] = resume_after
+        self.resume_after: Optional[int] = resume_after
 
 
 # --- errors found by the client --------------------------------------------------------

@@ -35,8 +35,8 @@ class Event(Dict[str, Any]):
     Each takes the optional members every event may have: ``key`` (an idempotency key:
     an event whose key the node has seen is not appended again, the id of the first is
     returned in its place), ``by`` (the actor), ``at`` (the client's time, kept as
-    given) and ``if_match`` (the version last read: the append is a `Conflict` when the
-    entity changed since). Members left None are not sent.
+    given) and ``if_match`` (the entity's ``rev`` last read, an int: the append is a
+    `Conflict` when the entity changed on this node since). Members left None are not sent.
     """
 
     @classmethod
@@ -48,7 +48,7 @@ class Event(Dict[str, Any]):
         key: Optional[str],
         by: Optional[str],
         at: Any,
-        if_match: Optional[str],
+        if_match: Optional[int],
     ) -> "Event":
         event = cls(entity=entity, kind=kind)
         event.update(members)
@@ -66,7 +66,7 @@ class Event(Dict[str, Any]):
         key: Optional[str] = None,
         by: Optional[str] = None,
         at: Any = None,
-        if_match: Optional[str] = None,
+        if_match: Optional[int] = None,
     ) -> "Event":
         """A new current status of ``entity``; its history keeps every one."""
         return cls._make(entity, "status", {"status": status}, key, by, at, if_match)
@@ -80,7 +80,7 @@ class Event(Dict[str, Any]):
         key: Optional[str] = None,
         by: Optional[str] = None,
         at: Any = None,
-        if_match: Optional[str] = None,
+        if_match: Optional[int] = None,
         resolve: bool = False,
     ) -> "Event":
         """Sets ``fields`` of ``entity`` (any JSON values; None clears a field).
@@ -104,7 +104,7 @@ class Event(Dict[str, Any]):
         key: Optional[str] = None,
         by: Optional[str] = None,
         at: Any = None,
-        if_match: Optional[str] = None,
+        if_match: Optional[int] = None,
     ) -> "Event":
         """Adds ``element`` (any JSON value) to the set named ``set`` of ``entity``."""
         return cls._make(entity, "add", {"set": set, "element": element}, key, by, at, if_match)
@@ -119,7 +119,7 @@ class Event(Dict[str, Any]):
         key: Optional[str] = None,
         by: Optional[str] = None,
         at: Any = None,
-        if_match: Optional[str] = None,
+        if_match: Optional[int] = None,
     ) -> "Event":
         """Removes ``element`` from the set named ``set`` of ``entity`` (the adds seen so
         far; a concurrent add wins)."""
@@ -133,7 +133,7 @@ class Event(Dict[str, Any]):
         key: Optional[str] = None,
         by: Optional[str] = None,
         at: Any = None,
-        if_match: Optional[str] = None,
+        if_match: Optional[int] = None,
     ) -> "Event":
         """Deletes ``entity``; appends to it other than `restore` are then refused."""
         return cls._make(entity, "delete", {}, key, by, at, if_match)
@@ -146,7 +146,7 @@ class Event(Dict[str, Any]):
         key: Optional[str] = None,
         by: Optional[str] = None,
         at: Any = None,
-        if_match: Optional[str] = None,
+        if_match: Optional[int] = None,
     ) -> "Event":
         """Undoes the deletes of ``entity`` seen so far."""
         return cls._make(entity, "restore", {}, key, by, at, if_match)

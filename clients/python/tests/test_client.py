@@ -78,8 +78,10 @@ class ClientTests(DaemonTestCase):
     def test_if_match_conflict(self) -> None:
         job = evstore.new_entity_id("job")
         first = self.db.append(Event.status(job, "new"))
-        version = first.versions[job]
+        version = first.revs[job]
+        self.assertEqual(self.db.get(job)["rev"], version)
         second = self.db.append(Event.edit(job, {"a": 1}), if_match=version)
+        self.assertEqual(second.revs[job], self.db.get(job)["rev"])
         with self.assertRaises(evstore.Conflict) as caught:
             self.db.append(Event.edit(job, {"a": 2}), if_match=version)
         error = caught.exception
@@ -90,6 +92,10 @@ class ClientTests(DaemonTestCase):
         # Per event, in the builder.
         with self.assertRaises(evstore.Conflict):
             self.db.append(Event.status(job, "x", if_match=version))
+        # A version (an event id, what 0.4 compared with) is refused, saying to pass the rev.
+        with self.assertRaises(evstore.InvalidEvent) as refused:
+            self.db.append(Event.status(job, "x", if_match=second.versions[job]))
+        self.assertIn("rev", refused.exception.message)
 
     def test_not_found(self) -> None:
         missing = evstore.new_entity_id("job")
@@ -140,7 +146,7 @@ class ClientTests(DaemonTestCase):
 
         listed = list(self.db.list(type=kind, page_size=2))
         self.assertEqual([e["entity"] for e in listed], entities[1:])
-        self.assertEqual(set(listed[0]), {"entity", "version", "status", "deleted"})
+        self.assertEqual(set(listed[0]), {"entity", "version", "rev", "status", "deleted"})
         with_deleted = list(self.db.list(type=kind, include_deleted=True, page_size=3))
         self.assertEqual([e["entity"] for e in with_deleted], entities)
         self.assertTrue(with_deleted[0]["deleted"])
@@ -157,11 +163,15 @@ class ClientTests(DaemonTestCase):
         self.assertEqual([e["id"] for e in events], ids)
         self.assertEqual([e["fields"]["n"] for e in events], list(range(9)))
         self.assertEqual(events[0]["origin"], self.db.status()["node"]["id"])
-        self.assertEqual([e["id"] for e in self.db.log(entity=job, after=ids[3], page_size=4)], ids[4:])
+        seqs = [e["seq"] for e in events]
+        self.assertEqual(seqs, sorted(seqs))
+        self.assertEqual([e["id"] for e in self.db.log(entity=job, after=seqs[3], page_size=4)], ids[4:])
         self.assertEqual([e["id"] for e in self.db.log(entity=job, limit=5, page_size=2)], ids[:5])
-        everything = [e["id"] for e in self.db.log(after=evstore.ZERO_ID, page_size=50)]
-        self.assertEqual(everything, sorted(everything))
-        self.assertTrue(set(ids) <= set(everything))
+        everything = list(self.db.log(after=evstore.START, page_size=50))
+        self.assertEqual([e["seq"] for e in everything], list(range(1, len(everything) + 1)))
+        self.assertTrue(set(ids) <= {e["id"] for e in everything})
+        with self.assertRaises(TypeError):
+            list(self.db.log(after=ids[0]))
 
     def test_pages_interleave_with_other_calls(self) -> None:
         job = evstore.new_entity_id("job")
@@ -187,6 +197,7 @@ class ClientTests(DaemonTestCase):
             self.assertEqual([e["kind"] for e in received], ["status", "add", "delete"])
             self.assertEqual(received[0]["status"], "new")
             self.assertEqual(events.last_id, last.ids[0])
+            self.assertEqual(events.last_seq, received[-1]["seq"])
         self.assertTrue(events.closed)
         with self.assertRaises(StopIteration):
             next(events)
@@ -194,7 +205,7 @@ class ClientTests(DaemonTestCase):
     def test_watch_by_entity_with_replay(self) -> None:
         job = evstore.new_entity_id("job")
         before = self.db.append(Event.status(job, "a"), Event.status(job, "b")).ids
-        watch = self.db.watch(entity=job, after=evstore.ZERO_ID, timeout=TIMEOUT)
+        watch = self.db.watch(entity=job, after=evstore.START, timeout=TIMEOUT)
         try:
             self.assertEqual([next(watch)["id"], next(watch)["id"]], before)
             self.db.append(Event.status(evstore.new_entity_id("job"), "elsewhere"))
@@ -370,15 +381,17 @@ class DaemonGoneTests(unittest.TestCase):
                 ids += db.append([Event.edit(f"big/{batch}", {"n": n, "pad": "p" * 8000})
                                   for n in range(50)]).ids
             received = []
+            seqs = []
             with self.assertRaises(evstore.WatchOverflow) as caught:
                 for event in watch:
                     received.append(event["id"])
+                    seqs.append(event["seq"])
             self.assertEqual(caught.exception.reason, "too_far_behind")
             self.assertTrue(watch.closed)
             resume_after = caught.exception.resume_after
             self.assertIsNotNone(resume_after)
             self.assertEqual(received, ids[:len(received)])
-            self.assertEqual(received[-1] if received else None, resume_after)
+            self.assertEqual(seqs[-1] if seqs else None, resume_after)
             with db.watch(type="big", after=resume_after, timeout=TIMEOUT) as again:
                 rest = [next(again)["id"] for _ in range(len(ids) - len(received))]
             self.assertEqual(received + rest, ids)

@@ -1,0 +1,134 @@
+import Foundation
+import Projections
+import Testing
+
+@testable import EventStore
+
+/// The stores 0.4.0 wrote (store format 2, `Tests/Fixtures/store-format-2`), opened by this
+/// version: upgraded in place, and answering what 0.4.0 answered, plus the commit sequence.
+@Suite struct UpgradeTests {
+    static let fixtures = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("Fixtures/store-format-2")
+
+    /// A copy of the fixture's `data.mdb` in a temp directory (the fixture itself stays as
+    /// 0.4.0 left it).
+    static func copy(_ name: String) throws -> String {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "evstore-upgrade-\(UUID().uuidString)"
+        ).path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        try FileManager.default.copyItem(
+            atPath: fixtures.appendingPathComponent("\(name)/data.mdb").path, toPath: directory + "/data.mdb")
+        return directory
+    }
+
+    static func lines(_ name: String, _ file: String) throws -> [[UInt8]] {
+        let data = try Data(contentsOf: fixtures.appendingPathComponent("\(name)/\(file)"))
+        return Array(data).split(separator: 0x0A).map(Array.init)
+    }
+
+    static func object(_ name: String, _ file: String) throws -> [String: Any] {
+        let data = try Data(contentsOf: fixtures.appendingPathComponent("\(name)/\(file)"))
+        return try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
+    }
+
+    /// `get`'s answer without the `rev` this version adds as its last member.
+    static func withoutRev(_ json: [UInt8]) -> (state: [UInt8], rev: UInt64?) {
+        let text = String(decoding: json, as: UTF8.self)
+        guard let range = text.range(of: #","rev":"#, options: .backwards) else { return (json, nil) }
+        let digits = text[range.upperBound...].dropLast()
+        return (Array(text[..<range.lowerBound].utf8) + [UInt8(ascii: "}")], UInt64(digits))
+    }
+
+    @Test(arguments: ["a", "b"])
+    func formatTwoStoreUpgradesAndAnswersAsBefore(name: String) throws {
+        let directory = try UpgradeTests.copy(name)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        var options = StoreOptions()
+        options.maxEventBytes = 131_072
+        var log: EventLog? = try EventLog.open(directory: directory, options: options)
+        let format = try log!.reading { txn in try txn.get(log!.tables.meta, EventLog.Meta.format) }
+        #expect(format == bigEndian(UInt32(3)))
+        #expect(EventLog.formatVersion == 3)
+
+        // Every event, as 0.4.0's `log` gave them (id order), now with seqs 1...N in that order.
+        let expectedLog = try UpgradeTests.lines(name, "log.ndjson")
+        let feed = try log!.feed(after: 0, limit: 100_000, scanLimit: 100_000)
+        #expect(feed.next == nil)
+        #expect(feed.head == UInt64(expectedLog.count))
+        #expect(feed.events.map(\.seq) == Array(1...UInt64(expectedLog.count)))
+        #expect(feed.events.map { EventCodec.encodeStored($0.event, includeID: true) } == expectedLog)
+        let seqOfID = Dictionary(uniqueKeysWithValues: feed.events.map { ($0.event.id, $0.seq) })
+
+        // Every entity's state, equal to 0.4.0's apart from the rev, which is the greatest
+        // seq among its events.
+        let states = try UpgradeTests.lines(name, "states.ndjson")
+        for line in states {
+            let entityText = try #require(
+                (try JSONSerialization.jsonObject(with: Data(line)) as? [String: Any])?["entity"] as? String)
+            let entity = entity(entityText)
+            let got = try #require(try log!.canonicalState(of: entity))
+            let (state, rev) = UpgradeTests.withoutRev(got)
+            #expect(state == line, "state of \(entity)")
+            let events = try log!.events(ofEntity: entity, limit: 100_000).events
+            #expect(rev == events.compactMap { seqOfID[$0.id] }.max(), "rev of \(entity)")
+            #expect(try log!.rev(of: entity) == rev)
+        }
+
+        // Counts and the digest, as 0.4.0's status reported them.
+        let status = try UpgradeTests.object(name, "status.json")
+        let statistics = try log!.statistics()
+        #expect(statistics.events == status["events"] as? Int)
+        #expect(statistics.entities == status["entities"] as? Int)
+        #expect(statistics.entities == states.count)
+        #expect(statistics.digest.description == status["digest"] as? String)
+        let attention = try #require(status["needs_attention"] as? [String: Any])
+        #expect(statistics.conflicts == attention["conflicts"] as? Int)
+        #expect(statistics.deadLetters == attention["dead_letters"] as? Int)
+        #expect(statistics.seq == UInt64(expectedLog.count))
+        #expect(log!.sequenceHead == UInt64(expectedLog.count))
+
+        // Dead letters, kept as they were.
+        let expectedLetters = try #require(
+            try UpgradeTests.object(name, "dead_letters.json")["dead_letters"] as? [[String: Any]])
+        let letters = try log!.deadLetters(limit: 1000)
+        #expect(letters.count == expectedLetters.count)
+        for (letter, expected) in zip(letters, expectedLetters) {
+            #expect(letter.key.description == expected["key"] as? String)
+            #expect(letter.id == expected["id"] as? String)
+            #expect(letter.origin == expected["origin"] as? String)
+            #expect(letter.reason == expected["reason"] as? String)
+            #expect(String(decoding: letter.raw, as: UTF8.self) == expected["raw"] as? String)
+        }
+
+        let report = try log!.rebuild(verify: true)
+        #expect(report.mismatched.isEmpty)
+        #expect(!report.digestMismatch)
+        #expect(report.unsequenced == 0)
+        #expect(report.events == expectedLog.count)
+
+        // The upgrade is done once: reopened, the seqs stay, and the next event takes N + 1.
+        log = nil
+        log = try EventLog.open(directory: directory, options: options)
+        #expect(log!.sequenceHead == UInt64(expectedLog.count))
+        let result = try log!.append([InputEvent(entity: entity("job/after-upgrade"), change: .delete)])
+        #expect(result.revs[entity("job/after-upgrade")] == UInt64(expectedLog.count) + 1)
+        #expect(try log!.feed(after: UInt64(expectedLog.count)).events.map(\.seq) == [UInt64(expectedLog.count) + 1])
+    }
+
+    /// What the sequence table costs per event, in the fixture store (printed, for the
+    /// notes on storage; asserted only loosely).
+    @Test func sequenceTableBytesPerEvent() throws {
+        let directory = try UpgradeTests.copy("b")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        var options = StoreOptions()
+        options.maxEventBytes = 131_072
+        let log = try EventLog.open(directory: directory, options: options)
+        let breakdown = try log.storageBreakdown()
+        let events = try log.statistics().events
+        let table = try #require(breakdown.tables.first { $0.name == "seq" })
+        let perEvent = Double(table.bytes) / Double(events)
+        print("seq table: \(table.bytes) bytes for \(events) events, \(perEvent) bytes per event")
+        #expect(perEvent < 64)
+    }
+}
