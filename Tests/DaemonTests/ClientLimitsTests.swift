@@ -100,6 +100,39 @@ struct ClientLimitsTests {
         try daemon.stop()
     }
 
+    @Test("a log page ends at max_page_bytes with next, in seq order and in id order; paging reads each event once")
+    func logPagesAreBoundedInBytes() throws {
+        let daemon = try DaemonProcess(arguments: ["--max-page-bytes", "65536", "--max-event-bytes", "131072"])
+        defer { daemon.removeFiles() }
+        let client = try connect(daemon)
+        let padding = String(repeating: "p", count: 30_000)
+        let events = (1...6).map { #"{"entity":"doc/\#($0)","kind":"edit","fields":{"body":"\#(padding)"}}"# }
+        _ = try client.call("append", eventsParams(events))
+        for order in ["seq", "id"] {
+            var seen: [String] = []
+            var after: String? = nil
+            var pages = 0
+            repeat {
+                var params = #"{"limit":100,"order":"\#(order)""#
+                if let after { params += order == "seq" ? #","after":\#(after)"# : #","after":"\#(after)""# }
+                let page = try client.call("log", params + "}")
+                let found = page["events"] as! [[String: Any]]
+                #expect(found.count == 2, "order \(order), page \(pages): \(found.count) events")
+                seen += found.map { $0["id"] as! String }
+                after = (page["next"] as? Int).map(String.init) ?? page["next"] as? String
+                pages += 1
+            } while after != nil && pages < 10
+            #expect(pages == 3, "order \(order)")
+            #expect(seen.count == 6 && Set(seen).count == 6 && seen == seen.sorted(), "order \(order)")
+        }
+        // One event larger than the budget still comes, alone.
+        let big = String(repeating: "b", count: 60_000)
+        _ = try client.call(
+            "append", eventsParams([#"{"entity":"doc/big","kind":"edit","fields":{"a":"\#(big)","b":"\#(big.prefix(10_000))"}}"#]))
+        let page = try client.call("log", #"{"entity":"doc/big"}"#)
+        #expect((page["events"] as! [[String: Any]]).count == 1)
+    }
+
     @Test("200 pipelined gets of a 6 MB entity, never read: RSS stays < 300 MB, others are answered, nothing is lost")
     func pipelinedAnswersWait() throws {
         // The default max_queued_response_bytes, 64 MiB: the answers would be 1.2 GB.
@@ -417,7 +450,12 @@ struct SystemLimitTests {
             refusals += 1
         }
         #expect(refusals == 10)
-        #expect(daemon.descriptors == baseline + held.count, "no descriptor of a refused connection is left open")
+        // Polled: the daemon closes a refused connection and takes its reserve descriptor
+        // back on its own thread.
+        let expected = baseline + held.count
+        let until = Date().addingTimeInterval(5)
+        while daemon.descriptors != expected, Date() < until { Thread.sleep(forTimeInterval: 0.05) }
+        #expect(daemon.descriptors == expected, "no descriptor of a refused connection is left open: \(daemon.descriptors), not \(expected)")
         held.removeAll()
         // The connection that has what it needs is still served; once it ends, a new one is.
         _ = try served.call("status")

@@ -68,7 +68,7 @@ struct Configuration: Equatable, Sendable {
     var maxBatchRequests = 1000
     /// Bytes of responses one batch may gather; the members after get `too_large`.
     var maxBatchResponseBytes = 16 << 20
-    /// A page of dead letters ends early (with `next`) once it holds this many bytes.
+    /// A page of `log` or dead letters ends early (with `next`) once it holds this many bytes.
     var maxPageBytes = Configuration.defaultMaxPageBytes
     static let defaultMaxPageBytes = 8 << 20
     var logLevel = Logger.Level.info
@@ -147,7 +147,7 @@ struct Configuration: Equatable, Sendable {
             help: "responses waiting for a slow client before its requests wait, bytes (64 MiB)"),
         Option(key: "max_batch_requests", help: "most requests in one batch line (1000)"),
         Option(key: "max_batch_response_bytes", help: "most response bytes one batch gathers (16 MiB)"),
-        Option(key: "max_page_bytes", help: "a page of dead letters ends early past this many bytes (8 MiB)"),
+        Option(key: "max_page_bytes", help: "a page of log or dead letters ends early past this many bytes (8 MiB)"),
         Option(key: "log_level", help: "debug, info, notice, warning or error (info)"),
         Option(key: "machine_id_file", help: "this host's identity, compared at start (/etc/machine-id)"),
         Option(key: "read_groups", help: "groups whose members may only read, names or gids, comma-separated"),

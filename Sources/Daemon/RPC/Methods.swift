@@ -21,8 +21,8 @@ struct Methods: Sendable {
     let sync: SyncService
     /// `backup_dir`: when set, backups are written only under it.
     var backupDirectory: String? = nil
-    /// `max_page_bytes`: a page of dead letters ends early, with `next`, once its records
-    /// reach this many bytes, so one request cannot make the daemon build a huge answer.
+    /// `max_page_bytes`: a page of `log` or `dead_letters` ends early, with `next`, once its
+    /// events reach this many bytes, so one request cannot make the daemon build a huge answer.
     var maxPageBytes = Configuration.defaultMaxPageBytes
 
     struct NodeInfo: Sendable {
@@ -107,7 +107,7 @@ struct Methods: Sendable {
         let limit = try params.int("limit", in: 1...10_000) ?? 100
         let filter = FeedFilter(
             entity: try params.entity("entity"), origin: try params.id("origin"), type: try params.type("type"))
-        let page = try log.feed(after: after, limit: limit, filter: filter)
+        let page = try log.feed(after: after, limit: limit, filter: filter, maxBytes: maxPageBytes)
         var out = JSONWriter()
         out.bytes.reserveCapacity(64 + page.events.count * 256)
         out.beginObject()
@@ -133,9 +133,9 @@ struct Methods: Sendable {
         let origin = try params.id("origin")
         let page: (events: [Event], next: ULID?)
         switch (entity, origin) {
-        case (let entity?, nil): page = try log.events(ofEntity: entity, after: after, limit: limit)
-        case (nil, let origin?): page = try log.events(ofOrigin: origin, after: after, limit: limit)
-        case (nil, nil): page = try log.events(after: after, limit: limit)
+        case (let entity?, nil): page = try log.events(ofEntity: entity, after: after, limit: limit, maxBytes: maxPageBytes)
+        case (nil, let origin?): page = try log.events(ofOrigin: origin, after: after, limit: limit, maxBytes: maxPageBytes)
+        case (nil, nil): page = try log.events(after: after, limit: limit, maxBytes: maxPageBytes)
         case (.some, .some):
             throw RPCError.invalidParams("with \"order\": \"id\", give \"entity\" or \"origin\", not both")
         }

@@ -101,6 +101,9 @@ final class Server: Sendable {
         var spare = open("/dev/null", O_RDONLY | O_CLOEXEC)
         defer { if spare >= 0 { close(spare) } }
         while accepting.load(ordering: .relaxed) {
+            // Taken back as soon as a descriptor is free again: another thread may have
+            // had the one the reserve let go.
+            if spare < 0 { spare = open("/dev/null", O_RDONLY | O_CLOEXEC) }
             let socket: UnixConnection?
             do {
                 socket = try listener.accept(timeout: 0.2)

@@ -22,16 +22,22 @@ extension EventLog {
     }
 
     /// Events in id order after `after` (exclusive), at most `limit`, and the cursor for
-    /// the next page (nil at the end).
-    public func events(after: ULID? = nil, limit: Int = 1000) throws(EventStoreError) -> (events: [Event], next: ULID?)
-    {
+    /// the next page (nil at the end). Like `feed`, a page ends early once its events'
+    /// canonical JSON would pass `maxBytes` (one event at least).
+    public func events(after: ULID? = nil, limit: Int = 1000, maxBytes: Int = .max) throws(EventStoreError) -> (
+        events: [Event], next: ULID?
+    ) {
         try reading { txn in
             try txn.withCursor(tables.events) { cursor in
                 var out: [Event] = []
+                var bytes = 0
                 var item = try cursor.first(after: after)
                 while let current = item, out.count < limit {
                     guard let id = ULID(bytes: current.key) else { throw CorruptDataError("event key is not an id") }
-                    out.append(try decodeValue(current.value, id: id, txn: txn))
+                    let payload = try payload(of: current.value, txn: txn)
+                    if !out.isEmpty, bytes + payload.count > maxBytes { break }
+                    bytes += payload.count
+                    out.append(try decodePayload(payload, id: id))
                     item = try cursor.next()
                 }
                 return (out, item == nil ? nil : out.last?.id)
@@ -39,31 +45,38 @@ extension EventLog {
         }
     }
 
-    /// The events of one entity in id order, after `after`, at most `limit`.
-    public func events(ofEntity entity: EntityKey, after: ULID? = nil, limit: Int = 1000) throws(EventStoreError) -> (
-        events: [Event], next: ULID?
-    ) {
-        try indexedEvents(in: tables.entityIndex, key: entity.bytes, after: after, limit: limit)
+    /// The events of one entity in id order, after `after`, at most `limit` (and `maxBytes`).
+    public func events(
+        ofEntity entity: EntityKey, after: ULID? = nil, limit: Int = 1000, maxBytes: Int = .max
+    ) throws(EventStoreError) -> (events: [Event], next: ULID?) {
+        try indexedEvents(in: tables.entityIndex, key: entity.bytes, after: after, limit: limit, maxBytes: maxBytes)
     }
 
-    /// The events created by one node, in id order, after `after`, at most `limit`.
-    public func events(ofOrigin origin: ULID, after: ULID? = nil, limit: Int = 1000) throws(EventStoreError) -> (
-        events: [Event], next: ULID?
-    ) {
-        try indexedEvents(in: tables.originIndex, key: origin.bytes, after: after, limit: limit)
+    /// The events created by one node, in id order, after `after`, at most `limit` (and `maxBytes`).
+    public func events(
+        ofOrigin origin: ULID, after: ULID? = nil, limit: Int = 1000, maxBytes: Int = .max
+    ) throws(EventStoreError) -> (events: [Event], next: ULID?) {
+        try indexedEvents(in: tables.originIndex, key: origin.bytes, after: after, limit: limit, maxBytes: maxBytes)
     }
 
     /// A page of the events an index lists under `key`.
-    func indexedEvents(in index: Database, key: [UInt8], after: ULID?, limit: Int) throws(EventStoreError) -> (
-        events: [Event], next: ULID?
-    ) {
+    func indexedEvents(in index: Database, key: [UInt8], after: ULID?, limit: Int, maxBytes: Int = .max)
+        throws(EventStoreError) -> (events: [Event], next: ULID?)
+    {
         try reading { txn in
             let (ids, more) = try eventIDs(in: index, key: key, after: after, limit: limit, txn: txn)
-            let events = try ids.map { id in
-                guard let event = try readEvent(id, txn: txn) else {
+            var events: [Event] = []
+            var bytes = 0
+            for id in ids {
+                guard let value = try txn.get(tables.events, id.bytes) else {
                     throw CorruptDataError("index names a missing event \(id)")
                 }
-                return event
+                let payload = try payload(of: value, txn: txn)
+                if !events.isEmpty, bytes + payload.count > maxBytes {
+                    return (events, events.last?.id)
+                }
+                bytes += payload.count
+                events.append(try decodePayload(payload, id: id))
             }
             return (events, more ? ids.last : nil)
         }
@@ -135,10 +148,13 @@ extension EventLog {
     /// `next` is the last seq looked at when more follow (pass it as `after` for the next
     /// page; it can come with fewer than `limit` events), nil when the page reached the
     /// head; `head` is the head the page was read at: a consumer that got `next: nil` has
-    /// seen everything up to `head` and resumes after it.
-    public func feed(after: UInt64 = 0, limit: Int = 1000, filter: FeedFilter = FeedFilter(), scanLimit: Int = 10_000)
-        throws(EventStoreError) -> FeedPage
-    {
+    /// seen everything up to `head` and resumes after it. The page also ends, with `next`,
+    /// before the event that would take its events' canonical JSON past `maxBytes` (one
+    /// event at least), so one request cannot make the daemon build an answer of gigabytes.
+    public func feed(
+        after: UInt64 = 0, limit: Int = 1000, filter: FeedFilter = FeedFilter(), scanLimit: Int = 10_000,
+        maxBytes: Int = .max
+    ) throws(EventStoreError) -> FeedPage {
         try reading { txn in
             let head = try EventLog.sequenceHead(txn: txn, tables: tables)
             var entityIDs: Set<ULID>?
@@ -158,6 +174,7 @@ extension EventLog {
             let typePrefix = filter.type.map { Array($0.utf8) + [UInt8(ascii: "/")] }
             return try txn.withCursor(tables.sequence) { cursor in
                 var out: [SequencedEvent] = []
+                var bytes = 0
                 var scanned = 0
                 var lastSeq = after
                 var item = try cursor.seek(bigEndian(after &+ 1))
@@ -167,15 +184,25 @@ extension EventLog {
                         throw CorruptDataError("a seq table entry is not a seq and an id")
                     }
                     let seq = uint64(bigEndian: current.key)
+                    if let entityIDs, !entityIDs.contains(id) {
+                        scanned += 1
+                        lastSeq = seq
+                        item = try cursor.next()
+                        continue
+                    }
+                    guard let value = try txn.get(tables.events, id.bytes) else {
+                        throw CorruptDataError("seq \(seq) names a missing event \(id)")
+                    }
+                    let payload = try payload(of: value, txn: txn)
+                    // Stops before this event, which the next page starts with.
+                    if !out.isEmpty, bytes + payload.count > maxBytes { break }
                     scanned += 1
                     lastSeq = seq
                     item = try cursor.next()
-                    if let entityIDs, !entityIDs.contains(id) { continue }
-                    guard let event = try readEvent(id, txn: txn) else {
-                        throw CorruptDataError("seq \(seq) names a missing event \(id)")
-                    }
+                    let event = try decodePayload(payload, id: id)
                     if let origin = filter.origin, event.origin != origin { continue }
                     if let typePrefix, !event.entity.bytes.starts(with: typePrefix) { continue }
+                    bytes += payload.count
                     out.append(SequencedEvent(seq: seq, event: event))
                 }
                 return FeedPage(events: out, next: item == nil ? nil : lastSeq, head: head)
@@ -296,7 +323,10 @@ extension EventLog {
     }
 
     func decodeValue(_ value: [UInt8], id: ULID, txn: borrowing some TransactionReading & ~Copyable) throws -> Event {
-        let payload = try payload(of: value, txn: txn)
+        try decodePayload(try payload(of: value, txn: txn), id: id)
+    }
+
+    func decodePayload(_ payload: [UInt8], id: ULID) throws -> Event {
         do {
             return try EventCodec.decodeStored(payload, id: id)
         } catch {
