@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import TestSupport
 import Testing
 
@@ -124,10 +125,11 @@ struct DaemonCrashTests {
     }
 }
 
-/// `kill -9` while the daemon takes local appends and a sync brings a peer's events in at
-/// the same time: the commit sequence stays dense and strictly increasing, with no seq
-/// given twice, whichever path stored each event.
-@Suite("Crash: kill -9 during appends and incoming sync", .serialized)
+/// `kill -9` while the daemon takes local appends, a sync brings a peer's events in and a
+/// client imports a third node's export, all at the same time: the commit sequence stays
+/// dense and strictly increasing, with no seq given twice, whichever path stored each event,
+/// and every acknowledged append and import is held once.
+@Suite("Crash: kill -9 during appends, incoming sync and import", .serialized)
 struct SequenceCrashTests {
     /// Every event of the store in seq order, as (seq, id, entity).
     func sequence(_ daemon: DaemonProcess) throws -> [(seq: Int, id: String, entity: String)] {
@@ -145,20 +147,71 @@ struct SequenceCrashTests {
         return out
     }
 
-    @Test("acknowledged events survive kill -9 during appends and an incoming sync; seqs are 1...N, each once")
-    func killDuringAppendsAndIncomingSync() throws {
+    /// A node's export in batches of `size`: its stored events in id order, as `evctl
+    /// export` reads them, with their ids.
+    func exportBatches(_ daemon: DaemonProcess, size: Int) throws -> [(events: [String], ids: [String])] {
+        let client = try daemon.client()
+        var batches: [(events: [String], ids: [String])] = []
+        var after: String?
+        repeat {
+            let marker = after.map { #","after":"\#($0)""# } ?? ""
+            let page = try client.call("log", #"{"order":"id","limit":\#(size)\#(marker)}"#)
+            let events = page["events"] as? [[String: Any]] ?? []
+            if events.isEmpty { break }
+            batches.append(
+                (
+                    try events.map {
+                        String(
+                            decoding: try JSONSerialization.data(withJSONObject: $0, options: [.sortedKeys]),
+                            as: UTF8.self)
+                    },
+                    events.map { $0["id"] as? String ?? "" }
+                ))
+            after = page["next"] as? String
+        } while after != nil
+        return batches
+    }
+
+    /// What the import client did while a daemon lived: the batches acknowledged and the
+    /// events they stored.
+    struct ImportProgress {
+        var acknowledged: [Int] = []
+        var imported = 0
+    }
+
+    @Test(
+        "acknowledged events survive kill -9 during appends, an incoming sync and imports; seqs are 1...N, each once")
+    func killDuringAppendsSyncAndImport() throws {
+        let seed: UInt64 = 16_016
+        var rng = SeededGenerator(seed: seed)
         let evctl = try builtBinary("evctl")
         let peer = try DaemonProcess(arguments: ["--node", "peer"])
+        let source = try DaemonProcess(arguments: ["--node", "source"])
         var daemon = try DaemonProcess(arguments: ["--node", "local"])
         defer {
             daemon.removeFiles()
+            source.removeFiles()
             peer.removeFiles()
         }
+        // A third node whose export is imported, 500 events a request, resumed each round
+        // from the first batch not acknowledged (held ones are skipped).
+        let sourceEvents = (0..<12_000).map {
+            #"{"entity":"asset/i\#($0 % 211)","kind":"edit","fields":{"n":\#($0)}}"#
+        }
+        for start in stride(from: 0, to: sourceEvents.count, by: 2000) {
+            _ = try source.client().call("append", eventsParams(Array(sourceEvents[start..<start + 2000])))
+        }
+        let batches = try exportBatches(source, size: 500)
+        _ = try source.stop()
+        #expect(batches.flatMap(\.ids).count == sourceEvents.count)
+        var nextBatch = 0
+        var acknowledgedBatches = Set<Int>()
+
         let root = daemon.root
-        var rng = SystemRandomNumberGenerator()
         var heldIDs = Set<String>()
-        var roundsWithBoth = 0
+        var roundsWithAll = 0
         for round in 0..<4 {
+            let context = "seed \(seed), round \(round)"
             // New events on the peer for this round's sync to bring in.
             let peerEvents = (0..<4000).map {
                 #"{"entity":"site/r\#(round)-\#($0 % 97)","kind":"edit","fields":{"n":\#($0)}}"#
@@ -179,26 +232,44 @@ struct SequenceCrashTests {
             client.standardOutput = output
             client.standardError = FileHandle.nullDevice
             try client.run()
-            // The sync runs beside the appends; it fails when the daemon dies, as it should.
+            // The sync and the imports run beside the appends; they fail when the daemon
+            // dies, as they should.
             let socket = daemon.socketPath
             let peerURL = "unix://\(peer.socketPath)"
             let syncer = Thread {
                 _ = try? RPCClient(path: socket).call("sync", #"{"peer":"\#(peerURL)"}"#)
             }
             syncer.start()
+            let progress = Mutex(ImportProgress())
+            let importsDone = DispatchSemaphore(value: 0)
+            let firstBatch = nextBatch
+            let importThread = Thread { [batches] in
+                defer { importsDone.signal() }
+                guard let importer = try? RPCClient(path: socket) else { return }
+                for index in firstBatch..<batches.count {
+                    guard let result = try? importer.call("import", eventsParams(batches[index].events)) else { break }
+                    progress.withLock {
+                        $0.acknowledged.append(index)
+                        $0.imported += result["imported"] as? Int ?? 0
+                    }
+                }
+            }
+            importThread.start()
             var received = Data()
             while !received.contains(0x0A) {
                 let chunk = output.fileHandleForReading.availableData
                 if chunk.isEmpty { break }
                 received += chunk
             }
-            // Kill once the sync has stored some of the peer's events (or after 5 s), at a
-            // random moment after.
+            // Kill once an import is acknowledged and the sync has stored some of the
+            // peer's events (received beyond what the imports stored, one batch in flight
+            // counted), or after 5 s, at a random moment after.
             let watcher = try daemon.client()
             let deadline = Date().addingTimeInterval(5)
             while Date() < deadline {
                 let appends = try watcher.call("status")["appends"] as? [String: Any]
-                if (appends?["received_total"] as? Int ?? 0) > 0 { break }
+                let (batchesDone, importedSoFar) = progress.withLock { ($0.acknowledged.count, $0.imported) }
+                if batchesDone > 0 && (appends?["received_total"] as? Int ?? 0) > importedSoFar + 500 { break }
                 Thread.sleep(forTimeInterval: 0.005)
             }
             Thread.sleep(forTimeInterval: Double.random(in: 0...0.1, using: &rng))
@@ -206,36 +277,68 @@ struct SequenceCrashTests {
             received += output.fileHandleForReading.readDataToEndOfFile()
             client.waitUntilExit()
             _ = try daemon.waitForExit()
+            #expect(
+                importsDone.wait(timeout: .now() + 10) == .success,
+                "\(context): the import client stopped with the daemon")
+            let imports = progress.withLock { $0 }
             var acknowledged: [String] = []
             for line in String(decoding: received, as: UTF8.self).split(separator: "\n") {
                 let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
                 acknowledged += object?["ids"] as? [String] ?? []
             }
+            acknowledgedBatches.formUnion(imports.acknowledged)
+            if let last = imports.acknowledged.last { nextBatch = last + 1 }
 
             daemon = try DaemonProcess(root: root, arguments: ["--node", "local"])
             let sequence = try sequence(daemon)
             let ids = sequence.map(\.id)
+            let held = Set(ids)
             #expect(
                 sequence.map(\.seq) == (0..<sequence.count).map { $0 + 1 },
-                "round \(round): seqs are 1...N in order, none twice, none skipped")
-            #expect(Set(ids).count == ids.count, "round \(round): no event twice")
-            #expect(heldIDs.isSubset(of: Set(ids)), "round \(round): nothing held before was lost")
-            #expect(Set(acknowledged).isSubset(of: Set(ids)), "round \(round): every acknowledged event is there")
+                "\(context): seqs are 1...N in order, none twice, none skipped")
+            #expect(held.count == ids.count, "\(context): no event twice")
+            #expect(heldIDs.isSubset(of: held), "\(context): nothing held before was lost")
+            #expect(Set(acknowledged).isSubset(of: held), "\(context): every acknowledged append is there")
+            for (index, batch) in batches.enumerated() {
+                let present = batch.ids.filter(held.contains).count
+                if acknowledgedBatches.contains(index) {
+                    #expect(present == batch.ids.count, "\(context): acknowledged import batch \(index) is held whole")
+                } else {
+                    #expect(
+                        present == 0 || present == batch.ids.count,
+                        "\(context): import batch \(index) is all or nothing (\(present) of \(batch.ids.count))")
+                }
+            }
             let status = try daemon.client().call("status")
-            #expect(status["seq"] as? Int == sequence.count && status["events"] as? Int == sequence.count)
-            heldIDs = Set(ids)
-            let fresh = sequence.filter { $0.entity.hasPrefix("site/r\(round)-") }.count
-            let local = sequence.filter { $0.entity.hasPrefix("job/r\(round)-") }.count
-            if fresh > 0 && local > 0 { roundsWithBoth += 1 }
+            #expect(
+                status["seq"] as? Int == sequence.count && status["events"] as? Int == sequence.count,
+                "\(context): status.seq is the head")
+            // What this round stored by each path.
+            let stored = sequence.filter { !heldIDs.contains($0.id) }
+            let synced = stored.filter { $0.entity.hasPrefix("site/") }.count
+            let appended = stored.filter { $0.entity.hasPrefix("job/") }.count
+            let imported = stored.filter { $0.entity.hasPrefix("asset/") }.count
+            if synced > 0 && appended > 0 && imported > 0 { roundsWithAll += 1 }
+            heldIDs = held
         }
-        #expect(roundsWithBoth >= 1, "rounds where the kill found both appends and synced events stored")
-        // A last, uninterrupted sync completes what the cut ones left.
+        #expect(
+            roundsWithAll >= 1,
+            "seed \(seed): rounds where the kill found appends, synced and imported events stored")
+        // A last, uninterrupted sync and import complete what the cut ones left.
         _ = try daemon.client().call("sync", #"{"peer":"unix://\#(peer.socketPath)"}"#)
+        for index in nextBatch..<batches.count {
+            _ = try daemon.client().call("import", eventsParams(batches[index].events))
+        }
         let final = try sequence(daemon)
-        #expect(final.map(\.seq) == Array(1...final.count))
+        #expect(final.map(\.seq) == Array(1...final.count), "seed \(seed)")
+        #expect(
+            Set(batches.flatMap(\.ids)).isSubset(of: Set(final.map(\.id))), "seed \(seed): every import is held")
+        #expect(try daemon.client().call("status")["seq"] as? Int == final.count, "seed \(seed)")
         let rebuild = try daemon.client().call("rebuild", #"{"verify":true}"#)
-        #expect((rebuild["mismatched"] as? [Any])?.isEmpty == true && rebuild["digest_mismatch"] as? Bool == false)
-        #expect(rebuild["unsequenced"] as? Int == 0)
+        #expect(
+            (rebuild["mismatched"] as? [Any])?.isEmpty == true && rebuild["digest_mismatch"] as? Bool == false,
+            "seed \(seed): \(rebuild)")
+        #expect(rebuild["unsequenced"] as? Int == 0, "seed \(seed)")
         _ = try daemon.stop()
         _ = try peer.stop()
     }
