@@ -149,31 +149,31 @@ final class Server: Sendable {
     private func refuseOutOfDescriptors(_ socket: UnixConnection) {
         var limit = rlimit()
         getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
-        context.refusals.log(
-            "refused a connection: out of file descriptors (\(limit.rlim_cur) allowed, RLIMIT_NOFILE) with \(connectionCount) connections open",
-            now: Date().timeIntervalSince1970)
-        Connection.refuse(
+        refuse(
             socket,
-            error: RPCError(
-                code: RPCError.applicationCodes["unavailable"]!,
-                message:
-                    "the daemon has no file descriptor left for this connection (its limit is \(limit.rlim_cur), RLIMIT_NOFILE); close idle connections, raise its limit (LimitNOFILE) or lower max_connections below it",
-                reason: "unavailable"))
+            logging:
+                "refused a connection: out of file descriptors (\(limit.rlim_cur) allowed, RLIMIT_NOFILE) with \(connectionCount) connections open",
+            message:
+                "the daemon has no file descriptor left for this connection (its limit is \(limit.rlim_cur), RLIMIT_NOFILE); close idle connections, raise its limit (LimitNOFILE) or lower max_connections below it"
+        )
     }
 
     /// One connection more than `max_connections`: told so in one line, and closed.
     private func refuseOverLimit(_ socket: UnixConnection, limit: Int) {
         let pid = (try? socket.peerCredentials()).map { "pid \($0.pid)" } ?? "pid unknown"
-        context.refusals.log(
-            "refused a connection from \(pid): \(limit) connections are open (max_connections)",
-            now: Date().timeIntervalSince1970)
+        refuse(
+            socket, logging: "refused a connection from \(pid): \(limit) connections are open (max_connections)",
+            message:
+                "the daemon serves at most \(limit) connections at once (max_connections) and all are in use; close idle connections or retry later"
+        )
+    }
+
+    /// Logs the refusal (without flooding) and sends the client one `unavailable` line.
+    private func refuse(_ socket: UnixConnection, logging: String, message: String) {
+        context.refusals.log(logging, now: Date().timeIntervalSince1970)
         Connection.refuse(
             socket,
-            error: RPCError(
-                code: RPCError.applicationCodes["unavailable"]!,
-                message:
-                    "the daemon serves at most \(limit) connections at once (max_connections) and all are in use; close idle connections or retry later",
-                reason: "unavailable"))
+            error: RPCError(code: RPCError.applicationCodes["unavailable"]!, message: message, reason: "unavailable"))
     }
 
     /// Stops accepting, lets every connection answer what it has read, and waits for them
