@@ -290,10 +290,7 @@ final class Daemon: Sendable {
         let writer = AppendWriter(log: log, hub: hub, logger: logger)
         writer.start()
         let sync = SyncService(
-            node: SyncNode(log: log, name: configuration.nodeName) {
-                (events, peer, maxDeadLetters) throws(EventStoreError) in
-                try writer.ingest(events, from: peer, maxDeadLetters: maxDeadLetters)
-            },
+            node: SyncNode(log: log, name: configuration.nodeName, writer: writer),
             settings: SyncService.Settings(configuration), logger: logger)
         let methods = Methods(
             log: log, node: Methods.NodeInfo(name: configuration.nodeName, dataDirectory: configuration.dataDirectory),
@@ -307,7 +304,8 @@ final class Daemon: Sendable {
         server.start()
 
         servingContext.withLock { $0 = context }
-        let maintenance = Maintenance(log: log, logger: logger, systemd: systemd, durability: configuration.durability)
+        let maintenance = Maintenance(
+            log: log, writer: writer, logger: logger, systemd: systemd, durability: configuration.durability)
         maintenance.start()
         sync.start()
 
@@ -323,8 +321,9 @@ final class Daemon: Sendable {
         systemd.stopping(status: "draining \(server.connectionCount) connections")
         sync.stop()
         server.stop(timeout: 20)
-        writer.stop()
+        // Maintenance stores dictionaries through the writer: it stops first.
         maintenance.stop()
+        writer.stop()
         if configuration.durability == .relaxed { try? log.sync() }
         servingContext.withLock { $0 = nil }
         return (0, WeakLog(log))
@@ -447,14 +446,16 @@ final class Daemon: Sendable {
 /// dictionary when due, and the systemd watchdog.
 final class Maintenance: Sendable {
     let log: EventLog
+    let writer: AppendWriter
     let logger: Logger
     let systemd: Systemd
     let durability: Configuration.Durability
     private let stopped = DispatchSemaphore(value: 0)
     private let done = DispatchSemaphore(value: 0)
 
-    init(log: EventLog, logger: Logger, systemd: Systemd, durability: Configuration.Durability) {
+    init(log: EventLog, writer: AppendWriter, logger: Logger, systemd: Systemd, durability: Configuration.Durability) {
         self.log = log
+        self.writer = writer
         self.logger = logger
         self.systemd = systemd
         self.durability = durability
@@ -482,7 +483,7 @@ final class Maintenance: Sendable {
             if Date().timeIntervalSince(lastTraining) >= 5 {
                 lastTraining = Date()
                 do {
-                    if let version = try log.trainDictionaryIfDue() {
+                    if let version = try writer.trainDictionaryIfDue() {
                         logger.info("trained compression dictionary version \(version)")
                     }
                 } catch {

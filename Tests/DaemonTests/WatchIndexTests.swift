@@ -114,7 +114,7 @@ struct WatchIndexTests {
         ])
         hub.publishLock.lock()
         let before = hub.examined
-        hub.publish(after: head, log: store.log)
+        hub.publish(try store.log.feed(after: head, limit: 10).events)
         let examined = hub.examined - before
         hub.publishLock.unlock()
         #expect(examined == 2)

@@ -316,9 +316,7 @@ public final class FuzzDispatcher: Sendable {
             let writer = AppendWriter(log: log, hub: hub, logger: logger)
             writer.start()
             let sync = SyncService(
-                node: SyncNode(log: log, name: "fuzz") { (events, peer, maxDeadLetters) throws(EventStoreError) in
-                    try writer.ingest(events, from: peer, maxDeadLetters: maxDeadLetters)
-                },
+                node: SyncNode(log: log, name: "fuzz", writer: writer),
                 settings: SyncService.Settings(configuration), logger: logger)
             let methods = Methods(
                 log: log, node: Methods.NodeInfo(name: "fuzz", dataDirectory: path), startedAt: Date(),

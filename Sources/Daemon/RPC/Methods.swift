@@ -293,7 +293,7 @@ struct Methods: Sendable {
 
     func rebuild(_ request: Request) throws -> [UInt8] {
         let params = try Params(request.params, method: "rebuild", accepts: ["verify"])
-        let report = try log.rebuild(verify: try params.bool("verify") ?? false)
+        let report = try writer.rebuild(verify: try params.bool("verify") ?? false)
         var out = JSONWriter()
         out.beginObject()
         out.member("entities", report.entities)

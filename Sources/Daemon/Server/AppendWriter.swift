@@ -3,22 +3,56 @@ import Foundation
 import Projections
 import Synchronization
 
-/// The one writer: a thread that takes every append waiting and commits them together —
-/// one write transaction and one sync to disk per group (group commit) — while each
-/// request's batch stays all or nothing.
+/// The one writer: a thread that owns every write transaction of the daemon. It takes every
+/// request waiting — appends, batches a sync session received, imports, peer records — and
+/// commits them together, one write transaction and one sync to disk per group (group
+/// commit), while each request stays all or nothing; rebuilds and dictionary installs run
+/// on it alone. After each commit it publishes the stored events to watchers from memory,
+/// in seq order, then hands each requester its result, which the requester encodes.
+///
+/// The store is bound to this thread (`EventLog.bindWriterThread()`): a write started
+/// anywhere else fails, so no path can bypass it.
 final class AppendWriter: Sendable {
+    /// What a requester asks of the writer.
+    enum Work: Sendable {
+        /// Group-committed with the other requests waiting.
+        case write(WriteRequest)
+        /// Folds every entity again (`EventLog.rebuild(verify:)`), alone.
+        case rebuild(verify: Bool)
+        /// Stores a trained dictionary and makes it current, alone.
+        case installDictionary(PreparedDictionary)
+    }
+
+    /// What the writer hands back: values, never a reply.
+    enum Outcome: Sendable {
+        case written(WriteOutcome)
+        case rebuilt(RebuildReport)
+        case dictionaryInstalled(version: UInt32)
+    }
+
     struct Job: Sendable {
-        /// The connection that sent it.
+        /// The connection that sent it (sessions and tools use negative numbers).
         let source: Int
-        let events: [InputEvent]
-        let completion: @Sendable (Result<AppendResult, EventStoreError>) -> Void
+        let work: Work
+        let completion: @Sendable (Result<Outcome, EventStoreError>) -> Void
+
+        /// How many events it stores at most, to bound a group.
+        var weight: Int {
+            guard case .write(let request) = work else { return 0 }
+            switch request {
+            case .append(let events): return events.count
+            case .ingest(let events, _, _): return events.count
+            case .importEvents(let events): return events.count
+            case .peerEntries(let entries): return entries.count
+            }
+        }
     }
 
     let log: EventLog
     let hub: WatchHub
     private let queue = JobQueue()
     private let done = DispatchSemaphore(value: 0)
-    /// Counters for status and benchmarks: commits made, events written.
+    /// Counters for status and benchmarks: commits made, requests committed, events written.
     let commits = Atomic<Int>(0)
     let requests = Atomic<Int>(0)
     let eventsWritten = Atomic<Int>(0)
@@ -33,30 +67,34 @@ final class AppendWriter: Sendable {
     }
 
     func start() {
+        let started = DispatchSemaphore(value: 0)
         let thread = Thread { [self] in
+            log.bindWriterThread()
+            started.signal()
             run()
             done.signal()
         }
         thread.name = "evstored-writer"
         thread.start()
+        // Bound before anything else may write.
+        started.wait()
     }
 
-    /// Queues a batch; `completion` runs on the writer thread once it is committed or
-    /// failed. After `stop()` it fails at once with `unavailable`.
+    /// Queues work; `completion` runs on the writer thread once it is committed or failed.
+    /// After `stop()` it fails at once with `unavailable`.
     func submit(
-        _ events: [InputEvent], from source: Int,
-        completion: @escaping @Sendable (Result<AppendResult, EventStoreError>) -> Void
+        _ work: Work, from source: Int, completion: @escaping @Sendable (Result<Outcome, EventStoreError>) -> Void
     ) {
-        if !queue.push(Job(source: source, events: events, completion: completion)) {
+        if !queue.push(Job(source: source, work: work, completion: completion)) {
             completion(.failure(EventStoreError(.unavailable, "the daemon is stopping; retry when it is back")))
         }
     }
 
-    /// Appends and waits (for batch requests, which answer as a whole).
-    func appendAndWait(_ events: [InputEvent], from source: Int) -> Result<AppendResult, EventStoreError> {
-        let box = Mutex<Result<AppendResult, EventStoreError>?>(nil)
+    /// Queues work and waits for its outcome (a sync session, a batch request, a method).
+    func perform(_ work: Work, from source: Int) -> Result<Outcome, EventStoreError> {
+        let box = Mutex<Result<Outcome, EventStoreError>?>(nil)
         let signal = DispatchSemaphore(value: 0)
-        submit(events, from: source) { result in
+        submit(work, from: source) { result in
             box.withLock { $0 = result }
             signal.signal()
         }
@@ -64,43 +102,80 @@ final class AppendWriter: Sendable {
         return box.withLock { $0! }
     }
 
-    /// Commits events received from a peer in one transaction on the calling thread, and
-    /// publishes them to watchers as the writer does its own. `maxDeadLetters`: as
-    /// `EventLog.ingest(_:from:maxDeadLetters:)`.
+    /// Queues a client batch; `completion` runs on the writer thread once it is committed.
+    func submit(
+        _ events: [InputEvent], from source: Int,
+        completion: @escaping @Sendable (Result<AppendResult, EventStoreError>) -> Void
+    ) {
+        submit(.write(.append(events)), from: source) { result in
+            completion(result.flatMap { outcome in
+                guard case .written(.appended(let appended)) = outcome else { return .failure(AppendWriter.mismatch) }
+                return .success(appended)
+            })
+        }
+    }
+
+    /// Appends and waits (for batch requests, which answer as a whole).
+    func appendAndWait(_ events: [InputEvent], from source: Int) -> Result<AppendResult, EventStoreError> {
+        perform(.write(.append(events)), from: source).flatMap { outcome in
+            guard case .written(.appended(let appended)) = outcome else { return .failure(AppendWriter.mismatch) }
+            return .success(appended)
+        }
+    }
+
+    /// Commits events received from a peer, group-committed with the appends waiting, and
+    /// waits for the commit. `maxDeadLetters`: as `EventLog.ingest(_:from:maxDeadLetters:)`.
     func ingest(_ events: [ReplicatedEvent], from peer: IngestPeer, maxDeadLetters: Int = .max)
         throws(EventStoreError) -> IngestResult
     {
-        hub.publishLock.lock()
-        defer { hub.publishLock.unlock() }
-        let before = log.sequenceHead
-        let result = try log.ingest(events, from: peer, maxDeadLetters: maxDeadLetters)
-        if hub.hasSubscribers, !result.ingested.isEmpty { hub.publish(after: before, log: log) }
-        commits.add(1, ordering: .relaxed)
-        eventsWritten.add(result.ingested.count, ordering: .relaxed)
-        if !result.ingested.isEmpty { appends.recordReceived(events: result.ingested.count) }
+        guard !events.isEmpty else { return try log.ingest(events, from: peer) }  // nothing to write
+        let outcome = try perform(.write(.ingest(events, from: peer, maxDeadLetters: maxDeadLetters)), from: -1).get()
+        guard case .written(.ingested(let result)) = outcome else { throw AppendWriter.mismatch }
         return result
     }
 
-    /// Imports stored events (the `import` method) in one transaction on the calling thread,
-    /// and publishes them to watchers as the writer does its own. A dry run only reads.
+    /// Imports stored events (the `import` method), group-committed with the appends
+    /// waiting. A dry run only reads, on the calling thread.
     func importEvents(_ events: [[UInt8]], dryRun: Bool) throws(EventStoreError) -> ImportResult {
         if dryRun { return try log.importEvents(events, dryRun: true) }
-        hub.publishLock.lock()
-        defer { hub.publishLock.unlock() }
-        let before = log.sequenceHead
-        let result = try log.importEvents(events)
-        if hub.hasSubscribers, !result.imported.isEmpty { hub.publish(after: before, log: log) }
-        // Counted as a sync's events are: a commit, events written, events received.
-        commits.add(1, ordering: .relaxed)
-        eventsWritten.add(result.imported.count, ordering: .relaxed)
-        if !result.imported.isEmpty { appends.recordReceived(events: result.imported.count) }
+        guard !events.isEmpty else { return try log.importEvents(events) }  // nothing to write
+        let outcome = try perform(.write(.importEvents(events)), from: -2).get()
+        guard case .written(.imported(let result)) = outcome else { throw AppendWriter.mismatch }
         return result
     }
+
+    /// Stores (or with nil, deletes) entries of the peers table.
+    func storePeerEntries(_ entries: [PeerEntry]) throws(EventStoreError) {
+        _ = try perform(.write(.peerEntries(entries)), from: -3).get()
+    }
+
+    /// `EventLog.rebuild(verify:)` on the writer.
+    func rebuild(verify: Bool) throws(EventStoreError) -> RebuildReport {
+        guard case .rebuilt(let report) = try perform(.rebuild(verify: verify), from: -4).get() else {
+            throw AppendWriter.mismatch
+        }
+        return report
+    }
+
+    /// Trains a dictionary when one is due (sampling and training on the calling thread),
+    /// and stores it on the writer. The new version, or nil when none was due.
+    func trainDictionaryIfDue() throws(EventStoreError) -> UInt32? {
+        guard try log.dictionaryTrainingDue() else { return nil }
+        let prepared = try log.prepareDictionary()
+        guard case .dictionaryInstalled(let version) = try perform(.installDictionary(prepared), from: -5).get() else {
+            throw AppendWriter.mismatch
+        }
+        return version
+    }
+
+    private static let mismatch = EventStoreError(.corrupt, "the writer answered a request with another's outcome")
 
     /// Commits what is queued, then ends the thread and waits for it.
     func stop() {
         queue.close()
         done.wait()
+        // The thread is gone: the store is its owner's again (a tool's final check).
+        log.releaseWriterThread()
     }
 
     private func run() {
@@ -116,14 +191,20 @@ final class AppendWriter: Sendable {
             }
             guard let jobs = queue.popAll(sources: recent.count, patience: AppendWriter.gatherPatience) else { break }
             let arrived = ContinuousClock.now
-            for job in jobs { recent[job.source] = arrived }
+            for job in jobs where job.source >= 0 { recent[job.source] = arrived }
             var start = 0
-            // Bounded groups keep one transaction's memory in check under a flood.
+            // In the order queued: writes in bounded groups (one transaction's memory stays
+            // in check under a flood), anything else alone.
             while start < jobs.count {
+                guard case .write = jobs[start].work else {
+                    runAlone(jobs[start])
+                    start += 1
+                    continue
+                }
                 var end = start
                 var events = 0
-                while end < jobs.count, events < 50_000 || end == start {
-                    events += jobs[end].events.count
+                while end < jobs.count, case .write = jobs[end].work, events < 50_000 || end == start {
+                    events += jobs[end].weight
                     end += 1
                 }
                 commit(Array(jobs[start..<end]))
@@ -139,32 +220,61 @@ final class AppendWriter: Sendable {
     static let activeWindow = Duration.milliseconds(20)
 
     private func commit(_ jobs: [Job]) {
-        var results: [Result<AppendResult, EventStoreError>]
+        let requests: [WriteRequest] = jobs.map {
+            guard case .write(let request) = $0.work else { preconditionFailure("only writes are grouped") }
+            return request
+        }
+        var outcomes: [Result<WriteOutcome, EventStoreError>]
+        // Held from before the commit until its events are published: a watch switching
+        // from its catch-up read to live takes it, so it reads either before this commit
+        // (and is published to) or after it.
         hub.publishLock.lock()
-        let before = log.sequenceHead
+        let publishing = hub.hasSubscribers
+        var stored: [SequencedEvent] = []
         do {
-            results = try log.append(groups: jobs.map(\.events))
+            let result = try log.commit(requests, keepStored: publishing)
+            outcomes = result.outcomes
+            stored = result.stored
         } catch {
-            results = Array(repeating: .failure(error), count: jobs.count)
+            outcomes = Array(repeating: .failure(error), count: jobs.count)
             if error.reason != .storageFull {
-                logger.error("append of \(jobs.count) batches failed: \(error)")
+                logger.error("a commit of \(jobs.count) requests failed: \(error)")
             }
         }
-        // The commit's events are the seqs after `before`: nothing else stores events while
-        // `publishLock` is held.
-        if hub.hasSubscribers { hub.publish(after: before, log: log) }
+        if publishing { hub.publish(stored) }
         hub.publishLock.unlock()
         commits.add(1, ordering: .relaxed)
-        requests.add(jobs.count, ordering: .relaxed)
-        var count = 0
-        var succeeded = 0
-        for case .success(let result) in results {
-            count += result.appended
-            succeeded += 1
+        self.requests.add(jobs.count, ordering: .relaxed)
+        var appended = 0
+        var appendRequests = 0
+        var received = 0
+        for case .success(let outcome) in outcomes {
+            switch outcome {
+            case .appended(let result):
+                appended += result.appended
+                appendRequests += 1
+            case .ingested(let result): received += result.ingested.count
+            case .imported(let result): received += result.imported.count
+            case .peerEntriesStored: break
+            }
         }
-        eventsWritten.add(count, ordering: .relaxed)
-        if succeeded > 0 { appends.recordAppended(events: count, requests: succeeded) }
-        for (job, result) in zip(jobs, results) { job.completion(result) }
+        eventsWritten.add(appended + received, ordering: .relaxed)
+        if appendRequests > 0 { appends.recordAppended(events: appended, requests: appendRequests) }
+        if received > 0 { appends.recordReceived(events: received) }
+        for (job, outcome) in zip(jobs, outcomes) { job.completion(outcome.map { .written($0) }) }
+    }
+
+    private func runAlone(_ job: Job) {
+        let result: Result<Outcome, EventStoreError>
+        switch job.work {
+        case .write: preconditionFailure("writes are group-committed")
+        case .rebuild(let verify):
+            // Changes projections only: no event is stored, so nothing is published.
+            result = Result { () throws(EventStoreError) in .rebuilt(try log.rebuild(verify: verify)) }
+        case .installDictionary(let prepared):
+            result = Result { () throws(EventStoreError) in .dictionaryInstalled(version: try log.install(prepared)) }
+        }
+        job.completion(result)
     }
 }
 

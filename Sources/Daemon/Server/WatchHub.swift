@@ -66,7 +66,10 @@ private struct WatchSlots {
 ///   published; a subscriber takes it to read the last events and join. So every event is
 ///   either in what the subscriber read or in what it is sent, never both, never neither.
 final class WatchHub: @unchecked Sendable {
-    /// Serializes commit-and-publish against a subscriber's switch from reading to live.
+    /// Guards the subscription index and `examined`, and holds a commit (taken by the one
+    /// writer from before it until it has published) apart from a watch's last catch-up read
+    /// and its join: a watch joining between a commit and its publish would miss its events,
+    /// and one reading them after its join would get them twice.
     let publishLock = NSLock()
     /// The live subscriptions, filed by what they watch. Guarded by `publishLock`.
     private var subscriptions = SubscriptionIndex<Subscription>()
@@ -138,27 +141,10 @@ final class WatchHub: @unchecked Sendable {
             reason: "too_many_watches")
     }
 
-    /// Sends the events a commit stored — the seqs after `after`, up to the head — to whoever
-    /// wants them, in seq order. Call with `publishLock` held, right after the commit, with
-    /// the head read before it (`EventLog.sequenceHead`).
-    func publish(after: UInt64, log: EventLog) {
-        guard !subscriptions.isEmpty, log.sequenceHead > after else { return }
-        var cursor = after
-        while true {
-            let page: FeedPage
-            do {
-                page = try log.feed(after: cursor, limit: 10_000, scanLimit: 10_000)
-            } catch {
-                logger.error("watch: reading back committed events failed: \(error)")
-                return
-            }
-            publish(page.events)
-            guard let next = page.next else { return }
-            cursor = next
-        }
-    }
-
-    private func publish(_ events: [SequencedEvent]) {
+    /// Sends the events a commit stored, in seq order, to whoever wants them: from the
+    /// writer's memory, nothing read back. Call with `publishLock` held, right after the
+    /// commit.
+    func publish(_ events: [SequencedEvent]) {
         for item in events {
             var notification: [UInt8]?
             let candidates = subscriptions.candidates(for: item.event.entity)

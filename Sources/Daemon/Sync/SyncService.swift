@@ -166,7 +166,7 @@ final class SyncService: Sendable {
                     : "peer \(name) exists with URL \(existing.url); remove it first")
         }
         do {
-            try node.log.setPeerEntries([("peer/\(name)", Array(url.utf8))])
+            try node.storePeerEntries([PeerEntry(key: "peer/\(name)", value: Array(url.utf8))])
         } catch {
             throw RPCError(error)
         }
@@ -184,7 +184,7 @@ final class SyncService: Sendable {
                 .forbidden, "peer \(name) is defined in the config file; remove it there and reload (SIGHUP)")
         }
         do {
-            try node.log.setPeerEntries([("peer/\(name)", nil), ("state/\(name)", nil)])
+            try node.storePeerEntries([PeerEntry(key: "peer/\(name)", value: nil), PeerEntry(key: "state/\(name)", value: nil)])
         } catch {
             throw RPCError(error)
         }
@@ -442,7 +442,7 @@ final class SyncService: Sendable {
         ]
         if let node = entry.node { record["node"] = node.description }
         if let data = try? JSONSerialization.data(withJSONObject: record, options: [.sortedKeys]) {
-            try? node.log.setPeerEntries([("state/\(name)", Array(data))])
+            try? node.storePeerEntries([PeerEntry(key: "state/\(name)", value: Array(data))])
         }
     }
 

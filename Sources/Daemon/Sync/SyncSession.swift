@@ -10,21 +10,41 @@ struct SyncNode: Sendable {
     /// watchers see them); the peer is named in dead letters, and once the batch has made
     /// as many dead letters as the number says, the rest of it is refused.
     let ingest: @Sendable ([ReplicatedEvent], IngestPeer, Int) throws(EventStoreError) -> IngestResult
+    /// Stores (nil: deletes) entries of the peers table: peer records and sync state.
+    let storePeerEntries: @Sendable ([PeerEntry]) throws(EventStoreError) -> Void
 
     init(
         log: EventLog, name: String?,
-        ingest: @escaping @Sendable ([ReplicatedEvent], IngestPeer, Int) throws(EventStoreError) -> IngestResult
+        ingest: @escaping @Sendable ([ReplicatedEvent], IngestPeer, Int) throws(EventStoreError) -> IngestResult,
+        storePeerEntries: @escaping @Sendable ([PeerEntry]) throws(EventStoreError) -> Void
     ) {
         self.log = log
         self.name = name
         self.ingest = ingest
+        self.storePeerEntries = storePeerEntries
     }
 
-    /// Ingests straight into the log (tools and tests).
+    /// Writes through the daemon's writer: the session thread decodes, the writer commits
+    /// (group-committed with the appends waiting), the session waits for the result.
+    init(log: EventLog, name: String?, writer: AppendWriter) {
+        self.init(
+            log: log, name: name,
+            ingest: { (events, peer, maxDeadLetters) throws(EventStoreError) in
+                try writer.ingest(events, from: peer, maxDeadLetters: maxDeadLetters)
+            },
+            storePeerEntries: { (entries) throws(EventStoreError) in try writer.storePeerEntries(entries) })
+    }
+
+    /// Writes straight into the log (tools and tests).
     init(log: EventLog, name: String? = nil) {
-        self.init(log: log, name: name) { (events, peer, maxDeadLetters) throws(EventStoreError) in
-            try log.ingest(events, from: peer, maxDeadLetters: maxDeadLetters)
-        }
+        self.init(
+            log: log, name: name,
+            ingest: { (events, peer, maxDeadLetters) throws(EventStoreError) in
+                try log.ingest(events, from: peer, maxDeadLetters: maxDeadLetters)
+            },
+            storePeerEntries: { (entries) throws(EventStoreError) in
+                try log.setPeerEntries(entries.map { ($0.key, $0.value) })
+            })
     }
 }
 

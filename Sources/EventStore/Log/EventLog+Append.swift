@@ -83,6 +83,7 @@ extension EventLog {
     func write<R: Sendable>(
         _ body: (inout WriteBatch, inout WriteTransaction, inout EventLog.Writer) throws -> R
     ) throws(EventStoreError) -> R {
+        try requireWriterThread()
         let (result, trainingDue): (R, Bool)
         do {
             (result, trainingDue) = try writer.withLock { writer throws -> (R, Bool) in
@@ -156,6 +157,9 @@ struct WriteBatch {
     /// The commit sequence's head: the seq of the last event this transaction stored (or
     /// of the last one stored before it). Each stored event takes the next one.
     var seq: UInt64
+    /// The events this transaction stored with their seqs, in seq order, when the writer
+    /// publishes them after the commit (nil: not kept).
+    var stored: [SequencedEvent]?
 
     struct Touched {
         var state: EntityState
@@ -387,6 +391,7 @@ struct WriteBatch {
         // seq, in the transaction that stores it. Keys only grow: MDB_APPEND.
         seq += 1
         try txn.put(tables.sequence, bigEndian(seq), key, flags: .append)
+        stored?.append(SequencedEvent(seq: seq, event: event))
         return seq
     }
 

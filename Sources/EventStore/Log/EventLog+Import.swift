@@ -40,6 +40,17 @@ extension EventLog {
             }
         }
         return try write { batch, txn, writer in
+            let result = try importEvents(rawEvents, batch: &batch, txn: &txn, writer: &writer)
+            _ = try batch.finish(txn: &txn)
+            return result
+        }
+    }
+
+    /// The work of `importEvents(_:)` inside a write in progress (the writer's group commit
+    /// runs it beside appends in the same transaction). Throws what refuses the request.
+    func importEvents(
+        _ rawEvents: [[UInt8]], batch: inout WriteBatch, txn: inout WriteTransaction, writer: inout EventLog.Writer
+    ) throws -> ImportResult {
             var check = ImportCheck(log: self, now: batch.now)
             var result = ImportResult()
             for (index, raw) in rawEvents.enumerated() {
@@ -54,9 +65,7 @@ extension EventLog {
                     result.imported.append(event.id)
                 }
             }
-            _ = try batch.finish(txn: &txn)
             return result
-        }
     }
 }
 

@@ -28,6 +28,18 @@ extension EventLog {
     {
         guard !replicated.isEmpty else { return IngestResult() }
         return try write { batch, txn, writer in
+            let result = try ingest(replicated, from: peer, maxDeadLetters: maxDeadLetters, batch: &batch, txn: &txn, writer: &writer)
+            _ = try batch.finish(txn: &txn)
+            return result
+        }
+    }
+
+    /// The work of `ingest(_:from:maxDeadLetters:)` inside a write in progress (the writer's
+    /// group commit runs it beside appends in the same transaction).
+    func ingest(
+        _ replicated: [ReplicatedEvent], from peer: IngestPeer, maxDeadLetters: Int, batch: inout WriteBatch,
+        txn: inout WriteTransaction, writer: inout EventLog.Writer
+    ) throws -> IngestResult {
             var result = IngestResult()
             var seen = Set<ULID>()
             for (index, record) in replicated.enumerated() {
@@ -36,12 +48,9 @@ extension EventLog {
                     break
                 }
                 let raw = record.json
-                let event: Event
-                let payload: [UInt8]
-                do {
-                    event = try EventCodec.decodeStored(raw, id: record.id)
-                    payload = try batch.storedPayload(of: event)
-                } catch let error as EventStoreError {
+                let decoded = EventLog.decodeReplicated(raw, id: record.id, batch: batch)
+                guard case .success(let (event, payload)) = decoded else {
+                    guard case .failure(let error) = decoded else { continue }
                     if let letter = try batch.deadLetter(raw, id: record.id, reason: error, peer: peer, txn: &txn) {
                         result.deadLettered.append(letter)
                     } else {
@@ -96,13 +105,19 @@ extension EventLog {
                 try batch.writeAndFold(event, payload: payload, txn: &txn, writer: &writer)
                 result.ingested.append(event.id)
             }
-            _ = try batch.finish(txn: &txn)
             return result
-        }
     }
 }
 
 extension EventLog {
+    /// A replicated event decoded and its stored payload, or why it cannot be stored.
+    static func decodeReplicated(_ raw: [UInt8], id: ULID?, batch: WriteBatch) -> Result<(Event, [UInt8]), EventStoreError> {
+        Result { () throws(EventStoreError) in
+            let event = try EventCodec.decodeStored(raw, id: id)
+            return (event, try batch.storedPayload(of: event))
+        }
+    }
+
     /// The refusal of an event of this node's origin whose id is `lead` ms ahead of its
     /// clock, beyond the allowed `skew` (`max_clock_skew_s`); `then` says what to do.
     static func foreignOwnOrigin(lead: UInt64, skew: UInt64, then advice: String) -> EventStoreError {

@@ -22,6 +22,7 @@ extension EventLog {
     /// `rev` is found again from it (the greatest seq among the entity's events).
     @discardableResult
     public func rebuild(verify: Bool = false) throws(EventStoreError) -> RebuildReport {
+        try requireWriterThread()
         do {
             return try writer.withLock { _ throws -> RebuildReport in
                 try environment.write { txn -> RebuildReport in
@@ -194,7 +195,13 @@ extension EventLog {
     /// Trains and installs a new dictionary now.
     @discardableResult
     public func trainDictionary() throws(EventStoreError) -> UInt32 {
-        // Sample outside the writer: a read transaction does not block appends.
+        try requireWriterThread()
+        return try install(try prepareDictionary())
+    }
+
+    /// Trains a dictionary from the newest events, in a read transaction: nothing waits for
+    /// it. `install(_:)` then stores it, on the writer.
+    public func prepareDictionary() throws(EventStoreError) -> PreparedDictionary {
         let (samples, count) = try reading { txn -> ([[UInt8]], Int) in
             let count = try txn.stat(tables.events).entries
             let samples = try txn.withCursor(tables.events) { cursor in
@@ -211,24 +218,43 @@ extension EventLog {
         do {
             let bytes = try DictionaryTrainer.train(samples: samples, capacity: options.dictionaryCapacity)
             let dictionary = try CompressionDictionary(bytes: bytes, level: options.compressionLevel)
+            return PreparedDictionary(bytes: bytes, dictionary: dictionary, eventCount: count)
+        } catch {
+            throw EventStoreError.from(error)
+        }
+    }
+
+    /// Stores a trained dictionary under the next version and makes it current (a write).
+    /// - Returns: its version.
+    public func install(_ prepared: PreparedDictionary) throws(EventStoreError) -> UInt32 {
+        try requireWriterThread()
+        do {
             return try writer.withLock { writer throws -> UInt32 in
                 let version = try environment.write { txn -> UInt32 in
                     let current =
                         try txn.get(tables.meta, Meta.dictionaryVersion).map(uint32(bigEndian:)) ?? 0
                     let version = current + 1
-                    try txn.put(tables.dictionaries, bigEndian(version), bytes)
+                    try txn.put(tables.dictionaries, bigEndian(version), prepared.bytes)
                     try txn.put(tables.meta, Meta.dictionaryVersion, bigEndian(version))
-                    try txn.put(tables.meta, Meta.dictionaryTrainedAt, bigEndian(UInt64(count)))
+                    try txn.put(tables.meta, Meta.dictionaryTrainedAt, bigEndian(UInt64(prepared.eventCount)))
                     return version
                 }
-                dictionaries.withLock { $0[version] = dictionary }
+                dictionaries.withLock { $0[version] = prepared.dictionary }
                 writer.dictionaryVersion = version
-                writer.dictionary = dictionary
-                writer.nextTrainingAt = EventLog.trainingDue(after: count, options: options)
+                writer.dictionary = prepared.dictionary
+                writer.nextTrainingAt = EventLog.trainingDue(after: prepared.eventCount, options: options)
                 return version
             }
         } catch {
             throw EventStoreError.from(error)
         }
     }
+}
+
+/// A dictionary trained and not yet stored (`EventLog.prepareDictionary()`).
+public struct PreparedDictionary: Sendable {
+    let bytes: [UInt8]
+    let dictionary: CompressionDictionary
+    /// The events held when it was sampled.
+    let eventCount: Int
 }

@@ -190,13 +190,15 @@ extension EventLog {
     /// Stores (or with nil, deletes) entries of the peers table in one transaction.
     public func setPeerEntries(_ entries: [(key: String, value: [UInt8]?)]) throws(EventStoreError) {
         // Through the writer, which owns the write transaction.
-        try write { _, txn, _ in
-            for (key, value) in entries {
-                if let value {
-                    try txn.put(tables.peers, Array(key.utf8), value)
-                } else {
-                    _ = try txn.delete(tables.peers, Array(key.utf8))
-                }
+        try write { _, txn, _ in try storePeerEntries(entries, txn: &txn) }
+    }
+
+    func storePeerEntries(_ entries: [(key: String, value: [UInt8]?)], txn: inout WriteTransaction) throws {
+        for (key, value) in entries {
+            if let value {
+                try txn.put(tables.peers, Array(key.utf8), value)
+            } else {
+                _ = try txn.delete(tables.peers, Array(key.utf8))
             }
         }
     }

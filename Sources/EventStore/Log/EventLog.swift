@@ -5,8 +5,10 @@ import Synchronization
 /// The event log: one LMDB environment holding every event, its indices and the
 /// projections, all updated in the same write transaction.
 ///
-/// - Important: One writer at a time (`writer` serializes them); any number of readers
-///   run in parallel on their own read transactions and never wait for the writer.
+/// - Important: One writer at a time; any number of readers run in parallel on their own
+///   read transactions and never wait for the writer. The daemon binds its one writer
+///   thread (`bindWriterThread()`), which makes every write its own; tools and tests may
+///   write from any thread, one at a time.
 public final class EventLog: Sendable {
     public let directory: String
     public let options: StoreOptions
@@ -20,8 +22,9 @@ public final class EventLog: Sendable {
 
     let environment: Environment
     let tables: Tables
-    /// Held for the whole of each write: the clock, the compressor and the current
-    /// dictionary belong to whoever writes.
+    /// Guards the writer's state — the clock, the compressor and the current dictionary —
+    /// for the whole of each write. In the daemon only its writer thread takes it (never
+    /// contended); it is what keeps writes from several threads of a tool or test apart.
     let writer: Mutex<Writer>
     /// Dictionaries by version, for decoding; filled lazily from the `dictionaries` table.
     let dictionaries: Mutex<[UInt32: CompressionDictionary]>
@@ -35,6 +38,9 @@ public final class EventLog: Sendable {
     /// The commit sequence's head as the last committed write left it (`meta/seq`): set by
     /// the writer after each commit, so a publisher can tell which seqs a commit took.
     let committedSequence: Atomic<UInt64>
+    /// The thread every write must run on once the daemon has named one
+    /// (`bindWriterThread()`); 0: any thread may write (tools and tests).
+    private let writerThread = Atomic<UInt>(0)
 
     struct Writer: ~Copyable {
         var clock: HybridClock
@@ -313,6 +319,27 @@ public final class EventLog: Sendable {
             skewed[node] = offset
         }
         return skewed
+    }
+
+    /// Makes the calling thread the only one that may open a write transaction from now on:
+    /// a write started on any other thread fails with `unavailable` instead of running. The
+    /// daemon binds its writer thread, so a path that skips the writer shows up at once.
+    public func bindWriterThread() {
+        writerThread.store(UInt(pthread_self()), ordering: .releasing)
+    }
+
+    /// Lets any thread write again (the writer thread has ended).
+    public func releaseWriterThread() {
+        writerThread.store(0, ordering: .releasing)
+    }
+
+    /// Throws unless the calling thread may write (see `bindWriterThread()`).
+    func requireWriterThread() throws(EventStoreError) {
+        let bound = writerThread.load(ordering: .acquiring)
+        guard bound == 0 || bound == UInt(pthread_self()) else {
+            throw EventStoreError(
+                .unavailable, "a write was started outside the store's writer; every write goes through the writer")
+        }
     }
 
     /// The size the store may grow to, in bytes (`EnvironmentOptions.maxMapSize`).
