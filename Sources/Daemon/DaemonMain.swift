@@ -287,7 +287,7 @@ final class Daemon: Sendable {
         }
 
         let hub = WatchHub(logger: logger, limits: WatchLimits(configuration))
-        let writer = AppendWriter(log: log, hub: hub, logger: logger)
+        let writer = Writer(log: log, hub: hub, logger: logger)
         writer.start()
         let sync = SyncService(
             node: SyncNode(log: log, name: configuration.nodeName, writer: writer),
@@ -446,14 +446,14 @@ final class Daemon: Sendable {
 /// dictionary when due, and the systemd watchdog.
 final class Maintenance: Sendable {
     let log: EventLog
-    let writer: AppendWriter
+    let writer: Writer
     let logger: Logger
     let systemd: Systemd
     let durability: Configuration.Durability
     private let stopped = DispatchSemaphore(value: 0)
     private let done = DispatchSemaphore(value: 0)
 
-    init(log: EventLog, writer: AppendWriter, logger: Logger, systemd: Systemd, durability: Configuration.Durability) {
+    init(log: EventLog, writer: Writer, logger: Logger, systemd: Systemd, durability: Configuration.Durability) {
         self.log = log
         self.writer = writer
         self.logger = logger

@@ -34,9 +34,9 @@ import UnixSocket
         }
     }
 
-    static func writer(_ store: TempStore, hub: WatchHub? = nil) -> AppendWriter {
+    static func writer(_ store: TempStore, hub: WatchHub? = nil) -> Writer {
         let logger = Logger(label: "test", level: .error)
-        return AppendWriter(
+        return Writer(
             log: store.log, hub: hub ?? WatchHub(logger: logger, limits: WatchLimits(perConnection: 10, total: 10)),
             logger: logger)
     }
@@ -48,9 +48,9 @@ import UnixSocket
         let replicated = try WriterTests.foreignEvents(30, prefix: "r")
         let imported = try WriterTests.foreignEvents(20, prefix: "i")
         let writer = WriterTests.writer(store)
-        let outcomes = Mutex<[Result<AppendWriter.Outcome, EventStoreError>]>([])
+        let outcomes = Mutex<[Result<Writer.Outcome, EventStoreError>]>([])
         let finished = DispatchSemaphore(value: 0)
-        let record: @Sendable (Result<AppendWriter.Outcome, EventStoreError>) -> Void = { result in
+        let record: @Sendable (Result<Writer.Outcome, EventStoreError>) -> Void = { result in
             outcomes.withLock { $0.append(result) }
             finished.signal()
         }

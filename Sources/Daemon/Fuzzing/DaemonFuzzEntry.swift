@@ -162,7 +162,7 @@ public enum DaemonFuzzEntry {
 public final class FuzzDispatcher: Sendable {
     private struct Parts: Sendable {
         var log: EventLog
-        var writer: AppendWriter
+        var writer: Writer
         var methods: Methods
         var directory: String
     }
@@ -313,7 +313,7 @@ public final class FuzzDispatcher: Sendable {
             let log = try EventLog.open(directory: path, options: options)
             let configuration = Configuration(dataDirectory: path, socketPath: path + "/socket")
             let hub = WatchHub(logger: logger, limits: WatchLimits(configuration))
-            let writer = AppendWriter(log: log, hub: hub, logger: logger)
+            let writer = Writer(log: log, hub: hub, logger: logger)
             writer.start()
             let sync = SyncService(
                 node: SyncNode(log: log, name: "fuzz", writer: writer),

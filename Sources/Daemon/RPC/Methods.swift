@@ -17,7 +17,7 @@ struct Methods: Sendable {
     let node: NodeInfo
     let startedAt: Date
     /// The writer's counters, for `status`.
-    let writer: AppendWriter
+    let writer: Writer
     let sync: SyncService
     /// `backup_dir`: when set, backups are written only under it.
     var backupDirectory: String? = nil

@@ -30,7 +30,7 @@ struct Limits: Sendable {
 
 /// What every connection shares.
 final class ServerContext: Sendable {
-    let writer: AppendWriter
+    let writer: Writer
     let hub: WatchHub
     let methods: Methods
     let logger: Logger
@@ -42,7 +42,7 @@ final class ServerContext: Sendable {
     private let currentAccess: Mutex<AccessPolicy>
 
     init(
-        writer: AppendWriter, hub: WatchHub, methods: Methods, sync: SyncService, logger: Logger, limits: Limits,
+        writer: Writer, hub: WatchHub, methods: Methods, sync: SyncService, logger: Logger, limits: Limits,
         access: AccessPolicy
     ) {
         self.writer = writer

@@ -26,7 +26,7 @@ struct SyncNode: Sendable {
 
     /// Writes through the daemon's writer: the session thread decodes, the writer commits
     /// (group-committed with the appends waiting), the session waits for the result.
-    init(log: EventLog, name: String?, writer: AppendWriter) {
+    init(log: EventLog, name: String?, writer: Writer) {
         self.init(
             log: log, name: name,
             ingest: { (events, peer, maxDeadLetters) throws(EventStoreError) in

@@ -12,7 +12,7 @@ import Synchronization
 ///
 /// The store is bound to this thread (`EventLog.bindWriterThread()`): a write started
 /// anywhere else fails, so no path can bypass it.
-final class AppendWriter: Sendable {
+final class Writer: Sendable {
     /// What a requester asks of the writer.
     enum Work: Sendable {
         /// Group-committed with the other requests waiting.
@@ -109,7 +109,7 @@ final class AppendWriter: Sendable {
     ) {
         submit(.write(.append(events)), from: source) { result in
             completion(result.flatMap { outcome in
-                guard case .written(.appended(let appended)) = outcome else { return .failure(AppendWriter.mismatch) }
+                guard case .written(.appended(let appended)) = outcome else { return .failure(Writer.mismatch) }
                 return .success(appended)
             })
         }
@@ -118,7 +118,7 @@ final class AppendWriter: Sendable {
     /// Appends and waits (for batch requests, which answer as a whole).
     func appendAndWait(_ events: [InputEvent], from source: Int) -> Result<AppendResult, EventStoreError> {
         perform(.write(.append(events)), from: source).flatMap { outcome in
-            guard case .written(.appended(let appended)) = outcome else { return .failure(AppendWriter.mismatch) }
+            guard case .written(.appended(let appended)) = outcome else { return .failure(Writer.mismatch) }
             return .success(appended)
         }
     }
@@ -130,7 +130,7 @@ final class AppendWriter: Sendable {
     {
         guard !events.isEmpty else { return try log.ingest(events, from: peer) }  // nothing to write
         let outcome = try perform(.write(.ingest(events, from: peer, maxDeadLetters: maxDeadLetters)), from: -1).get()
-        guard case .written(.ingested(let result)) = outcome else { throw AppendWriter.mismatch }
+        guard case .written(.ingested(let result)) = outcome else { throw Writer.mismatch }
         return result
     }
 
@@ -140,7 +140,7 @@ final class AppendWriter: Sendable {
         if dryRun { return try log.importEvents(events, dryRun: true) }
         guard !events.isEmpty else { return try log.importEvents(events) }  // nothing to write
         let outcome = try perform(.write(.importEvents(events)), from: -2).get()
-        guard case .written(.imported(let result)) = outcome else { throw AppendWriter.mismatch }
+        guard case .written(.imported(let result)) = outcome else { throw Writer.mismatch }
         return result
     }
 
@@ -152,7 +152,7 @@ final class AppendWriter: Sendable {
     /// `EventLog.rebuild(verify:)` on the writer.
     func rebuild(verify: Bool) throws(EventStoreError) -> RebuildReport {
         guard case .rebuilt(let report) = try perform(.rebuild(verify: verify), from: -4).get() else {
-            throw AppendWriter.mismatch
+            throw Writer.mismatch
         }
         return report
     }
@@ -163,7 +163,7 @@ final class AppendWriter: Sendable {
         guard try log.dictionaryTrainingDue() else { return nil }
         let prepared = try log.prepareDictionary()
         guard case .dictionaryInstalled(let version) = try perform(.installDictionary(prepared), from: -5).get() else {
-            throw AppendWriter.mismatch
+            throw Writer.mismatch
         }
         return version
     }
@@ -186,10 +186,10 @@ final class AppendWriter: Sendable {
         var recent: [Int: ContinuousClock.Instant] = [:]
         while true {
             let now = ContinuousClock.now
-            if recent.values.contains(where: { now - $0 >= AppendWriter.activeWindow }) {
-                recent = recent.filter { now - $0.value < AppendWriter.activeWindow }
+            if recent.values.contains(where: { now - $0 >= Writer.activeWindow }) {
+                recent = recent.filter { now - $0.value < Writer.activeWindow }
             }
-            guard let jobs = queue.popAll(sources: recent.count, patience: AppendWriter.gatherPatience) else { break }
+            guard let jobs = queue.popAll(sources: recent.count, patience: Writer.gatherPatience) else { break }
             let arrived = ContinuousClock.now
             for job in jobs where job.source >= 0 { recent[job.source] = arrived }
             var start = 0
@@ -284,7 +284,7 @@ final class AppendWriter: Sendable {
 private final class JobQueue: @unchecked Sendable {
     /// Protects every var below, and wakes the writer.
     private let condition = NSCondition()
-    private var jobs: [AppendWriter.Job] = []
+    private var jobs: [Writer.Job] = []
     /// The connections the waiting jobs came from.
     private var sources: Set<Int> = []
     /// While the writer waits for the first job.
@@ -294,7 +294,7 @@ private final class JobQueue: @unchecked Sendable {
     private var closed = false
 
     /// Adds a job; false (and nothing added) once the queue is closed.
-    func push(_ job: AppendWriter.Job) -> Bool {
+    func push(_ job: Writer.Job) -> Bool {
         condition.lock()
         defer { condition.unlock() }
         guard !closed else { return false }
@@ -307,7 +307,7 @@ private final class JobQueue: @unchecked Sendable {
     /// Waits for jobs and takes every one waiting; nil once closed and empty. Once
     /// something waits, waits up to `patience` seconds more for jobs from `expected`
     /// different connections (how group commit gathers a group).
-    func popAll(sources expected: Int, patience: Double) -> [AppendWriter.Job]? {
+    func popAll(sources expected: Int, patience: Double) -> [Writer.Job]? {
         condition.lock()
         defer { condition.unlock() }
         while jobs.isEmpty && !closed {
