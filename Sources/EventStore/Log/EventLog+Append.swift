@@ -186,7 +186,10 @@ struct WriteBatch {
         self.now = now
         try EventLog.observeStoredIDs(&self.clock, txn: txn, events: log.tables.events, now: now)
         self.lastEventKey = try txn.withCursor(log.tables.events) { try $0.last() }.flatMap { ULID(bytes: $0.key) }
-        self.seq = try EventLog.sequenceHead(txn: txn, tables: log.tables)
+        // The head as the last commit left it: every write holds the writer lock, so no seq
+        // was taken since, and the transaction need not read `meta/seq` and the table again.
+        self.seq = log.committedSequence.load(ordering: .acquiring)
+        assert(self.seq == (try? EventLog.sequenceHead(txn: txn, tables: log.tables)), "the sequence head drifted")
     }
 
     // MARK: Local appends
