@@ -4,8 +4,9 @@ import Foundation
 /// are tested with an injected clock and jitter.
 ///
 /// After a success the next sync is `sync_interval_s` later. After the n-th consecutive
-/// failure it is `min(backoff_cap_s, backoff_base_s × 2^(n-1))`, times a jitter factor
-/// from 0.5 to 1.5 (±50 %, so devices that failed together do not retry together). From
+/// failure it is `backoff_base_s × 2^(n-1)` times a jitter factor from 0.5 to 1.5 (±50 %,
+/// so devices that failed together do not retry together), and never more than
+/// `backoff_cap_s`: the cap bounds the wait itself, not the wait before jitter. From
 /// the 8th consecutive failure on the peer shows as `failing`; a failure retrying cannot
 /// fix (a protocol mismatch, ssh refusing the key) shows as `terminal`. Retries go on in
 /// both cases, at the backoff's pace.
@@ -22,6 +23,11 @@ struct PeerSchedule: Equatable, Sendable {
     var lastAttempt: UInt64?
     var failures = 0
     var lastError: SyncError?
+    /// The failures the backoff counts: those since the last success or since the network
+    /// last came back, whichever is later.
+    var backoffFailures = 0
+    /// When the current run of failures began (the first of them); nil while `ok`.
+    var failingSince: UInt64?
 
     init(nextAttempt: UInt64) {
         self.nextAttempt = nextAttempt
@@ -38,7 +44,9 @@ struct PeerSchedule: Equatable, Sendable {
 
     mutating func succeeded(at now: UInt64, interval: Double) {
         failures = 0
+        backoffFailures = 0
         lastError = nil
+        failingSince = nil
         lastSuccess = now
         lastAttempt = now
         nextAttempt = now + UInt64(max(0, interval) * 1000)
@@ -47,9 +55,11 @@ struct PeerSchedule: Equatable, Sendable {
     /// `jitter` is uniform in 0..<1.
     mutating func failed(_ error: SyncError, at now: UInt64, base: Double, cap: Double, jitter: Double) {
         failures += 1
+        if failures == 1 { failingSince = now }
         lastError = error
         lastAttempt = now
-        let delay = PeerSchedule.backoff(failures: failures, base: base, cap: cap, jitter: jitter)
+        backoffFailures += 1
+        let delay = PeerSchedule.backoff(failures: backoffFailures, base: base, cap: cap, jitter: jitter)
         nextAttempt = now + UInt64(delay * 1000)
     }
 
@@ -57,6 +67,15 @@ struct PeerSchedule: Equatable, Sendable {
     static func backoff(failures: Int, base: Double, cap: Double, jitter: Double) -> Double {
         let exponent = Double(min(max(failures - 1, 0), 62))
         let nominal = min(cap, base * pow(2, exponent))
-        return nominal * (0.5 + min(max(jitter, 0), 1))
+        return min(cap, nominal * (0.5 + min(max(jitter, 0), 1)))
+    }
+
+    /// The network may have come back: the next attempt is now, and the backoff starts
+    /// over from `backoff_base_s` should it fail again. The failures so far still count
+    /// toward `failing`, and the last error stays until a session succeeds.
+    mutating func networkReturned(at now: UInt64) {
+        guard failures > 0 else { return }
+        nextAttempt = min(nextAttempt, now)
+        backoffFailures = 0
     }
 }

@@ -205,6 +205,23 @@ final class SyncService: Sendable {
         wake.signal()
     }
 
+    /// The network may have come back (an address, route or link appeared): every peer
+    /// that is retrying or failing is synced now, its backoff started over.
+    func networkChanged() {
+        let at = now()
+        let reset = schedules.withLock { schedules in
+            var reset = 0
+            for name in schedules.keys where schedules[name]!.failures > 0 {
+                schedules[name]!.networkReturned(at: at)
+                reset += 1
+            }
+            return reset
+        }
+        guard reset > 0 else { return }
+        logger.info("the network changed: syncing \(reset) peer\(reset == 1 ? "" : "s") that failed before, backoff reset")
+        wake.signal()
+    }
+
     // MARK: Background
 
     func start() {

@@ -199,7 +199,7 @@ struct SyncProtocolTests {
             ])
     }
 
-    @Test("backoff: doubling from the base, capped, ±50 % jitter; failing after 8, terminal at once; a success resets")
+    @Test("backoff: doubling from the base, ±50 % jitter, never past the cap; failing after 8, terminal at once; a success resets")
     func backoff() {
         var clock: UInt64 = 1_000_000
         var schedule = PeerSchedule(nextAttempt: clock)
@@ -216,11 +216,28 @@ struct SyncProtocolTests {
         #expect(delays == [2000, 4000, 8000, 16000, 32000, 64000, 128000, 256000, 512000, 600_000])
         #expect(PeerSchedule.backoff(failures: 3, base: 2, cap: 600, jitter: 0) == 4)
         #expect(PeerSchedule.backoff(failures: 3, base: 2, cap: 600, jitter: 1) == 12)
-        #expect(PeerSchedule.backoff(failures: 40, base: 2, cap: 600, jitter: 1) == 900)
+        #expect(PeerSchedule.backoff(failures: 40, base: 2, cap: 600, jitter: 1) == 600)
+        #expect(PeerSchedule.backoff(failures: 40, base: 2, cap: 600, jitter: 0) == 300)
+        for _ in 0..<1000 {
+            let wait = PeerSchedule.backoff(
+                failures: Int.random(in: 1...80), base: 2, cap: 600, jitter: Double.random(in: 0..<1))
+            #expect(wait <= 600)
+        }
+        #expect(schedule.failingSince == 1_000_000)
         #expect(PeerSchedule.backoff(failures: 1000, base: 2, cap: 600, jitter: 0.5) == 600)
+
+        // The network came back: tried now, the backoff starts over, the failures still count.
+        schedule.networkReturned(at: clock - 100_000)
+        #expect(schedule.nextAttempt == clock - 100_000)
+        #expect(schedule.state == .failing)
+        schedule.failed(refused, at: clock, base: 2, cap: 600, jitter: 0.5)
+        #expect(schedule.nextAttempt == clock + 2000)
+        #expect(schedule.failures == 11)
+        clock = schedule.nextAttempt
 
         schedule.succeeded(at: clock, interval: 30)
         #expect(schedule.state == .ok)
+        #expect(schedule.failingSince == nil)
         #expect(schedule.failures == 0)
         #expect(schedule.lastSuccess == clock)
         #expect(schedule.nextAttempt == clock + 30_000)
