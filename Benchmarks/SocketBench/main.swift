@@ -4,10 +4,11 @@
 //   evstore-socket-bench --bin DIR --workload events.ndjson [--large events.ndjson]
 //                        [--dir DIR] [--json FILE] [--seconds S] [--only SECTIONS]
 //
-// --only takes a comma-separated list of sections: bulk, appends, get, sync, large.
+// --only takes a comma-separated list of sections: bulk, watch, appends, get, sync, large.
 //
 // - bulk `evctl append --file` of the workload, against the daemon's own commit rate
 //   for the same events in large batches (what the writer alone can do);
+// - the same bulk append with a client watching every event, against none, alternately;
 // - 16 clients each appending one durable event at a time, against 1 such client;
 // - `get` round trips, p50/p99, 1 and 8 clients, against a request the daemon answers
 //   without touching the store (the transport's floor), and against Redis's HGETALL of
@@ -26,7 +27,7 @@ struct Options {
     var seconds = 5.0
     /// The sections to run; all when empty.
     var only: Set<String> = []
-    static let sections: Set<String> = ["bulk", "appends", "get", "sync", "large"]
+    static let sections: Set<String> = ["bulk", "watch", "appends", "get", "sync", "large"]
 
     init() {
         var args = CommandLine.arguments.dropFirst().makeIterator()
@@ -54,7 +55,7 @@ struct Options {
         FileHandle.standardError.write(
             Data(
                 ("usage: evstore-socket-bench --bin DIR --workload FILE [--large FILE] [--dir DIR] [--json FILE]"
-                    + " [--seconds S] [--only bulk,appends,get,sync,large]\n").utf8))
+                    + " [--seconds S] [--only bulk,watch,appends,get,sync,large]\n").utf8))
         exit(64)
     }
 
@@ -399,6 +400,66 @@ if options.runs("bulk") {
             note: "whole process, \(lines.count) events"))
     rows.append(Row(name: "baseline: 1000-event requests, one at a time", value: directRate, unit: "events/s"))
     rows.append(Row(name: "bulk evctl / baseline", value: bulkRate / directRate, unit: "x"))
+}
+
+// 1b. The same bulk append with a client watching every event (the writer publishes each
+//     committed event to it from memory), against none: three alternating rounds, a fresh
+//     daemon each, medians kept. "Delivered" is until the watcher has read the last event.
+final class Watcher: @unchecked Sendable {
+    private let client: Client
+    private let finished = DispatchSemaphore(value: 0)
+    private var count = 0
+
+    init(socket: String) throws {
+        client = try Client(socket)
+        _ = try client.call("watch", "{}")
+    }
+
+    /// Reads notifications on a thread of its own until `expected` events have come.
+    func start(expecting expected: Int) {
+        Thread.detachNewThread { [self] in
+            defer { finished.signal() }
+            while count < expected {
+                guard case .line(let line)? = try? client.reader.next(reading: { buffer, n in
+                    try self.client.connection.read(into: &buffer, count: n)
+                }) else { return }
+                if line.count > 20, String(decoding: line.prefix(48), as: UTF8.self).contains(#""method":"event""#) {
+                    count += 1
+                }
+            }
+        }
+    }
+
+    /// Whether every expected event arrived within `seconds`.
+    func wait(seconds: Double) -> Bool { finished.wait(timeout: .now() + seconds) == .success }
+}
+
+if options.runs("watch") {
+    var without: [Double] = []
+    var with: [Double] = []
+    var delivered: [Double] = []
+    for round in 0..<3 {
+        let plain = try Daemon(bin: bin, root: options.directory + "/watch-none-\(round)")
+        without.append(Double(lines.count) / (try runEvctl(bin, socket: plain.socket, ["append", "--file", options.workload])))
+        plain.stop()
+        let watched = try Daemon(bin: bin, root: options.directory + "/watch-one-\(round)")
+        let watcher = try Watcher(socket: watched.socket)
+        watcher.start(expecting: lines.count)
+        let start = ContinuousClock.now
+        with.append(Double(lines.count) / (try runEvctl(bin, socket: watched.socket, ["append", "--file", options.workload])))
+        guard watcher.wait(seconds: 300) else { throw BenchError(description: "the watcher did not get every event") }
+        delivered.append(Double(lines.count) / seconds(ContinuousClock.now - start))
+        watched.stop()
+        try? FileManager.default.removeItem(atPath: options.directory + "/watch-none-\(round)")
+        try? FileManager.default.removeItem(atPath: options.directory + "/watch-one-\(round)")
+    }
+    let median = { (values: [Double]) in values.sorted()[values.count / 2] }
+    rows.append(Row(name: "bulk evctl append --file, no watcher", value: median(without), unit: "events/s", note: "median of 3"))
+    rows.append(Row(name: "bulk evctl append --file, one watcher", value: median(with), unit: "events/s", note: "median of 3"))
+    rows.append(
+        Row(name: "the same, until the watcher has every event", value: median(delivered), unit: "events/s", note: "median of 3"))
+    rows.append(
+        Row(name: "bulk append with a watcher / without", value: median(with) / median(without), unit: "x", note: "goal ≥ 0.9"))
 }
 
 // 2. Durable single-event appends: 16 clients against 1.

@@ -10,7 +10,7 @@ extension EventLog {
         return try write { batch, txn, writer in
             let (ids, written) = try batch.append(inputs, txn: &txn, writer: &writer)
             _ = try batch.finish(txn: &txn)
-            return batch.result(of: inputs, ids: ids, written: written)
+            return batch.result(ids: ids, written: written)
         }
     }
 
@@ -42,7 +42,7 @@ extension EventLog {
                         groupFailed = true
                         throw error
                     }
-                    results.append(.success(batch.result(of: inputs, ids: ids, written: written)))
+                    results.append(.success(batch.result(ids: ids, written: written)))
                 }
                 _ = try batch.finish(txn: &txn)
                 return results
@@ -64,7 +64,7 @@ extension EventLog {
                     let (ids, written) = try txn.nested { child in
                         try batch.append(inputs, txn: &child, writer: &writer)
                     }
-                    results.append(.success(batch.result(of: inputs, ids: ids, written: written)))
+                    results.append(.success(batch.result(ids: ids, written: written)))
                 } catch let error as EventStoreError {
                     batch = before
                     results.append(.failure(error))
@@ -153,6 +153,9 @@ struct WriteBatch {
     /// Counts the client batches appended, so each entity can tell whether the current one
     /// has named it already.
     var clientBatch = 0
+    /// The slots of the entities the current client batch names, each once, in the order
+    /// first named: what its result reports a version and rev for.
+    var namedInBatch: [Int] = []
     var skews: [ULID: UInt64] = [:]
     /// The commit sequence's head: the seq of the last event this transaction stored (or
     /// of the last one stored before it). Each stored event takes the next one.
@@ -203,6 +206,7 @@ struct WriteBatch {
         var written: [ULID] = []
         written.reserveCapacity(inputs.count)
         clientBatch += 1
+        namedInBatch.removeAll(keepingCapacity: true)
         for (index, input) in inputs.enumerated() {
             do {
                 switch try append(input, txn: &txn, writer: &writer) {
@@ -225,34 +229,34 @@ struct WriteBatch {
     {
         let tables = log.tables
         if let key = input.key {
-            if let id = keysInBatch[key] { return .keySeenBefore(id) }
+            // Named either way, so the result reports the entity's version.
+            if let id = keysInBatch[key] {
+                name(try slot(input.entity, txn: txn))
+                return .keySeenBefore(id)
+            }
             if let stored = try txn.get(tables.keys, Array(key.utf8)), let id = ULID(bytes: stored) {
-                // Loaded so the result can report the entity's version.
-                _ = try slot(input.entity, txn: txn)
+                name(try slot(input.entity, txn: txn))
                 return .keySeenBefore(id)
             }
         }
         let slot = try slot(input.entity, txn: txn)
         let entity = input.entity
-        if touched[slot].startBatch != clientBatch {
-            touched[slot].startBatch = clientBatch
-            touched[slot].startRev = touched[slot].rev
-        }
+        name(slot)
         let revAtStart = touched[slot].startRev
         if let expected = input.ifMatch, expected != revAtStart {
             let actual = revAtStart == 0 ? "does not exist yet" : "is at rev \(revAtStart)"
             throw EventStoreError(
                 .conflict, "\(entity) \(actual), not \(expected) (if_match): read it again and retry")
         }
-        let state = touched[slot].state
+        // Read in place: a copy of the state would retain and release each of its arrays.
         let body: EventBody
         switch input.change {
         case .restore:
-            guard state.isDeleted else {
+            guard touched[slot].state.isDeleted else {
                 throw EventStoreError(.conflict, "\(entity) is not deleted: there is nothing to restore")
             }
-            body = .restore(base: state.liveDeletes)
-        case _ where state.isDeleted:
+            body = .restore(base: touched[slot].state.liveDeletes)
+        case _ where touched[slot].state.isDeleted:
             throw EventStoreError(
                 .deleted,
                 "\(entity) is deleted: restore it first (kind \"restore\"), then \(input.change.kind.rawValue) it")
@@ -262,17 +266,17 @@ struct WriteBatch {
             // edit settles a conflict its author did not see.
             let settles = input.settlesConflicts
             let base = fields.compactMap { field -> FieldBase? in
-                let heads = state.heads(ofField: field.name)
+                let heads = touched[slot].state.heads(ofField: field.name)
                 guard !heads.isEmpty, heads.count == 1 || settles else { return nil }
                 return FieldBase(field: field.name, heads: heads)
             }
             body = .edit(fields: fields, base: base)
         case .status(let status):
-            body = .status(status, base: state.statusHeadIDs)
+            body = .status(status, base: touched[slot].state.statusHeadIDs)
         case .add(let set, let element):
             body = .add(set: set, element: element)
         case .remove(let set, let element):
-            body = .remove(set: set, element: element, observed: state.liveAdds(set: set, element: element))
+            body = .remove(set: set, element: element, observed: touched[slot].state.liveAdds(set: set, element: element))
         case .delete:
             body = .delete
         }
@@ -287,6 +291,15 @@ struct WriteBatch {
         let log = self.log
         try WriteBatch.fold(event, seq: seq, into: &touched[slot], log: log, txn: txn)
         return .appended(id)
+    }
+
+    /// Marks the entity at `slot` as named by the current client batch; the first time, its
+    /// rev then is what that batch's `if_match` is compared with.
+    mutating func name(_ slot: Int) {
+        guard touched[slot].startBatch != clientBatch else { return }
+        touched[slot].startBatch = clientBatch
+        touched[slot].startRev = touched[slot].rev
+        namedInBatch.append(slot)
     }
 
     /// The clock's next id that no stored event holds. The clock stays above every id it
@@ -344,15 +357,17 @@ struct WriteBatch {
         originEntries.removeAll()
     }
 
-    /// A group's result: its ids, and the version and rev of each entity it names after its
-    /// events.
-    func result(of inputs: [InputEvent], ids: [ULID], written: [ULID]) -> AppendResult {
+    /// The result of the client batch just appended: its ids, and the version and rev of
+    /// each entity it names after its events.
+    func result(ids: [ULID], written: [ULID]) -> AppendResult {
         var versions: [EntityKey: ULID] = [:]
         var revs: [EntityKey: UInt64] = [:]
-        for input in inputs {
-            guard let slot = slots[input.entity] else { continue }
-            if let version = touched[slot].state.version { versions[input.entity] = version }
-            if touched[slot].rev > 0 { revs[input.entity] = touched[slot].rev }
+        versions.reserveCapacity(namedInBatch.count)
+        revs.reserveCapacity(namedInBatch.count)
+        for slot in namedInBatch {
+            let entry = touched[slot]
+            if let version = entry.state.version { versions[entry.state.entity] = version }
+            if entry.rev > 0 { revs[entry.state.entity] = entry.rev }
         }
         return AppendResult(ids: ids, versions: versions, revs: revs, written: written)
     }

@@ -101,7 +101,7 @@ extension EventLog {
         switch request {
         case .append(let inputs):
             let (ids, written) = try batch.append(inputs, txn: &txn, writer: &writer)
-            return .appended(batch.result(of: inputs, ids: ids, written: written))
+            return .appended(batch.result(ids: ids, written: written))
         case .ingest(let events, let peer, let maxDeadLetters):
             return .ingested(
                 try ingest(events, from: peer, maxDeadLetters: maxDeadLetters, batch: &batch, txn: &txn, writer: &writer))
