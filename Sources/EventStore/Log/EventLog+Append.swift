@@ -9,7 +9,7 @@ extension EventLog {
         guard !inputs.isEmpty else { return AppendResult(ids: [], versions: [:], written: []) }
         return try write { batch, txn, writer in
             let (ids, written) = try batch.append(inputs, txn: &txn, writer: &writer)
-            _ = try batch.finish(txn: &txn)
+            try batch.finish(txn: &txn)
             return batch.result(ids: ids, written: written)
         }
     }
@@ -44,7 +44,7 @@ extension EventLog {
                     }
                     results.append(.success(batch.result(ids: ids, written: written)))
                 }
-                _ = try batch.finish(txn: &txn)
+                try batch.finish(txn: &txn)
                 return results
             }
         } catch {
@@ -70,7 +70,7 @@ extension EventLog {
                     results.append(.failure(error))
                 }
             }
-            _ = try batch.finish(txn: &txn)
+            try batch.finish(txn: &txn)
             return results
         }
         return results
@@ -207,9 +207,11 @@ struct WriteBatch {
         written.reserveCapacity(inputs.count)
         clientBatch += 1
         namedInBatch.removeAll(keepingCapacity: true)
-        for (index, input) in inputs.enumerated() {
+        // By index: `enumerated()` would hand out a copy of each input (a retain and a
+        // release of each of its strings).
+        for index in inputs.indices {
             do {
-                switch try append(input, txn: &txn, writer: &writer) {
+                switch try append(inputs[index], txn: &txn, writer: &writer) {
                 case .appended(let id):
                     ids.append(id)
                     written.append(id)
@@ -448,31 +450,30 @@ struct WriteBatch {
     }
 
     /// Writes every touched projection back, with the status index, the conflicts table
-    /// and the digest; returns each entity's version.
-    mutating func finish(txn: inout WriteTransaction) throws -> [EntityKey: ULID] {
+    /// and the digest.
+    mutating func finish(txn: inout WriteTransaction) throws {
         let tables = log.tables
         var digest = try txn.get(tables.meta, EventLog.Meta.digest).flatMap(StateDigest.init(bytes:)) ?? StateDigest()
-        var versions: [EntityKey: ULID] = [:]
-        for entry in touched {
-            let state = entry.state
-            let entity = state.entity
-            if let version = state.version { versions[entity] = version }
-            guard entry.changed else { continue }
-            let (record, hash) = EventLog.projectionRecord(state, rev: entry.rev)
-            if let before = entry.before { digest.remove(before.hash) }
+        // By index, the state read in place: a copy of each entry would retain and release
+        // every array it holds.
+        for index in touched.indices where touched[index].changed {
+            let entity = touched[index].state.entity
+            let (record, hash) = EventLog.projectionRecord(touched[index].state, rev: touched[index].rev)
+            let before = touched[index].before
+            if let before { digest.remove(before.hash) }
             digest.add(hash)
             try txn.put(tables.projections, entity.bytes, record)
 
-            let statusKey = EventLog.statusKey(state)
-            if statusKey != entry.before?.statusKey {
-                if let old = entry.before?.statusKey {
+            let statusKey = EventLog.statusKey(touched[index].state)
+            if statusKey != before?.statusKey {
+                if let old = before?.statusKey {
                     _ = try txn.delete(tables.statusIndex, old, value: entity.bytes)
                 }
                 if let statusKey { try txn.put(tables.statusIndex, statusKey, entity.bytes) }
             }
-            if state.hasConflicts {
-                try txn.put(tables.conflicts, entity.bytes, EventLog.conflictRecord(state))
-            } else if entry.before != nil {
+            if touched[index].state.hasConflicts {
+                try txn.put(tables.conflicts, entity.bytes, EventLog.conflictRecord(touched[index].state))
+            } else if before != nil {
                 _ = try txn.delete(tables.conflicts, entity.bytes)
             }
         }
@@ -482,7 +483,6 @@ struct WriteBatch {
             let previous = try txn.get(tables.skew, origin.bytes).map(uint64(bigEndian:)) ?? 0
             if lead > previous { try txn.put(tables.skew, origin.bytes, bigEndian(lead)) }
         }
-        return versions
     }
 }
 

@@ -68,7 +68,7 @@ extension EventLog {
                         throw error
                     }
                 }
-                _ = try batch.finish(txn: &txn)
+                try batch.finish(txn: &txn)
                 return CommitResult(outcomes: outcomes, stored: batch.stored ?? [])
             }
         } catch {
@@ -90,7 +90,7 @@ extension EventLog {
                     outcomes.append(.failure(error))
                 }
             }
-            _ = try batch.finish(txn: &txn)
+            try batch.finish(txn: &txn)
             return CommitResult(outcomes: outcomes, stored: batch.stored ?? [])
         }
     }

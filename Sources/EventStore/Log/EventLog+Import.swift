@@ -41,7 +41,7 @@ extension EventLog {
         }
         return try write { batch, txn, writer in
             let result = try importEvents(rawEvents, batch: &batch, txn: &txn, writer: &writer)
-            _ = try batch.finish(txn: &txn)
+            try batch.finish(txn: &txn)
             return result
         }
     }

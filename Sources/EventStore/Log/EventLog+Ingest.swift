@@ -29,7 +29,7 @@ extension EventLog {
         guard !replicated.isEmpty else { return IngestResult() }
         return try write { batch, txn, writer in
             let result = try ingest(replicated, from: peer, maxDeadLetters: maxDeadLetters, batch: &batch, txn: &txn, writer: &writer)
-            _ = try batch.finish(txn: &txn)
+            try batch.finish(txn: &txn)
             return result
         }
     }

@@ -375,7 +375,10 @@ func bigEndian(_ value: UInt32) -> [UInt8] {
 }
 
 func bigEndian(_ value: UInt64) -> [UInt8] {
-    (0..<8).reversed().map { UInt8(value >> UInt64($0 * 8) & 0xFF) }
+    [
+        UInt8(value >> 56), UInt8(value >> 48 & 0xFF), UInt8(value >> 40 & 0xFF), UInt8(value >> 32 & 0xFF),
+        UInt8(value >> 24 & 0xFF), UInt8(value >> 16 & 0xFF), UInt8(value >> 8 & 0xFF), UInt8(value & 0xFF),
+    ]
 }
 
 func uint32(bigEndian bytes: [UInt8]) -> UInt32 {

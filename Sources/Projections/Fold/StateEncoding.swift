@@ -10,7 +10,12 @@ extension EntityState {
         var origins: [ULID] = []
         for field in fields { for head in field.heads { origins.append(head.origin) } }
         for entry in statusHeads { origins.append(entry.origin) }
-        origins = Array(Set(origins)).sorted()
+        // Few, with repeats: sorted, then each kept once (no set to hash them into).
+        origins.sort()
+        var unique: [ULID] = []
+        unique.reserveCapacity(origins.count)
+        for origin in origins where unique.last != origin { unique.append(origin) }
+        origins = unique
         func originIndex(_ origin: ULID) -> Int { origins.partitioningIndex { $0 < origin } }
 
         var out: [UInt8] = []
