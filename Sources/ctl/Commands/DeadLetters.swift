@@ -12,9 +12,9 @@ struct DeadLetters: Command {
                 Such events never block the rest of a sync; they wait here with the reason. \
                 --json shows each one whole, with its raw bytes.
 
-                `retry ID...` validates each named dead letter again with the settings now in \
+                retry ID... validates each named dead letter again with the settings now in \
                 force (after an upgrade, or a reload that changed a limit) and stores those that \
-                pass as a sync would; the others stay, with the reason. `drop ID...` removes \
+                pass as a sync would; the others stay, with the reason. drop ID... removes \
                 them for good: a peer that offers a dropped event again has it skipped. An ID is \
                 a dead letter's KEY or its event ID; --all acts on every dead letter. Exit 0 when \
                 every one was stored (or dropped), 2 when some name no dead letter, 1 when some \
