@@ -107,6 +107,8 @@ struct DeadLetterTests {
             Thread.sleep(forTimeInterval: 0.05)
         }
         let unknown = ULID(timestamp: 1_600_000_000_000, random: (9, 9))
+        let watcher = try daemon.client()
+        #expect(try watcher.call("watch", #"{"entity":"job/retried"}"#)["watching"] as? Bool == true)
         let answer = try client.call("dead_letters.retry", #"{"ids":["\#(retried)","\#(far)","\#(unknown)"]}"#)
         #expect(answer["stored"] as? [String] == [retried.description], "\(answer)")
         let stillInvalid = try #require(answer["still_invalid"] as? [[String: Any]])
@@ -119,6 +121,11 @@ struct DeadLetterTests {
         let log = try #require(try client.call("log")["events"] as? [[String: Any]])
         let stored = try #require(log.first { $0["id"] as? String == retried.description })
         #expect((stored["seq"] as? Int ?? 0) > 0)
+        // Published to watchers, as a received event is.
+        let note = try watcher.readJSON()
+        let published = (note["params"] as? [String: Any])?["event"] as? [String: Any]
+        #expect(note["method"] as? String == "event" && published?["id"] as? String == retried.description, "\(note)")
+        #expect(published?["seq"] as? Int == stored["seq"] as? Int)
         #expect(try deadLetterCount(daemon) == 2)
 
         // Dropped by its key: gone, and the same event offered again is skipped, not kept again.
@@ -209,6 +216,30 @@ struct DeadLetterTests {
         #expect(after["error"] is NSNull && after["sent"] as? Int == 0, "\(after)")
         #expect(try pending(restarted, for: "b") == 0)
         #expect(try status(restarted)["digest"] as? String == status(b)["digest"] as? String)
+    }
+
+    @Test("the new hello and ack members are optional both ways: left out when nil, unknown members ignored")
+    func compatibleMessages() throws {
+        // A previous release's hello and ack decode, with nothing known of dead letters.
+        let old = #"{"clock":1,"name":"van-7","node":"01M8KX60XQ9QZ6TBERPGCC148Z","protocol":1,"vector":{}}"#
+        let hello = try Messages.decode(Messages.Hello.self, Array(old.utf8), frame: "hello")
+        #expect(try hello.decodedDeadLetters() == nil && hello.deadLettersCut == nil)
+        let ack = try Messages.decode(
+            Messages.Ack.self, Array(#"{"dead_letters":0,"received":2,"skipped":0}"#.utf8), frame: "ack")
+        #expect(ack.deadLettered == nil)
+        // Members a later release may add are ignored.
+        let later = #"{"node":"01M8KX60XQ9QZ6TBERPGCC148Z","protocol":1,"vector":{},"dead_letters":[],"future":{"x":1}}"#
+        #expect(try Messages.decode(Messages.Hello.self, Array(later.utf8), frame: "hello").deadLetters == [])
+        // Without dead letters to tell, the frames are byte for byte what the previous release sent.
+        let plain = Messages.Ack(received: 2, skipped: 0, deadLetters: 0)
+        #expect(String(decoding: Messages.encode(plain), as: UTF8.self) == #"{"dead_letters":0,"received":2,"skipped":0}"#)
+        var listed = hello
+        listed.deadLetters = ["01M8KX60XQ9QZ6TBERPGCC148Z"]
+        let text = String(decoding: Messages.encode(listed), as: UTF8.self)
+        #expect(text.contains(#""dead_letters":["01M8KX60XQ9QZ6TBERPGCC148Z"]"#) && !text.contains("dead_letters_cut"))
+        // A list past the bound, or holding something else than ids, ends the session.
+        listed.deadLetters = ["not an id"]
+        #expect(throws: SyncError.self) { try listed.decodedDeadLetters() }
     }
 }
 
