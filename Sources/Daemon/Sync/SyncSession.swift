@@ -416,12 +416,14 @@ final class SyncSession {
                         "the peer's invalid events made \(report.deadLettered) dead letters in this session, the most one may add (sync_session_max_dead_letters)\(result.refused > 0 ? "; the last \(result.refused) events of its batch were refused" : ""): see `evctl dead-letters`, and raise the limit if the peer is honest"
                     )
                 }
+                // The ids of the new dead letters; left out when none, so the ack is what the
+                // previous release sent.
+                let ids = result.deadLettered.compactMap { $0.id.flatMap { ULID($0) }?.description }
                 try send(
                     .ack,
                     Messages.Ack(
                         received: result.ingested.count, skipped: result.skipped,
-                        deadLetters: result.deadLettered.count,
-                        deadLettered: result.deadLettered.compactMap { $0.id.flatMap { ULID($0) }?.description }))
+                        deadLetters: result.deadLettered.count, deadLettered: ids.isEmpty ? nil : ids))
             case .done:
                 let done = try Messages.decode(Messages.Done.self, frame.payload, frame: "done")
                 report.reconciledReceived = done.reconciled
