@@ -25,7 +25,8 @@ struct DeadLetters: Command {
                   evctl dead-letters drop --all
                 """,
             arguments: [
-                .positional("ACTION", optional: true, help: "retry or drop; none: list them."),
+                .positional(
+                    "ACTION", optional: true, completion: .words(["retry", "drop"]), help: "retry or drop; none: list them."),
                 .positional("ID", optional: true, repeating: true, help: "The KEY or event ID of a dead letter."),
                 .option("limit", value: "N", help: "At most N per page (1-10000)."),
                 .option("after", value: "KEY", help: "Start after this key (the `next` of a previous page)."),
