@@ -392,6 +392,7 @@ final class Daemon: Sendable {
                 old.maxBatchResponseBytes = fresh.maxBatchResponseBytes
                 old.logLevel = fresh.logLevel
                 old.mapMaxBytes = fresh.mapMaxBytes
+                old.maxClockSkewSeconds = fresh.maxClockSkewSeconds
                 old.readGroups = fresh.readGroups
                 old.writeGroups = fresh.writeGroups
                 old.readUsers = fresh.readUsers
@@ -408,6 +409,9 @@ final class Daemon: Sendable {
             if fresh.access != old.access { logger.info("SIGHUP: access for new connections: \(fresh.accessSummary)") }
             context.sync.update(SyncService.Settings(fresh))
             if fresh.mapMaxBytes != old.mapMaxBytes { context.methods.log.setMaxStorageBytes(fresh.mapMaxBytes) }
+            // The writer's clock takes it at its next write: a dead letter refused for its
+            // lead can be retried under the new bound.
+            context.methods.log.setMaxClockSkew(milliseconds: UInt64(fresh.maxClockSkewSeconds) * 1000)
             var restartNeeded: [String] = []
             if fresh.dataDirectory != old.dataDirectory { restartNeeded.append("data_dir") }
             if fresh.socketPath != old.socketPath { restartNeeded.append("socket") }
@@ -417,7 +421,6 @@ final class Daemon: Sendable {
             if fresh.dictionaryTrainingEvents != old.dictionaryTrainingEvents {
                 restartNeeded.append("dictionary_training_events")
             }
-            if fresh.maxClockSkewSeconds != old.maxClockSkewSeconds { restartNeeded.append("max_clock_skew_s") }
             if fresh.backupDirectory != old.backupDirectory { restartNeeded.append("backup_dir") }
             if fresh.maxPageBytes != old.maxPageBytes { restartNeeded.append("max_page_bytes") }
             logger.info(

@@ -128,7 +128,9 @@ struct Configuration: Equatable, Sendable {
             help: "invalid events one session may add to the dead letters; then it ends (1000)"),
         Option(key: "ssh_command", help: "the ssh client for ssh:// peers, with its options (ssh)"),
         Option(key: "max_clock_skew_s", help: "how far ahead a stored id may be and still move the clock (3600)"),
-        Option(key: "max_event_bytes", help: "largest event, canonical JSON bytes (65536)"),
+        Option(
+            key: "max_event_bytes",
+            help: "largest event appended or imported here, canonical JSON bytes (65536); peers' events may be up to 16 MiB"),
         Option(key: "map_max_bytes", help: "largest size the store may grow to, bytes (64 GiB)"),
         Option(key: "map_initial_bytes", help: "size of the map at open, and its least growth step, bytes (64 MiB)"),
         Option(

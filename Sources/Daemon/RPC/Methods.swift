@@ -7,7 +7,7 @@ import Projections
 struct Methods: Sendable {
     static let names = [
         "append", "get", "list", "log", "watch", "status", "types", "conflicts", "dead_letters", "rebuild", "backup",
-        "sync", "peers.add", "peers.remove", "peers.list", "import",
+        "sync", "peers.add", "peers.remove", "peers.list", "import", "dead_letters.retry", "dead_letters.drop",
     ]
 
     /// The most events one `import` request may carry (`evctl import` sends 1000).
@@ -43,6 +43,8 @@ struct Methods: Sendable {
             case "types": return try types(request)
             case "conflicts": return try conflicts(request)
             case "dead_letters": return try deadLetters(request)
+            case "dead_letters.retry": return try retryDeadLetters(request)
+            case "dead_letters.drop": return try dropDeadLetters(request)
             case "rebuild": return try rebuild(request)
             case "backup": return try backup(request)
             case "sync": return try syncNow(request, level: level)
@@ -178,7 +180,7 @@ struct Methods: Sendable {
         out.member("seq", Int(clamping: statistics.seq))
         out.key("clock")
         out.beginObject()
-        out.member("max_skew_ms", Int(clamping: log.options.maxClockSkewMilliseconds))
+        out.member("max_skew_ms", Int(clamping: log.maxClockSkewMilliseconds))
         out.key("skewed_origins")
         out.beginObject()
         for (origin, skew) in log.skewedOrigins(idLeads: statistics.skewedOrigins).sorted(by: { $0.key < $1.key }) {

@@ -48,6 +48,9 @@ enum MethodAccess {
         "rebuild": .write,
         // Writes a copy of the whole store wherever the daemon's user may write.
         "backup": .write,
+        // Store or remove what peers sent, as a sync session does.
+        "dead_letters.retry": .write,
+        "dead_letters.drop": .write,
     ]
 
     /// A session another node starts on the socket: it stores the events it receives.

@@ -44,6 +44,7 @@ final class Writer: Sendable {
             case .ingest(let events, _, _): return events.count
             case .importEvents(let events): return events.count
             case .peerEntries(let entries): return entries.count
+            case .retryDeadLetters(let ids), .dropDeadLetters(let ids): return ids.count
             }
         }
     }
@@ -147,6 +148,21 @@ final class Writer: Sendable {
     /// Stores (or with nil, deletes) entries of the peers table.
     func storePeerEntries(_ entries: [PeerEntry]) throws(EventStoreError) {
         _ = try perform(.write(.peerEntries(entries)), from: -3).get()
+    }
+
+    /// Validates dead letters again and stores those that pass, group-committed with the
+    /// appends waiting (what is stored is published to watchers like any receipt).
+    func retryDeadLetters(_ ids: [ULID]) throws(EventStoreError) -> DeadLetterRetry {
+        guard case .written(.deadLettersRetried(let result)) = try perform(.write(.retryDeadLetters(ids)), from: -6).get()
+        else { throw Writer.mismatch }
+        return result
+    }
+
+    /// Removes dead letters; how many were.
+    func dropDeadLetters(_ ids: [ULID]) throws(EventStoreError) -> Int {
+        guard case .written(.deadLettersDropped(let count)) = try perform(.write(.dropDeadLetters(ids)), from: -7).get()
+        else { throw Writer.mismatch }
+        return count
     }
 
     /// `EventLog.rebuild(verify:)` on the writer.
@@ -255,7 +271,8 @@ final class Writer: Sendable {
                 appendRequests += 1
             case .ingested(let result): received += result.ingested.count
             case .imported(let result): received += result.imported.count
-            case .peerEntriesStored: break
+            case .deadLettersRetried(let result): received += result.stored.count
+            case .peerEntriesStored, .deadLettersDropped: break
             }
         }
         eventsWritten.add(appended + received, ordering: .relaxed)

@@ -17,11 +17,24 @@ enum Messages {
         /// The sender's wall clock as it wrote the hello, ms since the Unix epoch: each side
         /// learns how far the other's clock is from its own. Older peers leave it out.
         var clock: UInt64? = nil
+        /// The ids of the events the sender holds as dead letters (or dropped), at most
+        /// `maxDeadLetterIDs`, in id order: its peer's vector covers them, yet they did not
+        /// arrive, so the peer counts them as pending and stops sending them. Older peers
+        /// leave it out (and ignore it).
+        var deadLetters: [String]? = nil
+        /// True when the sender holds more dead letters than `deadLetters` lists.
+        var deadLettersCut: Bool? = nil
 
         enum CodingKeys: String, CodingKey {
             case protocolVersion = "protocol"
             case node, name, vector, ranges, clock
+            case deadLetters = "dead_letters"
+            case deadLettersCut = "dead_letters_cut"
         }
+
+        /// Dead-lettered ids one hello lists at most: 100,000 ids take under 3 MB, well
+        /// within the 8 MiB of a control frame.
+        static let maxDeadLetterIDs = 100_000
     }
 
     /// A range of one origin's ids, `(after, through]`, with either its fingerprint or its ids.
@@ -44,10 +57,14 @@ enum Messages {
         var received: Int
         var skipped: Int
         var deadLetters: Int
+        /// The ids of the events of the batch that became dead letters (those with a valid
+        /// id). Older peers leave it out.
+        var deadLettered: [String]? = nil
 
         enum CodingKeys: String, CodingKey {
             case received, skipped
             case deadLetters = "dead_letters"
+            case deadLettered = "dead_lettered"
         }
     }
 
@@ -137,6 +154,24 @@ extension Messages.Hello {
             )
         }
         return name
+    }
+
+    /// The dead-lettered ids the peer's hello lists; nil when it lists none (an older peer).
+    func decodedDeadLetters() throws(SyncError) -> Set<ULID>? {
+        guard let deadLetters else { return nil }
+        guard deadLetters.count <= Messages.Hello.maxDeadLetterIDs else {
+            throw SyncError(
+                .protocolError,
+                "the peer's hello lists \(deadLetters.count) dead-lettered ids; at most \(Messages.Hello.maxDeadLetterIDs) are allowed")
+        }
+        var out = Set<ULID>()
+        for text in deadLetters {
+            guard let id = ULID(text) else {
+                throw SyncError(.protocolError, "the peer's dead-lettered ids hold \(SyncError.quote(text)), not an id")
+            }
+            out.insert(id)
+        }
+        return out
     }
 
     func decodedVector() throws(SyncError) -> [ULID: ULID] {

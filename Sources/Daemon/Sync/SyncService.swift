@@ -117,6 +117,9 @@ final class SyncService: Sendable {
         var node: ULID?
         var vector: [ULID: ULID] = [:]
         var lastSuccess: UInt64?
+        /// The ids of events the peer holds only as dead letters (or dropped), as its last
+        /// hello and acks said: not delivered, though its vector covers them.
+        var deadLettered: Set<ULID> = []
     }
 
     init(
@@ -311,7 +314,9 @@ final class SyncService: Sendable {
             schedules[peer.name] = schedule
         }
         if outcome.error == nil {
-            remember(peer.name, node: outcome.report.peerNode, vector: outcome.report.peerVector, at: at)
+            remember(
+                peer.name, node: outcome.report.peerNode, vector: outcome.report.peerVector,
+                deadLetters: outcome.report.peerDeadLetters, at: at)
         }
         return outcome
     }
@@ -419,7 +424,9 @@ final class SyncService: Sendable {
             // A configured peer that syncs with us: what it holds is known now too.
             let at = now()
             let names = known.withLock { known in known.filter { $0.value.node == report.peerNode }.map(\.key) }
-            for name in names { remember(name, node: report.peerNode, vector: report.peerVector, at: at) }
+            for name in names {
+                remember(name, node: report.peerNode, vector: report.peerVector, deadLetters: report.peerDeadLetters, at: at)
+            }
         } catch {
             logger.warning("sync from \(session.peerLabel.isEmpty ? "a peer" : session.peerLabel) failed: \(error)")
         }
@@ -445,11 +452,15 @@ final class SyncService: Sendable {
     // MARK: What peers hold
 
     /// Records what a peer holds after a successful session, in memory and in the store.
-    private func remember(_ name: String, node peerNode: ULID?, vector: [ULID: ULID], at: UInt64) {
+    private func remember(
+        _ name: String, node peerNode: ULID?, vector: [ULID: ULID], deadLetters: PeerDeadLetters = PeerDeadLetters(),
+        at: UInt64
+    ) {
         let entry = known.withLock { known -> Known in
             var entry = known[name] ?? Known()
             entry.node = peerNode ?? entry.node
             entry.vector.merge(vector) { max($0, $1) }
+            entry.deadLettered = deadLetters.applied(to: entry.deadLettered)
             entry.lastSuccess = at
             known[name] = entry
             return entry
@@ -458,6 +469,7 @@ final class SyncService: Sendable {
             "vector": entry.vector.wire, "last_success": Int(clamping: at),
         ]
         if let node = entry.node { record["node"] = node.description }
+        if !entry.deadLettered.isEmpty { record["dead_lettered"] = entry.deadLetteredWire }
         if let data = try? JSONSerialization.data(withJSONObject: record, options: [.sortedKeys]) {
             try? node.storePeerEntries([PeerEntry(key: "state/\(name)", value: Array(data))])
         }
@@ -475,6 +487,7 @@ final class SyncService: Sendable {
                 if let o = ULID(origin), let l = ULID(last) { known.vector[o] = l }
             }
             known.lastSuccess = (object["last_success"] as? NSNumber).map { UInt64(truncating: $0) }
+            known.deadLettered = Known.deadLettered(fromWire: object["dead_lettered"])
             loaded[String(entry.key.dropFirst("state/".count))] = known
         }
         known.withLock { $0 = loaded }
@@ -487,7 +500,10 @@ final class SyncService: Sendable {
             let known = known.withLock { $0[peer.name] } ?? Known()
             var schedule = schedules.withLock { $0[peer.name] } ?? PeerSchedule(nextAttempt: current)
             if schedule.lastSuccess == nil { schedule.lastSuccess = known.lastSuccess }
-            let pending = (try? node.log.countAfter(known.vector)) ?? 0
+            // Events after its vector, and those it holds only as dead letters.
+            let pending =
+                ((try? node.log.countAfter(known.vector)) ?? 0)
+                + ((try? node.log.countHeld(known.deadLettered, within: known.vector)) ?? 0)
             return PeerStatus(peer: peer, schedule: schedule, pending: pending)
         }
     }

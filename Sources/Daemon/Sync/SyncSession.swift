@@ -83,6 +83,9 @@ struct SyncReport: Sendable, Equatable {
     var reconciledReceived = 0
     /// What the peer holds once the session is done: its vector and ours, merged.
     var peerVector: [ULID: ULID] = [:]
+    /// What the peer said it holds only as dead letters: its hello's list (nil when it
+    /// gave none, as older peers do), whether that was cut, and the ids its acks named.
+    var peerDeadLetters = PeerDeadLetters()
 }
 
 /// One sync session over a frame channel, from either end.
@@ -126,11 +129,11 @@ final class SyncSession {
             let sentAt = node.log.options.wallClock()
             do throws(SyncError) {
                 try channel.writePreamble()
-                try send(
-                    .hello,
-                    Messages.Hello(
-                        protocolVersion: Frame.protocolVersion, node: node.log.nodeID.description, name: node.name,
-                        vector: mine.wire, ranges: nil, clock: sentAt))
+                var hello = Messages.Hello(
+                    protocolVersion: Frame.protocolVersion, node: node.log.nodeID.description, name: node.name,
+                    vector: mine.wire, ranges: nil, clock: sentAt)
+                try listDeadLetters(in: &hello)
+                try send(.hello, hello)
             } catch {
                 // A peer that answers at once and hangs up (a portal, another service) is
                 // better described by what it said than by the failed write.
@@ -166,12 +169,12 @@ final class SyncSession {
             var reconciler = Reconciler(source: node.log, maxIDs: limits.reconcileIDs)
             let opening = try storage { () throws(EventStoreError) in try reconciler.opening(mine: mine, theirs: theirs)
             }
-            try send(
-                .hello,
-                Messages.Hello(
-                    protocolVersion: Frame.protocolVersion, node: node.log.nodeID.description, name: node.name,
-                    vector: mine.wire, ranges: opening.map(Messages.WireRange.init),
-                    clock: node.log.options.wallClock()))
+            var hello = Messages.Hello(
+                protocolVersion: Frame.protocolVersion, node: node.log.nodeID.description, name: node.name,
+                vector: mine.wire, ranges: opening.map(Messages.WireRange.init),
+                clock: node.log.options.wallClock())
+            try listDeadLetters(in: &hello)
+            try send(.hello, hello)
             if !opening.isEmpty {
                 while true {
                     let incoming = try readReconcile(&reconciler)
@@ -266,6 +269,8 @@ final class SyncSession {
             throw SyncError(.sameNode, "the peer is this very node (\(peer)): check the peer's URL")
         }
         let name = try hello.validatedName()
+        report.peerDeadLetters.listed = try hello.decodedDeadLetters()
+        report.peerDeadLetters.cut = hello.deadLettersCut ?? false
         report.peerNode = peer
         report.peerName = name
         if peerLabel.isEmpty { peerLabel = name.map { "\($0) (\(peer))" } ?? peer.description }
@@ -331,7 +336,10 @@ final class SyncSession {
     /// ids reconciliation found; waits for every acknowledgement, then says done.
     private func push(lacking theirs: [ULID: ULID], extras: Set<ULID>, mine: [ULID: ULID]) throws(SyncError) {
         var inFlight = 0
-        func sendBatch(_ events: [ReplicatedEvent]) throws(SyncError) {
+        // What the peer holds as dead letters is not sent again: it would only be skipped.
+        let refused = report.peerDeadLetters.listed ?? []
+        func sendBatch(_ batch: [ReplicatedEvent]) throws(SyncError) {
+            let events = refused.isEmpty ? batch : batch.filter { $0.id.map { !refused.contains($0) } ?? true }
             guard !events.isEmpty else { return }
             try channel.write(Frame(kind: .batch, payload: try BatchCodec.encode(events, compressor: compressor)))
             report.sent += events.count
@@ -355,7 +363,7 @@ final class SyncSession {
                 cursor = last
             }
         }
-        let sortedExtras = extras.sorted()
+        let sortedExtras = extras.subtracting(refused).sorted()
         report.reconciledSent = sortedExtras.count
         var start = 0
         while start < sortedExtras.count {
@@ -371,7 +379,20 @@ final class SyncSession {
     }
 
     private func readAck() throws(SyncError) {
-        _ = try Messages.decode(Messages.Ack.self, try expect(.ack).payload, frame: "ack")
+        let ack = try Messages.decode(Messages.Ack.self, try expect(.ack).payload, frame: "ack")
+        // Bounded as the batch it answers: at most the records a batch may hold.
+        for text in (ack.deadLettered ?? []).prefix(BatchCodec.maxEvents * 10) {
+            if let id = ULID(text) { report.peerDeadLetters.acked.insert(id) }
+        }
+    }
+
+    /// Puts the ids of the events this node holds as dead letters in its hello.
+    private func listDeadLetters(in hello: inout Messages.Hello) throws(SyncError) {
+        let (ids, cut) = try storage { () throws(EventStoreError) in
+            try node.log.deadLetteredIDs(limit: Messages.Hello.maxDeadLetterIDs)
+        }
+        hello.deadLetters = ids.map(\.description)
+        if cut { hello.deadLettersCut = true }
     }
 
     /// Takes the peer's batches, committing and acknowledging each, until it says done.
@@ -395,11 +416,14 @@ final class SyncSession {
                         "the peer's invalid events made \(report.deadLettered) dead letters in this session, the most one may add (sync_session_max_dead_letters)\(result.refused > 0 ? "; the last \(result.refused) events of its batch were refused" : ""): see `evctl dead-letters`, and raise the limit if the peer is honest"
                     )
                 }
+                // The ids of the new dead letters; left out when none, so the ack is what the
+                // previous release sent.
+                let ids = result.deadLettered.compactMap { $0.id.flatMap { ULID($0) }?.description }
                 try send(
                     .ack,
                     Messages.Ack(
                         received: result.ingested.count, skipped: result.skipped,
-                        deadLetters: result.deadLettered.count))
+                        deadLetters: result.deadLettered.count, deadLettered: ids.isEmpty ? nil : ids))
             case .done:
                 let done = try Messages.decode(Messages.Done.self, frame.payload, frame: "done")
                 report.reconciledReceived = done.reconciled

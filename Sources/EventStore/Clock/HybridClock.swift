@@ -8,7 +8,8 @@ import Projections
 /// most `maxSkew` ahead of the local wall clock: a peer days ahead cannot drag this node's
 /// ids into its future. Which event supersedes which is never decided by these ids.
 public struct HybridClock: Sendable {
-    public let maxSkewMilliseconds: UInt64
+    /// Set again before each write from the store's current setting (a reload may change it).
+    public var maxSkewMilliseconds: UInt64
     /// The greatest id issued or observed; the next id exceeds it.
     public private(set) var last: ULID
 

@@ -89,7 +89,9 @@ extension EventLog {
             (result, trainingDue) = try writer.withLock { writer throws -> (R, Bool) in
                 let now = options.wallClock()
                 let (result, clock, count, head) = try environment.write { txn -> (R, HybridClock, Int, UInt64) in
-                    // Built inside: a retry after the map grew starts again from the writer's clock.
+                    // Built inside: a retry after the map grew starts again from the writer's clock,
+                    // with the skew now in force (a reload may have changed it).
+                    writer.clock.maxSkewMilliseconds = maxClockSkewMilliseconds
                     var batch = try WriteBatch(log: self, txn: txn, clock: writer.clock, now: now)
                     let firstSeq = batch.seq
                     let result = try body(&batch, &txn, &writer)
@@ -380,8 +382,8 @@ struct WriteBatch {
     }
 
     /// The event's canonical JSON without its id, checked against `max_event_bytes`.
-    func storedPayload(of event: Event) throws(EventStoreError) -> [UInt8] {
-        try log.storedPayload(of: event)
+    func storedPayload(of event: Event, replicated: Bool = false) throws(EventStoreError) -> [UInt8] {
+        try log.storedPayload(of: event, replicated: replicated)
     }
 
     /// Writes an event (its payload from `storedPayload(of:)`) and its index entries, not

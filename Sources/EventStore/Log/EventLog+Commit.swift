@@ -10,6 +10,10 @@ public enum WriteRequest: Sendable {
     case importEvents([[UInt8]])
     /// Entries of the peers table to store (or with nil, delete).
     case peerEntries([PeerEntry])
+    /// Dead letters to validate again and store when they pass (`dead_letters.retry`).
+    case retryDeadLetters([ULID])
+    /// Dead letters to remove (`dead_letters.drop`).
+    case dropDeadLetters([ULID])
 }
 
 /// An entry of the peers table: its key and value (nil: delete it).
@@ -29,6 +33,8 @@ public enum WriteOutcome: Sendable, Equatable {
     case ingested(IngestResult)
     case imported(ImportResult)
     case peerEntriesStored
+    case deadLettersRetried(DeadLetterRetry)
+    case deadLettersDropped(Int)
 }
 
 /// What one commit of the writer did.
@@ -110,6 +116,10 @@ extension EventLog {
         case .peerEntries(let entries):
             try storePeerEntries(entries.map { ($0.key, $0.value) }, txn: &txn)
             return .peerEntriesStored
+        case .retryDeadLetters(let ids):
+            return .deadLettersRetried(try retryDeadLetters(ids, batch: &batch, txn: &txn, writer: &writer))
+        case .dropDeadLetters(let ids):
+            return .deadLettersDropped(try dropDeadLetters(ids, txn: &txn))
         }
     }
 }

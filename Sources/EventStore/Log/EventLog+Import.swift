@@ -125,7 +125,7 @@ struct ImportCheck {
                 given[event.id] = payload
                 return .held
             }
-            let skew = log.options.maxClockSkewMilliseconds
+            let skew = log.maxClockSkewMilliseconds
             if event.origin == log.nodeID, HybridClock.isBeyondSkew(event.id, now: now, skew: skew) {
                 let why = EventLog.foreignOwnOrigin(
                     lead: HybridClock.lead(of: event.id, now: now), skew: skew,
@@ -162,14 +162,21 @@ extension EventLog {
         }.flatMap { ULID(bytes: $0.value) }
     }
 
-    /// The event's canonical JSON without its id, checked against `max_event_bytes`.
-    func storedPayload(of event: Event) throws(EventStoreError) -> [UInt8] {
+    /// The event's canonical JSON without its id, checked against `max_event_bytes`
+    /// (local appends and imports), or with `replicated`, against the sync protocol's
+    /// per-record limit (`StoreOptions.absoluteMaxEventBytes`, 16 MiB): an event another
+    /// node stored under a larger `max_event_bytes` is taken here too, so nodes with
+    /// different local limits still hold the same events.
+    func storedPayload(of event: Event, replicated: Bool = false) throws(EventStoreError) -> [UInt8] {
         let payload = EventCodec.encodeStored(event, includeID: false)
         let storedSize = payload.count + EventCodec.idMemberBytes
-        guard storedSize <= options.maxEventBytes else {
+        let limit = replicated ? StoreOptions.absoluteMaxEventBytes : options.maxEventBytes
+        guard storedSize <= limit else {
             throw EventStoreError(
                 .tooLarge,
-                "the event is \(storedSize) bytes in its stored form; the limit is \(options.maxEventBytes) (max_event_bytes): split it or store large content elsewhere"
+                replicated
+                    ? "the event is \(storedSize) bytes in its stored form; the sync protocol's limit is \(limit) bytes per event"
+                    : "the event is \(storedSize) bytes in its stored form; the limit is \(limit) (max_event_bytes): split it or store large content elsewhere"
             )
         }
         return payload

@@ -42,70 +42,94 @@ extension EventLog {
     ) throws -> IngestResult {
             var result = IngestResult()
             var seen = Set<ULID>()
+            // Dropped dead letters stay refused: looked up only while there are any.
+            let anyDropped = try txn.stat(tables.deadLetterIDs).entries > 0
             for (index, record) in replicated.enumerated() {
                 if result.deadLettered.count >= maxDeadLetters {
                     result.refused = replicated.count - index
                     break
                 }
-                let raw = record.json
-                let decoded = EventLog.decodeReplicated(raw, id: record.id, batch: batch)
-                guard case .success(let (event, payload)) = decoded else {
-                    guard case .failure(let error) = decoded else { continue }
-                    if let letter = try batch.deadLetter(raw, id: record.id, reason: error, peer: peer, txn: &txn) {
+                switch try judge(record, seen: seen, skipDropped: anyDropped, batch: &batch, txn: &txn) {
+                case .invalid(let error):
+                    if let letter = try batch.deadLetter(record.json, id: record.id, reason: error, peer: peer, txn: &txn) {
                         result.deadLettered.append(letter)
                     } else {
                         result.skipped += 1
                     }
-                    continue
-                }
-                if seen.contains(event.id) {
+                case .held:
                     result.skipped += 1
-                    continue
+                case .new(let event, let payload):
+                    seen.insert(event.id)
+                    try store(event, payload: payload, batch: &batch, txn: &txn, writer: &writer)
+                    result.ingested.append(event.id)
                 }
-                if let held = try txn.get(tables.events, event.id.bytes) {
-                    // Held already. Honest nodes never give two events one id; a peer that
-                    // does is reported, and the event held first stays.
-                    if try self.payload(of: held, txn: txn) != payload {
-                        let error = EventStoreError(
-                            .invalidEvent,
-                            "event \(event.id) is already held with different content; the one held first is kept")
-                        if let letter = try batch.deadLetter(raw, id: record.id, reason: error, peer: peer, txn: &txn) {
-                            result.deadLettered.append(letter)
-                        } else {
-                            result.skipped += 1
-                        }
-                    } else {
-                        result.skipped += 1
-                    }
-                    continue
-                }
-                if event.origin == nodeID, batch.clock.isBeyondSkew(event.id, now: batch.now) {
-                    // This node makes its ids from its clock, so one of its origin this far
-                    // ahead was not made here. Stored, it would also set this node's own
-                    // version-vector entry past every id it will make, and peers would
-                    // never ask for its new events.
-                    let lead = HybridClock.lead(of: event.id, now: batch.now)
-                    batch.skews[event.origin] = max(batch.skews[event.origin] ?? 0, lead)
-                    let error = EventLog.foreignOwnOrigin(
-                        lead: lead, skew: batch.clock.maxSkewMilliseconds,
-                        then:
-                            "Look for the node that made it: a copy of this data directory running elsewhere, or a forged event"
-                    )
-                    if let letter = try batch.deadLetter(raw, id: record.id, reason: error, peer: peer, txn: &txn) {
-                        result.deadLettered.append(letter)
-                    } else {
-                        result.skipped += 1
-                    }
-                    continue
-                }
-                seen.insert(event.id)
-                if let lead = batch.clock.observe(event.id, now: batch.now) {
-                    batch.skews[event.origin] = max(batch.skews[event.origin] ?? 0, lead)
-                }
-                try batch.writeAndFold(event, payload: payload, txn: &txn, writer: &writer)
-                result.ingested.append(event.id)
             }
             return result
+    }
+
+    /// What a replicated event is to this node.
+    enum Verdict {
+        /// Valid and not held: to store.
+        case new(Event, payload: [UInt8])
+        /// Held already (or earlier in the batch), with the same content.
+        case held
+        /// Not to store, and why: a dead letter.
+        case invalid(EventStoreError)
+    }
+
+    /// Validates a replicated event as ingest takes it — the settings now in force, the
+    /// events held — without storing it. `seen`: the ids stored earlier in the same batch;
+    /// `skipDropped`: an event whose dead letter was dropped (`dead_letters.drop`) counts as
+    /// held, valid or not, so a drop is final on this node.
+    func judge(
+        _ record: ReplicatedEvent, seen: Set<ULID>, skipDropped: Bool = false, batch: inout WriteBatch,
+        txn: inout WriteTransaction
+    ) throws -> Verdict {
+        let decoded = EventLog.decodeReplicated(record.json, id: record.id, batch: batch)
+        guard case .success(let (event, payload)) = decoded else {
+            guard case .failure(let error) = decoded else { return .held }
+            return .invalid(error)
+        }
+        if seen.contains(event.id) { return .held }
+        if skipDropped, try txn.get(tables.deadLetterIDs, event.id.bytes) == EventLog.droppedMarker { return .held }
+        if let held = try txn.get(tables.events, event.id.bytes) {
+            // Held already. Honest nodes never give two events one id; a peer that
+            // does is reported, and the event held first stays.
+            guard try self.payload(of: held, txn: txn) == payload else {
+                return .invalid(
+                    EventStoreError(
+                        .invalidEvent,
+                        "event \(event.id) is already held with different content; the one held first is kept"))
+            }
+            return .held
+        }
+        if event.origin == nodeID, batch.clock.isBeyondSkew(event.id, now: batch.now) {
+            // This node makes its ids from its clock, so one of its origin this far
+            // ahead was not made here. Stored, it would also set this node's own
+            // version-vector entry past every id it will make, and peers would
+            // never ask for its new events.
+            let lead = HybridClock.lead(of: event.id, now: batch.now)
+            batch.skews[event.origin] = max(batch.skews[event.origin] ?? 0, lead)
+            return .invalid(
+                EventLog.foreignOwnOrigin(
+                    lead: lead, skew: batch.clock.maxSkewMilliseconds,
+                    then:
+                        "Look for the node that made it: a copy of this data directory running elsewhere, or a forged event"
+                ))
+        }
+        return .new(event, payload: payload)
+    }
+
+    /// Stores a replicated event `judge` found new: the clock observes its id, and it is
+    /// written (with the next seq) and folded.
+    func store(
+        _ event: Event, payload: [UInt8], batch: inout WriteBatch, txn: inout WriteTransaction,
+        writer: inout EventLog.Writer
+    ) throws {
+        if let lead = batch.clock.observe(event.id, now: batch.now) {
+            batch.skews[event.origin] = max(batch.skews[event.origin] ?? 0, lead)
+        }
+        try batch.writeAndFold(event, payload: payload, txn: &txn, writer: &writer)
     }
 }
 
@@ -114,7 +138,8 @@ extension EventLog {
     static func decodeReplicated(_ raw: [UInt8], id: ULID?, batch: WriteBatch) -> Result<(Event, [UInt8]), EventStoreError> {
         Result { () throws(EventStoreError) in
             let event = try EventCodec.decodeStored(raw, id: id)
-            return (event, try batch.storedPayload(of: event))
+            // Held to the protocol's limit, not `max_event_bytes`: see `storedPayload(of:replicated:)`.
+            return (event, try batch.storedPayload(of: event, replicated: true))
         }
     }
 

@@ -38,6 +38,9 @@ public final class EventLog: Sendable {
     /// The commit sequence's head as the last committed write left it (`meta/seq`): set by
     /// the writer after each commit, so a publisher can tell which seqs a commit took.
     let committedSequence: Atomic<UInt64>
+    /// `max_clock_skew_s` in ms as now in force: from `options` at open, changed by
+    /// `setMaxClockSkew(milliseconds:)` (a reload); each write's clock takes it.
+    private let clockSkew: Atomic<UInt64>
     /// The thread every write must run on once the daemon has named one
     /// (`bindWriterThread()`); 0: any thread may write (tools and tests).
     private let writerThread = Atomic<UInt>(0)
@@ -218,6 +221,7 @@ public final class EventLog: Sendable {
             }
         self.storedFormat = storedFormat
         self.committedSequence = Atomic(head)
+        self.clockSkew = Atomic(options.maxClockSkewMilliseconds)
         self.nodeID = nodeID
         self.previousNodeID = previousNodeID
         var dictionary: CompressionDictionary?
@@ -305,6 +309,16 @@ public final class EventLog: Sendable {
         clockOffsets.withLock { $0[node] = milliseconds }
     }
 
+    /// How far ahead of the wall clock an id may be and still move the clock, ms
+    /// (`max_clock_skew_s`), as now in force.
+    public var maxClockSkewMilliseconds: UInt64 { clockSkew.load(ordering: .relaxed) }
+
+    /// Changes `maxClockSkewMilliseconds` while serving (a reload): the next write, and
+    /// every check of a replicated or imported id after it, use the new value.
+    public func setMaxClockSkew(milliseconds: UInt64) {
+        clockSkew.store(milliseconds, ordering: .relaxed)
+    }
+
     /// Per peer node, its clock's offset from this one's at its last sync session (ms).
     public var measuredClockOffsets: [ULID: Int64] { clockOffsets.withLock { $0 } }
 
@@ -313,7 +327,7 @@ public final class EventLog: Sendable {
     /// when that is beyond the bound either way, else the largest lead of an origin's ids
     /// over this clock seen when they were stored, when that is beyond it.
     public func skewedOrigins(idLeads: [ULID: UInt64]) -> [ULID: Int64] {
-        let bound = Int64(clamping: options.maxClockSkewMilliseconds)
+        let bound = Int64(clamping: maxClockSkewMilliseconds)
         var skewed = idLeads.mapValues { Int64(clamping: $0) }
         for (node, offset) in measuredClockOffsets where offset > bound || offset < -bound {
             skewed[node] = offset

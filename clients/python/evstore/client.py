@@ -551,6 +551,44 @@ class Client:
         iterator over every page."""
         return self._pages("dead_letters", "dead_letters", {}, None, limit, page_size)
 
+    #: The most ids one ``dead_letters.retry`` or ``dead_letters.drop`` request names; the
+    #: methods below send more in several requests.
+    DEAD_LETTER_IDS_PER_CALL = 1000
+
+    def retry_dead_letters(self, ids: Iterable[str]) -> JSONObject:
+        """Validates the named dead letters again with the daemon's settings now in force
+        (after an upgrade, or a reload that changed a limit) and stores those that pass, as
+        a sync would. Each id is a dead letter's ``key`` or its event ``id``.
+
+        Returns ``{"stored": [ids], "still_invalid": [{"id", "reason", "message"}]}``: a
+        dead letter still invalid stays; an id that names none has reason ``not_found``.
+        """
+        stored: List[str] = []
+        still_invalid: List[JSONObject] = []
+        for chunk in self._id_chunks(ids):
+            result = self.call("dead_letters.retry", {"ids": chunk})
+            stored += result.get("stored") or []
+            still_invalid += result.get("still_invalid") or []
+        return {"stored": stored, "still_invalid": still_invalid}
+
+    def drop_dead_letters(self, ids: Iterable[str]) -> int:
+        """Removes the named dead letters (by ``key`` or event ``id``) for good: a peer
+        that offers a dropped event again has it skipped. Returns how many were removed;
+        ids that name no dead letter are not counted."""
+        return sum(int(self.call("dead_letters.drop", {"ids": chunk})["dropped"]) for chunk in self._id_chunks(ids))
+
+    def _id_chunks(self, ids: Iterable[str]) -> Iterator[List[str]]:
+        if isinstance(ids, str):
+            raise TypeError("ids is a list of dead letter keys or event ids, not one string")
+        chunk: List[str] = []
+        for id in ids:
+            chunk.append(id)
+            if len(chunk) == self.DEAD_LETTER_IDS_PER_CALL:
+                yield chunk
+                chunk = []
+        if chunk:
+            yield chunk
+
     def _pages(self, method: str, member: str, params: Mapping[str, Any], after: Optional[Any],
                limit: Optional[int], page_size: int) -> Iterator[JSONObject]:
         if page_size < 1:

@@ -1,6 +1,8 @@
 """The client against a real daemon: one `evstored` for the class, each test on
 entities of its own."""
+import json
 import os
+import signal
 import threading
 import time
 import unittest
@@ -363,6 +365,60 @@ class ResolveTests(unittest.TestCase):
                 self.assertEqual(list(db.conflicts()), [])
             with self.assertRaises(ValueError):
                 b.resolve(job)
+
+
+class DeadLetterTests(unittest.TestCase):
+    """Two daemons of their own: events b refuses (under its own origin, too far ahead of
+    its clock), retried after a reload that allows them, and dropped."""
+
+    def setUp(self) -> None:
+        self.a = Daemon({"node": "a"}).start()
+        self.addCleanup(self.a.cleanup)
+        self.b = Daemon({"node": "b", "max_clock_skew_s": 60}).start()
+        self.addCleanup(self.b.cleanup)
+
+    def test_retry_after_a_reload_and_drop(self) -> None:
+        with evstore.connect(self.a.socket_path, timeout=TIMEOUT) as a, \
+                evstore.connect(self.b.socket_path, timeout=TIMEOUT) as b:
+            node_b = b.status()["node"]["id"]
+            ahead = int(time.time() * 1000) + 2 * 3600 * 1000
+            ids = [evstore.new_entity_id("job").split("/")[1] for _ in range(2)]
+            # ids 2 hours ahead: the timestamp's 10 characters, then the random part.
+            alphabet = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+            stamp = "".join(alphabet[(ahead >> (5 * (9 - i))) & 31] for i in range(10))
+            ids = sorted(stamp + i[10:] for i in ids)  # an import takes each origin's events in id order
+            events = [{"entity": f"job/ahead-{n}", "id": id, "kind": "status", "origin": node_b, "status": "x"}
+                      for n, id in enumerate(ids)]
+            a.call("import", {"events": events})
+            [session] = a.sync("unix://" + self.b.socket_path)
+            self.assertEqual(session["sent"], 2, session)
+            letters = list(b.dead_letters())
+            self.assertEqual(sorted(letter["id"] for letter in letters), sorted(ids))
+
+            early = b.retry_dead_letters([ids[0]])
+            self.assertEqual(early["stored"], [])
+            self.assertEqual([item["reason"] for item in early["still_invalid"]], ["foreign_own_origin"])
+
+            with open(self.b.config_path, "w") as f:
+                json.dump({"node": "b", "log_level": "notice", "max_clock_skew_s": 86400}, f)
+            self.b.proc.send_signal(signal.SIGHUP)
+            deadline = time.monotonic() + 10
+            while b.status()["clock"]["max_skew_ms"] != 86400 * 1000:
+                self.assertLess(time.monotonic(), deadline, "the reload did not apply max_clock_skew_s")
+                time.sleep(0.05)
+            unknown = "01JD3Q8R5N8X6ZK2W7Y4V9B3TQ"
+            result = b.retry_dead_letters([ids[0], unknown])
+            self.assertEqual(result["stored"], [ids[0]])
+            self.assertEqual([(i["id"], i["reason"]) for i in result["still_invalid"]], [(unknown, "not_found")])
+            self.assertEqual(b.get("job/ahead-0")["status"]["current"], "x")
+            key = next(letter["key"] for letter in b.dead_letters() if letter["id"] == ids[1])
+            self.assertEqual(b.drop_dead_letters([key, unknown]), 1)
+            self.assertEqual(list(b.dead_letters()), [])
+            self.assertEqual(b.status()["needs_attention"]["dead_letters"], 0)
+            with self.assertRaises(evstore.InvalidParams):
+                b.call("dead_letters.drop", {"ids": ["job/1"]})
+            with self.assertRaises(TypeError):
+                b.drop_dead_letters(ids[0])
 
 
 class DaemonGoneTests(unittest.TestCase):
