@@ -100,6 +100,12 @@ final class SyncSession {
     private(set) var report = SyncReport()
     /// Per origin, the greatest id pushed (events appended during the session included).
     private var sentThrough: [ULID: ULID] = [:]
+    /// Called as the peer acknowledges a batch of one origin's events sent in id order from
+    /// what it held: it holds that origin's events through the id given (origin, id).
+    var acknowledged: ((ULID, ULID) -> Void)?
+    /// Per batch in flight, oldest first: its origin and last id, nil for a batch of ids
+    /// reconciliation found (not a prefix of anything).
+    private var awaitingAck: [(origin: ULID, through: ULID)?] = []
     static let window = 4
     private let compressor = Compressor(level: 3)
     private let decompressor = Decompressor(windowLogMax: SyncSession.windowLogMax)
@@ -331,9 +337,14 @@ final class SyncSession {
     /// ids reconciliation found; waits for every acknowledgement, then says done.
     private func push(lacking theirs: [ULID: ULID], extras: Set<ULID>, mine: [ULID: ULID]) throws(SyncError) {
         var inFlight = 0
-        func sendBatch(_ events: [ReplicatedEvent]) throws(SyncError) {
+        func sendBatch(_ events: [ReplicatedEvent], origin: ULID? = nil) throws(SyncError) {
             guard !events.isEmpty else { return }
             try channel.write(Frame(kind: .batch, payload: try BatchCodec.encode(events, compressor: compressor)))
+            if let origin, let last = events.last?.id {
+                awaitingAck.append((origin: origin, through: last))
+            } else {
+                awaitingAck.append(nil)
+            }
             report.sent += events.count
             inFlight += 1
             if inFlight >= SyncSession.window {
@@ -349,7 +360,7 @@ final class SyncSession {
                     try node.log.replicationEvents(
                         origin: origin, after: cursor, limit: BatchCodec.maxEvents, maxBytes: BatchCodec.targetBytes)
                 }
-                try sendBatch(events)
+                try sendBatch(events, origin: origin)
                 if let last = events.last?.id { sentThrough[origin] = max(last, sentThrough[origin] ?? last) }
                 guard more, let last = events.last?.id else { break }
                 cursor = last
@@ -372,6 +383,8 @@ final class SyncSession {
 
     private func readAck() throws(SyncError) {
         _ = try Messages.decode(Messages.Ack.self, try expect(.ack).payload, frame: "ack")
+        // Acks come in the order of the batches.
+        if !awaitingAck.isEmpty, let held = awaitingAck.removeFirst() { acknowledged?(held.origin, held.through) }
     }
 
     /// Takes the peer's batches, committing and acknowledging each, until it says done.
