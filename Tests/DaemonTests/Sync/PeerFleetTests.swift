@@ -125,6 +125,26 @@ struct PeerFleetTests {
         #expect(stopped < Double(timeout) - 1, "the sessions were cut, not waited out: \(stopped) s")
     }
 
+    @Test("a unix:// peer whose listener accepts nothing and whose backlog is full times out within sync_timeout_s")
+    func fullBacklog() throws {
+        let root = try temporaryRoot()
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        // Backlog 0 queues one connection; the next connect would wait for an accept.
+        let listener = try UnixListener.bind(path: root + "/stuck.sock", mode: 0o666, backlog: 0)
+        _ = listener
+        let queued = try UnixConnection.connect(to: root + "/stuck.sock")
+        defer { queued.close() }
+        let node = try DaemonProcess(arguments: ["--sync-timeout-s", "2"])
+        defer { node.removeFiles() }
+        let answer = (try node.client().call("sync", #"{"peer":"unix://\#(root)/stuck.sock"}"#)["peers"]
+            as! [[String: Any]])[0]
+        let error = answer["error"] as? [String: Any]
+        #expect(error?["reason"] as? String == "timeout", "\(answer)")
+        let message = error?["message"] as? String ?? ""
+        #expect(message.contains("accepted no connection") && message.contains("sync_timeout_s"), "\(answer)")
+        #expect(answer["duration_ms"] as? Int ?? 0 <= 3000, "\(answer)")
+    }
+
     @Test("a failing and a terminal peer are still so after a restart, with their failures, last error and next attempt")
     func stateSurvivesRestart() throws {
         let root = try temporaryRoot()
