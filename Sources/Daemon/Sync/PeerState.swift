@@ -8,12 +8,14 @@ import Projections
 ///
 /// JSON: `{"vector":{origin:id},"last_success":ms,"node":id,"schedule":{"failures":n,
 /// "backoff_failures":n,"failing_since":ms,"last_attempt":ms,"next_attempt":ms,
-/// "last_error":{"reason":r,"message":m}}}`. A record of the previous release has no
+/// "last_error":{"reason":r,"message":m},"url":u}}`. A record of the previous release has no
 /// `schedule` and still loads (the peer is then synced at once, as before); that release
 /// ignores the member it does not know.
 struct PeerState {
     var known: SyncService.Known
     var schedule: PeerSchedule?
+    /// The peer's URL when the schedule was written: the schedule is of that URL.
+    var url: String?
 
     func encoded() -> [UInt8]? {
         var record: [String: Any] = ["vector": known.vector.wire]
@@ -27,6 +29,7 @@ struct PeerState {
             ]
             if let at = schedule.failingSince { object["failing_since"] = Int(clamping: at) }
             if let at = schedule.lastAttempt { object["last_attempt"] = Int(clamping: at) }
+            if let url { object["url"] = url }
             if let error = schedule.lastError {
                 object["last_error"] = ["reason": error.reason.rawValue, "message": error.message]
             }
@@ -53,8 +56,10 @@ struct PeerState {
         self.known = known
         guard let saved = object["schedule"] as? [String: Any], let next = milliseconds(saved["next_attempt"]) else {
             schedule = nil
+            url = nil
             return
         }
+        url = saved["url"] as? String
         var schedule = PeerSchedule(nextAttempt: next)
         schedule.lastSuccess = known.lastSuccess
         schedule.failures = max(0, (saved["failures"] as? NSNumber)?.intValue ?? 0)
@@ -73,8 +78,9 @@ struct PeerState {
         self.schedule = schedule
     }
 
-    init(known: SyncService.Known, schedule: PeerSchedule?) {
+    init(known: SyncService.Known, schedule: PeerSchedule?, url: String? = nil) {
         self.known = known
         self.schedule = schedule
+        self.url = url
     }
 }

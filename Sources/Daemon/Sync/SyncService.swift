@@ -375,16 +375,21 @@ final class SyncService: Sendable {
         defer { outgoing.finish(peer.name, attempt, with: outcome) }
         let settings = settings.withLock { $0 }
         let at = now()
-        schedules.withLock { schedules in
-            var schedule = schedules[peer.name] ?? PeerSchedule(nextAttempt: at)
-            if let error = outcome.error {
-                schedule.failed(
-                    error, at: at, base: settings.backoffBase, cap: settings.backoffCap,
-                    jitter: Double.random(in: 0..<1))
-            } else {
-                schedule.succeeded(at: at, interval: settings.interval)
+        // A session the stop cut is no failure of the peer's: its schedule stays as it was
+        // (what it acknowledged is still stored below).
+        let cut = outcome.error != nil && stopping.load(ordering: .relaxed)
+        if !cut {
+            schedules.withLock { schedules in
+                var schedule = schedules[peer.name] ?? PeerSchedule(nextAttempt: at)
+                if let error = outcome.error {
+                    schedule.failed(
+                        error, at: at, base: settings.backoffBase, cap: settings.backoffCap,
+                        jitter: Double.random(in: 0..<1))
+                } else {
+                    schedule.succeeded(at: at, interval: settings.interval)
+                }
+                schedules[peer.name] = schedule
             }
-            schedules[peer.name] = schedule
         }
         if outcome.error == nil {
             remember(peer.name, node: outcome.report.peerNode, vector: outcome.report.peerVector, at: at)
@@ -554,7 +559,8 @@ final class SyncService: Sendable {
             // A peer removed meanwhile keeps no record.
             guard peers().contains(where: { $0.name == name }) else { return }
             let state = PeerState(
-                known: known.withLock { $0[name] } ?? Known(), schedule: schedules.withLock { $0[name] })
+                known: known.withLock { $0[name] } ?? Known(), schedule: schedules.withLock { $0[name] },
+                url: peers().first { $0.name == name }?.url)
             guard let bytes = state.encoded() else { return }
             do {
                 try node.storePeerEntries([PeerEntry(key: "state/\(name)", value: bytes)])
@@ -568,11 +574,16 @@ final class SyncService: Sendable {
     private func loadKnown() {
         var loaded: [String: Known] = [:]
         var restored: [String: PeerSchedule] = [:]
+        let urls = Dictionary(peers().map { ($0.name, $0.url) }, uniquingKeysWith: { first, _ in first })
         for entry in (try? node.log.peerEntries()) ?? [] where entry.key.hasPrefix("state/") {
             guard let state = PeerState(decoding: entry.value) else { continue }
             let name = String(entry.key.dropFirst("state/".count))
             loaded[name] = state.known
-            if let schedule = state.schedule { restored[name] = schedule }
+            // The schedule was that of the URL the peer had then: one changed in the config
+            // file since is due at once, as after a reload that changes it.
+            if let schedule = state.schedule, state.url == nil || state.url == urls[name] {
+                restored[name] = schedule
+            }
         }
         known.withLock { $0 = loaded }
         schedules.withLock { $0 = restored }

@@ -46,8 +46,10 @@ struct PeerFleetTests {
     }
 
     func temporaryRoot() throws -> String {
-        let root = FileManager.default.temporaryDirectory.appendingPathComponent("evfleet-\(UUID().uuidString.prefix(8))")
-            .path
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "evfleet-\(UUID().uuidString.prefix(8))"
+        )
+        .path
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
         return root
     }
@@ -136,7 +138,8 @@ struct PeerFleetTests {
         defer { queued.close() }
         let node = try DaemonProcess(arguments: ["--sync-timeout-s", "2"])
         defer { node.removeFiles() }
-        let answer = (try node.client().call("sync", #"{"peer":"unix://\#(root)/stuck.sock"}"#)["peers"]
+        let answer =
+            (try node.client().call("sync", #"{"peer":"unix://\#(root)/stuck.sock"}"#)["peers"]
             as! [[String: Any]])[0]
         let error = answer["error"] as? [String: Any]
         #expect(error?["reason"] as? String == "timeout", "\(answer)")
@@ -145,7 +148,8 @@ struct PeerFleetTests {
         #expect(answer["duration_ms"] as? Int ?? 0 <= 3000, "\(answer)")
     }
 
-    @Test("a failing and a terminal peer are still so after a restart, with their failures, last error and next attempt")
+    @Test(
+        "a failing and a terminal peer are still so after a restart, with their failures, last error and next attempt")
     func stateSurvivesRestart() throws {
         let root = try temporaryRoot()
         // `newer` speaks a protocol from the future (terminal, protocol_mismatch); `gone` has
@@ -201,13 +205,15 @@ struct PeerFleetTests {
         known.vector = [origin: ULID("01M8SDQBQT7TWTZ9D0VM7MPXG0")!]
         known.lastSuccess = 1_799_000_000_000
         schedule.lastSuccess = known.lastSuccess
-        let bytes = try #require(PeerState(known: known, schedule: schedule).encoded())
+        let bytes = try #require(PeerState(known: known, schedule: schedule, url: "unix:///run/hq.sock").encoded())
         let decoded = try #require(PeerState(decoding: bytes))
         #expect(decoded.schedule == schedule)
+        #expect(decoded.url == "unix:///run/hq.sock", "the schedule is of that URL")
         #expect(decoded.schedule?.state == .failing)
         #expect(decoded.known.vector == known.vector && decoded.known.lastSuccess == known.lastSuccess)
 
-        let old = #"{"last_success":1799000000000,"node":"01M8SDQBQT7TWTZ9D0VM7MPXG0","vector":{"01M8SDQBSADFFHKEPBKKS19DVP":"01M8SDQBQT7TWTZ9D0VM7MPXG0"}}"#
+        let old =
+            #"{"last_success":1799000000000,"node":"01M8SDQBQT7TWTZ9D0VM7MPXG0","vector":{"01M8SDQBSADFFHKEPBKKS19DVP":"01M8SDQBQT7TWTZ9D0VM7MPXG0"}}"#
         let previous = try #require(PeerState(decoding: Array(old.utf8)))
         #expect(previous.schedule == nil)
         #expect(previous.known.vector == known.vector)

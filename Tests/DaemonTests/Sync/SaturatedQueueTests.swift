@@ -26,7 +26,9 @@ struct SaturatedQueueTests {
         return peers.first { $0["name"] as? String == peer }?["pending"] as? Int
     }
 
-    @Test("100k events appended while the peer is down reach it in one background pass; pending counts down batch by batch")
+    @Test(
+        "100k events appended while the peer is down reach it in one background pass; pending counts down batch by batch"
+    )
     func hundredThousand() throws {
         let count = 100_000
         let peerRoot = FileManager.default.temporaryDirectory.appendingPathComponent(
