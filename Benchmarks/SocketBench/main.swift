@@ -4,7 +4,7 @@
 //   evstore-socket-bench --bin DIR --workload events.ndjson [--large events.ndjson]
 //                        [--dir DIR] [--json FILE] [--seconds S] [--only SECTIONS]
 //
-// --only takes a comma-separated list of sections: bulk, watch, appends, get, sync, large.
+// --only takes a comma-separated list of sections: bulk, watch, appends, get, sync, saturated, large.
 //
 // - bulk `evctl append --file` of the workload, against the daemon's own commit rate
 //   for the same events in large batches (what the writer alone can do);
@@ -13,6 +13,9 @@
 // - `get` round trips, p50/p99, 1 and 8 clients, against a request the daemon answers
 //   without touching the store (the transport's floor), and against Redis's HGETALL of
 //   a hash holding the same entity's fields (redis-server on the same CPU, when installed);
+// - a saturated queue: the workload appended while the node's peer is down, then the
+//   one background session that delivers it when the peer returns, against bulk append
+//   of the same events in the same run;
 // - with --large (1M events): resident memory after loading them, and start to READY
 //   on that store (READY as systemd's NOTIFY_SOCKET receives it).
 import Foundation
@@ -27,7 +30,7 @@ struct Options {
     var seconds = 5.0
     /// The sections to run; all when empty.
     var only: Set<String> = []
-    static let sections: Set<String> = ["bulk", "watch", "appends", "get", "sync", "large"]
+    static let sections: Set<String> = ["bulk", "watch", "appends", "get", "sync", "saturated", "large"]
 
     init() {
         var args = CommandLine.arguments.dropFirst().makeIterator()
@@ -55,7 +58,7 @@ struct Options {
         FileHandle.standardError.write(
             Data(
                 ("usage: evstore-socket-bench --bin DIR --workload FILE [--large FILE] [--dir DIR] [--json FILE]"
-                    + " [--seconds S] [--only bulk,watch,appends,get,sync,large]\n").utf8))
+                    + " [--seconds S] [--only bulk,watch,appends,get,sync,saturated,large]\n").utf8))
         exit(64)
     }
 
@@ -148,6 +151,11 @@ final class Client {
             let result = object["result"] as? [String: Any]
         else { throw BenchError(description: "\(method) failed: \(String(decoding: line, as: UTF8.self))") }
         return result
+    }
+
+    /// The events the daemon holds, by its status; -1 when it does not answer.
+    func events() -> Int {
+        ((try? call("status"))?["events"] as? Int) ?? -1
     }
 
     /// Syncs with `peer`; its entry of the answer, checked for success.
@@ -625,6 +633,47 @@ if options.runs("sync") {
     rows.append(Row(name: "baseline: store bytes per event (whole store)", value: storedPerEvent, unit: "bytes"))
     source.stop()
     target.stop()
+}
+
+// 3c. A saturated queue: the workload appended while the peer is down (the node retries
+//     every second), then the peer starts and one background session delivers it all. The
+//     pass is timed from the peer's READY to its last event, so it includes up to a second
+//     of waiting for the node's next attempt; status is polled meanwhile, and how often
+//     `pending` was seen between 0 and all (counting down batch by batch) is reported.
+if options.runs("saturated") {
+    let root = options.directory + "/saturated-node"
+    let peerRoot = options.directory + "/saturated-peer"
+    try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+    let peers = #"[{"name":"hq","url":"unix://\#(peerRoot)/evstored.sock"}]"#
+    let config = #"{"peers":\#(peers),"sync_interval_s":1,"backoff_base_s":1,"backoff_cap_s":1}"#
+    try config.write(toFile: root + "/evstored.json", atomically: true, encoding: .utf8)
+    let node = try Daemon(bin: bin, root: root, extra: ["--config", root + "/evstored.json"], cpu: 0)
+    let loadSeconds = try runEvctl(bin, socket: node.socket, ["append", "--file", options.workload])
+    let client = try Client(node.socket)
+    let total = client.events()
+    let peer = try Daemon(bin: bin, root: peerRoot, cpu: 1)
+    let peerClient = try Client(peer.socket)
+    let start = ContinuousClock.now
+    var between = 0
+    while peerClient.events() < total {
+        let peers = (try? client.call("status"))?["peers"] as? [[String: Any]] ?? []
+        if let pending = peers.first?["pending"] as? Int, pending > 0, pending < total { between += 1 }
+        if seconds(ContinuousClock.now - start) > 3600 {
+            throw BenchError(description: "the saturated pass took an hour")
+        }
+        usleep(20_000)
+    }
+    let passSeconds = seconds(ContinuousClock.now - start)
+    let passRate = Double(total) / passSeconds
+    let bulkRate = Double(lines.count) / loadSeconds
+    rows.append(
+        Row(
+            name: "saturated queue: background pass after the peer returns", value: passRate, unit: "events/s",
+            note: "\(total) events; pending seen between 0 and all \(between) times"))
+    rows.append(Row(name: "baseline: bulk evctl append --file, same run", value: bulkRate, unit: "events/s"))
+    rows.append(Row(name: "saturated pass / bulk append", value: passRate / bulkRate, unit: "x"))
+    node.stop()
+    peer.stop()
 }
 
 // 4. The 1M-event store: memory after the load, start to READY (median of 3), against

@@ -374,6 +374,7 @@ final class Daemon: Sendable {
                 old.backoffCapSeconds = fresh.backoffCapSeconds
                 old.syncTimeoutSeconds = fresh.syncTimeoutSeconds
                 old.maxIncomingSessions = fresh.maxIncomingSessions
+                old.maxOutgoingSessions = fresh.maxOutgoingSessions
                 old.syncSessionMaxSeconds = fresh.syncSessionMaxSeconds
                 old.syncReconcileMaxRounds = fresh.syncReconcileMaxRounds
                 old.syncReconcileMaxBytes = fresh.syncReconcileMaxBytes

@@ -90,10 +90,10 @@ public final class ChildProcess: Sendable {
 
     /// Waits for the exit, at most `timeout` seconds (nil: forever); nil when still running.
     ///
-    /// Once the child has exited, waits up to a second more for the end of its standard
-    /// error (a process it started may still hold the pipe open), so `standardError` is
-    /// complete.
-    public func wait(timeout: Double?) -> Termination? {
+    /// Once the child has exited, waits up to `standardErrorTimeout` seconds more for the
+    /// end of its standard error (a process it started may still hold the pipe open), so
+    /// `standardError` is complete.
+    public func wait(timeout: Double?, standardErrorTimeout: Double = 1) -> Termination? {
         // Polled with WNOHANG rather than blocking in waitpid: a blocking wait would either
         // hold the lock (and `terminate` could not signal) or run outside it (and a signal
         // could reach a reaped, reused pid).
@@ -101,7 +101,7 @@ public final class ChildProcess: Sendable {
         var pause = 0.001
         while true {
             if let termination = reap() {
-                errorTail.waitForEnd(timeout: 1)
+                errorTail.waitForEnd(timeout: standardErrorTimeout)
                 return termination
             }
             if let deadline {
@@ -114,13 +114,14 @@ public final class ChildProcess: Sendable {
         }
     }
 
-    /// SIGTERM, then SIGKILL after `grace` seconds, then reaps it.
-    public func terminate(grace: Double = 1) -> Termination {
+    /// SIGTERM, then SIGKILL after `grace` seconds, then reaps it; `standardErrorTimeout`
+    /// as for `wait`.
+    public func terminate(grace: Double = 1, standardErrorTimeout: Double = 1) -> Termination {
         signal(SIGTERM)
-        if let termination = wait(timeout: grace) { return termination }
+        if let termination = wait(timeout: grace, standardErrorTimeout: standardErrorTimeout) { return termination }
         signal(SIGKILL)
         while true {
-            if let termination = wait(timeout: nil) { return termination }
+            if let termination = wait(timeout: nil, standardErrorTimeout: standardErrorTimeout) { return termination }
         }
     }
 

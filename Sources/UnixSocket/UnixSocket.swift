@@ -30,10 +30,16 @@ public final class UnixConnection: @unchecked Sendable {
     }
 
     /// Connects to the socket at `path`. The corresponding C function is `connect`.
-    public static func connect(to path: String) throws(SocketError) -> UnixConnection {
+    ///
+    /// `timeout` bounds the wait of a connect to a socket whose listener accepts nothing
+    /// and whose backlog is full (which otherwise blocks for good); past it the error's
+    /// `isTimeout` is true. It stays the connection's write timeout.
+    public static func connect(to path: String, timeout: Double? = nil) throws(SocketError) -> UnixConnection {
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw SocketError.last("socket") }
         let connection = UnixConnection(adopting: fd)
+        // A Unix socket's connect waits as long as the send timeout says.
+        if let timeout { try connection.setTimeouts(read: nil, write: timeout) }
         let result = try withAddress(path) { address, length in
             Glibc.connect(fd, address, length)
         }

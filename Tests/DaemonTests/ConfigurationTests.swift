@@ -49,6 +49,8 @@ struct ConfigurationTests {
         arguments: [
             (["--socket-mode", "999"], "--socket-mode"), (["--max-event-bytes", "-1"], "--max-event-bytes"),
             (["--log-level", "loud"], "--log-level"), (["--durability", "yes"], "--durability"),
+            (["--max-outgoing-sessions", "0"], "--max-outgoing-sessions"),
+            (["--max-outgoing-sessions", "257"], "--max-outgoing-sessions"),
         ])
     func badSettings(arguments: [String], named: String) throws {
         #expect {
@@ -56,6 +58,13 @@ struct ConfigurationTests {
         } throws: { error in
             "\(error)".contains(named)
         }
+    }
+
+    @Test("max_outgoing_sessions: 4 by default, from the flag or the environment, 1 to 256")
+    func outgoingSessions() throws {
+        #expect(try resolve([]).maxOutgoingSessions == 4)
+        #expect(try resolve(["--max-outgoing-sessions", "16"]).maxOutgoingSessions == 16)
+        #expect(try resolve([], ["EVSTORE_MAX_OUTGOING_SESSIONS": "1"]).maxOutgoingSessions == 1)
     }
 
     @Test("the map's initial size and the dictionary training threshold: defaults, flags, limits")

@@ -34,6 +34,9 @@ struct Configuration: Equatable, Sendable {
     var syncTimeoutSeconds = 30
     /// Sessions other nodes started that are answered at once; more are refused (`busy`).
     var maxIncomingSessions = 8
+    /// Sessions this node starts that run at once (background and `sync`); the other due
+    /// peers wait for one to end, so one silent peer never holds the rest back.
+    var maxOutgoingSessions = 4
     /// What one sync session may cost, whatever the peer does (see `SyncLimits`).
     var syncSessionMaxSeconds = 600
     var syncReconcileMaxRounds = 1000
@@ -116,6 +119,7 @@ struct Configuration: Equatable, Sendable {
         Option(key: "backoff_cap_s", help: "longest retry delay, seconds (600)"),
         Option(key: "sync_timeout_s", help: "a peer silent this long ends the session, seconds (30)"),
         Option(key: "max_incoming_sessions", help: "sync sessions from other nodes answered at once (8)"),
+        Option(key: "max_outgoing_sessions", help: "sync sessions with peers this node runs at once (4)"),
         Option(key: "sync_session_max_s", help: "the longest a sync session may last, seconds (600)"),
         Option(key: "sync_reconcile_max_rounds", help: "reconcile frames a peer may send in one session (1000)"),
         Option(
@@ -377,6 +381,7 @@ struct Configuration: Equatable, Sendable {
         case "backoff_cap_s": backoffCapSeconds = try integer(1...86_400)
         case "sync_timeout_s": syncTimeoutSeconds = try integer(1...86_400)
         case "max_incoming_sessions": maxIncomingSessions = try integer(1...1024)
+        case "max_outgoing_sessions": maxOutgoingSessions = try integer(1...256)
         case "sync_session_max_s": syncSessionMaxSeconds = try integer(1...604_800)
         case "sync_reconcile_max_rounds": syncReconcileMaxRounds = try integer(1...1_000_000)
         case "sync_reconcile_max_bytes": syncReconcileMaxBytes = try integer((1 << 20)...(1 << 40))

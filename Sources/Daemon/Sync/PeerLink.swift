@@ -13,12 +13,18 @@ final class PeerLink {
         self.url = url
     }
 
-    /// Connects to the peer at `url`; `ssh` is the ssh client's command.
-    static func open(_ url: PeerURL, ssh: [String]) throws(SyncError) -> PeerLink {
+    /// Connects to the peer at `url`; `ssh` is the ssh client's command. A socket whose
+    /// listener accepts nothing fails after `timeout` seconds (`sync_timeout_s`).
+    static func open(_ url: PeerURL, ssh: [String], timeout: Double = 30) throws(SyncError) -> PeerLink {
         if case .unix(let path) = url {
             do {
-                return PeerLink(connection: try UnixConnection.connect(to: path), child: nil, url: url)
+                return PeerLink(
+                    connection: try UnixConnection.connect(to: path, timeout: timeout), child: nil, url: url)
             } catch {
+                if error.isTimeout {
+                    throw SyncError(
+                        .timeout, "the socket at \(path) accepted no connection for \(Int(timeout)) s (sync_timeout_s)")
+                }
                 throw SyncError(.unreachable, "no daemon answers at \(path): \(error)")
             }
         }
@@ -34,13 +40,26 @@ final class PeerLink {
     /// Ends the link. For a process, waits a moment for it to exit (then stops it) and,
     /// when the session failed, explains the failure from what the process said: ssh's
     /// complaints about keys and hosts, a missing remote evctl, a remote daemon not running.
-    func close(after error: SyncError?) -> SyncError? {
+    ///
+    /// After a failure this takes well under a second, however the process behaves: it has
+    /// a quarter of a second to exit once its input ends (ssh that failed has exited by
+    /// then), then SIGTERM and a quarter more, then SIGKILL; what it wrote to stderr is
+    /// awaited a quarter of a second more (a process it started may hold the pipe). A
+    /// silent peer's session so ends within `sync_timeout_s` and a moment. After a success
+    /// the process has `timeout` seconds (at most 5) to exit.
+    func close(after error: SyncError?, timeout: Double = 5) -> SyncError? {
         connection.shutdown()
         guard let child else {
             connection.close()
             return error
         }
-        let termination = child.wait(timeout: error == nil ? 5 : 1) ?? child.terminate(grace: 1)
+        let termination =
+            if error == nil {
+                child.wait(timeout: min(timeout, 5)) ?? child.terminate(grace: 1)
+            } else {
+                child.wait(timeout: 0.25, standardErrorTimeout: 0.5)
+                    ?? child.terminate(grace: 0.25, standardErrorTimeout: 0.25)
+            }
         connection.close()
         guard let error else { return nil }
         let said = child.standardError.split(whereSeparator: \.isNewline).map(String.init)

@@ -47,6 +47,7 @@ final class SyncService: Sendable {
         var backoffCap: Double
         var timeout: Double
         var maxIncomingSessions: Int
+        var maxOutgoingSessions: Int
         var configPeers: [Configuration.Peer]
         var sshCommand: [String]
         var limits: SyncLimits
@@ -57,6 +58,7 @@ final class SyncService: Sendable {
             backoffCap = Double(configuration.backoffCapSeconds)
             timeout = Double(configuration.syncTimeoutSeconds)
             maxIncomingSessions = configuration.maxIncomingSessions
+            maxOutgoingSessions = configuration.maxOutgoingSessions
             configPeers = configuration.peers
             sshCommand = (try? ShellWords.split(configuration.sshCommand)) ?? ["ssh"]
             limits = SyncLimits(
@@ -98,14 +100,15 @@ final class SyncService: Sendable {
     private let schedules = Mutex<[String: PeerSchedule]>([:])
     /// Per peer name: the peer's node id and, merged over the sessions, what it holds.
     private let known = Mutex<[String: Known]>([:])
-    /// Outgoing sessions run one at a time.
-    private let sessions = DispatchSemaphore(value: 1)
+    /// The outgoing sessions in progress: several at once, one per peer.
+    private let outgoing: OutgoingSessions
+    /// Held while a `state/<name>` record is built and stored, so two sessions' records of
+    /// one peer (an outgoing and an incoming one) are stored in the order they were built.
+    private let persisting = Mutex<Void>(())
     private let wake = DispatchSemaphore(value: 0)
     private let stopping = Atomic<Bool>(false)
     private let finished = DispatchSemaphore(value: 0)
     private let running = Atomic<Bool>(false)
-    /// The connection of the outgoing session in progress, so a stop can cut it.
-    private let current = Mutex<UnixConnection?>(nil)
     /// Sessions other nodes started that are being answered, held to `max_incoming_sessions`:
     /// each holds a connection, a decompression context and up to a 64 MiB batch.
     private let incoming = Atomic<Int>(0)
@@ -130,6 +133,7 @@ final class SyncService: Sendable {
         self.settings = Mutex(settings)
         self.logger = logger
         self.now = now
+        outgoing = OutgoingSessions(limit: settings.maxOutgoingSessions)
         loadKnown()
     }
 
@@ -200,6 +204,7 @@ final class SyncService: Sendable {
     func update(_ fresh: Settings) {
         let before = Dictionary(peers().map { ($0.name, $0.url) }, uniquingKeysWith: { first, _ in first })
         settings.withLock { $0 = fresh }
+        outgoing.setLimit(fresh.maxOutgoingSessions)
         let current = now()
         let changed = peers().filter { before[$0.name] != $0.url }.map(\.name)
         schedules.withLock { schedules in
@@ -237,14 +242,19 @@ final class SyncService: Sendable {
         thread.start()
     }
 
-    /// Ends the background thread; an outgoing session in progress is cut (the batches
-    /// acknowledged so far are kept, the next session resumes).
+    /// Ends the background thread; every outgoing session in progress is cut (the batches
+    /// acknowledged so far are kept, the next session resumes) and waited for.
     func stop() {
         stopping.store(true, ordering: .relaxed)
-        current.withLock { $0?.shutdown() }
-        guard running.load(ordering: .relaxed) else { return }
-        wake.signal()
-        finished.wait()
+        outgoing.stopAll()
+        if running.load(ordering: .relaxed) {
+            wake.signal()
+            finished.wait()
+        }
+        // A cut session ends at once; one starting a process gives it a moment to exit.
+        if !outgoing.waitUntilIdle(timeout: 10) {
+            logger.warning("sync sessions still running after 10 s of stopping; stopping anyway")
+        }
     }
 
     private func schedule() {
@@ -254,12 +264,14 @@ final class SyncService: Sendable {
             let current = now()
             var due: [Peer] = []
             var earliest = current + 60_000
+            // A peer whose session runs is looked at again when a session ends (it wakes
+            // this thread), not before: its next attempt is set then.
             schedules.withLock { schedules in
                 for peer in peers {
                     let schedule = schedules[peer.name] ?? PeerSchedule(nextAttempt: current)
                     schedules[peer.name] = schedule
                     if schedule.nextAttempt <= current {
-                        due.append(peer)
+                        if !outgoing.isActive(peer.name) { due.append(peer) }
                     } else {
                         earliest = min(earliest, schedule.nextAttempt)
                     }
@@ -268,11 +280,18 @@ final class SyncService: Sendable {
                     schedules.removeValue(forKey: name)
                 }
             }
+            // Each due peer's session on a thread of its own, while slots are free; the rest
+            // wait for a session to end.
             for peer in due {
                 if stopping.load(ordering: .relaxed) { return }
-                _ = sync(peer)
+                guard case .owner(let attempt) = outgoing.claim(peer.name, wait: false) else { break }
+                let thread = Thread { [self] in
+                    _ = finishSession(of: peer, attempt)
+                    wake.signal()
+                }
+                thread.name = "evstored-sync-out"
+                thread.start()
             }
-            if !due.isEmpty { continue }
             let wait = Double(earliest - min(earliest, now())) / 1000
             _ = wake.wait(timeout: .now() + min(max(wait, 0.01), 60))
         }
@@ -283,7 +302,7 @@ final class SyncService: Sendable {
     /// Syncs now with the peer named `target`, with a URL, or (nil) with every peer.
     func syncNow(_ target: String?) throws(RPCError) -> [Outcome] {
         let peers = peers()
-        guard let target else { return peers.map { sync($0) } }
+        guard let target else { return syncConcurrently(peers) }
         if let peer = peers.first(where: { $0.name == target }) { return [sync(peer)] }
         if let peer = peers.first(where: { $0.url == target }) { return [sync(peer)] }
         guard target.contains(":") else {
@@ -294,55 +313,121 @@ final class SyncService: Sendable {
         } catch {
             throw RPCError.invalidParams(error.message)
         }
-        return [run(url: target, name: nil)]
+        // A URL given once: one session for it at a time, like a peer's.
+        let key = "url " + target
+        while true {
+            switch outgoing.claim(key, wait: true) {
+            case .owner(let attempt):
+                let outcome = run(url: target, name: nil)
+                outgoing.finish(key, attempt, with: outcome)
+                return [outcome]
+            case .joined(let attempt):
+                _ = outgoing.outcome(of: attempt)
+            case .busy:
+                continue
+            }
+        }
     }
 
-    /// A sync with a known peer: its schedule and what it holds are updated.
+    /// Every peer's session at once (at most `max_outgoing_sessions` running), the outcomes
+    /// in the peers' order.
+    private func syncConcurrently(_ peers: [Peer]) -> [Outcome] {
+        // Threads, not the dispatch pool: it runs as many blocks as there are cores, and a
+        // session mostly waits on its peer.
+        let outcomes = Mutex<[Outcome?]>(Array(repeating: nil, count: peers.count))
+        let done = DispatchGroup()
+        for (index, peer) in peers.enumerated() {
+            done.enter()
+            let thread = Thread { [self] in
+                let outcome = sync(peer)
+                outcomes.withLock { $0[index] = outcome }
+                done.leave()
+            }
+            thread.name = "evstored-sync-now"
+            thread.start()
+        }
+        done.wait()
+        return outcomes.withLock { $0.map { $0! } }
+    }
+
+    /// A sync with a known peer now: its schedule and what it holds are updated.
+    ///
+    /// When the peer's session is running already (the background one), waits for it: a
+    /// failure is the answer (a silent peer costs `sync_timeout_s` once, not twice); after a
+    /// success a new session starts, so that everything appended before the call is sent.
     private func sync(_ peer: Peer) -> Outcome {
+        var joined = 0
+        while true {
+            switch outgoing.claim(peer.name, wait: true) {
+            case .owner(let attempt):
+                return finishSession(of: peer, attempt)
+            case .joined(let attempt):
+                let outcome = outgoing.outcome(of: attempt)
+                joined += 1
+                if outcome.error != nil || joined > 2 { return outcome }
+            case .busy:
+                continue
+            }
+        }
+    }
+
+    /// Runs the session `claim` gave to the caller, updates the peer's schedule and what it
+    /// holds, stores them, and frees the slot.
+    private func finishSession(of peer: Peer, _ attempt: OutgoingSessions.Attempt) -> Outcome {
         let outcome = run(url: peer.url, name: peer.name)
+        defer { outgoing.finish(peer.name, attempt, with: outcome) }
         let settings = settings.withLock { $0 }
         let at = now()
-        schedules.withLock { schedules in
-            var schedule = schedules[peer.name] ?? PeerSchedule(nextAttempt: at)
-            if let error = outcome.error {
-                schedule.failed(
-                    error, at: at, base: settings.backoffBase, cap: settings.backoffCap,
-                    jitter: Double.random(in: 0..<1))
-            } else {
-                schedule.succeeded(at: at, interval: settings.interval)
+        // A session the stop cut is no failure of the peer's: its schedule stays as it was
+        // (what it acknowledged is still stored below).
+        let cut = outcome.error != nil && stopping.load(ordering: .relaxed)
+        if !cut {
+            schedules.withLock { schedules in
+                var schedule = schedules[peer.name] ?? PeerSchedule(nextAttempt: at)
+                if let error = outcome.error {
+                    schedule.failed(
+                        error, at: at, base: settings.backoffBase, cap: settings.backoffCap,
+                        jitter: Double.random(in: 0..<1))
+                } else {
+                    schedule.succeeded(at: at, interval: settings.interval)
+                }
+                schedules[peer.name] = schedule
             }
-            schedules[peer.name] = schedule
         }
         if outcome.error == nil {
             remember(
                 peer.name, node: outcome.report.peerNode, vector: outcome.report.peerVector,
                 deadLetters: outcome.report.peerDeadLetters, at: at)
+        } else {
+            persist(peer.name)
         }
         return outcome
     }
 
     private func run(url: String, name: String?) -> Outcome {
-        sessions.wait()
-        defer { sessions.signal() }
         let settings = settings.withLock { $0 }
         let started = ContinuousClock.now
         var report = SyncReport()
         var failure: SyncError?
         do throws(SyncError) {
             if stopping.load(ordering: .relaxed) { throw SyncError(.closed, "the daemon is stopping") }
-            let link = try PeerLink.open(try PeerURL(url), ssh: settings.sshCommand)
-            current.withLock { $0 = link.connection }
-            defer { current.withLock { $0 = nil } }
+            let link = try PeerLink.open(try PeerURL(url), ssh: settings.sshCommand, timeout: settings.timeout)
+            outgoing.hold(link.connection)
+            defer { outgoing.forget(link.connection) }
             let session = SyncSession(
                 node: node, channel: FrameChannel(connection: link.connection, timeoutSeconds: settings.timeout),
                 peerLabel: name ?? url, limits: settings.limits)
+            if let name {
+                // What the peer acknowledged is held there: `pending` counts down batch by batch.
+                session.acknowledged = { [self] origin, through in advance(name, origin: origin, through: through) }
+            }
             do {
                 report = try session.initiate()
             } catch {
                 report = session.report
                 failure = error
             }
-            failure = link.close(after: failure)
+            failure = link.close(after: failure, timeout: settings.timeout)
         } catch {
             failure = error
         }
@@ -456,41 +541,63 @@ final class SyncService: Sendable {
         _ name: String, node peerNode: ULID?, vector: [ULID: ULID], deadLetters: PeerDeadLetters = PeerDeadLetters(),
         at: UInt64
     ) {
-        let entry = known.withLock { known -> Known in
+        known.withLock { known in
             var entry = known[name] ?? Known()
             entry.node = peerNode ?? entry.node
             entry.vector.merge(vector) { max($0, $1) }
             entry.deadLettered = deadLetters.applied(to: entry.deadLettered)
             entry.lastSuccess = at
             known[name] = entry
-            return entry
         }
-        var record: [String: Any] = [
-            "vector": entry.vector.wire, "last_success": Int(clamping: at),
-        ]
-        if let node = entry.node { record["node"] = node.description }
-        if !entry.deadLettered.isEmpty { record["dead_lettered"] = entry.deadLetteredWire }
-        if let data = try? JSONSerialization.data(withJSONObject: record, options: [.sortedKeys]) {
-            try? node.storePeerEntries([PeerEntry(key: "state/\(name)", value: Array(data))])
+        persist(name)
+    }
+
+    /// The peer acknowledged the events of `origin` through `through` in the session in
+    /// progress: they are committed there, and the events of an origin are sent in id
+    /// order from what the peer held, so it holds that origin's prefix through `through`.
+    private func advance(_ name: String, origin: ULID, through: ULID) {
+        known.withLock { known in
+            var entry = known[name] ?? Known()
+            entry.vector[origin] = max(through, entry.vector[origin] ?? through)
+            known[name] = entry
         }
     }
 
+    /// Stores the peer's `state/<name>` record: what it holds and its schedule, so a restart
+    /// keeps both. Through the writer, like every write.
+    private func persist(_ name: String) {
+        persisting.withLock { _ in
+            // A peer removed meanwhile keeps no record.
+            guard peers().contains(where: { $0.name == name }) else { return }
+            let state = PeerState(
+                known: known.withLock { $0[name] } ?? Known(), schedule: schedules.withLock { $0[name] },
+                url: peers().first { $0.name == name }?.url)
+            guard let bytes = state.encoded() else { return }
+            do {
+                try node.storePeerEntries([PeerEntry(key: "state/\(name)", value: bytes)])
+            } catch {
+                logger.warning("cannot store the sync state of peer \(name): \(error)")
+            }
+        }
+    }
+
+    /// What each peer held and how its syncs went, as the last run of the daemon left them.
     private func loadKnown() {
         var loaded: [String: Known] = [:]
+        var restored: [String: PeerSchedule] = [:]
+        let urls = Dictionary(peers().map { ($0.name, $0.url) }, uniquingKeysWith: { first, _ in first })
         for entry in (try? node.log.peerEntries()) ?? [] where entry.key.hasPrefix("state/") {
-            guard let object = try? JSONSerialization.jsonObject(with: Data(entry.value)) as? [String: Any] else {
-                continue
+            guard let state = PeerState(decoding: entry.value) else { continue }
+            let name = String(entry.key.dropFirst("state/".count))
+            loaded[name] = state.known
+            // The schedule was that of the URL the peer had then: one changed in the config
+            // file since is due at once, as after a reload that changes it.
+            if let schedule = state.schedule, state.url == nil || state.url == urls[name] {
+                restored[name] = schedule
             }
-            var known = Known()
-            known.node = (object["node"] as? String).flatMap { ULID($0) }
-            for (origin, last) in object["vector"] as? [String: String] ?? [:] {
-                if let o = ULID(origin), let l = ULID(last) { known.vector[o] = l }
-            }
-            known.lastSuccess = (object["last_success"] as? NSNumber).map { UInt64(truncating: $0) }
-            known.deadLettered = Known.deadLettered(fromWire: object["dead_lettered"])
-            loaded[String(entry.key.dropFirst("state/".count))] = known
         }
         known.withLock { $0 = loaded }
+        schedules.withLock { $0 = restored }
     }
 
     /// Every peer with its schedule and how many local events it lacks by what it last held.

@@ -103,6 +103,12 @@ final class SyncSession {
     private(set) var report = SyncReport()
     /// Per origin, the greatest id pushed (events appended during the session included).
     private var sentThrough: [ULID: ULID] = [:]
+    /// Called as the peer acknowledges a batch of one origin's events sent in id order from
+    /// what it held: it holds that origin's events through the id given (origin, id).
+    var acknowledged: ((ULID, ULID) -> Void)?
+    /// Per batch in flight, oldest first: its origin and last id, nil for a batch of ids
+    /// reconciliation found (not a prefix of anything).
+    private var awaitingAck: [(origin: ULID, through: ULID)?] = []
     static let window = 4
     private let compressor = Compressor(level: 3)
     private let decompressor = Decompressor(windowLogMax: SyncSession.windowLogMax)
@@ -338,10 +344,17 @@ final class SyncSession {
         var inFlight = 0
         // What the peer holds as dead letters is not sent again: it would only be skipped.
         let refused = report.peerDeadLetters.listed ?? []
-        func sendBatch(_ batch: [ReplicatedEvent]) throws(SyncError) {
+        func sendBatch(_ batch: [ReplicatedEvent], origin: ULID? = nil) throws(SyncError) {
             let events = refused.isEmpty ? batch : batch.filter { $0.id.map { !refused.contains($0) } ?? true }
             guard !events.isEmpty else { return }
             try channel.write(Frame(kind: .batch, payload: try BatchCodec.encode(events, compressor: compressor)))
+            // Through the batch's last event before the filter: those left out are the
+            // peer's dead letters, below its vector already.
+            if let origin, let last = batch.last?.id {
+                awaitingAck.append((origin: origin, through: last))
+            } else {
+                awaitingAck.append(nil)
+            }
             report.sent += events.count
             inFlight += 1
             if inFlight >= SyncSession.window {
@@ -357,7 +370,7 @@ final class SyncSession {
                     try node.log.replicationEvents(
                         origin: origin, after: cursor, limit: BatchCodec.maxEvents, maxBytes: BatchCodec.targetBytes)
                 }
-                try sendBatch(events)
+                try sendBatch(events, origin: origin)
                 if let last = events.last?.id { sentThrough[origin] = max(last, sentThrough[origin] ?? last) }
                 guard more, let last = events.last?.id else { break }
                 cursor = last
@@ -384,6 +397,8 @@ final class SyncSession {
         for text in (ack.deadLettered ?? []).prefix(BatchCodec.maxEvents * 10) {
             if let id = ULID(text) { report.peerDeadLetters.acked.insert(id) }
         }
+        // Acks come in the order of the batches.
+        if !awaitingAck.isEmpty, let held = awaitingAck.removeFirst() { acknowledged?(held.origin, held.through) }
     }
 
     /// Puts the ids of the events this node holds as dead letters in its hello.

@@ -8,7 +8,8 @@ struct Sync: Command {
             name: "sync",
             abstract: "Sync with peers now: exchange the events each side lacks.",
             discussion: """
-                With no PEER, syncs with every configured peer, one after the other. A PEER is \
+                With no PEER, syncs with every configured peer at once (at most \
+                max_outgoing_sessions sessions at a time, so one silent peer holds back no other). A PEER is \
                 a peer's name (see `evctl peers list`) or a URL, which syncs with that node once \
                 without adding it as a peer. The daemon runs the sessions; evctl prints one line \
                 per peer: events sent and received, bytes out and in, and how long it took, or \

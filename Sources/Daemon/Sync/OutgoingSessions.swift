@@ -1,0 +1,129 @@
+import Foundation
+import UnixSocket
+
+/// The sync sessions this node starts, in progress: at most `max_outgoing_sessions` run at
+/// once, a peer has at most one, and a stop can cut every one of them.
+///
+/// Sessions run on threads of their own, so one silent peer (a hung gateway, a captive
+/// portal that accepts and says nothing) holds a slot for `sync_timeout_s` and nothing else:
+/// the other peers go on in the other slots.
+final class OutgoingSessions: @unchecked Sendable {
+    /// One session, which later callers for the same peer join instead of starting their own.
+    final class Attempt: @unchecked Sendable {
+        /// Set once, under the condition's lock, when the session is over.
+        fileprivate var outcome: SyncService.Outcome?
+    }
+
+    enum Claim {
+        /// The caller runs the session (a slot is held) and ends it with `finish`.
+        case owner(Attempt)
+        /// The peer's session is already running: `outcome(of:)` waits for its end.
+        case joined(Attempt)
+        /// Not waiting (the background schedule): no slot is free, or the peer has a
+        /// session; try again when one ends.
+        case busy
+    }
+
+    /// Guards everything below, and is signalled whenever a session ends or the limit
+    /// changes. (`Mutex` has no condition to wait on; an `NSCondition` does.)
+    private let condition = NSCondition()
+    private var limit: Int
+    /// Sessions holding a slot.
+    private var running = 0
+    /// Per peer key, its session, from the claim (before it has a slot) to its end.
+    private var attempts: [String: Attempt] = [:]
+    /// The connections of the sessions in progress, so a stop can cut them.
+    private var connections: [ObjectIdentifier: UnixConnection] = [:]
+    private var stopping = false
+
+    init(limit: Int) {
+        self.limit = max(1, limit)
+    }
+
+    /// A reloaded `max_outgoing_sessions`: sessions past a lowered limit finish, new ones
+    /// wait until they are under it.
+    func setLimit(_ value: Int) {
+        condition.lock()
+        limit = max(1, value)
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    /// Claims the session of `key` (a peer name). With `wait`, blocks until a slot is free
+    /// unless the peer's session is running already (then joins it); without, answers
+    /// `busy` at once rather than wait.
+    func claim(_ key: String, wait: Bool) -> Claim {
+        condition.lock()
+        defer { condition.unlock() }
+        if let attempt = attempts[key] { return wait ? .joined(attempt) : .busy }
+        if !wait, running >= limit { return .busy }
+        let attempt = Attempt()
+        attempts[key] = attempt
+        while running >= limit, !stopping { condition.wait() }
+        running += 1
+        return .owner(attempt)
+    }
+
+    /// Ends the session `claim` gave the caller: frees its slot and answers those who joined.
+    func finish(_ key: String, _ attempt: Attempt, with outcome: SyncService.Outcome) {
+        condition.lock()
+        running -= 1
+        attempt.outcome = outcome
+        if attempts[key] === attempt { attempts.removeValue(forKey: key) }
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    /// Waits for the end of a session that was joined.
+    func outcome(of attempt: Attempt) -> SyncService.Outcome {
+        condition.lock()
+        defer { condition.unlock() }
+        while attempt.outcome == nil { condition.wait() }
+        return attempt.outcome!
+    }
+
+    /// Whether `key` has a session claimed or running.
+    func isActive(_ key: String) -> Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        return attempts[key] != nil
+    }
+
+    /// Registers a session's connection until `forget`; once stopping, cuts it at once.
+    func hold(_ connection: UnixConnection) {
+        condition.lock()
+        connections[ObjectIdentifier(connection)] = connection
+        let cut = stopping
+        condition.unlock()
+        if cut { connection.shutdown() }
+    }
+
+    func forget(_ connection: UnixConnection) {
+        condition.lock()
+        connections.removeValue(forKey: ObjectIdentifier(connection))
+        condition.unlock()
+    }
+
+    /// Cuts every session in progress (each ends with `closed`, keeping what was
+    /// acknowledged) and lets those waiting for a slot through, to find the daemon stopping.
+    func stopAll() {
+        condition.lock()
+        stopping = true
+        let cut = Array(connections.values)
+        condition.broadcast()
+        condition.unlock()
+        for connection in cut { connection.shutdown() }
+    }
+
+    /// Waits until no session is claimed or running, at most `timeout` seconds; whether
+    /// they all ended.
+    func waitUntilIdle(timeout: Double) -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        condition.lock()
+        defer { condition.unlock() }
+        while !attempts.isEmpty || running > 0 {
+            if !condition.wait(until: deadline) { return attempts.isEmpty && running == 0 }
+        }
+        return true
+    }
+}
