@@ -117,6 +117,8 @@ final class SyncService: Sendable {
         var node: ULID?
         var vector: [ULID: ULID] = [:]
         var lastSuccess: UInt64?
+        /// The events the peer dead-lettered: its vector may cover them, but it does not hold them.
+        var deadLettered: Set<ULID> = []
     }
 
     init(
@@ -489,6 +491,18 @@ final class SyncService: Sendable {
             if schedule.lastSuccess == nil { schedule.lastSuccess = known.lastSuccess }
             let pending = (try? node.log.countAfter(known.vector)) ?? 0
             return PeerStatus(peer: peer, schedule: schedule, pending: pending)
+        }
+    }
+
+    /// Every peer with what it is known to hold and its schedule, without counting what it
+    /// lacks: per-item sync status looks only at the events it is asked about.
+    func standings() -> [(peer: Peer, known: Known, schedule: PeerSchedule)] {
+        let current = now()
+        return peers().map { peer in
+            let known = known.withLock { $0[peer.name] } ?? Known()
+            var schedule = schedules.withLock { $0[peer.name] } ?? PeerSchedule(nextAttempt: current)
+            if schedule.lastSuccess == nil { schedule.lastSuccess = known.lastSuccess }
+            return (peer, known, schedule)
         }
     }
 }
