@@ -69,21 +69,53 @@ extension EventLog {
     /// filters; the cursor for the next page is the last entity returned, nil at the end.
     ///
     /// The events it lacks are found from the origin index (those after its vector's entry
-    /// of each origin, every one of an origin it has none of) and its dead letters; only
-    /// those are decoded, for their entity. A peer that holds nearly everything costs
-    /// little; one that never synced costs every event, once per page.
+    /// of each origin, every one of an origin it has none of) and its dead letters. When
+    /// they are fewer than the entities held, only they are decoded, for their entity: a
+    /// peer that is nearly up to date costs little. Otherwise (a peer far behind, or never
+    /// synced) the entities are walked in order from `after` and each is checked as `get`
+    /// with `sync` checks it, from the indices alone, until the page is full: no event is
+    /// decoded, and most entities are pending, so the walk ends soon.
     public func entitiesLacking(
         _ holdings: PeerHoldings, type: String? = nil, status: String? = nil, includeDeleted: Bool = false,
         after: EntityKey? = nil, limit: Int = 100
     ) throws(EventStoreError) -> (entities: [EntitySummary], next: EntityKey?) {
         try reading { txn in
+            let prefix = type.map { Array($0.utf8) + [UInt8(ascii: "/")] } ?? []
+            let keep = { (summary: EntitySummary) in
+                (includeDeleted || !summary.deleted) && (status == nil || summary.status == status)
+            }
             var ids: [ULID] = []
             for origin in try localVector(txn: txn).keys {
                 try forEachID(origin: origin, after: holdings.vector[origin], through: nil, txn: txn) { ids.append($0) }
             }
             // One the vector does not cover is listed twice: decoded twice, counted once.
             ids += holdings.deadLettered
-            let prefix = type.map { Array($0.utf8) + [UInt8(ascii: "/")] } ?? []
+            var found: [EntitySummary] = []
+            var more = false
+            if ids.count > (try txn.stat(tables.projections).entries) {
+                try txn.withCursor(tables.projections) { cursor in
+                    var item: (key: [UInt8], value: [UInt8])?
+                    if let after {
+                        item = try cursor.seek(after.bytes)
+                        if item?.key == after.bytes { item = try cursor.next() }
+                    } else {
+                        item = prefix.isEmpty ? try cursor.first() : try cursor.seek(prefix)
+                    }
+                    while let current = item, current.key.starts(with: prefix) {
+                        let entity = EntityKey(validated: current.key)
+                        let summary = EventLog.summary(try EventLog.decodeProjection(current.value, entity: entity))
+                        if keep(summary), try delivery(of: entity, to: [holdings], txn: txn) != [.held] {
+                            if found.count == limit {
+                                more = true
+                                break
+                            }
+                            found.append(summary)
+                        }
+                        item = try cursor.next()
+                    }
+                }
+                return (found, more ? found.last?.entity : nil)
+            }
             var lacking = Set<EntityKey>()
             for id in ids {
                 guard let value = try txn.get(tables.events, id.bytes) else { continue }
@@ -92,15 +124,12 @@ extension EventLog {
                 if let after, !(after < entity) { continue }
                 lacking.insert(entity)
             }
-            var found: [EntitySummary] = []
-            var more = false
             for entity in lacking.sorted() {
                 guard let record = try txn.get(tables.projections, entity.bytes) else {
                     throw CorruptDataError("an event of \(entity) is held but the entity has no projection")
                 }
                 let summary = EventLog.summary(try EventLog.decodeProjection(record, entity: entity))
-                guard includeDeleted || !summary.deleted else { continue }
-                if let status, summary.status != status { continue }
+                guard keep(summary) else { continue }
                 if found.count == limit {
                     more = true
                     break

@@ -268,5 +268,13 @@ struct ItemSyncTests {
         #expect(two.delivery == [.held, .deadLettered, .lacking])
         #expect(try store.log.entitiesLacking(refused).entities.map(\.entity.description) == ["job/2"])
         #expect(try store.log.entitiesLacking(PeerHoldings(vector: vector)).entities.isEmpty)
+        // A peer never synced lacks more events than there are entities: the entities are
+        // walked instead, with the same answer.
+        let first = try store.log.entitiesLacking(PeerHoldings(), limit: 1)
+        #expect(first.entities.map(\.entity.description) == ["job/1"])
+        #expect(first.next?.description == "job/1")
+        let second = try store.log.entitiesLacking(PeerHoldings(), after: first.next, limit: 1)
+        #expect(second.entities.map(\.entity.description) == ["job/2"] && second.next == nil)
+        #expect(try store.log.entitiesLacking(PeerHoldings(), type: "note").entities.isEmpty)
     }
 }
