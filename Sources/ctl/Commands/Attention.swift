@@ -104,7 +104,7 @@ struct Attention: Command {
                 })
         }
         if !peers.isEmpty {
-            lines.append("peers (failing: retried at the backoff cap; terminal: retrying cannot fix it):")
+            lines.append("peers (failing: 8 or more failed syncs in a row; terminal: retrying cannot fix it):")
             lines += Format.table(
                 peers.map { peer in
                     var error = "-"
