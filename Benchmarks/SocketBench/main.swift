@@ -4,7 +4,7 @@
 //   evstore-socket-bench --bin DIR --workload events.ndjson [--large events.ndjson]
 //                        [--dir DIR] [--json FILE] [--seconds S] [--only SECTIONS]
 //
-// --only takes a comma-separated list of sections: bulk, watch, appends, get, sync, saturated, large.
+// --only takes a comma-separated list of sections: bulk, watch, appends, get, getsync, sync, saturated, large.
 //
 // - bulk `evctl append --file` of the workload, against the daemon's own commit rate
 //   for the same events in large batches (what the writer alone can do);
@@ -13,6 +13,8 @@
 // - `get` round trips, p50/p99, 1 and 8 clients, against a request the daemon answers
 //   without touching the store (the transport's floor), and against Redis's HGETALL of
 //   a hash holding the same entity's fields (redis-server on the same CPU, when installed);
+// - `get` with `sync: true` (per-item sync status) p50/p99, 1 client, against plain `get`
+//   of the same entities, with two configured peers that hold everything;
 // - a saturated queue: the workload appended while the node's peer is down, then the
 //   one background session that delivers it when the peer returns, against bulk append
 //   of the same events in the same run;
@@ -30,7 +32,7 @@ struct Options {
     var seconds = 5.0
     /// The sections to run; all when empty.
     var only: Set<String> = []
-    static let sections: Set<String> = ["bulk", "watch", "appends", "get", "sync", "saturated", "large"]
+    static let sections: Set<String> = ["bulk", "watch", "appends", "get", "getsync", "sync", "saturated", "large"]
 
     init() {
         var args = CommandLine.arguments.dropFirst().makeIterator()
@@ -58,7 +60,7 @@ struct Options {
         FileHandle.standardError.write(
             Data(
                 ("usage: evstore-socket-bench --bin DIR --workload FILE [--large FILE] [--dir DIR] [--json FILE]"
-                    + " [--seconds S] [--only bulk,watch,appends,get,sync,saturated,large]\n").utf8))
+                    + " [--seconds S] [--only bulk,watch,appends,get,getsync,sync,saturated,large]\n").utf8))
         exit(64)
     }
 
@@ -597,6 +599,56 @@ if options.runs("get") {
     } else {
         print("redis-server not found: no Redis baseline for get")
     }
+}
+
+// 3a. get with sync: true, against plain get of the same entities, with two peers
+//     configured and synced (both hold every event: each of an entity's events is checked).
+if options.runs("getsync") {
+    let daemon = try Daemon(
+        bin: bin, root: options.directory + "/getsync",
+        extra: ["--sync-interval-s", "86400", "--backoff-base-s", "86400", "--backoff-cap-s", "86400"])
+    let peers = try (1...2).map { try Daemon(bin: bin, root: options.directory + "/getsync-peer-\($0)", cpu: 1) }
+    _ = try runEvctl(bin, socket: daemon.socket, ["append", "--file", options.workload])
+    let client = try Client(daemon.socket)
+    for (index, peer) in peers.enumerated() {
+        _ = try client.call("peers.add", #"{"name":"peer-\#(index + 1)","url":"unix://\#(peer.socket)"}"#)
+        _ = try client.sync("peer-\(index + 1)")
+    }
+    let check = try client.call("get", #"{"entity":"\#(entities[0])","sync":true}"#)
+    guard (check["sync"] as? [String: String])?.values.allSatisfy({ $0 == "synced" }) == true else {
+        throw BenchError(description: "get with sync after the syncs: \(check["sync"] ?? "none")")
+    }
+    let socket = daemon.socket
+    let names = entities
+    func request(sync: Bool) -> @Sendable (Int) -> [UInt8] {
+        { n in
+            let entity = names[(n &* 2_654_435_761) % names.count]
+            return Array(
+                #"{"jsonrpc":"2.0","id":1,"method":"get","params":{"entity":"\#(entity)"\#(sync ? #","sync":true"# : "")}}"#
+                    .utf8) + [0x0A]
+        }
+    }
+    let plain = request(sync: false)
+    let withSync = request(sync: true)
+    let plainTimes = try latencies(clients: 1) {
+        let client = try Client(socket)
+        return { n in _ = try client.roundTrip(plain(n)) }
+    }
+    let syncTimes = try latencies(clients: 1) {
+        let client = try Client(socket)
+        return { n in _ = try client.roundTrip(withSync(n)) }
+    }
+    rows.append(Row(name: "get with sync p50, 2 peers", value: percentile(syncTimes, 0.5), unit: "µs"))
+    rows.append(Row(name: "get with sync p99, 2 peers", value: percentile(syncTimes, 0.99), unit: "µs"))
+    rows.append(Row(name: "baseline: plain get p50, same entities", value: percentile(plainTimes, 0.5), unit: "µs"))
+    rows.append(Row(name: "baseline: plain get p99, same entities", value: percentile(plainTimes, 0.99), unit: "µs"))
+    rows.append(
+        Row(
+            name: "get with sync p99 / plain get p99",
+            value: percentile(syncTimes, 0.99) / max(percentile(plainTimes, 0.99), 1e-9),
+            unit: "x"))
+    daemon.stop()
+    for peer in peers { peer.stop() }
 }
 
 // 3b. Replication: a full sync of the workload between two daemons (each on a CPU of its

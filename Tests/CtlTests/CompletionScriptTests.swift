@@ -44,7 +44,7 @@ struct CompletionScriptTests {
         let offered = try CompletionScriptTests.complete([""])
         #expect(offered.candidates == help.names(in: "commands") + ["help"])
         #expect(offered.directive == ":plain")
-        #expect(try CompletionScriptTests.complete(["peers", ""]).candidates == ["add", "remove", "list"])
+        #expect(try CompletionScriptTests.complete(["peers", ""]).candidates == ["add", "remove", "list", "show"])
         let options = try CompletionScriptTests.complete(["log", "--"]).candidates
         for option in HelpText(try evctl(["log", "--help"]).stdout).longOptions(in: "options") {
             #expect(options.contains(option), "\(option)")

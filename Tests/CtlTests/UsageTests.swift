@@ -40,7 +40,7 @@ import Testing
     @Test func helpWinsOverOtherMistakes() throws {
         let result = try evctl("get", "--no-such-option", "a", "b", "--help")
         #expect(result.status == 0)
-        #expect(result.stdout.contains("usage: evctl get [--history] ENTITY"))
+        #expect(result.stdout.contains("usage: evctl get [--history] [--sync] ENTITY"))
     }
 
     @Test func version() throws {
@@ -82,7 +82,8 @@ import Testing
         (["status", "now"], "unexpected argument 'now'"),
         (["sync", "http://hq.example.net"], "'http://hq.example.net' is not a peer URL"),
         (["peers"], "a command is required"),
-        (["peers", "show"], "unknown command 'show'"),
+        (["peers", "show"], "missing NAME"),
+        (["peers", "inspect"], "unknown command 'inspect'"),
         (["peers", "add", "hq"], "missing URL"),
         (["peers", "add", "hq", "hq.example.net"], "'hq.example.net' is not a peer URL"),
         (["peers", "remove"], "missing NAME"),

@@ -33,7 +33,11 @@ struct AccessTests {
     func methodTable() {
         #expect(Set(MethodAccess.required.keys) == Set(Methods.names))
         let reads = Set(MethodAccess.required.filter { $0.value == .read }.keys)
-        #expect(reads == ["get", "list", "log", "watch", "status", "types", "conflicts", "dead_letters", "peers.list"])
+        #expect(
+            reads == [
+                "get", "list", "log", "watch", "status", "types", "conflicts", "dead_letters", "peers.list",
+                "peers.show", "attention",
+            ])
         #expect(MethodAccess.required.values.allSatisfy { $0 != .none })
         #expect(MethodAccess.syncSession == .write)
         #expect(MethodAccess.level(for: "no.such.method") == .read)

@@ -8,6 +8,7 @@ struct Methods: Sendable {
     static let names = [
         "append", "get", "list", "log", "watch", "status", "types", "conflicts", "dead_letters", "rebuild", "backup",
         "sync", "peers.add", "peers.remove", "peers.list", "import", "dead_letters.retry", "dead_letters.drop",
+        "attention", "peers.show",
     ]
 
     /// The most events one `import` request may carry (`evctl import` sends 1000).
@@ -50,6 +51,8 @@ struct Methods: Sendable {
             case "sync": return try syncNow(request, level: level)
             case "peers.add", "peers.remove", "peers.list": return try peers(request, level: level)
             case "import": return try importEvents(request)
+            case "attention": return try attention(request)
+            case "peers.show": return try peerShow(request)
             default: throw RPCError.methodNotFound(request.method)
             }
         } catch let error as RPCError {
@@ -62,8 +65,9 @@ struct Methods: Sendable {
     }
 
     func get(_ request: Request) throws -> [UInt8] {
-        let params = try Params(request.params, method: "get", accepts: ["entity"])
+        let params = try Params(request.params, method: "get", accepts: ["entity", "sync"])
         guard let entity = try params.entity("entity") else { throw RPCError.invalidParams("get takes \"entity\"") }
+        if try params.bool("sync") == true { return try getWithSync(entity) }
         guard let state = try log.canonicalState(of: entity) else {
             throw RPCError.application(.notFound, "no event of \(entity) is held on this node")
         }
@@ -72,11 +76,20 @@ struct Methods: Sendable {
 
     func list(_ request: Request) throws -> [UInt8] {
         let params = try Params(
-            request.params, method: "list", accepts: ["type", "status", "include_deleted", "limit", "after"])
-        let (entities, next) = try log.entities(
-            type: try params.type("type"), status: try params.string("status"),
-            includeDeleted: try params.bool("include_deleted") ?? false, after: try params.entity("after"),
-            limit: try params.int("limit", in: 1...10_000) ?? 100)
+            request.params, method: "list",
+            accepts: ["type", "status", "include_deleted", "limit", "after", "pending_for"])
+        let type = try params.type("type")
+        let status = try params.string("status")
+        let includeDeleted = try params.bool("include_deleted") ?? false
+        let after = try params.entity("after")
+        let limit = try params.int("limit", in: 1...10_000) ?? 100
+        let (entities, next) =
+            if let peer = try params.string("pending_for") {
+                try entitiesPending(
+                    for: peer, type: type, status: status, includeDeleted: includeDeleted, after: after, limit: limit)
+            } else {
+                try log.entities(type: type, status: status, includeDeleted: includeDeleted, after: after, limit: limit)
+            }
         return JSONWriter.page("entities", entities, next: next?.description, capacity: 64 + entities.count * 96) {
             out, summary in
             out.beginObject()
@@ -262,14 +275,7 @@ struct Methods: Sendable {
             type: try params.type("type"), after: try params.entity("after"),
             limit: try params.int("limit", in: 1...10_000) ?? 100)
         return JSONWriter.page("entities", entities, next: next?.description) { out, summary in
-            out.beginObject()
-            out.member("entity", summary.entity.description)
-            out.key("fields")
-            out.beginArray()
-            for field in summary.fields { out.string(field) }
-            out.endArray()
-            out.member("status", summary.status)
-            out.endObject()
+            Methods.write(summary, to: &out)
         }
     }
 
@@ -279,18 +285,7 @@ struct Methods: Sendable {
         let (letters, more) = try log.deadLetterPage(
             after: try params.id("after"), limit: limit, maxBytes: maxPageBytes)
         let next = more ? letters.last?.key.description : nil
-        return JSONWriter.page("dead_letters", letters, next: next) { out, letter in
-            out.beginObject()
-            out.member("key", letter.key.description)
-            out.member("id", letter.id)
-            out.member("origin", letter.origin)
-            out.member("peer", letter.peer)
-            out.member("peer_node", letter.peerNode)
-            out.member("reason", letter.reason)
-            out.member("received_at", Int(clamping: letter.receivedAt))
-            out.member("raw", String(decoding: letter.raw, as: UTF8.self))
-            out.endObject()
-        }
+        return JSONWriter.page("dead_letters", letters, next: next) { out, letter in Methods.write(letter, to: &out) }
     }
 
     func rebuild(_ request: Request) throws -> [UInt8] {

@@ -39,6 +39,8 @@ enum MethodAccess {
         "conflicts": .read,
         "dead_letters": .read,
         "peers.list": .read,
+        "peers.show": .read,
+        "attention": .read,
         "append": .write,
         // Stores events as a sync session does.
         "import": .write,

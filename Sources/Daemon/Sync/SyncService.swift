@@ -614,4 +614,16 @@ final class SyncService: Sendable {
             return PeerStatus(peer: peer, schedule: schedule, pending: pending)
         }
     }
+
+    /// Every peer with what it is known to hold and its schedule, without counting what it
+    /// lacks: per-item sync status looks only at the events it is asked about.
+    func standings() -> [(peer: Peer, known: Known, schedule: PeerSchedule)] {
+        let current = now()
+        return peers().map { peer in
+            let known = known.withLock { $0[peer.name] } ?? Known()
+            var schedule = schedules.withLock { $0[peer.name] } ?? PeerSchedule(nextAttempt: current)
+            if schedule.lastSuccess == nil { schedule.lastSuccess = known.lastSuccess }
+            return (peer, known, schedule)
+        }
+    }
 }

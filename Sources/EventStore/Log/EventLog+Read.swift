@@ -120,17 +120,19 @@ extension EventLog {
     /// entity's `rev` on this node added as the last member (it is not part of the state) —
     /// or nil when no event of the entity is held.
     public func canonicalState(of entity: EntityKey) throws(EventStoreError) -> [UInt8]? {
-        try reading { txn in
-            guard let record = try txn.get(tables.projections, entity.bytes) else { return nil }
-            let (_, state, rev) = try EventLog.decodeProjection(record, entity: entity)
-            var json = state.canonicalJSON(history: try statusHistory(of: entity, txn: txn))
-            guard json.last == UInt8(ascii: "}") else { return json }
-            json.removeLast()
-            json.append(contentsOf: Array(#","rev":"#.utf8))
-            json.append(contentsOf: Array(String(rev).utf8))
-            json.append(UInt8(ascii: "}"))
-            return json
-        }
+        try reading { txn in try canonicalState(of: entity, txn: txn) }
+    }
+
+    func canonicalState(of entity: EntityKey, txn: borrowing some TransactionReading & ~Copyable) throws -> [UInt8]? {
+        guard let record = try txn.get(tables.projections, entity.bytes) else { return nil }
+        let (_, state, rev) = try EventLog.decodeProjection(record, entity: entity)
+        var json = state.canonicalJSON(history: try statusHistory(of: entity, txn: txn))
+        guard json.last == UInt8(ascii: "}") else { return json }
+        json.removeLast()
+        json.append(contentsOf: Array(#","rev":"#.utf8))
+        json.append(contentsOf: Array(String(rev).utf8))
+        json.append(UInt8(ascii: "}"))
+        return json
     }
 
     /// The entity's rev on this node (the seq of the latest event folded into it), or nil

@@ -17,7 +17,7 @@ enum ExitStatus {
     static let helpText = """
           0   ok
           1   failed (e.g. a sync failed, rebuild --verify found a mismatch, or an
-              internal error)
+              internal error), or `evctl attention` listed something
           2   not found (no such entity or peer)
           3   conflict: --if-match did not match, the entity is deleted, or a peer's
               name is taken

@@ -10,9 +10,15 @@ struct Get: Command {
             discussion: """
                 Fields whose concurrent edits conflict are listed with every competing value; \
                 `evctl resolve` settles them. With --json, the state exactly as the daemon returns it.
+
+                With --sync, per peer whether it holds the entity as this node does: synced \
+                (its last known version vector covers every event of the entity), pending (not \
+                yet), or failed (the peer refused one of its events as a dead letter, or it is \
+                pending while the peer is failing or terminal; see `evctl attention`).
                 """,
             arguments: [
                 .flag("history", help: "Also list every status the entity has had."),
+                .flag("sync", help: "Also show, per peer, whether it holds the entity: synced, pending or failed."),
                 .positional("ENTITY", completion: .dynamic("entity"), help: "The entity, TYPE/ID (e.g. job/42)."),
             ])
     }
@@ -20,17 +26,20 @@ struct Get: Command {
     var global: GlobalOptions
     var entity: String
     var history: Bool
+    var sync: Bool
 
     init(_ arguments: ParsedArguments) {
         global = GlobalOptions(arguments)
         entity = arguments["ENTITY"] ?? ""
         history = arguments.flag("history")
+        sync = arguments.flag("sync")
     }
 
     func run() throws {
         let connection = try global.connect()
         var params = JSONObjectWriter()
         params.add("entity", entity)
+        if sync { params.add("sync", true) }
         let reply = try connection.call("get", params)
         var output = StandardOutput()
         if global.json {
@@ -94,6 +103,18 @@ enum EntityText {
         }
 
         lines += conflictLines(state)
+        if let sync = state["sync"] as? [String: Any] { lines += syncLines(sync) }
+        return lines
+    }
+
+    /// Per peer, whether it holds the entity, with what to do about a failure.
+    static func syncLines(_ sync: [String: Any]) -> [String] {
+        guard !sync.isEmpty else { return ["sync: no peers; add one with `evctl peers add NAME URL`"] }
+        var lines = ["sync:"]
+        lines += Format.table(sync.keys.sorted().map { ["  \($0):", sync[$0] as? String ?? "?"] })
+        if sync.values.contains(where: { $0 as? String == "failed" }) {
+            lines.append("  `evctl attention` shows why; `evctl peers show PEER` what the peer lacks")
+        }
         return lines
     }
 

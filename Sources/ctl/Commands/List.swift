@@ -10,6 +10,9 @@ struct List: Command {
                 .option("status", value: "STATUS", help: "Only entities whose current status is STATUS."),
                 .flag("include-deleted", help: "Also list deleted entities."),
                 .option(
+                    "pending-for", value: "PEER", completion: .dynamic("peer"),
+                    help: "Only entities PEER lacks an event of, by what it last held (not yet synced there)."),
+                .option(
                     "limit", value: "N", help: "At most N entities per page (1-10000; the daemon's default is 100)."),
                 .option("after", value: "ENTITY", help: "Start after this entity (the `next` of a previous page)."),
                 .flag("all", help: "Read every page, not only the first."),
@@ -23,6 +26,7 @@ struct List: Command {
     var type: String?
     var status: String?
     var includeDeleted: Bool
+    var pendingFor: String?
     var limit: Int?
     var after: String?
     var all: Bool
@@ -32,6 +36,7 @@ struct List: Command {
         type = arguments["TYPE"]
         status = arguments["status"]
         includeDeleted = arguments.flag("include-deleted")
+        pendingFor = arguments["pending-for"]
         limit = try arguments.integer("limit", in: 1...10000)
         after = arguments["after"]
         all = arguments.flag("all")
@@ -44,6 +49,7 @@ struct List: Command {
             params.add("type", type)
             params.add("status", status)
             if includeDeleted { params.add("include_deleted", true) }
+            params.add("pending_for", pendingFor)
             params.add("limit", limit ?? (all ? 1000 : nil))
             params.add("after", cursor)
             return params
@@ -61,7 +67,7 @@ struct List: Command {
         if global.json {
             output.line(bytes: collected.json)
         } else if rows.isEmpty {
-            output.line("no entities")
+            output.line(pendingFor.map { "nothing pending for \($0)" } ?? "no entities")
         } else {
             for line in Format.table([["ENTITY", "STATUS", "VERSION", "REV", "DELETED"]] + rows) { output.line(line) }
         }

@@ -1,11 +1,11 @@
 import Arguments
 
-/// `evctl peers add NAME URL | remove NAME | list`: the nodes this daemon syncs with.
+/// `evctl peers add NAME URL | remove NAME | list | show NAME`: the nodes this daemon syncs with.
 struct Peers: Command {
     static var configuration: CommandConfiguration {
         CommandConfiguration(
             name: "peers",
-            abstract: "Add, remove or list the peers this daemon syncs with.",
+            abstract: "Add, remove, list or show the peers this daemon syncs with.",
             discussion: """
                 The daemon syncs with each peer in the background (every sync_interval_s, with \
                 backoff after failures) and on `evctl sync`. Peers added here are kept in the \
@@ -14,9 +14,10 @@ struct Peers: Command {
                   evctl peers add hq ssh://evstore@hq.example.net
                   evctl peers add field-2 unix:///run/evstore-2/evstored.sock
                   evctl peers list
+                  evctl peers show hq
                   evctl peers remove field-2
                 """,
-            subcommands: [PeersAdd.self, PeersRemove.self, PeersList.self],
+            subcommands: [PeersAdd.self, PeersRemove.self, PeersList.self, PeersShow.self],
             sections: [HelpSection("peer URLs", PeerURLForms.helpText)])
     }
 
@@ -143,5 +144,82 @@ struct PeersList: Command {
             }
         }
         output.flush()
+    }
+}
+
+struct PeersShow: Command {
+    static var configuration: CommandConfiguration {
+        CommandConfiguration(
+            name: "show",
+            abstract: "Show one peer: its URL, node id, last sync, its last known version vector and what it lacks.",
+            discussion: """
+                The version vector is what the peer held at its last session with this node: \
+                per origin (the node that made the events), the greatest event id. Per origin \
+                this node holds events of, the count the peer lacks by that vector; \
+                `evctl list --pending-for NAME` lists the entities they belong to.
+                """,
+            arguments: [.positional("NAME", completion: .dynamic("peer"), help: "The peer's name.")])
+    }
+
+    var global: GlobalOptions
+    var name: String
+
+    init(_ arguments: ParsedArguments) {
+        global = GlobalOptions(arguments)
+        name = arguments["NAME"] ?? ""
+    }
+
+    func run() throws {
+        var params = JSONObjectWriter()
+        params.add("name", name)
+        let reply = try Peers.call("peers.show", params, global: global)
+        var output = StandardOutput()
+        if global.json {
+            output.line(bytes: reply.resultBytes)
+        } else {
+            for line in PeersShow.lines(reply.result as? [String: Any] ?? [:]) { output.line(line) }
+        }
+        output.flush()
+    }
+
+    static func lines(_ peer: [String: Any]) -> [String] {
+        var state = peer["state"] as? String ?? "?"
+        if state != "ok" { state += " (\(Format.count(peer["failures"] as? Int ?? 0, "failure")))" }
+        var rows: [[String]] = [
+            ["peer:", peer["name"] as? String ?? "?"],
+            ["url:", peer["url"] as? String ?? "?"],
+            ["node:", peer["node"] as? String ?? "unknown (never synced)"],
+            ["state:", state],
+            ["last success:", peer["last_success"] as? String ?? "never"],
+        ]
+        if let since = peer["since"] as? String { rows.append(["failing since:", since]) }
+        if let error = peer["last_error"] as? [String: Any] {
+            let message = error["message"] as? String ?? "no message"
+            rows.append(["last error:", "\(error["reason"] as? String ?? "error"): \(message)"])
+        }
+        rows.append(["pending:", Format.count(peer["pending"] as? Int ?? 0, "event") + " it lacks"])
+        if let dead = peer["dead_lettered"] as? Int, dead > 0 {
+            rows.append(["dead letters:", Format.count(dead, "event") + " it refused"])
+        }
+        var lines = Format.table(rows)
+        let vector = peer["vector"] as? [String: Any] ?? [:]
+        if vector.isEmpty {
+            lines.append("vector: empty (it holds nothing known to this node)")
+        } else {
+            lines.append("vector:")
+            lines += Format.table(vector.keys.sorted().map { ["  \($0)", vector[$0] as? String ?? "?"] })
+        }
+        let origins = peer["origins"] as? [[String: Any]] ?? []
+        if !origins.isEmpty {
+            lines.append("lacks, per origin held here:")
+            let rows = origins.map { origin in
+                [
+                    "  " + (origin["origin"] as? String ?? "?"),
+                    "\(origin["lacking"] as? Int ?? 0) of \(origin["held"] as? Int ?? 0)",
+                ]
+            }
+            lines += Format.table([["  ORIGIN", "LACKS"]] + rows)
+        }
+        return lines
     }
 }

@@ -475,14 +475,24 @@ class Client:
 
     # --- reading ---
 
-    def get(self, entity: str) -> JSONObject:
+    def get(self, entity: str, *, sync: bool = False) -> JSONObject:
         """The state of an entity (``version``, ``deleted``, ``status``, ``fields``,
         ``sets``, ``conflicts``, ...; see the spec's Projection section).
+
+        Args:
+            entity: ``TYPE/ID``.
+            sync: also ``"sync": {peer name: "synced" | "pending" | "failed"}`` for
+                every configured peer: whether it holds every event of the entity by
+                what it last held ("failed": it refused one as a dead letter, or the
+                entity is pending while the peer is failing or terminal).
 
         Raises:
             NotFound: no event of the entity is held on this node.
         """
-        result: JSONObject = self.call("get", {"entity": entity})
+        params: Dict[str, Any] = {"entity": entity}
+        if sync:
+            params["sync"] = True
+        result: JSONObject = self.call("get", params)
         return result
 
     def list(
@@ -493,6 +503,7 @@ class Client:
         limit: Optional[int] = None,
         *,
         after: Optional[str] = None,
+        pending_for: Optional[str] = None,
         page_size: int = 1000,
     ) -> Iterator[JSONObject]:
         """The entities, in entity order: ``{"entity", "version", "status",
@@ -504,9 +515,13 @@ class Client:
             include_deleted: also the deleted entities.
             limit: stop after this many (None: all of them).
             after: start after this entity (a ``next`` cursor).
+            pending_for: only the entities this peer (a name) lacks an event of, by
+                what it last held: those not yet synced there. An unknown peer is
+                `NotFound`.
             page_size: entities per request (at most 10000).
         """
-        params = {"type": type, "status": status, "include_deleted": include_deleted or None}
+        params = {"type": type, "status": status, "include_deleted": include_deleted or None,
+                  "pending_for": pending_for}
         return self._pages("list", "entities", params, after, limit, page_size)
 
     def log(
@@ -589,6 +604,25 @@ class Client:
         if chunk:
             yield chunk
 
+    def attention(self, *, page_size: int = 1000) -> JSONObject:
+        """Everything `status` counts under ``needs_attention``, every page read:
+        ``{"conflicts": [{"entity", "fields", "status"}], "dead_letters": [as
+        dead_letters gives them], "peers": [{"name", "url", "state", "failures",
+        "last_error", "since"}]}``. Nothing needs attention when all three are empty."""
+        if page_size < 1:
+            raise ValueError("page_size must be at least 1")
+        merged: JSONObject = {"conflicts": [], "dead_letters": [], "peers": []}
+        cursor: Optional[str] = None
+        while True:
+            page = self.call("attention", {"limit": page_size, "after": cursor})
+            merged["conflicts"] += page.get("conflicts") or []
+            merged["dead_letters"] += page.get("dead_letters") or []
+            merged["peers"] = page.get("peers") or []
+            following = page.get("next")
+            if not isinstance(following, str) or following == cursor:
+                return merged
+            cursor = following
+
     def _pages(self, method: str, member: str, params: Mapping[str, Any], after: Optional[Any],
                limit: Optional[int], page_size: int) -> Iterator[JSONObject]:
         if page_size < 1:
@@ -635,6 +669,14 @@ class Client:
         a `Conflict`."""
         peers: List[JSONObject] = self.call("peers.add", {"name": name, "url": url})["peers"]
         return peers
+
+    def show_peer(self, name: str) -> JSONObject:
+        """One peer: ``url``, ``node``, ``state``, ``last_success``, ``failures``,
+        ``last_error``, ``since``, its last known ``vector`` and, per origin this node
+        holds events of, ``{"origin", "held", "lacking"}`` under ``origins``; ``pending``
+        sums what it lacks. An unknown name is `NotFound`."""
+        peer: JSONObject = self.call("peers.show", {"name": name})
+        return peer
 
     def remove_peer(self, name: str) -> List[JSONObject]:
         """Removes a peer added with `add_peer`; returns every peer left. An unknown

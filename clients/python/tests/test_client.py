@@ -421,6 +421,57 @@ class DeadLetterTests(unittest.TestCase):
                 b.drop_dead_letters(ids[0])
 
 
+class ItemSyncTests(unittest.TestCase):
+    """A field node and its HQ: per-item sync status, what HQ lacks, what needs attention."""
+
+    QUIET = {"sync_interval_s": 3600, "backoff_base_s": 3600, "backoff_cap_s": 3600}
+
+    def setUp(self) -> None:
+        self.hq = Daemon({"node": "hq"}).start()
+        self.addCleanup(self.hq.cleanup)
+        self.field = Daemon(dict(self.QUIET, node="field")).start()
+        self.addCleanup(self.field.cleanup)
+
+    def test_get_sync_list_pending_for_and_attention(self) -> None:
+        with evstore.connect(self.field.socket_path, timeout=TIMEOUT) as db:
+            self.assertEqual(db.attention(), {"conflicts": [], "dead_letters": [], "peers": []})
+            db.add_peer("hq", "unix://" + self.hq.socket_path)
+            db.add_peer("down", "unix://" + os.path.join(self.field.root, "nobody.sock"))
+            db.append(Event.status("job/1", "assigned"))
+            self.assertIsNone(db.sync("hq")[0]["error"])
+            self.assertEqual(db.get("job/1", sync=True)["sync"], {"hq": "synced", "down": "pending"})
+            self.assertNotIn("sync", db.get("job/1"))
+
+            db.append(*[Event.status("job/%d" % n, "assigned") for n in range(2, 6)])
+            self.assertEqual(db.get("job/2", sync=True)["sync"]["hq"], "pending")
+            pending = [e["entity"] for e in db.list(pending_for="hq", page_size=2)]
+            self.assertEqual(pending, ["job/2", "job/3", "job/4", "job/5"])
+            self.assertEqual(db.show_peer("hq")["pending"], 4)
+            with self.assertRaises(evstore.NotFound):
+                list(db.list(pending_for="nobody"))
+            self.assertIsNone(db.sync("hq")[0]["error"])
+            self.assertEqual(list(db.list(pending_for="hq")), [])
+            self.assertEqual(db.get("job/2", sync=True)["sync"]["hq"], "synced")
+
+            # Edited at HQ and in the field without either seeing the other's edit.
+            with evstore.connect(self.hq.socket_path, timeout=TIMEOUT) as hq:
+                hq.append(Event.edit("job/1", {"address": "on hq"}))
+            db.append(Event.edit("job/1", {"address": "in the field"}))
+            self.assertIsNone(db.sync("hq")[0]["error"])
+            while db.status()["needs_attention"]["failing_peers"] == 0:
+                self.assertIsNotNone(db.sync("down")[0]["error"])
+            self.assertEqual(db.get("job/2", sync=True)["sync"], {"hq": "synced", "down": "failed"})
+            attention = db.attention(page_size=1)
+            counts = db.status()["needs_attention"]
+            self.assertEqual(counts, {"conflicts": 1, "dead_letters": 0, "failing_peers": 1})
+            self.assertEqual(attention["conflicts"], [{"entity": "job/1", "fields": ["address"], "status": False}])
+            self.assertEqual(len(attention["conflicts"]), counts["conflicts"])
+            self.assertEqual(len(attention["dead_letters"]), counts["dead_letters"])
+            self.assertEqual([p["name"] for p in attention["peers"]], ["down"])
+            self.assertEqual(attention["peers"][0]["state"], "failing")
+            self.assertTrue(attention["peers"][0]["since"].endswith("Z"))
+
+
 class DaemonGoneTests(unittest.TestCase):
     """A daemon of its own: a watcher that falls behind, and a daemon that stops."""
 

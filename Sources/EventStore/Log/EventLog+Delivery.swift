@@ -1,0 +1,210 @@
+import Projections
+
+/// What a peer is known to hold: its last known version vector (per origin, the greatest
+/// id it holds; it holds every event of that origin up to it) and the events it refused
+/// as dead letters, which its vector may cover though it does not hold them.
+public struct PeerHoldings: Equatable, Sendable {
+    public var vector: [ULID: ULID]
+    public var deadLettered: Set<ULID>
+
+    public init(vector: [ULID: ULID] = [:], deadLettered: Set<ULID> = []) {
+        self.vector = vector
+        self.deadLettered = deadLettered
+    }
+
+    /// Whether the peer holds the event `id` made by `origin`.
+    public func holds(_ id: ULID, origin: ULID) -> Bool {
+        guard let last = vector[origin], id <= last else { return false }
+        return !deadLettered.contains(id)
+    }
+}
+
+/// Whether a peer holds every event of an entity.
+public enum Delivery: Equatable, Sendable {
+    /// Every event of the entity is covered by the peer's vector, and none of them is a
+    /// dead letter there.
+    case held
+    /// Some event is not covered yet.
+    case lacking
+    /// The peer dead-lettered one of the entity's events: it will not get there by itself.
+    case deadLettered
+}
+
+extension EventLog {
+    /// The state as `canonicalState(of:)` gives it, and for each of `peers` whether it
+    /// holds every event of the entity, from one read transaction; nil when no event of
+    /// the entity is held.
+    ///
+    /// The cost is the entity's events, not the store's: its ids come from the entity
+    /// index, and each id's origin from the origin index (one lookup per origin that can
+    /// hold it), without decoding an event.
+    public func canonicalState(of entity: EntityKey, deliveredTo peers: [PeerHoldings]) throws(EventStoreError)
+        -> (state: [UInt8], delivery: [Delivery])?
+    {
+        try reading { txn in
+            guard let state = try canonicalState(of: entity, txn: txn) else { return nil }
+            return (state, try delivery(of: entity, to: peers, txn: txn))
+        }
+    }
+
+    /// For each origin this node holds events of, how many of them a node with `vector`
+    /// lacks (all of them for an origin `vector` lacks), and how many this node holds.
+    public func lackingByOrigin(_ vector: [ULID: ULID]) throws(EventStoreError) -> [ULID: (lacking: Int, held: Int)] {
+        try reading { txn in
+            var out: [ULID: (lacking: Int, held: Int)] = [:]
+            for origin in try localVector(txn: txn).keys {
+                var lacking = 0
+                try forEachID(origin: origin, after: vector[origin], through: nil, txn: txn) { _ in lacking += 1 }
+                let held = try txn.withCursor(tables.originIndex) { cursor in
+                    try cursor.seekExact(origin.bytes) == nil ? 0 : try cursor.count()
+                }
+                out[origin] = (lacking, held)
+            }
+            return out
+        }
+    }
+
+    /// The entities a peer holding `holdings` lacks an event of, in entity order after
+    /// `after`, at most `limit`, filtered as `entities(type:status:includeDeleted:)`
+    /// filters; the cursor for the next page is the last entity returned, nil at the end.
+    ///
+    /// The events it lacks are found from the origin index (those after its vector's entry
+    /// of each origin, every one of an origin it has none of) and its dead letters. When
+    /// they are fewer than the entities held, only they are decoded, for their entity: a
+    /// peer that is nearly up to date costs little. Otherwise (a peer far behind, or never
+    /// synced) the entities are walked in order from `after` and each is checked as `get`
+    /// with `sync` checks it, from the indices alone, until the page is full: no event is
+    /// decoded, and most entities are pending, so the walk ends soon.
+    public func entitiesLacking(
+        _ holdings: PeerHoldings, type: String? = nil, status: String? = nil, includeDeleted: Bool = false,
+        after: EntityKey? = nil, limit: Int = 100
+    ) throws(EventStoreError) -> (entities: [EntitySummary], next: EntityKey?) {
+        try reading { txn in
+            let prefix = type.map { Array($0.utf8) + [UInt8(ascii: "/")] } ?? []
+            let keep = { (summary: EntitySummary) in
+                (includeDeleted || !summary.deleted) && (status == nil || summary.status == status)
+            }
+            var ids: [ULID] = []
+            for origin in try localVector(txn: txn).keys {
+                try forEachID(origin: origin, after: holdings.vector[origin], through: nil, txn: txn) { ids.append($0) }
+            }
+            // One the vector does not cover is listed twice: decoded twice, counted once.
+            ids += holdings.deadLettered
+            var found: [EntitySummary] = []
+            var more = false
+            if ids.count > (try txn.stat(tables.projections).entries) {
+                try txn.withCursor(tables.projections) { cursor in
+                    var item: (key: [UInt8], value: [UInt8])?
+                    if let after {
+                        item = try cursor.seek(after.bytes)
+                        if item?.key == after.bytes { item = try cursor.next() }
+                    } else {
+                        item = prefix.isEmpty ? try cursor.first() : try cursor.seek(prefix)
+                    }
+                    while let current = item, current.key.starts(with: prefix) {
+                        let entity = EntityKey(validated: current.key)
+                        let summary = EventLog.summary(try EventLog.decodeProjection(current.value, entity: entity))
+                        if keep(summary), try delivery(of: entity, to: [holdings], txn: txn) != [.held] {
+                            if found.count == limit {
+                                more = true
+                                break
+                            }
+                            found.append(summary)
+                        }
+                        item = try cursor.next()
+                    }
+                }
+                return (found, more ? found.last?.entity : nil)
+            }
+            var lacking = Set<EntityKey>()
+            for id in ids {
+                guard let value = try txn.get(tables.events, id.bytes) else { continue }
+                let entity = try decodeValue(value, id: id, txn: txn).entity
+                guard entity.bytes.starts(with: prefix) else { continue }
+                if let after, !(after < entity) { continue }
+                lacking.insert(entity)
+            }
+            for entity in lacking.sorted() {
+                guard let record = try txn.get(tables.projections, entity.bytes) else {
+                    throw CorruptDataError("an event of \(entity) is held but the entity has no projection")
+                }
+                let summary = EventLog.summary(try EventLog.decodeProjection(record, entity: entity))
+                guard keep(summary) else { continue }
+                if found.count == limit {
+                    more = true
+                    break
+                }
+                found.append(summary)
+            }
+            return (found, more ? found.last?.entity : nil)
+        }
+    }
+
+    // MARK: - Inside a transaction
+
+    /// Per origin, the greatest id held.
+    func localVector(txn: borrowing some TransactionReading & ~Copyable) throws -> [ULID: ULID] {
+        try txn.withCursor(tables.originIndex) { cursor in
+            var vector: [ULID: ULID] = [:]
+            var item = try cursor.first()
+            while let current = item {
+                if let origin = ULID(bytes: current.key), let last = try cursor.lastDup(),
+                    let id = ULID(bytes: last.value)
+                {
+                    vector[origin] = id
+                }
+                item = try cursor.nextNoDup()
+            }
+            return vector
+        }
+    }
+
+    func delivery(of entity: EntityKey, to peers: [PeerHoldings], txn: borrowing some TransactionReading & ~Copyable)
+        throws -> [Delivery]
+    {
+        guard !peers.isEmpty else { return [] }
+        var ids: [ULID] = []
+        var after: ULID?
+        while true {
+            let (page, more) = try eventIDs(
+                in: tables.entityIndex, key: entity.bytes, after: after, limit: 4096, txn: txn)
+            ids += page
+            guard more, let last = page.last else { break }
+            after = last
+        }
+        // The origins in the order tried: an event's origin holds ids up to its greatest.
+        let origins = try localVector(txn: txn).sorted { $0.key < $1.key }
+        var result = [Delivery](repeating: .held, count: peers.count)
+        /// Whether nothing further can change a peer's answer: a dead letter is final, and
+        /// so is a lacking event for a peer that dead-lettered nothing.
+        func settled(_ index: Int) -> Bool {
+            result[index] == .deadLettered || (result[index] == .lacking && peers[index].deadLettered.isEmpty)
+        }
+        try txn.withCursor(tables.originIndex) { cursor in
+            for id in ids {
+                if result.indices.allSatisfy(settled) { break }
+                var origin: ULID?
+                var looked = false
+                for index in peers.indices where !settled(index) {
+                    if peers[index].deadLettered.contains(id) {
+                        result[index] = .deadLettered
+                        continue
+                    }
+                    guard result[index] == .held else { continue }
+                    if !looked {
+                        looked = true
+                        for (candidate, last) in origins where id <= last {
+                            if let found = try cursor.seekBoth(candidate.bytes, id.bytes), found.value == id.bytes {
+                                origin = candidate
+                                break
+                            }
+                        }
+                    }
+                    if let origin, peers[index].holds(id, origin: origin) { continue }
+                    result[index] = .lacking
+                }
+            }
+        }
+        return result
+    }
+}
