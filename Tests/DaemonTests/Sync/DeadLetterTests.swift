@@ -191,6 +191,9 @@ struct DeadLetterTests {
         #expect(first["error"] is NSNull, "\(first)")
         #expect(try deadLetterCount(b) == 1)
         #expect(try pending(a, for: "b") == 1)
+        // Per item: the dead-lettered entity has failed to reach b, the other reached it.
+        #expect(try itemSync(a, "job/ahead")["b"] == "failed")
+        #expect(try itemSync(a, "job/1")["b"] == "synced")
         // The next session sends nothing: b's hello lists the dead letter.
         let quiet = try sync(a, "b")
         #expect(quiet["error"] is NSNull && quiet["sent"] as? Int == 0, "\(quiet)")
@@ -215,7 +218,13 @@ struct DeadLetterTests {
         let after = try sync(restarted, "b")
         #expect(after["error"] is NSNull && after["sent"] as? Int == 0, "\(after)")
         #expect(try pending(restarted, for: "b") == 0)
+        #expect(try itemSync(restarted, "job/ahead")["b"] == "synced")
         #expect(try status(restarted)["digest"] as? String == status(b)["digest"] as? String)
+    }
+
+    /// `get` with `sync: true`: per peer, synced, pending or failed.
+    private func itemSync(_ daemon: DaemonProcess, _ entity: String) throws -> [String: String] {
+        try daemon.client().call("get", #"{"entity":"\#(entity)","sync":true}"#)["sync"] as? [String: String] ?? [:]
     }
 
     @Test("the new hello and ack members are optional both ways: left out when nil, unknown members ignored")
