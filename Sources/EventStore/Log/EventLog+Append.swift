@@ -152,6 +152,13 @@ struct WriteBatch {
     /// call per origin (`MDB_MULTIPLE`) instead of one per event. Nothing reads that index
     /// inside a write.
     var originEntries: [(origin: ULID, id: ULID)] = []
+    /// The ids of the events stored so far, in seq order from `firstSeq + seqsWritten + 1`,
+    /// put in the sequence table at the end of the batch (`SequenceBlocks`), as
+    /// `originEntries` are. Nothing reads that table inside a write.
+    var sequenceEntries: [ULID] = []
+    /// The head when the transaction began, and how many seqs past it are in the table.
+    let firstSeq: UInt64
+    var seqsWritten: UInt64 = 0
     /// Counts the client batches appended, so each entity can tell whether the current one
     /// has named it already.
     var clientBatch = 0
@@ -194,6 +201,7 @@ struct WriteBatch {
         // The head as the last commit left it: every write holds the writer lock, so no seq
         // was taken since, and the transaction need not read `meta/seq` and the table again.
         self.seq = log.committedSequence.load(ordering: .acquiring)
+        self.firstSeq = seq
         assert(self.seq == (try? EventLog.sequenceHead(txn: txn, tables: log.tables)), "the sequence head drifted")
     }
 
@@ -361,6 +369,15 @@ struct WriteBatch {
         originEntries.removeAll()
     }
 
+    /// Puts `sequenceEntries` in the sequence table.
+    mutating func writeSequenceEntries(txn: inout WriteTransaction) throws {
+        guard !sequenceEntries.isEmpty else { return }
+        try SequenceBlocks.append(
+            sequenceEntries, first: firstSeq + seqsWritten + 1, table: log.tables.sequence, txn: &txn)
+        seqsWritten += UInt64(sequenceEntries.count)
+        sequenceEntries.removeAll()
+    }
+
     /// The result of the client batch just appended: its ids, and the version and rev of
     /// each entity it names after its events.
     func result(ids: [ULID], written: [ULID]) -> AppendResult {
@@ -410,9 +427,9 @@ struct WriteBatch {
             try txn.put(tables.statusHistory, event.entity.bytes, EventLog.historyValue(event.id, event.origin, status))
         }
         // Every path that stores an event comes through here, so every stored event takes a
-        // seq, in the transaction that stores it. Keys only grow: MDB_APPEND.
+        // seq, in the transaction that stores it.
         seq += 1
-        try txn.put(tables.sequence, bigEndian(seq), key, flags: .append)
+        sequenceEntries.append(event.id)
         stored?.append(SequencedEvent(seq: seq, event: event))
         return seq
     }
@@ -481,6 +498,7 @@ struct WriteBatch {
         }
         try txn.put(tables.meta, EventLog.Meta.digest, digest.bytes)
         try writeOriginEntries(txn: &txn)
+        try writeSequenceEntries(txn: &txn)
         for (origin, lead) in skews {
             let previous = try txn.get(tables.skew, origin.bytes).map(uint64(bigEndian:)) ?? 0
             if lead > previous { try txn.put(tables.skew, origin.bytes, bigEndian(lead)) }

@@ -41,8 +41,8 @@ extension EventLog {
     /// Brings a store of an older format to this one, in one transaction (a crash during it
     /// leaves the old store, upgraded at the next open): before format 3, every event takes
     /// a seq, in id order (the order an older release's `log` gave), and the head is
-    /// recorded; then every projection is folded again, with its rev, and the format marker
-    /// is written.
+    /// recorded; a format-3 store's per-event seq entries go into blocks; then every
+    /// projection is folded again, with its rev, and the format marker is written.
     func upgrade() throws(EventStoreError) {
         do {
             let head = try writer.withLock { _ throws -> UInt64 in
@@ -53,19 +53,44 @@ extension EventLog {
                         // Older releases kept no sequence table; should one be there anyway,
                         // its seqs are given again above its head, which never goes back.
                         try txn.drop(tables.sequence)
-                        var ids: [[UInt8]] = []
+                        var ids: [ULID] = []
                         try txn.withCursor(tables.events) { cursor in
                             var item = try cursor.first()
                             while let current = item {
-                                ids.append(current.key)
+                                if let id = ULID(bytes: current.key) { ids.append(id) }
                                 item = try cursor.next()
                             }
                         }
-                        for id in ids {
-                            seq += 1
-                            try txn.put(tables.sequence, bigEndian(seq), id, flags: .append)
-                        }
+                        try SequenceBlocks.append(ids, first: seq + 1, table: tables.sequence, txn: &txn)
+                        seq += UInt64(ids.count)
                         try txn.put(tables.meta, Meta.sequenceHead, bigEndian(seq))
+                    } else if format == 3 {
+                        // An entry per event in `seq`: the same seqs, now in blocks; a gap
+                        // between two seqs starts a new block.
+                        try txn.drop(tables.sequence)
+                        let legacy = try txn.openDatabase("seq", flags: [.create])
+                        var entries: [(seq: UInt64, id: ULID)] = []
+                        try txn.withCursor(legacy) { cursor in
+                            var item = try cursor.first()
+                            while let current = item {
+                                guard current.key.count == 8, let id = ULID(bytes: current.value) else {
+                                    throw CorruptDataError("a seq table entry is not a seq and an id")
+                                }
+                                entries.append((uint64(bigEndian: current.key), id))
+                                item = try cursor.next()
+                            }
+                        }
+                        var start = 0
+                        while start < entries.count {
+                            var end = start + 1
+                            while end < entries.count, entries[end].seq == entries[end - 1].seq + 1 { end += 1 }
+                            try SequenceBlocks.append(
+                                entries[start..<end].map(\.id), first: entries[start].seq, table: tables.sequence,
+                                txn: &txn)
+                            start = end
+                        }
+                        try txn.drop(legacy)
+                        seq = max(seq, try EventLog.sequenceHead(txn: txn, tables: tables))
                     }
                     _ = try rebuildProjections(txn: &txn, verify: false)
                     return seq
@@ -92,14 +117,8 @@ extension EventLog {
         }
         // Every event's seq, to find each entity's rev.
         var seqs: [ULID: UInt64] = [:]
-        seqs.reserveCapacity(try txn.stat(tables.sequence).entries)
-        try txn.withCursor(tables.sequence) { cursor in
-            var item = try cursor.first()
-            while let current = item {
-                if let id = ULID(bytes: current.value) { seqs[id] = uint64(bigEndian: current.key) }
-                item = try cursor.next()
-            }
-        }
+        seqs.reserveCapacity(try txn.stat(tables.events).entries)
+        try SequenceBlocks.forEach(table: tables.sequence, txn: txn) { seq, id in seqs[id] = seq }
         if !verify {
             try txn.drop(tables.projections)
             try txn.drop(tables.statusIndex)

@@ -179,17 +179,21 @@ extension EventLog {
                 var bytes = 0
                 var scanned = 0
                 var lastSeq = after
-                var item = try cursor.seek(bigEndian(after &+ 1))
-                if after == UInt64.max { item = nil }
-                while let current = item, out.count < limit, scanned < scanLimit {
-                    guard current.key.count == 8, let id = ULID(bytes: current.value) else {
-                        throw CorruptDataError("a seq table entry is not a seq and an id")
+                // The block holding the first seq after `after`, and that seq's place in it.
+                var block = after == UInt64.max ? nil : try SequenceBlocks.block(from: after &+ 1, cursor: &cursor)
+                var index = block.map { Int(clamping: (after &+ 1) > $0.first ? (after &+ 1) - $0.first : 0) } ?? 0
+                while let current = block, out.count < limit, scanned < scanLimit {
+                    guard index < current.count else {
+                        block = try SequenceBlocks.next(cursor: &cursor)
+                        index = 0
+                        continue
                     }
-                    let seq = uint64(bigEndian: current.key)
+                    let seq = current.first + UInt64(index)
+                    let id = try current.id(at: index)
                     if let entityIDs, !entityIDs.contains(id) {
                         scanned += 1
                         lastSeq = seq
-                        item = try cursor.next()
+                        index += 1
                         continue
                     }
                     guard let value = try txn.get(tables.events, id.bytes) else {
@@ -200,14 +204,23 @@ extension EventLog {
                     if !out.isEmpty, bytes + payload.count > maxBytes { break }
                     scanned += 1
                     lastSeq = seq
-                    item = try cursor.next()
+                    index += 1
                     let event = try decodePayload(payload, id: id)
                     if let origin = filter.origin, event.origin != origin { continue }
                     if let typePrefix, !event.entity.bytes.starts(with: typePrefix) { continue }
                     bytes += payload.count
                     out.append(SequencedEvent(seq: seq, event: event))
                 }
-                return FeedPage(events: out, next: item == nil ? nil : lastSeq, head: head)
+                // More follow when the block has seqs left, or another block comes after it.
+                var more = false
+                if let current = block {
+                    if index < current.count {
+                        more = true
+                    } else {
+                        more = try SequenceBlocks.next(cursor: &cursor) != nil
+                    }
+                }
+                return FeedPage(events: out, next: more ? lastSeq : nil, head: head)
             }
         }
     }

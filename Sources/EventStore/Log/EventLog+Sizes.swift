@@ -28,7 +28,7 @@ extension EventLog {
                 ("status_index", tables.statusIndex), ("status_history", tables.statusHistory),
                 ("conflicts", tables.conflicts), ("dead_letters", tables.deadLetters),
                 ("dead_letter_ids", tables.deadLetterIDs),
-                ("dictionaries", tables.dictionaries), ("seq", tables.sequence),
+                ("dictionaries", tables.dictionaries), ("seq_blocks", tables.sequence),
                 ("meta", tables.meta),
             ]
             var result = StorageBreakdown(tables: [], eventValueBytes: 0, canonicalJSONBytes: 0, events: 0)

@@ -104,15 +104,17 @@ public final class EventLog: Sendable {
         /// left it, so a restart resumes above it whatever the wall clock says.
         static let clock = Array("clock".utf8)
         /// The commit sequence's head: the greatest seq ever assigned (8 bytes, big-endian).
-        /// Kept apart from the `seq` table so the head never goes back, whatever the table holds.
+        /// Kept apart from the sequence table so the head never goes back, whatever it holds.
         static let sequenceHead = Array("seq".utf8)
     }
 
     /// The store format this version writes and reads. Format 1 hashed each entity's
-    /// canonical JSON for the digest; format 2 hashes its encoded state; format 3 adds the
-    /// commit sequence (the `seq` table and `meta/seq`) and each projection's `rev`. An
-    /// older store is upgraded when it is opened (`upgrade()`), in one transaction.
-    public static let formatVersion: UInt32 = 3
+    /// canonical JSON for the digest; format 2 hashes its encoded state; format 3 (written
+    /// only by development builds after 0.4.0) added the commit sequence, an entry per event
+    /// in the `seq` table, `meta/seq`, and each projection's `rev`; format 4 keeps the
+    /// sequence in blocks (`seq_blocks`, `SequenceBlocks`). An older store is upgraded when
+    /// it is opened (`upgrade()`), in one transaction.
+    public static let formatVersion: UInt32 = 4
 
     /// Opens (creating when needed) the store in `directory`.
     public static func open(directory: String, options: StoreOptions = StoreOptions()) throws(EventStoreError)
@@ -156,7 +158,7 @@ public final class EventLog: Sendable {
             peers: try environment.openDatabase("peers", flags: [.create]),
             dictionaries: try environment.openDatabase("dictionaries", flags: [.create]),
             skew: try environment.openDatabase("clock_skew", flags: [.create]),
-            sequence: try environment.openDatabase("seq", flags: [.create]),
+            sequence: try environment.openDatabase("seq_blocks", flags: [.create]),
             meta: try environment.openDatabase("meta", flags: [.create])
         )
         let tables = self.tables
@@ -296,8 +298,7 @@ public final class EventLog: Sendable {
     /// only moves forward either way).
     static func sequenceHead(txn: borrowing some TransactionReading & ~Copyable, tables: Tables) throws -> UInt64 {
         let recorded = try txn.get(tables.meta, Meta.sequenceHead).map(uint64(bigEndian:)) ?? 0
-        let last = try txn.withCursor(tables.sequence) { try $0.last() }.map { uint64(bigEndian: $0.key) } ?? 0
-        return max(recorded, last)
+        return max(recorded, try SequenceBlocks.last(table: tables.sequence, txn: txn))
     }
 
     /// The commit sequence's head: the seq of the last event this node stored (0: none yet).
