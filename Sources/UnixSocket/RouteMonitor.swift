@@ -128,7 +128,9 @@ public final class RouteMonitor: @unchecked Sendable {
         var senderLength = socklen_t(MemoryLayout<sockaddr_nl>.size)
         let count = withUnsafeMutablePointer(to: &sender) { pointer in
             pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                recvfrom(descriptor, buffer.baseAddress, buffer.count, Int32(MSG_DONTWAIT) | Int32(MSG_TRUNC), $0, &senderLength)
+                recvfrom(
+                    descriptor, buffer.baseAddress, buffer.count, Int32(MSG_DONTWAIT) | Int32(MSG_TRUNC), $0,
+                    &senderLength)
             }
         }
         if count < 0 {

@@ -42,7 +42,8 @@ struct RouteMessagesTests {
     func wellFormed() {
         #expect(RouteMessages.parse(Self.sample) == [.linkUp(interface: 7), .addressAdded(interface: 7), .routeAdded])
         let quiet =
-            Self.message(Self.newLink, Self.link(index: 3, flags: 0)) + Self.message(Self.delLink, Self.link(index: 3, flags: 1))
+            Self.message(Self.newLink, Self.link(index: 3, flags: 0))
+            + Self.message(Self.delLink, Self.link(index: 3, flags: 1))
             + Self.message(Self.error, Self.le32(0) + [UInt8](repeating: 0, count: 16))
         #expect(RouteMessages.parse(quiet) == [])
         #expect(RouteMessages.parse(Self.message(Self.overrun, [])) == [.lost])
@@ -55,17 +56,24 @@ struct RouteMessagesTests {
         var seen: [[NetworkChange]] = []
         for cut in 0...sample.count {
             let changes = RouteMessages.parse(Array(sample[..<cut]))
-            #expect(Array([NetworkChange.linkUp(interface: 7), .addressAdded(interface: 7), .routeAdded].prefix(changes.count)) == changes)
+            #expect(
+                Array(
+                    [NetworkChange.linkUp(interface: 7), .addressAdded(interface: 7), .routeAdded].prefix(changes.count)
+                ) == changes)
             seen.append(changes)
         }
         #expect(seen.first == [])
         #expect(seen.last?.count == 3)
     }
 
-    @Test("lengths that lie (zero, below the header, past the end, huge) and bodies too short end the walk without a crash")
+    @Test(
+        "lengths that lie (zero, below the header, past the end, huge) and bodies too short end the walk without a crash"
+    )
     func lyingLengths() {
         for length: UInt32 in [0, 1, 15, 17, 1 << 20, 0xFFFF_FFFF, 0x7FFF_FFFF] {
-            let bytes = Self.message(Self.newAddress, Self.address(index: 1), length: length) + Self.message(Self.newRoute, Self.route)
+            let bytes =
+                Self.message(Self.newAddress, Self.address(index: 1), length: length)
+                + Self.message(Self.newRoute, Self.route)
             _ = RouteMessages.parse(bytes)
         }
         // A header alone, then bodies shorter than their struct: not reported.
@@ -74,7 +82,9 @@ struct RouteMessagesTests {
         #expect(RouteMessages.parse(Self.message(Self.newAddress, [2, 24])) == [])
         #expect(RouteMessages.parse(Self.message(Self.newRoute, [2])) == [])
         // Unaligned lengths: the walk goes on at the next 4-byte boundary.
-        let odd = Self.message(Self.newAddress, Array(Self.address(index: 2).prefix(13))) + Self.message(Self.newRoute, Self.route)
+        let odd =
+            Self.message(Self.newAddress, Array(Self.address(index: 2).prefix(13)))
+            + Self.message(Self.newRoute, Self.route)
         #expect(RouteMessages.parse(odd) == [.addressAdded(interface: 2), .routeAdded])
     }
 

@@ -4,8 +4,9 @@ import UnixSocket
 
 /// Tells replication when the network may have come back: a thread of its own reads route
 /// netlink (links up, addresses and routes added) and, once the messages have stopped for
-/// `debounce` seconds (5 s after the first at the latest), calls `SyncService.networkChanged()`, which syncs the peers that are
-/// retrying or failing now, their backoff started over.
+/// `debounce` seconds (5 s after the first at the latest), calls
+/// `SyncService.networkChanged()`, which syncs the peers that are retrying or failing now,
+/// their backoff started over.
 ///
 /// Debounced because one cable plugged in or one Wi-Fi association is a burst of messages
 /// (the link, its addresses, their routes, IPv6 autoconfiguration a moment later), and
@@ -51,7 +52,8 @@ final class NetworkWatch: Sendable {
         if let failed {
             running.store(false, ordering: .relaxed)
             monitor.close()
-            logger.notice("cannot watch the network for changes (\(failed)); peers that fail retry on their backoff alone")
+            logger.notice(
+                "cannot watch the network for changes (\(failed)); peers that fail retry on their backoff alone")
         }
     }
 

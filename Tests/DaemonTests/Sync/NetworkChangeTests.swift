@@ -21,10 +21,14 @@ struct NetworkChangeTests {
     func linkUpSyncsAtOnce() throws {
         let namespace = try NetworkNamespace()
         defer { namespace.delete() }
-        let hqRoot = FileManager.default.temporaryDirectory.appendingPathComponent("evhq-\(UUID().uuidString.prefix(8))")
-            .path
-        let root = FileManager.default.temporaryDirectory.appendingPathComponent("evnode-\(UUID().uuidString.prefix(8))")
-            .path
+        let hqRoot = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "evhq-\(UUID().uuidString.prefix(8))"
+        )
+        .path
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "evnode-\(UUID().uuidString.prefix(8))"
+        )
+        .path
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
         defer {
             try? FileManager.default.removeItem(atPath: hqRoot)
