@@ -8,7 +8,8 @@
 #   make fuzz    build the libFuzzer fuzzers (Fuzz/) and run each for FUZZ_SECONDS
 #   make fuzz-short   the same, each for FUZZ_SHORT_SECONDS (what CI runs)
 #   make torture / make soak   kill -9 the daemon 1000 times / 30 minutes of load on three
-#                syncing nodes (release); torture-short / soak-short: the CI versions (debug)
+#                syncing nodes (release); torture-short / soak-short: the CI versions (debug);
+#                torture also syncs 20,000 events over the degraded link (as root)
 #   make deb     the Debian package (.build/deb/package/evstore_VERSION_ARCH.deb); test-deb
 #                runs lintian on it and installs it into a fresh debootstrap root
 #   make man     the manual pages (.build/man); man-sources regenerates man/*.scd from --help
@@ -19,7 +20,8 @@ DEBIAN_PKGS  := liblmdb-dev libzstd-dev
 SSH_PKGS     := openssh-client openssh-server
 # The clock tests run the real daemon with its wall clock moved (libfaketime); the completion
 # tests run the bash and zsh scripts; scdoc and man render and check the manual pages.
-TEST_PKGS    := libfaketime zsh bash-completion scdoc man-db
+# iproute2 (ip) makes the network namespaces of the network-change and degraded-link tests.
+TEST_PKGS    := libfaketime zsh bash-completion scdoc man-db iproute2
 # The baselines of `make bench`: a C compiler, SQLite and hiredis headers, a Redis server.
 BENCH_PKGS   := gcc libsqlite3-dev libhiredis-dev redis-server
 # `make deb` builds with dpkg-deb, dpkg-shlibdeps and scdoc; `make test-deb` checks with
@@ -44,7 +46,7 @@ HARNESS_ARGS  ?=
 HARNESS_PRODUCTS := evstored
 
 .PHONY: all deps bench-deps deb-deps build release run test test-tsan test-asan bench clean format \
-	torture torture-short soak soak-short fuzz-build fuzz fuzz-short deb test-deb man man-sources test-python
+	torture torture-short degraded-link soak soak-short fuzz-build fuzz fuzz-short deb test-deb man man-sources test-python
 
 all: build
 
@@ -153,6 +155,13 @@ torture: deps
 	@mkdir -p $(HARNESS_OUT)
 	python3 Tests/Harness/torture.py --kills $(TORTURE_KILLS) --bin .build/release \
 		--json $(HARNESS_OUT)/torture.json $(HARNESS_ARGS)
+	$(MAKE) --no-print-directory degraded-link
+
+# The degraded-link tests (ssh:// through 300 ms, 5 % loss, 1 Mbit/s) at full size: 20,000
+# events (the normal suite runs 4,000). Root only; skipped otherwise.
+DEGRADED_EVENTS ?= 20000
+degraded-link: deps
+	EVSTORE_DEGRADED_EVENTS=$(DEGRADED_EVENTS) $(SWIFT) test --filter DegradedLinkTests
 
 torture-short: deps
 	@for product in $(HARNESS_PRODUCTS); do $(SWIFT) build --product $$product || exit 1; done

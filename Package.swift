@@ -24,13 +24,16 @@ let package = Package(
             pkgConfig: "libzstd",
             providers: [.apt(["libzstd-dev"])]
         ),
+        // The kernel's route netlink structs and constants (headers only, nothing to link).
+        .systemLibrary(name: "CNetlink"),
         .target(name: "Projections"),
         .target(
             name: "EventStore",
             dependencies: ["CLMDB", "CZstd", "Projections"]
         ),
-        // Unix stream sockets: the only place the daemon and the CLI touch socket syscalls.
-        .target(name: "UnixSocket"),
+        // Unix stream sockets (and the route netlink socket): the only place the daemon and
+        // the CLI touch socket syscalls.
+        .target(name: "UnixSocket", dependencies: ["CNetlink"]),
         // Command-line argument parsing for evctl and evstored.
         .target(name: "Arguments"),
         .target(

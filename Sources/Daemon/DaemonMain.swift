@@ -308,6 +308,10 @@ final class Daemon: Sendable {
             log: log, writer: writer, logger: logger, systemd: systemd, durability: configuration.durability)
         maintenance.start()
         sync.start()
+        #if os(Linux)
+            let network = NetworkWatch(sync: sync, logger: logger)
+            network.start()
+        #endif
 
         logger.info("access: \(configuration.accessSummary)")
         let statistics = try? log.statistics()
@@ -319,6 +323,9 @@ final class Daemon: Sendable {
 
         stopRequested.wait()
         systemd.stopping(status: "draining \(server.connectionCount) connections")
+        #if os(Linux)
+            network.stop()
+        #endif
         sync.stop()
         server.stop(timeout: 20)
         // Maintenance stores dictionaries through the writer: it stops first.

@@ -12,10 +12,13 @@ final class DaemonProcess: @unchecked Sendable {
     let process = Process()
     let stderrPath: String
 
-    /// Starts the daemon and waits until its socket accepts a connection.
+    /// Starts the daemon and waits until its socket accepts a connection. `launcher`, when
+    /// given, is a command that runs evstored in place (`ip netns exec NAME`): evstored's
+    /// path and arguments follow it, and it must exec rather than fork, so signals reach
+    /// the daemon.
     init(
         root existing: String? = nil, arguments: [String] = [], environment: [String: String] = [:],
-        waitForSocket: Bool = true
+        waitForSocket: Bool = true, launcher: [String] = []
     ) throws {
         root =
             existing
@@ -25,8 +28,14 @@ final class DaemonProcess: @unchecked Sendable {
         socketPath = root + "/evstored.sock"
         stderrPath = root + "/stderr-\(UUID().uuidString.prefix(4)).log"
         _ = FileManager.default.createFile(atPath: stderrPath, contents: nil)
-        process.executableURL = try builtBinary("evstored")
+        let evstored = try builtBinary("evstored")
         process.arguments = ["--data-dir", dataDirectory, "--socket", socketPath] + arguments
+        if let command = launcher.first {
+            process.executableURL = URL(fileURLWithPath: command)
+            process.arguments = Array(launcher.dropFirst()) + [evstored.path] + process.arguments!
+        } else {
+            process.executableURL = evstored
+        }
         var env = ProcessInfo.processInfo.environment.filter {
             !$0.key.hasPrefix("EVSTORE_") && $0.key != "NOTIFY_SOCKET"
         }

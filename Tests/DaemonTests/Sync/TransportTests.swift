@@ -43,12 +43,16 @@ struct TransportTests {
         #expect((stranger["error"] as? [String: Any])?["reason"] as? String == "not_evstore")
     }
 
-    /// A real sshd on 127.0.0.1 with host and client keys made here; only root can run it.
+    /// A real sshd on 127.0.0.1 (or `listenAddress`) with host and client keys made here;
+    /// only root can run it. `launcher` runs it elsewhere, e.g. in a network namespace.
     final class SSHServer {
         let directory: String
         let port: Int
+        /// sshd runs as a daemon of its own, stopped through its pid file.
+        private let detached: Bool
 
-        init(evctlDirectory: String) throws {
+        init(evctlDirectory: String, listenAddress: String = "127.0.0.1", launcher: [String] = []) throws {
+            detached = !launcher.isEmpty
             directory =
                 FileManager.default.temporaryDirectory.appendingPathComponent("sshd-\(UUID().uuidString.prefix(6))")
                 .path
@@ -66,7 +70,7 @@ struct TransportTests {
                 let port = Int.random(in: 20_000..<60_000)
                 let config = """
                     Port \(port)
-                    ListenAddress 127.0.0.1
+                    ListenAddress \(listenAddress)
                     HostKey \(directory)/host_key
                     AuthorizedKeysFile \(directory)/authorized_keys
                     PubkeyAuthentication yes
@@ -82,15 +86,23 @@ struct TransportTests {
                 let log = "\(directory)/sshd-\(attempt).log"
                 _ = FileManager.default.createFile(atPath: log, contents: nil)
                 let candidate = Process()
-                candidate.executableURL = URL(fileURLWithPath: "/usr/sbin/sshd")
-                candidate.arguments = ["-D", "-e", "-f", "\(directory)/sshd_config"]
+                // Through a launcher sshd runs as a daemon of its own, logging to the file:
+                // a child of this process that closes the descriptors it inherited (sshd
+                // does) makes Foundation wait for its exit on the thread that watches every
+                // child, and `runProgram` would then hang.
+                let command =
+                    launcher.isEmpty
+                    ? ["/usr/sbin/sshd", "-D", "-e", "-f", "\(directory)/sshd_config"]
+                    : launcher + ["/usr/sbin/sshd", "-E", log, "-f", "\(directory)/sshd_config"]
+                candidate.executableURL = URL(fileURLWithPath: command[0])
+                candidate.arguments = Array(command.dropFirst())
                 candidate.standardError = FileHandle(forWritingAtPath: log)
                 candidate.standardOutput = FileHandle.nullDevice
                 try candidate.run()
                 // sshd says when it listens.
                 let deadline = Date().addingTimeInterval(10)
                 var listening = false
-                while Date() < deadline, candidate.isRunning {
+                while Date() < deadline, candidate.isRunning || !launcher.isEmpty {
                     if let text = try? String(contentsOfFile: log, encoding: .utf8), text.contains("Server listening") {
                         listening = true
                         break
@@ -119,6 +131,11 @@ struct TransportTests {
             if let processHandle {
                 processHandle.terminate()
                 reap(processHandle)
+            }
+            if detached, let text = try? String(contentsOfFile: "\(directory)/sshd.pid", encoding: .utf8),
+                let pid = Int32(text.trimmingCharacters(in: .whitespacesAndNewlines))
+            {
+                kill(pid, SIGTERM)
             }
             try? FileManager.default.removeItem(atPath: directory)
         }
