@@ -137,7 +137,15 @@ struct UnixSocketTests {
         let descriptor = crashed.descriptor
         _ = Foundation.close(descriptor)
         #expect(FileManager.default.fileExists(atPath: stale))
-        let replaced = try UnixListener.bind(path: stale)
+        // A process another test forks at this moment holds the listening socket until it
+        // execs (close-on-exec): the file is stale once it has, so allow it a moment.
+        var replacement: UnixListener?
+        for _ in 0..<200 {
+            replacement = try? UnixListener.bind(path: stale)
+            if replacement != nil { break }
+            Thread.sleep(forTimeInterval: 0.025)
+        }
+        let replaced = try #require(replacement)
         _ = try UnixConnection.connect(to: stale)
         #expect(try replaced.accept(timeout: 5) != nil)
         first.close()
