@@ -22,12 +22,13 @@ final class Outbox: @unchecked Sendable {
         /// Guarded by the outbox's condition.
         fileprivate var bytes: [UInt8]?
         fileprivate let isAppend: Bool
-        fileprivate let isNotification: Bool
+        /// How many notifications its bytes hold (0: a response).
+        fileprivate let notifications: Int
 
-        fileprivate init(bytes: [UInt8]?, isAppend: Bool, isNotification: Bool) {
+        fileprivate init(bytes: [UInt8]?, isAppend: Bool, notifications: Int = 0) {
             self.bytes = bytes
             self.isAppend = isAppend
-            self.isNotification = isNotification
+            self.notifications = notifications
         }
     }
 
@@ -70,7 +71,7 @@ final class Outbox: @unchecked Sendable {
 
     /// Takes the next place in the order for a response computed later.
     func reserve(isAppend: Bool = false) -> Slot {
-        let slot = Slot(bytes: nil, isAppend: isAppend, isNotification: false)
+        let slot = Slot(bytes: nil, isAppend: isAppend)
         condition.lock()
         slots.append(slot)
         if isAppend { appendsInFlight += 1 }
@@ -104,7 +105,7 @@ final class Outbox: @unchecked Sendable {
             // Nothing before it: no slot needed.
             write(bytes)
         } else {
-            slots.append(Slot(bytes: bytes, isAppend: false, isNotification: false))
+            slots.append(Slot(bytes: bytes, isAppend: false))
             queuedBytes += bytes.count
             wakeSender()
         }
@@ -119,6 +120,21 @@ final class Outbox: @unchecked Sendable {
         guard queuedNotifications < notificationLimit else { return false }
         appendNotification(bytes)
         return true
+    }
+
+    /// Queues the notifications of one commit, one after the other in `bytes`, each ending
+    /// at its offset in `ends`, in one slot (one wake of the sender): as many as there is
+    /// room for under `notificationLimit`, from the first.
+    /// - Returns: how many were queued (all of them when the connection is ending: they
+    ///   are dropped with it).
+    func offerNotifications(_ bytes: [UInt8], ends: [Int]) -> Int {
+        condition.lock()
+        defer { condition.unlock() }
+        guard !finishing && !aborted else { return ends.count }
+        let taken = min(ends.count, max(0, notificationLimit - queuedNotifications))
+        guard taken > 0 else { return 0 }
+        appendNotification(taken == ends.count ? bytes : Array(bytes[..<ends[taken - 1]]), count: taken)
+        return taken
     }
 
     /// Queues a notification, waiting while `notificationLimit` are waiting (catch-up: a
@@ -136,7 +152,7 @@ final class Outbox: @unchecked Sendable {
     func finish(after last: [UInt8]? = nil) {
         condition.lock()
         if let last, !finishing && !aborted {
-            slots.append(Slot(bytes: last, isAppend: false, isNotification: false))
+            slots.append(Slot(bytes: last, isAppend: false))
             queuedBytes += last.count
         }
         finishing = true
@@ -236,7 +252,7 @@ final class Outbox: @unchecked Sendable {
         var released = 0
         while head < slots.count, let bytes = slots[head].bytes {
             if out.isEmpty { out = bytes } else { out.append(contentsOf: bytes) }
-            if slots[head].isNotification { released += 1 }
+            released += slots[head].notifications
             queuedBytes -= bytes.count
             head += 1
             if out.count >= 1 << 20 { break }
@@ -308,10 +324,10 @@ final class Outbox: @unchecked Sendable {
         if senderWaiting { condition.broadcast() }
     }
 
-    private func appendNotification(_ bytes: [UInt8]) {
-        slots.append(Slot(bytes: bytes, isAppend: false, isNotification: true))
+    private func appendNotification(_ bytes: [UInt8], count: Int = 1) {
+        slots.append(Slot(bytes: bytes, isAppend: false, notifications: count))
         queuedBytes += bytes.count
-        queuedNotifications += 1
+        queuedNotifications += count
         wakeSender()
     }
 }

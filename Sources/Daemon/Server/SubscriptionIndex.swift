@@ -63,11 +63,21 @@ struct SubscriptionIndex<Member: WatchFiltering> {
     /// The members that may want an event of `entity`: a superset of those that do,
     /// and no larger than the three lists it names.
     func candidates(for entity: EntityKey) -> [Member] {
-        var out = Array(unfiltered.values)
-        if let members = byEntity[entity] { out.append(contentsOf: members.values) }
-        if !byType.isEmpty, let members = byType[Array(entity.bytes[..<entity.typeLength])] {
-            out.append(contentsOf: members.values)
-        }
+        var out: [Member] = []
+        forEachCandidate(for: entity) { out.append($0) }
         return out
+    }
+
+    /// Calls `body` with each member `candidates(for:)` lists, without building the list:
+    /// publishing runs this for every event a commit stores. A list that is empty is not
+    /// looked up (nor the entity's type made for it).
+    func forEachCandidate(for entity: EntityKey, _ body: (Member) -> Void) {
+        for member in unfiltered.values { body(member) }
+        if !byEntity.isEmpty, let members = byEntity[entity] {
+            for member in members.values { body(member) }
+        }
+        if !byType.isEmpty, let members = byType[Array(entity.bytes[..<entity.typeLength])] {
+            for member in members.values { body(member) }
+        }
     }
 }

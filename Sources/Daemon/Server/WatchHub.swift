@@ -145,25 +145,52 @@ final class WatchHub: @unchecked Sendable {
     /// writer's memory, nothing read back. Call with `publishLock` held, right after the
     /// commit.
     func publish(_ events: [SequencedEvent]) {
+        // Each subscription's notifications of this commit go in one buffer, queued at
+        // once: one slot and one wake of its connection's sender per commit, not per event.
+        var batches: [ObjectIdentifier: NotificationBatch] = [:]
+        var scratch: [UInt8] = []
         for item in events {
-            var notification: [UInt8]?
-            let candidates = subscriptions.candidates(for: item.event.entity)
-            examined += candidates.count
-            // A subscription skips what it was sent already (its catch-up read past it).
-            for subscription in candidates where item.seq > subscription.lastQueued && subscription.wants(item.event) {
-                let bytes = notification ?? WatchHub.notification(item)
-                notification = bytes
-                if subscription.outbox.offerNotification(bytes) {
-                    subscription.lastQueued = item.seq
-                } else {
-                    subscriptions.remove(subscription)
-                    release(subscription)
-                    subscription.outbox.finish(after: WatchHub.overflow(resumeAfter: subscription.lastQueued))
-                    logger.info(
-                        "watch: a consumer fell \(subscription.outbox.notificationLimit) events behind; disconnected it"
-                    )
+            var encoded = false
+            subscriptions.forEachCandidate(for: item.event.entity) { subscription in
+                examined += 1
+                // A subscription skips what it was sent already (its catch-up read past it).
+                guard item.seq > subscription.lastQueued, subscription.wants(item.event) else { return }
+                if !encoded {
+                    scratch.removeAll(keepingCapacity: true)
+                    WatchHub.notification(item, into: &scratch)
+                    encoded = true
                 }
+                batches[ObjectIdentifier(subscription), default: NotificationBatch(subscription)].add(
+                    scratch, seq: item.seq)
             }
+        }
+        for batch in batches.values {
+            let subscription = batch.subscription
+            let taken = subscription.outbox.offerNotifications(batch.bytes, ends: batch.ends)
+            if taken > 0 { subscription.lastQueued = batch.seqs[taken - 1] }
+            guard taken < batch.ends.count else { continue }
+            subscriptions.remove(subscription)
+            release(subscription)
+            subscription.outbox.finish(after: WatchHub.overflow(resumeAfter: subscription.lastQueued))
+            logger.info(
+                "watch: a consumer fell \(subscription.outbox.notificationLimit) events behind; disconnected it")
+        }
+    }
+
+    /// One subscription's notifications of one commit, one after the other.
+    private struct NotificationBatch {
+        let subscription: Subscription
+        var bytes: [UInt8] = []
+        /// Where each notification ends in `bytes`, and its event's seq.
+        var ends: [Int] = []
+        var seqs: [UInt64] = []
+
+        init(_ subscription: Subscription) { self.subscription = subscription }
+
+        mutating func add(_ notification: [UInt8], seq: UInt64) {
+            bytes.append(contentsOf: notification)
+            ends.append(bytes.count)
+            seqs.append(seq)
         }
     }
 
@@ -252,10 +279,15 @@ final class WatchHub: @unchecked Sendable {
     }
 
     static func notification(_ item: SequencedEvent) -> [UInt8] {
-        var out = Array(#"{"jsonrpc":"2.0","method":"event","params":{"event":"#.utf8)
-        Methods.storedEventJSON(item, into: &out)
-        out.append(contentsOf: Array("}}\n".utf8))
+        var out: [UInt8] = []
+        notification(item, into: &out)
         return out
+    }
+
+    static func notification(_ item: SequencedEvent, into out: inout [UInt8]) {
+        out.append(contentsOf: #"{"jsonrpc":"2.0","method":"event","params":{"event":"#.utf8)
+        Methods.storedEventJSON(item, into: &out)
+        out.append(contentsOf: "}}\n".utf8)
     }
 
     static func overflow(resumeAfter: UInt64) -> [UInt8] {
