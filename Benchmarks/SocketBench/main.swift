@@ -422,20 +422,21 @@ final class Watcher: @unchecked Sendable {
 
     init(socket: String) throws {
         client = try Client(socket)
+        // The answer to watch is one line; what follows is one line per event.
         _ = try client.call("watch", "{}")
     }
 
-    /// Reads notifications on a thread of its own until `expected` events have come.
+    /// Reads notifications on a thread of its own until `expected` events have come. It
+    /// only counts line ends: a watcher that parsed each line would take the CPU the
+    /// appending client shares with it, and this measures the daemon.
     func start(expecting expected: Int) {
         Thread.detachNewThread { [self] in
             defer { finished.signal() }
+            var buffer: [UInt8] = []
             while count < expected {
-                guard case .line(let line)? = try? client.reader.next(reading: { buffer, n in
-                    try self.client.connection.read(into: &buffer, count: n)
-                }) else { return }
-                if line.count > 20, String(decoding: line.prefix(48), as: UTF8.self).contains(#""method":"event""#) {
-                    count += 1
-                }
+                buffer.removeAll(keepingCapacity: true)
+                guard let read = try? client.connection.read(into: &buffer, count: 1 << 20), read > 0 else { return }
+                for byte in buffer where byte == 0x0A { count += 1 }
             }
         }
     }
@@ -705,23 +706,37 @@ if options.runs("saturated") {
     let total = client.events()
     let peer = try Daemon(bin: bin, root: peerRoot, cpu: 1)
     let peerClient = try Client(peer.socket)
-    let start = ContinuousClock.now
+    // The pass is timed from the first event's arrival (the session's start); the wait
+    // before it is the node's backoff (1 s here) and is reported apart. Status is polled
+    // every 100 ms: each call counts what the peer lacks, on the node's CPU.
+    let returned = ContinuousClock.now
+    var firstArrival: ContinuousClock.Instant?
     var between = 0
-    while peerClient.events() < total {
-        let peers = (try? client.call("status"))?["peers"] as? [[String: Any]] ?? []
-        if let pending = peers.first?["pending"] as? Int, pending > 0, pending < total { between += 1 }
-        if seconds(ContinuousClock.now - start) > 3600 {
+    while true {
+        let held = peerClient.events()
+        if held > 0, firstArrival == nil { firstArrival = ContinuousClock.now }
+        if held >= total { break }
+        if firstArrival != nil {
+            let peers = (try? client.call("status"))?["peers"] as? [[String: Any]] ?? []
+            if let pending = peers.first?["pending"] as? Int, pending > 0, pending < total { between += 1 }
+        }
+        if seconds(ContinuousClock.now - returned) > 3600 {
             throw BenchError(description: "the saturated pass took an hour")
         }
-        usleep(20_000)
+        usleep(firstArrival == nil ? 5_000 : 100_000)
     }
-    let passSeconds = seconds(ContinuousClock.now - start)
+    let finished = ContinuousClock.now
+    let passSeconds = seconds(finished - (firstArrival ?? returned))
     let passRate = Double(total) / passSeconds
     let bulkRate = Double(lines.count) / loadSeconds
     rows.append(
         Row(
             name: "saturated queue: background pass after the peer returns", value: passRate, unit: "events/s",
-            note: "\(total) events; pending seen between 0 and all \(between) times"))
+            note: "\(total) events, from the first arrival; pending seen between 0 and all \(between) times"))
+    rows.append(
+        Row(
+            name: "saturated queue: from the peer's return to the first arrival",
+            value: seconds((firstArrival ?? finished) - returned) * 1000, unit: "ms", note: "backoff 1 s"))
     rows.append(Row(name: "baseline: bulk evctl append --file, same run", value: bulkRate, unit: "events/s"))
     rows.append(Row(name: "saturated pass / bulk append", value: passRate / bulkRate, unit: "x"))
     node.stop()

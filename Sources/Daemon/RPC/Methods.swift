@@ -168,6 +168,25 @@ struct Methods: Sendable {
     }
 
     static func storedEventJSON(_ item: SequencedEvent, into out: inout [UInt8]) {
+        // From the payload the writer stored, with the id put in its place: the same bytes
+        // as encoding the event again, for a copy.
+        if let payload = item.payload, payload.last == UInt8(ascii: "}"),
+            let at = EventCodec.idPosition(inPayload: payload, hasKey: item.event.key != nil)
+        {
+            let start = out.count
+            out.append(contentsOf: payload[..<at])
+            out.append(contentsOf: #""id":"#.utf8)
+            item.event.id.appendJSON(to: &out)
+            out.append(UInt8(ascii: ","))
+            out.append(contentsOf: payload[at..<(payload.count - 1)])
+            out.append(contentsOf: #","seq":"#.utf8)
+            CanonicalWriter.appendInteger(Int(clamping: item.seq), to: &out)
+            out.append(UInt8(ascii: "}"))
+            assert(
+                out[start...].elementsEqual(storedEventJSON(SequencedEvent(seq: item.seq, event: item.event))),
+                "a notification spliced from the payload differs from the event's encoding")
+            return
+        }
         EventCodec.encodeStored(item.event, includeID: true, into: &out)
         guard out.last == UInt8(ascii: "}") else { return }
         out.removeLast()

@@ -16,6 +16,10 @@ final class Subscription: WatchFiltering, @unchecked Sendable {
     /// Whether it counts against the hub's caps: from `admit` until it ends, so the slot is
     /// given back once however it ends. Guarded by the hub's slots lock.
     fileprivate var holdsSlot = false
+    /// Its place in the publish in progress (`WatchHub.publish`): `batchIndex` is valid
+    /// while `batchGeneration` is the hub's. Touched only with the publish lock held.
+    fileprivate var batchGeneration: UInt64 = 0
+    fileprivate var batchIndex = 0
 
     init(outbox: Outbox, entity: EntityKey?, type: String?, after: UInt64?) {
         self.outbox = outbox
@@ -73,6 +77,8 @@ final class WatchHub: @unchecked Sendable {
     let publishLock = NSLock()
     /// The live subscriptions, filed by what they watch. Guarded by `publishLock`.
     private var subscriptions = SubscriptionIndex<Subscription>()
+    /// Counts the publishes, for each subscription's `batchGeneration`.
+    private var publishGeneration: UInt64 = 0
     /// Subscriptions offered an event so far (whether or not they wanted it): the work
     /// publishing did. Guarded by `publishLock`.
     private(set) var examined = 0
@@ -147,7 +153,11 @@ final class WatchHub: @unchecked Sendable {
     func publish(_ events: [SequencedEvent]) {
         // Each subscription's notifications of this commit go in one buffer, queued at
         // once: one slot and one wake of its connection's sender per commit, not per event.
-        var batches: [ObjectIdentifier: NotificationBatch] = [:]
+        // Each subscription finds its batch by the index it keeps for this publish: no
+        // lookup per event, however many watchers there are.
+        publishGeneration &+= 1
+        let generation = publishGeneration
+        var batches: [NotificationBatch] = []
         var scratch: [UInt8] = []
         for item in events {
             var encoded = false
@@ -160,11 +170,15 @@ final class WatchHub: @unchecked Sendable {
                     WatchHub.notification(item, into: &scratch)
                     encoded = true
                 }
-                batches[ObjectIdentifier(subscription), default: NotificationBatch(subscription)].add(
-                    scratch, seq: item.seq)
+                if subscription.batchGeneration != generation {
+                    subscription.batchGeneration = generation
+                    subscription.batchIndex = batches.count
+                    batches.append(NotificationBatch(subscription))
+                }
+                batches[subscription.batchIndex].add(scratch, seq: item.seq)
             }
         }
-        for batch in batches.values {
+        for batch in batches {
             let subscription = batch.subscription
             let taken = subscription.outbox.offerNotifications(batch.bytes, ends: batch.ends)
             if taken > 0 { subscription.lastQueued = batch.seqs[taken - 1] }

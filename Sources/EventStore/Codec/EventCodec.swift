@@ -340,6 +340,27 @@ public enum EventCodec {
 
     /// The canonical JSON of a stored event: keys sorted, no whitespace. Without `id` when
     /// `includeID` is false (on disk the id is the key, and storing it twice costs bytes).
+    /// Where `encodeStored` puts the `id` member in a payload it encoded without one: before
+    /// `"key"` when the event has an idempotency key, else before `"kind"`. Found from the
+    /// end: only `observed`, `origin`, `set` and `status` follow `kind`, none of which holds
+    /// an object, and inside a string every quote is escaped, so the last `,"kind":` is the
+    /// event's own (and the last `,"key":"` before it, when there is a key).
+    public static func idPosition(inPayload payload: [UInt8], hasKey: Bool) -> Int? {
+        func lastIndex(of pattern: [UInt8], before end: Int) -> Int? {
+            var index = end - pattern.count
+            while index >= 0 {
+                if payload[index] == pattern[0], payload[index..<index + pattern.count].elementsEqual(pattern) {
+                    return index
+                }
+                index -= 1
+            }
+            return nil
+        }
+        guard let kind = lastIndex(of: Array(#","kind":"#.utf8), before: payload.count) else { return nil }
+        guard hasKey else { return kind + 1 }
+        return lastIndex(of: Array(#","key":""#.utf8), before: kind).map { $0 + 1 }
+    }
+
     public static func encodeStored(_ event: Event, includeID: Bool = true) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(512)

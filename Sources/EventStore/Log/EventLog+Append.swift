@@ -430,7 +430,7 @@ struct WriteBatch {
         // seq, in the transaction that stores it.
         seq += 1
         sequenceEntries.append(event.id)
-        stored?.append(SequencedEvent(seq: seq, event: event))
+        stored?.append(SequencedEvent(seq: seq, event: event, payload: payload))
         return seq
     }
 

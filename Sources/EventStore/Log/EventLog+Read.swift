@@ -209,7 +209,7 @@ extension EventLog {
                     if let origin = filter.origin, event.origin != origin { continue }
                     if let typePrefix, !event.entity.bytes.starts(with: typePrefix) { continue }
                     bytes += payload.count
-                    out.append(SequencedEvent(seq: seq, event: event))
+                    out.append(SequencedEvent(seq: seq, event: event, payload: payload))
                 }
                 // More follow when the block has seqs left, or another block comes after it.
                 var more = false
@@ -403,10 +403,18 @@ extension Cursor {
 public struct SequencedEvent: Equatable, Sendable {
     public var seq: UInt64
     public var event: Event
+    /// The event's canonical JSON without its id (its stored payload), when the writer had
+    /// it at hand: a watch notification is made from it without encoding the event again.
+    public var payload: [UInt8]?
 
-    public init(seq: UInt64, event: Event) {
+    public init(seq: UInt64, event: Event, payload: [UInt8]? = nil) {
         self.seq = seq
         self.event = event
+        self.payload = payload
+    }
+
+    public static func == (lhs: SequencedEvent, rhs: SequencedEvent) -> Bool {
+        lhs.seq == rhs.seq && lhs.event == rhs.event
     }
 }
 
