@@ -56,3 +56,49 @@ struct NotificationJSONTests {
         }
     }
 }
+
+/// Several watchers of one commit: each gets exactly the events it asked for, in seq order,
+/// each notification the same bytes as the event in `log`.
+@Suite("Notifications to several watchers")
+struct SeveralWatchersTests {
+    @Test func eachWatcherGetsItsEventsAsLogHasThem() throws {
+        let daemon = try DaemonProcess()
+        defer { daemon.removeFiles() }
+        let filters = ["{}", #"{"type":"job"}"#, #"{"entity":"job/2"}"#, "{}"]
+        let watchers = try filters.map { filter -> RPCClient in
+            let client = try daemon.client()
+            _ = try client.call("watch", filter)
+            return client
+        }
+        // One request of 60 events over three types: one commit, one publish.
+        let events = (0..<60).map { n -> String in
+            let entity = ["job/\(n % 4)", "site/\(n % 3)", "van/1"][n % 3]
+            return n % 2 == 0
+                ? #"{"entity":"\#(entity)","kind":"edit","fields":{"n":\#(n),"meta":{"kind":"x"}}}"#
+                : #"{"entity":"\#(entity)","kind":"status","status":"s\#(n)","key":"k\#(n)"}"#
+        }
+        _ = try daemon.client().call("append", #"{"events":[\#(events.joined(separator: ","))]}"#)
+        let log = try #require(try daemon.client().call("log", #"{"limit":1000}"#)["events"] as? [[String: Any]])
+        #expect(log.count == 60)
+        let logLines = try log.map { String(decoding: try JSONSerialization.data(withJSONObject: $0, options: [.sortedKeys]), as: UTF8.self) }
+        func wanted(_ filter: String) -> [Int] {
+            log.indices.filter { index in
+                let entity = log[index]["entity"] as? String ?? ""
+                if filter.contains("type") { return entity.hasPrefix("job/") }
+                if filter.contains("entity") { return entity == "job/2" }
+                return true
+            }
+        }
+        for (watcher, filter) in zip(watchers, filters) {
+            let expected = wanted(filter)
+            var got: [String] = []
+            for _ in expected {
+                let message = try watcher.readJSON()
+                #expect(message["method"] as? String == "event")
+                let event = try #require((message["params"] as? [String: Any])?["event"] as? [String: Any])
+                got.append(String(decoding: try JSONSerialization.data(withJSONObject: event, options: [.sortedKeys]), as: UTF8.self))
+            }
+            #expect(got == expected.map { logLines[$0] }, "watcher \(filter)")
+        }
+    }
+}

@@ -167,7 +167,7 @@ struct Methods: Sendable {
         return out
     }
 
-    static func storedEventJSON(_ item: SequencedEvent, into out: inout [UInt8]) {
+    static func storedEventJSON(_ item: borrowing SequencedEvent, into out: inout [UInt8]) {
         // From the payload the writer stored, with the id put in its place: the same bytes
         // as encoding the event again, for a copy.
         if let payload = item.payload, payload.last == UInt8(ascii: "}"),

@@ -158,24 +158,35 @@ final class WatchHub: @unchecked Sendable {
         publishGeneration &+= 1
         let generation = publishGeneration
         var batches: [NotificationBatch] = []
-        var scratch: [UInt8] = []
-        for item in events {
-            var encoded = false
-            subscriptions.forEachCandidate(for: item.event.entity) { subscription in
+        // Room for every event's notification up front (about its payload and 120 bytes),
+        // so a buffer is not grown, copied and faulted in again as it fills.
+        let capacity = events.reduce(0) { $0 + ($1.payload?.count ?? 400) + 120 }
+        // By index, read in place: a copy of each event would retain and release its parts.
+        for index in events.indices {
+            let seq = events[index].seq
+            // The batch and offset this event's notification was first encoded at: the
+            // first watcher that wants it gets it encoded straight into its buffer, any
+            // other a copy of those bytes.
+            var first: (batch: Int, start: Int)?
+            subscriptions.forEachCandidate(for: events[index].event.entity) { subscription in
                 examined += 1
                 // A subscription skips what it was sent already (its catch-up read past it).
-                guard item.seq > subscription.lastQueued, subscription.wants(item.event) else { return }
-                if !encoded {
-                    scratch.removeAll(keepingCapacity: true)
-                    WatchHub.notification(item, into: &scratch)
-                    encoded = true
-                }
+                guard seq > subscription.lastQueued, subscription.wants(events[index].event) else { return }
                 if subscription.batchGeneration != generation {
                     subscription.batchGeneration = generation
                     subscription.batchIndex = batches.count
-                    batches.append(NotificationBatch(subscription))
+                    batches.append(NotificationBatch(subscription, capacity: capacity))
                 }
-                batches[subscription.batchIndex].add(scratch, seq: item.seq)
+                let batch = subscription.batchIndex
+                if let first {
+                    let copy = Array(batches[first.batch].bytes[first.start..<batches[first.batch].ends.last!])
+                    batches[batch].bytes.append(contentsOf: copy)
+                } else {
+                    first = (batch, batches[batch].bytes.count)
+                    WatchHub.notification(events[index], into: &batches[batch].bytes)
+                }
+                batches[batch].ends.append(batches[batch].bytes.count)
+                batches[batch].seqs.append(seq)
             }
         }
         for batch in batches {
@@ -199,12 +210,9 @@ final class WatchHub: @unchecked Sendable {
         var ends: [Int] = []
         var seqs: [UInt64] = []
 
-        init(_ subscription: Subscription) { self.subscription = subscription }
-
-        mutating func add(_ notification: [UInt8], seq: UInt64) {
-            bytes.append(contentsOf: notification)
-            ends.append(bytes.count)
-            seqs.append(seq)
+        init(_ subscription: Subscription, capacity: Int) {
+            self.subscription = subscription
+            bytes.reserveCapacity(capacity)
         }
     }
 
@@ -298,7 +306,7 @@ final class WatchHub: @unchecked Sendable {
         return out
     }
 
-    static func notification(_ item: SequencedEvent, into out: inout [UInt8]) {
+    static func notification(_ item: borrowing SequencedEvent, into out: inout [UInt8]) {
         out.append(contentsOf: #"{"jsonrpc":"2.0","method":"event","params":{"event":"#.utf8)
         Methods.storedEventJSON(item, into: &out)
         out.append(contentsOf: "}}\n".utf8)

@@ -356,10 +356,13 @@ public enum EventCodec {
             }
             return nil
         }
-        guard let kind = lastIndex(of: Array(#","kind":"#.utf8), before: payload.count) else { return nil }
+        guard let kind = lastIndex(of: kindMember, before: payload.count) else { return nil }
         guard hasKey else { return kind + 1 }
-        return lastIndex(of: Array(#","key":""#.utf8), before: kind).map { $0 + 1 }
+        return lastIndex(of: keyMember, before: kind).map { $0 + 1 }
     }
+
+    private static let kindMember = Array(#","kind":"#.utf8)
+    private static let keyMember = Array(#","key":""#.utf8)
 
     public static func encodeStored(_ event: Event, includeID: Bool = true) -> [UInt8] {
         var out: [UInt8] = []
