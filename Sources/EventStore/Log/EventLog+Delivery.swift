@@ -93,26 +93,8 @@ extension EventLog {
             var found: [EntitySummary] = []
             var more = false
             if ids.count > (try txn.stat(tables.projections).entries) {
-                try txn.withCursor(tables.projections) { cursor in
-                    var item: (key: [UInt8], value: [UInt8])?
-                    if let after {
-                        item = try cursor.seek(after.bytes)
-                        if item?.key == after.bytes { item = try cursor.next() }
-                    } else {
-                        item = prefix.isEmpty ? try cursor.first() : try cursor.seek(prefix)
-                    }
-                    while let current = item, current.key.starts(with: prefix) {
-                        let entity = EntityKey(validated: current.key)
-                        let summary = EventLog.summary(try EventLog.decodeProjection(current.value, entity: entity))
-                        if keep(summary), try delivery(of: entity, to: [holdings], txn: txn) != [.held] {
-                            if found.count == limit {
-                                more = true
-                                break
-                            }
-                            found.append(summary)
-                        }
-                        item = try cursor.next()
-                    }
+                (found, more) = try projectionPage(prefix: prefix, after: after, limit: limit, txn: txn) { summary in
+                    try keep(summary) && delivery(of: summary.entity, to: [holdings], txn: txn) != [.held]
                 }
                 return (found, more ? found.last?.entity : nil)
             }

@@ -78,30 +78,37 @@ extension EventLog {
                 found = Array(candidates.prefix(limit))
             } else {
                 let prefix = type.map { Array($0.utf8) + [UInt8(ascii: "/")] } ?? []
-                try txn.withCursor(tables.projections) { cursor in
-                    var item: (key: [UInt8], value: [UInt8])?
-                    if let after {
-                        item = try cursor.seek(after.bytes)
-                        if item?.key == after.bytes { item = try cursor.next() }
-                    } else {
-                        item = prefix.isEmpty ? try cursor.first() : try cursor.seek(prefix)
-                    }
-                    while let current = item, current.key.starts(with: prefix) {
-                        let entity = EntityKey(validated: current.key)
-                        let summary = EventLog.summary(
-                            try EventLog.decodeProjection(current.value, entity: entity))
-                        if keep(summary) {
-                            if found.count == limit {
-                                more = true
-                                break
-                            }
-                            found.append(summary)
-                        }
-                        item = try cursor.next()
-                    }
-                }
+                (found, more) = try projectionPage(prefix: prefix, after: after, limit: limit, txn: txn, keep: keep)
             }
             return (found, more ? found.last?.entity : nil)
+        }
+    }
+
+    /// The entities whose key starts with `prefix`, in key order after `after`, that `keep`
+    /// keeps, at most `limit`; `more` when another one would follow.
+    func projectionPage(
+        prefix: [UInt8], after: EntityKey?, limit: Int, txn: borrowing some TransactionReading & ~Copyable,
+        keep: (EntitySummary) throws -> Bool
+    ) throws -> (found: [EntitySummary], more: Bool) {
+        try txn.withCursor(tables.projections) { cursor in
+            var found: [EntitySummary] = []
+            var item: (key: [UInt8], value: [UInt8])?
+            if let after {
+                item = try cursor.seek(after.bytes)
+                if item?.key == after.bytes { item = try cursor.next() }
+            } else {
+                item = prefix.isEmpty ? try cursor.first() : try cursor.seek(prefix)
+            }
+            while let current = item, current.key.starts(with: prefix) {
+                let entity = EntityKey(validated: current.key)
+                let summary = EventLog.summary(try EventLog.decodeProjection(current.value, entity: entity))
+                if try keep(summary) {
+                    if found.count == limit { return (found, true) }
+                    found.append(summary)
+                }
+                item = try cursor.next()
+            }
+            return (found, false)
         }
     }
 

@@ -93,19 +93,7 @@ extension EventLog {
     /// The version vector: for each origin, the greatest id held.
     public func versionVector() throws(EventStoreError) -> [ULID: ULID] {
         try reading { txn in
-            try txn.withCursor(tables.originIndex) { cursor in
-                var vector: [ULID: ULID] = [:]
-                var item = try cursor.first()
-                while let current = item {
-                    if let origin = ULID(bytes: current.key), let last = try cursor.lastDup(),
-                        let id = ULID(bytes: last.value)
-                    {
-                        vector[origin] = id
-                    }
-                    item = try cursor.nextNoDup()
-                }
-                return vector
-            }
+            try localVector(txn: txn)
         }
     }
 
