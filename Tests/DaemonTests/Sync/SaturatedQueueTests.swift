@@ -73,8 +73,14 @@ struct SaturatedQueueTests {
         #expect(try status(peer)["digest"] as? String == status(node)["digest"] as? String)
         #expect(seen.contains { $0 > 0 && $0 < count }, "pending was seen between 0 and \(count): \(seen.suffix(20))")
         #expect(zip(seen, seen.dropFirst()).allSatisfy { $0 >= $1 }, "pending never went up: \(seen)")
-        // One session delivered everything.
-        let sessions = node.stderr.split(separator: "\n").filter { $0.contains("sync with hq: sent ") }
+        // One session delivered everything. Pending reaches 0 with the last ack, before the
+        // session has ended and logged its line: wait for the line.
+        var sessions: [Substring] = []
+        let logged = Date().addingTimeInterval(60)
+        while sessions.isEmpty, Date() < logged {
+            sessions = node.stderr.split(separator: "\n").filter { $0.contains("sync with hq: sent ") }
+            if sessions.isEmpty { Thread.sleep(forTimeInterval: 0.05) }
+        }
         #expect(sessions.first?.contains("sent \(count),") == true, "\(sessions)")
         print(
             "saturated queue: appended \(count) in \(String(format: "%.1f", appendSeconds)) s, delivered in \(String(format: "%.1f", syncSeconds)) s from the peer's start (\(sessions.first ?? ""))"
