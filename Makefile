@@ -114,7 +114,7 @@ test-tsan: deps
 
 test-asan: deps
 	$(SWIFT) build --build-tests --sanitize=address --scratch-path .build/asan
-	ASAN_OPTIONS=detect_leaks=0 EVSTORE_BIN_DIR=.build/asan/debug \
+	ASAN_OPTIONS=detect_leaks=0:suppressions=$(CURDIR)/Tests/Sanitizers/asan.supp EVSTORE_BIN_DIR=.build/asan/debug \
 		$(SWIFT) test --skip-build --sanitize=address --scratch-path .build/asan
 
 # The fuzzers (docs/fuzzing.md): a package of their own in Fuzz/, built with libFuzzer and the
