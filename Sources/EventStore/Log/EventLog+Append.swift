@@ -152,13 +152,10 @@ struct WriteBatch {
     /// call per origin (`MDB_MULTIPLE`) instead of one per event. Nothing reads that index
     /// inside a write.
     var originEntries: [(origin: ULID, id: ULID)] = []
-    /// The ids of the events stored so far, in seq order from `firstSeq + seqsWritten + 1`,
-    /// put in the sequence table at the end of the batch (`SequenceBlocks`), as
-    /// `originEntries` are. Nothing reads that table inside a write.
+    /// The ids of the events stored and not yet in the sequence table, in seq order up to
+    /// `seq`: put there at the end of the batch (`SequenceBlocks`), as `originEntries` are.
+    /// Nothing reads that table inside a write.
     var sequenceEntries: [ULID] = []
-    /// The head when the transaction began, and how many seqs past it are in the table.
-    let firstSeq: UInt64
-    var seqsWritten: UInt64 = 0
     /// Counts the client batches appended, so each entity can tell whether the current one
     /// has named it already.
     var clientBatch = 0
@@ -201,7 +198,6 @@ struct WriteBatch {
         // The head as the last commit left it: every write holds the writer lock, so no seq
         // was taken since, and the transaction need not read `meta/seq` and the table again.
         self.seq = log.committedSequence.load(ordering: .acquiring)
-        self.firstSeq = seq
         assert(self.seq == (try? EventLog.sequenceHead(txn: txn, tables: log.tables)), "the sequence head drifted")
     }
 
@@ -373,8 +369,7 @@ struct WriteBatch {
     mutating func writeSequenceEntries(txn: inout WriteTransaction) throws {
         guard !sequenceEntries.isEmpty else { return }
         try SequenceBlocks.append(
-            sequenceEntries, first: firstSeq + seqsWritten + 1, table: log.tables.sequence, txn: &txn)
-        seqsWritten += UInt64(sequenceEntries.count)
+            sequenceEntries, first: seq - UInt64(sequenceEntries.count) + 1, table: log.tables.sequence, txn: &txn)
         sequenceEntries.removeAll()
     }
 

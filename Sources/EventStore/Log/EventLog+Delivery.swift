@@ -175,12 +175,7 @@ extension EventLog {
                     guard result[index] == .held else { continue }
                     if !looked {
                         looked = true
-                        for (candidate, last) in origins where id <= last {
-                            if let found = try cursor.seekBoth(candidate.bytes, id.bytes), found.value == id.bytes {
-                                origin = candidate
-                                break
-                            }
-                        }
+                        origin = try EventLog.origin(of: id, among: origins, cursor: &cursor)
                     }
                     if let origin, peers[index].holds(id, origin: origin) { continue }
                     result[index] = .lacking
@@ -188,5 +183,14 @@ extension EventLog {
             }
         }
         return result
+    }
+
+    /// The origin of the held event `id`, looked up in the origin index (a cursor on it)
+    /// under each of `origins` whose greatest id is not below it: no event is decoded.
+    static func origin(of id: ULID, among origins: [(key: ULID, value: ULID)], cursor: inout Cursor) throws -> ULID? {
+        for (candidate, last) in origins where id <= last {
+            if let found = try cursor.seekBoth(candidate.bytes, id.bytes), found.value == id.bytes { return candidate }
+        }
+        return nil
     }
 }

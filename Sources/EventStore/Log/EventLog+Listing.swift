@@ -92,13 +92,7 @@ extension EventLog {
     ) throws -> (found: [EntitySummary], more: Bool) {
         try txn.withCursor(tables.projections) { cursor in
             var found: [EntitySummary] = []
-            var item: (key: [UInt8], value: [UInt8])?
-            if let after {
-                item = try cursor.seek(after.bytes)
-                if item?.key == after.bytes { item = try cursor.next() }
-            } else {
-                item = prefix.isEmpty ? try cursor.first() : try cursor.seek(prefix)
-            }
+            var item = try EventLog.firstEntry(after: after, prefix: prefix, cursor: &cursor)
             while let current = item, current.key.starts(with: prefix) {
                 let entity = EntityKey(validated: current.key)
                 let summary = EventLog.summary(try EventLog.decodeProjection(current.value, entity: entity))
@@ -110,6 +104,14 @@ extension EventLog {
             }
             return (found, false)
         }
+    }
+
+    /// Where a page of a table keyed by entity starts: the first key after `after`, or the
+    /// first with `prefix` (the caller stops once keys leave it).
+    static func firstEntry(after: EntityKey?, prefix: [UInt8], cursor: inout Cursor) throws -> Cursor.Entry? {
+        guard let after else { return prefix.isEmpty ? try cursor.first() : try cursor.seek(prefix) }
+        let found = try cursor.seek(after.bytes)
+        return found?.key == after.bytes ? try cursor.next() : found
     }
 
     /// The entity types of the entities held (deleted ones included), sorted.
@@ -147,13 +149,7 @@ extension EventLog {
             let prefix = type.map { Array($0.utf8) + [UInt8(ascii: "/")] } ?? []
             return try txn.withCursor(tables.conflicts) { cursor in
                 var found: [ConflictSummary] = []
-                var item: (key: [UInt8], value: [UInt8])?
-                if let after {
-                    item = try cursor.seek(after.bytes)
-                    if item?.key == after.bytes { item = try cursor.next() }
-                } else {
-                    item = prefix.isEmpty ? try cursor.first() : try cursor.seek(prefix)
-                }
+                var item = try EventLog.firstEntry(after: after, prefix: prefix, cursor: &cursor)
                 while let current = item, current.key.starts(with: prefix), found.count < limit {
                     found.append(try EventLog.conflictSummary(EntityKey(validated: current.key), record: current.value))
                     item = try cursor.next()

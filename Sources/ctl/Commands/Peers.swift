@@ -33,6 +33,22 @@ struct Peers: Command {
         }
         return reply
     }
+
+    /// Calls `method` and prints its answer: as the daemon sent it with --json, else the
+    /// lines `text` makes of its result.
+    static func print(
+        _ method: String, _ params: JSONObjectWriter = JSONObjectWriter(), global: GlobalOptions,
+        text: ([String: Any]) -> [String]
+    ) throws {
+        let reply = try call(method, params, global: global)
+        var output = StandardOutput()
+        if global.json {
+            output.line(bytes: reply.resultBytes)
+        } else {
+            for line in text(reply.result as? [String: Any] ?? [:]) { output.line(line) }
+        }
+        output.flush()
+    }
 }
 
 struct PeersAdd: Command {
@@ -69,14 +85,9 @@ struct PeersAdd: Command {
         var params = JSONObjectWriter()
         params.add("name", name)
         params.add("url", url)
-        let reply = try Peers.call("peers.add", params, global: global)
-        var output = StandardOutput()
-        if global.json {
-            output.line(bytes: reply.resultBytes)
-        } else {
-            output.line("peer \(name): \(url); `evctl sync \(name)` syncs now, `evctl status` shows how it goes")
+        try Peers.print("peers.add", params, global: global) { _ in
+            ["peer \(name): \(url); `evctl sync \(name)` syncs now, `evctl status` shows how it goes"]
         }
-        output.flush()
     }
 }
 
@@ -103,14 +114,7 @@ struct PeersRemove: Command {
     func run() throws {
         var params = JSONObjectWriter()
         params.add("name", name)
-        let reply = try Peers.call("peers.remove", params, global: global)
-        var output = StandardOutput()
-        if global.json {
-            output.line(bytes: reply.resultBytes)
-        } else {
-            output.line("removed peer \(name)")
-        }
-        output.flush()
+        try Peers.print("peers.remove", params, global: global) { _ in ["removed peer \(name)"] }
     }
 }
 
@@ -128,22 +132,14 @@ struct PeersList: Command {
     }
 
     func run() throws {
-        let reply = try Peers.call("peers.list", JSONObjectWriter(), global: global)
-        var output = StandardOutput()
-        if global.json {
-            output.line(bytes: reply.resultBytes)
-        } else {
-            let peers = (reply.result as? [String: Any])?["peers"] as? [[String: Any]] ?? []
-            if peers.isEmpty {
-                output.line("no peers; add one with `evctl peers add NAME URL`")
-            } else {
-                let rows = peers.map { peer in
-                    [peer["name"] as? String ?? "?", peer["url"] as? String ?? "?", peer["source"] as? String ?? "?"]
-                }
-                for line in Format.table([["NAME", "URL", "SOURCE"]] + rows) { output.line(line) }
+        try Peers.print("peers.list", global: global) { result in
+            let peers = result["peers"] as? [[String: Any]] ?? []
+            guard !peers.isEmpty else { return ["no peers; add one with `evctl peers add NAME URL`"] }
+            let rows = peers.map { peer in
+                [peer["name"] as? String ?? "?", peer["url"] as? String ?? "?", peer["source"] as? String ?? "?"]
             }
+            return Format.table([["NAME", "URL", "SOURCE"]] + rows)
         }
-        output.flush()
     }
 }
 
@@ -172,14 +168,7 @@ struct PeersShow: Command {
     func run() throws {
         var params = JSONObjectWriter()
         params.add("name", name)
-        let reply = try Peers.call("peers.show", params, global: global)
-        var output = StandardOutput()
-        if global.json {
-            output.line(bytes: reply.resultBytes)
-        } else {
-            for line in PeersShow.lines(reply.result as? [String: Any] ?? [:]) { output.line(line) }
-        }
-        output.flush()
+        try Peers.print("peers.show", params, global: global, text: PeersShow.lines)
     }
 
     static func lines(_ peer: [String: Any]) -> [String] {
