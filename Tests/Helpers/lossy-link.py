@@ -10,8 +10,10 @@ sees what it would see on a 3G link: retransmissions, a long round trip, a narro
   lossy-link.py NS_A IFACE_A NS_B IFACE_B [--delay S] [--loss P] [--rate BITS] [--seed N]
 
 Makes the two tun devices (down, without addresses: configure them with `ip -n NS`),
-prints "ready" and forwards until killed. On SIGTERM it prints the packets it moved and
-dropped per direction. Root only.
+prints "ready" and forwards until killed. SIGUSR1 cuts the link: what is in flight is
+lost and nothing passes until SIGUSR2 mends it (taking a device down alone would still
+deliver what this process holds). On SIGTERM it prints the packets it moved and dropped
+per direction. Root only.
 """
 
 import argparse
@@ -86,9 +88,23 @@ def main():
         finally:
             os._exit(0)
 
+    cut = [False]
+
+    def cut_link(*_):
+        cut[0] = True
+        for d in (a_to_b, b_to_a):
+            d.dropped += len(d.queue)
+            d.queue.clear()
+            d.free_at = 0.0
+
+    def mend_link(*_):
+        cut[0] = False
+
     signal.signal(signal.SIGTERM, report)
-    # A parent that blocks SIGTERM in its threads hands the mask down to its children.
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    signal.signal(signal.SIGUSR1, cut_link)
+    signal.signal(signal.SIGUSR2, mend_link)
+    # A parent that blocks signals in its threads hands the mask down to its children.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2})
     print("ready", flush=True)
     while True:
         now = time.monotonic()
@@ -105,7 +121,7 @@ def main():
                     break
                 except OSError:
                     break
-                if random.random() < args.loss or len(direction.queue) >= QUEUE_LIMIT:
+                if cut[0] or random.random() < args.loss or len(direction.queue) >= QUEUE_LIMIT:
                     direction.dropped += 1
                     continue
                 start = max(now, direction.free_at)

@@ -35,7 +35,8 @@ struct DegradedLinkTests {
         let emulator = Process()
         let output = Pipe()
 
-        init() throws {
+        /// `rate` in bits per second each way.
+        init(rate: Int = 1_000_000) throws {
             van = try NetworkNamespace(prefix: "evvan")
             hq = try NetworkNamespace(prefix: "evhq")
             do {
@@ -43,7 +44,7 @@ struct DegradedLinkTests {
                     .deletingLastPathComponent().appendingPathComponent("Helpers/lossy-link.py").path
                 emulator.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
                 emulator.arguments = [
-                    script, van.name, "lk0", hq.name, "lk0", "--delay", "0.3", "--loss", "0.05", "--rate", "1000000",
+                    script, van.name, "lk0", hq.name, "lk0", "--delay", "0.3", "--loss", "0.05", "--rate", String(rate),
                 ]
                 emulator.standardOutput = output
                 emulator.standardError = output
@@ -63,8 +64,17 @@ struct DegradedLinkTests {
             }
         }
 
-        /// Cuts the link on the van's side, or brings it back.
-        func set(up: Bool) throws { try van.run(["link", "set", "lk0", up ? "up" : "down"]) }
+        /// Cuts the link, or brings it back: the emulator drops what it holds in flight and
+        /// everything after, and the van's device goes down (or the reverse).
+        func set(up: Bool) throws {
+            if up {
+                try van.run(["link", "set", "lk0", "up"])
+                kill(emulator.processIdentifier, SIGUSR2)
+            } else {
+                kill(emulator.processIdentifier, SIGUSR1)
+                try van.run(["link", "set", "lk0", "down"])
+            }
+        }
 
         /// Stops the emulator and deletes the namespaces; what the emulator counted.
         @discardableResult
@@ -166,7 +176,10 @@ struct DegradedLinkTests {
         "a session cut by taking the link down mid-stream: the next one sends exactly what hq still lacks",
         .enabled(if: DegradedLinkTests.usable, DegradedLinkTests.reason), .timeLimit(.minutes(30)))
     func resumesAfterCut() throws {
-        let link = try Link()
+        // A tenth of the other test's rate: the stream lasts seconds, longer than hq may
+        // lag behind in committing what it has received on a loaded or sanitized build, so
+        // a cut made once hq holds at most half still finds the rest on the wire.
+        let link = try Link(rate: 100_000)
         defer { print("link: \(link.stop())") }
         // hq gives up on a silent session after 8 s, so the cut session is over on both
         // sides before the link comes back.
@@ -177,7 +190,8 @@ struct DegradedLinkTests {
             server.stop()
         }
         // Sessions in the background until one fails after the cut or all is sent; the
-        // link goes down once hq has committed a batch and before it has them all.
+        // link goes down once hq has committed a batch and while at least half is still
+        // to come.
         let first = Mutex<[Session]>([])
         let cutDone = Atomic<Bool>(false)
         let done = DispatchSemaphore(value: 0)
@@ -194,11 +208,11 @@ struct DegradedLinkTests {
         let deadline = Date().addingTimeInterval(600)
         while Date() < deadline, done.wait(timeout: .now()) == .timedOut {
             heldAtCut = try status(hq)["events"] as? Int ?? 0
-            if heldAtCut > 0 && heldAtCut < events { break }
+            if heldAtCut > 0 && heldAtCut <= events / 2 { break }
             Thread.sleep(forTimeInterval: 0.02)
         }
         try #require(
-            heldAtCut > 0 && heldAtCut < events, "the cut missed the session: hq held \(heldAtCut) of \(events)")
+            heldAtCut > 0 && heldAtCut <= events / 2, "the cut missed the session: hq held \(heldAtCut) of \(events)")
         try link.set(up: false)
         cutDone.store(true, ordering: .relaxed)
         let cutAt = Date()
