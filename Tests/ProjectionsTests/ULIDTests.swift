@@ -35,6 +35,23 @@ struct ULIDTests {
         #expect(ids.sorted { $0.bytes.lexicographicallyPrecedes($1.bytes) } == byValue)
     }
 
+    @Test("bytes read at an offset from an array, a slice and any collection agree; too few give nil")
+    func bytesAtOffsets() throws {
+        var rng = SeededGenerator(seed: 7)
+        let ids = (0..<3).map { _ in ULID(timestamp: UInt64.random(in: 0...ULID.maxTimestamp, using: &rng), random: (1, rng.next())) }
+        let bytes = [0xAA] + ids.flatMap(\.bytes) + [0xBB]
+        for (index, id) in ids.enumerated() {
+            let offset = 1 + index * 16
+            #expect(ULID(bytes: bytes, at: offset) == id)
+            #expect(ULID(bytes: bytes[1...], at: offset - 1) == id)
+            #expect(ULID(bytes: bytes[offset..<offset + 16]) == id)
+            #expect(ULID(bytes: AnyRandomAccessCollection(bytes), at: offset) == id)
+        }
+        #expect(ULID(bytes: bytes, at: bytes.count - 15) == nil)
+        #expect(ULID(bytes: bytes[1..<16]) == nil)
+        #expect(ULID(bytes: bytes, at: -1) == nil)
+    }
+
     @Test(arguments: [
         "", "0000000000000000000000000", "000000000000000000000000000", "8ZZZZZZZZZZZZZZZZZZZZZZZZZ",
         "0000000000000000000000000I", "0000000000000000000000000L", "0000000000000000000000000O",

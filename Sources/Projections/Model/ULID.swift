@@ -73,6 +73,29 @@ public struct ULID: Hashable, Comparable, Sendable, CustomStringConvertible {
     }
 
     /// Reads 16 big-endian bytes starting at `offset`; nil when there are fewer.
+    ///
+    /// The concrete overloads matter: called from another module the generic one is not
+    /// specialized, and reads each byte through a protocol witness and runtime metadata
+    /// lookups, thousands of instructions per id where these take a few dozen.
+    public init?(bytes: [UInt8], at offset: Int = 0) {
+        guard offset >= 0, bytes.count >= offset + 16 else { return nil }
+        self.init(high: ULID.bigEndian(bytes, offset), low: ULID.bigEndian(bytes, offset + 8))
+    }
+
+    public init?(bytes: ArraySlice<UInt8>, at offset: Int = 0) {
+        guard offset >= 0, bytes.count >= offset + 16 else { return nil }
+        let start = bytes.startIndex + offset
+        self.init(high: ULID.bigEndian(bytes, start), low: ULID.bigEndian(bytes, start + 8))
+    }
+
+    private static func bigEndian<C: RandomAccessCollection<UInt8>>(_ bytes: C, _ start: C.Index) -> UInt64
+    where C.Index == Int {
+        var value: UInt64 = 0
+        for index in start..<start + 8 { value = value << 8 | UInt64(bytes[index]) }
+        return value
+    }
+
+    /// Reads 16 big-endian bytes starting at `offset`; nil when there are fewer.
     public init?(bytes: some RandomAccessCollection<UInt8>, at offset: Int = 0) {
         guard bytes.count >= offset + 16 else { return nil }
         var start = bytes.index(bytes.startIndex, offsetBy: offset)
