@@ -75,3 +75,25 @@ struct ULIDTests {
         #expect(ULID.symbol(UInt8(value)) == ULID.alphabet[value])
     }
 }
+
+@Suite("UTF-8 validation of stored strings")
+struct ValidatedUTF8Tests {
+    @Test("agrees with the standard library on random bytes, ASCII and not", arguments: 1...5)
+    func agreesWithStandardLibrary(seed: UInt64) {
+        var rng = SeededGenerator(seed: seed)
+        let pieces: [[UInt8]] = [
+            Array("job/42".utf8), Array("é".utf8), Array("日本".utf8), Array("🚐".utf8), [0xFF], [0xC3], [0xE6, 0x97],
+            [0xC0, 0xAF], [0xED, 0xA0, 0x80], [0x00],
+        ]
+        for _ in 0..<500 {
+            var bytes: [UInt8] = [0x20]
+            for _ in 0..<Int.random(in: 0...6, using: &rng) {
+                bytes += pieces[Int.random(in: 0..<pieces.count, using: &rng)]
+            }
+            let slice = bytes[1...]
+            #expect(validatedUTF8(slice) == String(validating: slice, as: UTF8.self), "\(Array(slice))")
+        }
+        #expect(validatedUTF8(Array("on_site".utf8)[...]) == "on_site")
+        #expect(validatedUTF8([0x61, 0xFF][...]) == nil)
+    }
+}

@@ -302,7 +302,7 @@ extension EventLog {
             while let current = item {
                 guard current.value.count >= 32, let id = ULID(bytes: current.value),
                     let origin = ULID(bytes: current.value, at: 16),
-                    let status = String(validating: current.value[32...], as: UTF8.self)
+                    let status = validatedUTF8(current.value[32...])
                 else { throw CorruptDataError("status history entry of \(entity) is unreadable") }
                 entries.append(StatusEntry(id: id, origin: origin, status: status))
                 item = try cursor.nextDup()

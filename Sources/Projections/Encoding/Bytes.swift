@@ -89,8 +89,12 @@ public struct ByteReader {
     }
 
     public mutating func string() throws(CorruptDataError) -> String {
-        let raw = try lengthPrefixed()
-        guard let text = String(validating: raw, as: UTF8.self) else { throw CorruptDataError("invalid UTF-8") }
+        let count = try count()
+        guard count <= remaining else { throw CorruptDataError("truncated data") }
+        defer { position += count }
+        guard let text = validatedUTF8(bytes[position..<(position + count)]) else {
+            throw CorruptDataError("invalid UTF-8")
+        }
         return text
     }
 
@@ -121,4 +125,18 @@ extension Array where Element == UInt8 {
         appendVarint(ids.count)
         for id in ids { id.append(to: &self) }
     }
+}
+
+/// The text of UTF-8 bytes, nil when they are not valid UTF-8.
+///
+/// ASCII, which most stored strings are, is checked with a plain loop and decoded
+/// directly; the standard library's validating initializer is generic, and not
+/// specialized here, so it costs hundreds of instructions in metadata lookups per call.
+public func validatedUTF8(_ bytes: ArraySlice<UInt8>) -> String? {
+    var ascii = true
+    for byte in bytes where byte >= 0x80 {
+        ascii = false
+        break
+    }
+    return ascii ? String(decoding: bytes, as: UTF8.self) : String(validating: bytes, as: UTF8.self)
 }
