@@ -420,6 +420,14 @@ func redisHashes(_ lines: [String]) -> [(key: String, fields: [(String, String)]
 }
 
 let options = Options()
+// The idle-connections measurement holds 1,000 sockets here and in the daemon (which
+// inherits the limit): the soft descriptor limit up to the hard one.
+do {
+    var limit = rlimit()
+    getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+    limit.rlim_cur = limit.rlim_max
+    setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+}
 let bin = options.bin
 try? FileManager.default.removeItem(atPath: options.directory)
 try FileManager.default.createDirectory(atPath: options.directory, withIntermediateDirectories: true)
@@ -641,6 +649,30 @@ if options.runs("get") {
                 name: "baseline: no-store request p99, \(clients) client(s)", value: percentile(floors, 0.99),
                 unit: "µs"))
     }
+    // The same with 1,000 idle connections open as well (each answered once, then silent):
+    // what connections that do nothing cost the ones that work.
+    var idle: [Client] = []
+    for _ in 0..<1000 {
+        let client = try Client(socket)
+        _ = try client.roundTrip(floor(0))
+        idle.append(client)
+    }
+    for clients in [1, 8] {
+        let gets = try latencies(clients: clients) {
+            let client = try Client(socket)
+            return { n in _ = try client.roundTrip(get(n)) }
+        }
+        let without = rows.first { $0.name == "get p99, \(clients) client(s)" }?.value ?? 0
+        rows.append(
+            Row(
+                name: "get p99, \(clients) client(s), 1,000 idle connections", value: percentile(gets, 0.99),
+                unit: "µs"))
+        rows.append(
+            Row(
+                name: "get p99 with 1,000 idle connections / without, \(clients) client(s)",
+                value: percentile(gets, 0.99) / max(without, 1e-9), unit: "x", note: "goal ≤ 1.2"))
+    }
+    idle.removeAll()
     daemon.stop()
 
     if let redis = try Redis(root: options.directory + "/redis") {
