@@ -1,3 +1,4 @@
+import TestSupport
 import Testing
 
 @testable import Projections
@@ -24,6 +25,51 @@ struct JSONTests {
     ])
     func rejects(input: String) {
         #expect(throws: JSONError.self) { try JSONBytes(parsing: input) }
+    }
+
+    /// What skipping a value decides, and where it stops or fails, is what reading it
+    /// canonically decides: valid texts, the rejected ones above, and random corruptions of
+    /// a request's params.
+    @Test("skipValue accepts, stops and fails exactly where canonicalValue does", arguments: 1...4)
+    func skipAgreesWithCanonical(seed: UInt64) {
+        func outcome(_ bytes: [UInt8], skip: Bool) -> String {
+            var scanner = JSONScanner(bytes)
+            do {
+                if skip {
+                    try scanner.skipValue()
+                } else {
+                    var sink: [UInt8] = []
+                    try scanner.canonicalValue(into: &sink)
+                }
+                return "ok at \(scanner.offset)"
+            } catch {
+                return "\(error)"
+            }
+        }
+        var texts: [[UInt8]] = [
+            #" {"entity":"job/01KB76YV004TFF59TDWH9EDD1R","sync":true} , 1"#, #"{"a":{"b":[1,2.5e3,"é\n",null,false]}}"#,
+            #""\ud83d\ude00""#, "-0", String(repeating: "[", count: 65) + String(repeating: "]", count: 65),
+            #"{"a":1,"a":2}"#, "[1,]", "\"\u{1}\"", "tru", "01",
+        ].map { Array($0.utf8) }
+        texts.append([0x22, 0xFF, 0x22])
+        var rng = SeededGenerator(seed: seed)
+        let alphabet = Array(#"{}[]",:\u0aé1-.eE tfn"#.utf8) + [0xFF, 0x01]
+        let base = Array(#"{"entity":"job/x","params":{"a":[1,{"b":"c\"d"}],"é":null},"n":-1.5e2,"t":true}"#.utf8)
+        for _ in 0..<400 {
+            var text = base
+            for _ in 0..<Int.random(in: 1...3, using: &rng) {
+                let at = Int.random(in: 0..<text.count, using: &rng)
+                switch Int.random(in: 0..<3, using: &rng) {
+                case 0: text[at] = alphabet[Int.random(in: 0..<alphabet.count, using: &rng)]
+                case 1: text.insert(alphabet[Int.random(in: 0..<alphabet.count, using: &rng)], at: at)
+                default: text.remove(at: at)
+                }
+            }
+            texts.append(text)
+        }
+        for text in texts {
+            #expect(outcome(text, skip: true) == outcome(text, skip: false), "\(String(decoding: text, as: UTF8.self))")
+        }
     }
 
     @Test func rejectsInvalidUTF8() {

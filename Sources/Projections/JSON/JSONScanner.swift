@@ -377,9 +377,50 @@ public struct JSONScanner {
     }
 
     /// Skips a value of any kind (validating it).
+    ///
+    /// It checks what `canonicalValue(into:)` checks (grammar, strings, duplicate keys,
+    /// depth) and builds nothing: a request's `params`, skipped to be read later, costs a
+    /// pass over its bytes rather than a canonical copy with its keys sorted.
     public mutating func skipValue() throws(JSONError) {
-        var sink: [UInt8] = []
-        try canonicalValue(into: &sink)
+        try skipValue(depth: 0)
+    }
+
+    mutating func skipValue(depth: Int) throws(JSONError) {
+        guard let byte = peek() else { throw unexpected(expecting: "a value") }
+        switch byte {
+        case UInt8(ascii: "{"):
+            guard depth < maxDepth else { throw JSONError("nesting deeper than \(maxDepth)", at: position) }
+            try readObject { (_, scanner) throws(JSONError) in try scanner.skipValue(depth: depth + 1) }
+        case UInt8(ascii: "["):
+            guard depth < maxDepth else { throw JSONError("nesting deeper than \(maxDepth)", at: position) }
+            try readArray { (scanner) throws(JSONError) in try scanner.skipValue(depth: depth + 1) }
+        case UInt8(ascii: "\""):
+            try skipString()
+        case UInt8(ascii: "t"), UInt8(ascii: "f"):
+            _ = try readBool()
+        case UInt8(ascii: "n"):
+            guard readNull() else { throw unexpected(expecting: "a value") }
+        default:
+            try skipNumber()
+        }
+    }
+
+    /// Skips a string: plain ASCII without escapes in one pass, anything else validated by
+    /// reading it.
+    mutating func skipString() throws(JSONError) {
+        let start = position
+        var index = position + 1
+        while index < input.count {
+            let byte = input[index]
+            if byte == UInt8(ascii: "\"") {
+                position = index + 1
+                return
+            }
+            if byte == UInt8(ascii: "\\") || byte >= 0x80 || byte < 0x20 { break }
+            index += 1
+        }
+        position = start
+        _ = try readStringBytes()
     }
 
     /// Validates a number against the JSON grammar: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
