@@ -1,5 +1,5 @@
 import EventStore
-import Foundation
+import FoundationEssentials
 import Projections
 
 /// The JSON payloads of the control frames (hello, reconcile, ack, done, error). They are
