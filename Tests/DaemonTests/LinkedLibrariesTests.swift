@@ -2,9 +2,9 @@ import Foundation
 import TestSupport
 import Testing
 
-/// evstored and evctl carry no Foundation and no ICU: Foundation's internationalization
-/// brings ICU's data (about 30 MiB), which made each statically linked binary 57 MiB, too
-/// heavy for a gateway's flash disk and slow over a field link. The binaries use
+/// evstored and evctl carry no Foundation and no ICU: Foundation's full library and ICU's
+/// data made each statically linked binary 57 MiB stripped (15 MiB without), too heavy
+/// for a gateway's flash disk and slow over a field link. The binaries use
 /// FoundationEssentials at most; this reads the shared libraries each one asks the loader
 /// for (the `DT_NEEDED` entries of its dynamic section, what `readelf -d` lists) and fails
 /// when one of them is Foundation's full library or ICU.
