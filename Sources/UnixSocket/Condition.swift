@@ -61,6 +61,12 @@ public final class Condition: @unchecked Sendable {
     /// Releases the lock until woken (or spuriously), then holds it again.
     public func wait() { pthread_cond_wait(condition, mutex) }
 
+    /// `wait()`, until `deadline` at the latest: false when it passed first.
+    public func wait(until deadline: ContinuousClock.Instant) -> Bool {
+        let left = ContinuousClock.now.duration(to: deadline).components
+        return wait(seconds: Double(left.seconds) + Double(left.attoseconds) / 1e18)
+    }
+
     /// `wait()`, for at most `seconds`: false when the time ran out first.
     public func wait(seconds: Double) -> Bool {
         guard seconds > 0 else { return false }

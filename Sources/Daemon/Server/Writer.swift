@@ -334,9 +334,9 @@ private final class JobQueue: @unchecked Sendable {
         }
         if !closed && expected > 1 && sources.count < expected {
             gathering = expected
-            let deadline = Date(timeIntervalSinceNow: patience)
+            let deadline = ContinuousClock.now + .seconds(patience)
             while !closed && sources.count < expected {
-                if !condition.wait(seconds: deadline.timeIntervalSinceNow) { break }
+                if !condition.wait(until: deadline) { break }
             }
             gathering = 0
         }

@@ -118,11 +118,11 @@ final class OutgoingSessions: @unchecked Sendable {
     /// Waits until no session is claimed or running, at most `timeout` seconds; whether
     /// they all ended.
     func waitUntilIdle(timeout: Double) -> Bool {
-        let deadline = Date().addingTimeInterval(timeout)
+        let deadline = ContinuousClock.now + .seconds(timeout)
         condition.lock()
         defer { condition.unlock() }
         while !attempts.isEmpty || running > 0 {
-            if !condition.wait(seconds: deadline.timeIntervalSinceNow) { return attempts.isEmpty && running == 0 }
+            if !condition.wait(until: deadline) { return attempts.isEmpty && running == 0 }
         }
         return true
     }
