@@ -11,7 +11,8 @@
 #                syncing nodes (release); torture-short / soak-short: the CI versions (debug);
 #                torture also syncs 20,000 events over the degraded link (as root)
 #   make deb     the Debian package (.build/deb/package/evstore_VERSION_ARCH.deb); test-deb
-#                runs lintian on it and installs it into a fresh debootstrap root
+#                checks its size (binaries <= 16 MiB, no ICU; package <= 8 MiB), runs lintian
+#                on it and installs it into a fresh debootstrap root
 #   make man     the manual pages (.build/man); man-sources regenerates man/*.scd from --help
 #   make test-python   the Python client's tests against the built daemon
 

@@ -34,8 +34,9 @@ let package = Package(
         // Unix stream sockets (and the route netlink socket): the only place the daemon and
         // the CLI touch socket syscalls.
         .target(name: "UnixSocket", dependencies: ["CNetlink"]),
-        // Command-line argument parsing for evctl and evstored.
-        .target(name: "Arguments"),
+        // Command-line argument parsing for evctl and evstored (help and usage go out
+        // through UnixSocket's FileDescriptor).
+        .target(name: "Arguments", dependencies: ["UnixSocket"]),
         .target(
             name: "Daemon",
             dependencies: ["EventStore", "Projections", "UnixSocket", "Arguments"]

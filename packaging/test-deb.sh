@@ -1,5 +1,6 @@
 #!/bin/sh
-# Tests the evstore Debian package: lintian, then install, upgrade, remove and purge in a
+# Tests the evstore Debian package: its size (each binary at most 16 MiB stripped, the
+# package at most 8 MiB, no ICU linked in), lintian, then install, upgrade, remove and purge in a
 # fresh Debian root made by debootstrap (minbase, plus the package's dependencies only),
 # entered with chroot. Checks the files, the evstore user and group, the enabled units,
 # the conffile, that the installed binaries run there (so every library they need is
@@ -36,6 +37,25 @@ check() {
         failures=$((failures + 1))
     fi
 }
+
+# What a field device carries: the binaries link FoundationEssentials, not Foundation,
+# which with its ICU data made each of them 57 MiB (docs/packaging.md).
+max_binary=$((16 * 1024 * 1024))
+max_package=$((8 * 1024 * 1024))
+contents=$(mktemp -d /tmp/evstore-deb-contents.XXXXXX)
+dpkg-deb -x "$package" "$contents"
+echo "size"
+for binary in evstored evctl; do
+    bytes=$(stat -c %s "$contents/usr/bin/$binary")
+    echo "        /usr/bin/$binary: $bytes bytes ($((bytes / 1024)) KiB)"
+    check "$binary is at most 16 MiB stripped" test "$bytes" -le "$max_binary"
+    # ICU's data names its items icudtNNl/...; its functions are ucol_, ubrk_, ...
+    check "$binary holds no ICU" sh -c "! grep -a -q -e icudt -e ucol_open '$contents/usr/bin/$binary'"
+done
+rm -rf "$contents"
+bytes=$(stat -c %s "$package")
+echo "        $(basename "$package"): $bytes bytes ($((bytes / 1024)) KiB), installed $(dpkg-deb -f "$package" Installed-Size) KiB"
+check "the package is at most 8 MiB" test "$bytes" -le "$max_package"
 
 echo "lintian $(basename "$package")"
 # Overrides ship in the package (usr/share/lintian/overrides/evstore), each with its reason.

@@ -1,4 +1,8 @@
-import Foundation
+import UnixSocket
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// A command of a command-line tool: its configuration (name, help, arguments,
 /// subcommands), how it reads its parsed arguments, and what it does.
@@ -95,9 +99,9 @@ extension Command {
 public let usageExitCode: Int32 = 64
 
 func writeStandardOutput(_ text: String) {
-    try? FileHandle.standardOutput.write(contentsOf: Data(text.utf8))
+    try? FileDescriptor.write(text, to: FileDescriptor.standardOutput)
 }
 
 func writeStandardError(_ text: String) {
-    try? FileHandle.standardError.write(contentsOf: Data(text.utf8))
+    try? FileDescriptor.write(text, to: FileDescriptor.standardError)
 }

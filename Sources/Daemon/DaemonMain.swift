@@ -1,8 +1,13 @@
 import Arguments
+import Dispatch
 import EventStore
-import Foundation
+import FoundationEssentials
 import Synchronization
 import UnixSocket
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// `evstored`: reads the configuration, opens the store, serves the socket until SIGTERM.
 public struct Evstored: Command {
@@ -188,7 +193,7 @@ final class Daemon: Sendable {
         guard code == 0 else { return code }
         // Every user of the store has ended; the last references go as their threads exit.
         let deadline = Date().addingTimeInterval(2)
-        while store.log != nil, Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+        while store.log != nil, Date() < deadline { sleepThread(seconds: 0.01) }
         if store.log == nil {
             logger.info("stopped cleanly; the store is closed")
         } else {
@@ -223,7 +228,7 @@ final class Daemon: Sendable {
                 attributes: [.posixPermissions: 0o700])
         } catch {
             logger.error(
-                "cannot create the data directory \(configuration.dataDirectory): \(error.localizedDescription)")
+                "cannot create the data directory \(configuration.dataDirectory): \(error)")
             return .failure(StartFailure(code: Evstored.Exit.cantCreate))
         }
         var directoryInfo = stat()
@@ -358,7 +363,7 @@ final class Daemon: Sendable {
     /// mode lets in: mode 0750 and the socket's group (socket_group's, when set), or 0755
     /// when the mode grants others. One that exists is left alone.
     private func makeSocketDirectory(_ configuration: Configuration) {
-        let directory = (configuration.socketPath as NSString).deletingLastPathComponent
+        let directory = parentDirectory(of: configuration.socketPath)
         guard !directory.isEmpty, !FileManager.default.fileExists(atPath: directory) else { return }
         let mode = configuration.socketMode & 0o007 != 0 ? 0o755 : 0o750
         try? FileManager.default.createDirectory(
@@ -445,7 +450,7 @@ final class Daemon: Sendable {
     static func machineID(from path: String) -> String? {
         for path in [path, "/var/lib/dbus/machine-id"] {
             if let text = try? String(contentsOfFile: path, encoding: .utf8) {
-                let id = text.trimmingCharacters(in: .whitespacesAndNewlines)
+                let id = text.trimmed()
                 if !id.isEmpty { return id }
             }
         }
@@ -473,12 +478,10 @@ final class Maintenance: Sendable {
     }
 
     func start() {
-        let thread = Thread { [self] in
+        startServiceThread(name: "evstored-maintenance") { [self] in
             run()
             done.signal()
         }
-        thread.name = "evstored-maintenance"
-        thread.start()
     }
 
     func stop() {
@@ -505,4 +508,13 @@ final class Maintenance: Sendable {
             if systemd.watchdogInterval != nil, (try? log.statistics()) != nil { systemd.watchdogPing() }
         }
     }
+}
+
+/// The directory part of `path`: `/run/evstore` of `/run/evstore/evstored.sock`, `/` of
+/// `/x`, empty for a bare name (trailing slashes do not count).
+func parentDirectory(of path: String) -> String {
+    var path = Substring(path)
+    while path.count > 1, path.hasSuffix("/") { path.removeLast() }
+    guard let slash = path.lastIndex(of: "/") else { return "" }
+    return slash == path.startIndex ? "/" : String(path[..<slash])
 }

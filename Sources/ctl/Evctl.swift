@@ -1,5 +1,5 @@
 import Arguments
-import Foundation
+import FoundationEssentials
 
 /// `evctl`: the command line of an evstore daemon.
 struct Evctl: Command {

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Projections
 import UnixSocket
 
 #if canImport(Glibc)
@@ -100,7 +101,7 @@ struct Configuration: Equatable, Sendable {
         let key: String
         let help: String
         /// The flag's name without its dashes: data-dir.
-        var flagName: String { key.replacingOccurrences(of: "_", with: "-") }
+        var flagName: String { key.replacing("_", with: "-") }
         var flag: String { "--" + flagName }
         var variable: String { "EVSTORE_" + key.uppercased() }
         /// Settable from the config file only (a list).
@@ -201,7 +202,7 @@ struct Configuration: Equatable, Sendable {
             }
         }
         for (key, value) in commandLine.values.sorted(by: { $0.key < $1.key }) {
-            try configuration.set(key, text: value, source: "--" + key.replacingOccurrences(of: "_", with: "-"))
+            try configuration.set(key, text: value, source: "--" + key.replacing("_", with: "-"))
         }
         configuration.access = try configuration.resolveAccess()
         return configuration
@@ -293,7 +294,7 @@ struct Configuration: Equatable, Sendable {
         guard let data = FileManager.default.contents(atPath: path) else {
             throw Invalid(message: "cannot read the config file \(path): it does not exist or is not readable")
         }
-        guard let object = try? JSONSerialization.jsonObject(with: data), let members = object as? [String: Any] else {
+        guard let object = try? JSONTree.parse(Array(data)), let members = object as? [String: Any] else {
             throw Invalid(message: "the config file \(path) is not a JSON object")
         }
         return members
@@ -334,8 +335,7 @@ struct Configuration: Equatable, Sendable {
                 for item in list {
                     switch item {
                     case let string as String: items.append(string)
-                    case let number as NSNumber:
-                        items.append(number.stringValue)
+                    case let number as Int: items.append(String(number))
                     default: throw Invalid(message: "each of \(source) must be a name (a string) or an id (a number)")
                     }
                 }
@@ -344,7 +344,8 @@ struct Configuration: Equatable, Sendable {
                 }
                 text = items.joined(separator: ",")
             case let string as String: text = string
-            case let number as NSNumber: text = number.stringValue
+            case let number as Int: text = String(number)
+            case let number as Double: text = "\(number)"
             default: throw Invalid(message: "\(source) must be a string or a number")
             }
             try set(key, text: text, source: source)
@@ -354,7 +355,7 @@ struct Configuration: Equatable, Sendable {
     /// Sets one setting from its text form.
     mutating func set(_ key: String, text: String, source: String) throws(Invalid) {
         func integer(_ range: ClosedRange<Int>) throws(Invalid) -> Int {
-            guard let value = Int(text.trimmingCharacters(in: .whitespaces)), range.contains(value) else {
+            guard let value = Int(text.trimmed(keepingNewlines: true)), range.contains(value) else {
                 throw Invalid(
                     message:
                         "\(source) must be an integer from \(range.lowerBound) to \(range.upperBound), not \"\(text)\"")
@@ -443,5 +444,17 @@ struct Configuration: Equatable, Sendable {
             logLevel = level
         default: throw Invalid(message: "unknown setting \(source)")
         }
+    }
+}
+
+extension String {
+    /// The text without leading and trailing white space (and line breaks, unless
+    /// `keepingNewlines`).
+    func trimmed(keepingNewlines: Bool = false) -> String {
+        func blank(_ c: Character) -> Bool { c.isWhitespace && !(keepingNewlines && c.isNewline) }
+        guard let first = firstIndex(where: { !blank($0) }), let last = lastIndex(where: { !blank($0) }) else {
+            return ""
+        }
+        return String(self[first...last])
     }
 }

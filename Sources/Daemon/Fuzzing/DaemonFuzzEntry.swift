@@ -1,5 +1,5 @@
 import EventStore
-import Foundation
+import FoundationEssentials
 import Projections
 import Synchronization
 import UnixSocket

@@ -1,5 +1,6 @@
-import Foundation
+import FoundationEssentials
 import Synchronization
+import UnixSocket
 
 /// Writes one line per event to stderr, in the shape of swift-log's `Logger` without the
 /// package: a level, a label, a message.
@@ -68,8 +69,8 @@ final class Logger: Sendable {
             let time = Date().formatted(.iso8601.year().month().day().time(includingFractionalSeconds: true))
             line = "\(time) \(level.name) \(label): \(message())\n"
         }
-        // `write(_:)` traps when the write fails; a full disk under a redirected stderr
-        // must cost the line, never the daemon.
-        output.withLock { _ in try? FileHandle.standardError.write(contentsOf: Data(line.utf8)) }
+        // A failed write (a full disk under a redirected stderr) costs the line, never
+        // the daemon.
+        output.withLock { _ in try? FileDescriptor.write(line, to: FileDescriptor.standardError) }
     }
 }

@@ -1,5 +1,5 @@
 import EventStore
-import Foundation
+import FoundationEssentials
 import Projections
 
 /// Sync truth down to the item (`get` with `sync`, `list` with `pending_for`,

@@ -1,5 +1,5 @@
 import EventStore
-import Foundation
+import FoundationEssentials
 import Projections
 
 /// The socket API's methods that answer at once (reads and maintenance); `append` and

@@ -1,5 +1,6 @@
+import Dispatch
 import EventStore
-import Foundation
+import FoundationEssentials
 import Projections
 import UnixSocket
 

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import UnixSocket
 
 /// What a connection has to send, in order: responses (some still being computed, like an
@@ -37,7 +37,7 @@ final class Outbox: @unchecked Sendable {
     /// Where responses go; written by one thread at a time (`writing`).
     private let socket: UnixConnection
     /// Protects every var below (and each slot's bytes); wakes the sender and waiters.
-    private let condition = NSCondition()
+    private let condition = Condition()
     private var slots: [Slot] = []
     private var head = 0
     /// Bytes taken from the head that a write without blocking could not send: they go

@@ -1,7 +1,12 @@
+import Dispatch
 import EventStore
-import Foundation
+import FoundationEssentials
 import Synchronization
 import UnixSocket
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The limits a config reload may change, read when a connection starts.
 struct Limits: Sendable {
@@ -83,12 +88,10 @@ final class Server: Sendable {
     }
 
     func start() {
-        let thread = Thread { [self] in
+        startServiceThread(name: "evstored-accept") { [self] in
             acceptLoop()
             acceptDone.signal()
         }
-        thread.name = "evstored-accept"
-        thread.start()
     }
 
     var connectionCount: Int { connections.withLock { $0.count } }
@@ -115,7 +118,7 @@ final class Server: Sendable {
                     if spare >= 0 { continue }
                 }
                 context.logger.error("accept failed: \(error)")
-                Thread.sleep(forTimeInterval: 0.1)  // e.g. out of descriptors: do not spin
+                sleepThread(seconds: 0.1)  // e.g. out of descriptors: do not spin
                 continue
             }
             guard let socket else { continue }

@@ -1,7 +1,8 @@
 import EventStore
-import Foundation
+import FoundationEssentials
 import Projections
 import Synchronization
+import UnixSocket
 
 /// A connection's `watch`: which events it wants and where they go.
 final class Subscription: WatchFiltering, @unchecked Sendable {
@@ -74,7 +75,7 @@ final class WatchHub: @unchecked Sendable {
     /// writer from before it until it has published) apart from a watch's last catch-up read
     /// and its join: a watch joining between a commit and its publish would miss its events,
     /// and one reading them after its join would get them twice.
-    let publishLock = NSLock()
+    let publishLock = Lock()
     /// The live subscriptions, filed by what they watch. Guarded by `publishLock`.
     private var subscriptions = SubscriptionIndex<Subscription>()
     /// Counts the publishes, for each subscription's `batchGeneration`.

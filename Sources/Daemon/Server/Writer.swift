@@ -1,7 +1,9 @@
+import Dispatch
 import EventStore
-import Foundation
+import FoundationEssentials
 import Projections
 import Synchronization
+import UnixSocket
 
 /// The one writer: a thread that owns every write transaction of the daemon. It takes every
 /// request waiting — appends, batches a sync session received, imports, peer records — and
@@ -69,14 +71,12 @@ final class Writer: Sendable {
 
     func start() {
         let started = DispatchSemaphore(value: 0)
-        let thread = Thread { [self] in
+        startServiceThread(name: "evstored-writer") { [self] in
             log.bindWriterThread()
             started.signal()
             run()
             done.signal()
         }
-        thread.name = "evstored-writer"
-        thread.start()
         // Bound before anything else may write.
         started.wait()
     }
@@ -300,7 +300,7 @@ final class Writer: Sendable {
 /// the group it gathers (one wakeup per group, not one per job).
 private final class JobQueue: @unchecked Sendable {
     /// Protects every var below, and wakes the writer.
-    private let condition = NSCondition()
+    private let condition = Condition()
     private var jobs: [Writer.Job] = []
     /// The connections the waiting jobs came from.
     private var sources: Set<Int> = []
@@ -334,7 +334,7 @@ private final class JobQueue: @unchecked Sendable {
         }
         if !closed && expected > 1 && sources.count < expected {
             gathering = expected
-            let deadline = Date(timeIntervalSinceNow: patience)
+            let deadline = ContinuousClock.now + .seconds(patience)
             while !closed && sources.count < expected {
                 if !condition.wait(until: deadline) { break }
             }

@@ -1,9 +1,9 @@
 import EventStore
-import Foundation
+import FoundationEssentials
 import Projections
 
 /// The JSON payloads of the control frames (hello, reconcile, ack, done, error). They are
-/// small and rare, so they use Foundation's coders; batches are binary (`BatchCodec`).
+/// small and rare, so they use FoundationEssentials' coders; batches are binary (`BatchCodec`).
 enum Messages {
     struct Hello: Codable, Equatable {
         var protocolVersion: Int

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import UnixSocket
 
 /// The sync sessions this node starts, in progress: at most `max_outgoing_sessions` run at
@@ -26,7 +26,7 @@ final class OutgoingSessions: @unchecked Sendable {
 
     /// Guards everything below, and is signalled whenever a session ends or the limit
     /// changes. (`Mutex` has no condition to wait on; an `NSCondition` does.)
-    private let condition = NSCondition()
+    private let condition = Condition()
     private var limit: Int
     /// Sessions holding a slot.
     private var running = 0
@@ -118,7 +118,7 @@ final class OutgoingSessions: @unchecked Sendable {
     /// Waits until no session is claimed or running, at most `timeout` seconds; whether
     /// they all ended.
     func waitUntilIdle(timeout: Double) -> Bool {
-        let deadline = Date().addingTimeInterval(timeout)
+        let deadline = ContinuousClock.now + .seconds(timeout)
         condition.lock()
         defer { condition.unlock() }
         while !attempts.isEmpty || running > 0 {

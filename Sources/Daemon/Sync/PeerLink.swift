@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import UnixSocket
 
 /// The connection to a peer, and for exec: and ssh:// peers the process that carries it.

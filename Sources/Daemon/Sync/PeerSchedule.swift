@@ -1,4 +1,8 @@
-import Foundation
+import FoundationEssentials
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// When a peer is synced next, and how its syncs have gone: a pure value, so its timings
 /// are tested with an injected clock and jitter.

@@ -1,5 +1,5 @@
 import EventStore
-import Foundation
+import FoundationEssentials
 import Projections
 
 /// A peer's `state/<name>` record in the store: what the peer holds (its node id, version
@@ -36,17 +36,22 @@ struct PeerState {
             }
             record["schedule"] = object
         }
-        return (try? JSONSerialization.data(withJSONObject: record, options: [.sortedKeys])).map { Array($0) }
+        return JSONTree.encode(record)
     }
 
     /// nil for a record that is not a JSON object; members that do not decode are left out.
     init?(decoding bytes: [UInt8]) {
-        guard let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any] else {
+        guard let object = try? JSONTree.parse(bytes) as? [String: Any] else {
             return nil
         }
         func milliseconds(_ value: Any?) -> UInt64? {
-            guard let number = value as? NSNumber, number.int64Value >= 0 else { return nil }
-            return UInt64(number.int64Value)
+            if let number = value as? Int { return number >= 0 ? UInt64(number) : nil }
+            guard let number = value as? Double, number >= 0, number < 9.2e18 else { return nil }
+            return UInt64(number)
+        }
+        func integer(_ value: Any?) -> Int? {
+            if let number = value as? Int { return number }
+            return (value as? Double).flatMap { Int(exactly: $0.rounded(.towardZero)) }
         }
         var known = SyncService.Known()
         known.node = (object["node"] as? String).flatMap { ULID($0) }
@@ -64,8 +69,8 @@ struct PeerState {
         url = saved["url"] as? String
         var schedule = PeerSchedule(nextAttempt: next)
         schedule.lastSuccess = known.lastSuccess
-        schedule.failures = max(0, (saved["failures"] as? NSNumber)?.intValue ?? 0)
-        schedule.backoffFailures = max(0, (saved["backoff_failures"] as? NSNumber)?.intValue ?? schedule.failures)
+        schedule.failures = max(0, integer(saved["failures"]) ?? 0)
+        schedule.backoffFailures = max(0, integer(saved["backoff_failures"]) ?? schedule.failures)
         schedule.failingSince = milliseconds(saved["failing_since"])
         schedule.lastAttempt = milliseconds(saved["last_attempt"])
         if let error = saved["last_error"] as? [String: Any], let text = error["reason"] as? String {

@@ -1,5 +1,9 @@
-import Foundation
+import FoundationEssentials
 import UnixSocket
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Where a peer is reached:
 ///
@@ -161,9 +165,9 @@ enum PeerURL: Equatable, Sendable, CustomStringConvertible {
         let plain =
             !word.isEmpty
             && word.unicodeScalars.allSatisfy { scalar in
-                CharacterSet.alphanumerics.contains(scalar) && scalar.isASCII
+                scalar.isASCII && (scalar.properties.isAlphabetic || ("0"..."9").contains(scalar))
                     || "-_./:=@%+,".unicodeScalars.contains(scalar)
             }
-        return plain ? word : "'" + word.replacingOccurrences(of: "'", with: #"'\''"#) + "'"
+        return plain ? word : "'" + word.replacing("'", with: #"'\''"#) + "'"
     }
 }

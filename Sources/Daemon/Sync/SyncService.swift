@@ -1,5 +1,6 @@
+import Dispatch
 import EventStore
-import Foundation
+import FoundationEssentials
 import Projections
 import Synchronization
 import UnixSocket
@@ -234,12 +235,10 @@ final class SyncService: Sendable {
 
     func start() {
         running.store(true, ordering: .relaxed)
-        let thread = Thread { [self] in
+        startServiceThread(name: "evstored-sync") { [self] in
             schedule()
             finished.signal()
         }
-        thread.name = "evstored-sync"
-        thread.start()
     }
 
     /// Ends the background thread; every outgoing session in progress is cut (the batches
@@ -285,12 +284,10 @@ final class SyncService: Sendable {
             for peer in due {
                 if stopping.load(ordering: .relaxed) { return }
                 guard case .owner(let attempt) = outgoing.claim(peer.name, wait: false) else { break }
-                let thread = Thread { [self] in
+                runOnThread(name: "evstored-sync-out") { [self] in
                     _ = finishSession(of: peer, attempt)
                     wake.signal()
                 }
-                thread.name = "evstored-sync-out"
-                thread.start()
             }
             let wait = Double(earliest - min(earliest, now())) / 1000
             _ = wake.wait(timeout: .now() + min(max(wait, 0.01), 60))
@@ -338,13 +335,11 @@ final class SyncService: Sendable {
         let done = DispatchGroup()
         for (index, peer) in peers.enumerated() {
             done.enter()
-            let thread = Thread { [self] in
+            runOnThread(name: "evstored-sync-now") { [self] in
                 let outcome = sync(peer)
                 outcomes.withLock { $0[index] = outcome }
                 done.leave()
             }
-            thread.name = "evstored-sync-now"
-            thread.start()
         }
         done.wait()
         return outcomes.withLock { $0.map { $0! } }

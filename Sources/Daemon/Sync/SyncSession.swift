@@ -1,5 +1,5 @@
 import EventStore
-import Foundation
+import FoundationEssentials
 import Projections
 
 /// What a session needs of its node.

@@ -1,5 +1,5 @@
 import EventStore
-import Foundation
+import FoundationEssentials
 
 #if canImport(Glibc)
     import Glibc

@@ -1,5 +1,9 @@
-import Foundation
+import FoundationEssentials
 import UnixSocket
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The small part of systemd's protocol a `Type=notify` service speaks: sd_notify(3)
 /// messages, the watchdog interval and socket activation (sd_listen_fds(3)). Every call

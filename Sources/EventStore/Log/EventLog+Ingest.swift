@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Projections
 
 extension EventLog {
@@ -258,19 +258,39 @@ extension EventCodec {
 }
 
 extension EventLog {
-    /// RFC 3339 UTC with milliseconds.
+    /// RFC 3339 UTC with milliseconds (`2026-03-01T08:15:02.125Z`), from whole numbers: no
+    /// calendar or formatter is needed for UTC, and the milliseconds are exact.
     public static func timestamp(milliseconds: UInt64) -> String {
-        let date = Date(timeIntervalSince1970: Double(milliseconds) / 1000)
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        formatter.timeZone = TimeZone(identifier: "UTC")
-        return formatter.string(from: date)
+        let seconds = milliseconds / 1000
+        let (year, month, day) = civilDate(daysSince1970: Int64(seconds / 86400))
+        let time = Int(seconds % 86400)
+        return "\(digits(Int(year), 4))-\(digits(month, 2))-\(digits(day, 2))T"
+            + "\(digits(time / 3600, 2)):\(digits(time / 60 % 60, 2)):\(digits(time % 60, 2))."
+            + "\(digits(Int(milliseconds % 1000), 3))Z"
     }
 
     static func milliseconds(fromTimestamp text: String) -> UInt64? {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        guard let date = formatter.date(from: text) else { return nil }
+        guard let date = try? Date.ISO8601FormatStyle(includingFractionalSeconds: true).parse(text) else { return nil }
         return UInt64(max(0, date.timeIntervalSince1970 * 1000).rounded())
+    }
+
+    /// The proleptic Gregorian date of a day counted from 1970-01-01 (Howard Hinnant's
+    /// `civil_from_days`).
+    private static func civilDate(daysSince1970 days: Int64) -> (year: Int64, month: Int, day: Int) {
+        let z = days + 719_468
+        let era = (z >= 0 ? z : z - 146_096) / 146_097
+        let dayOfEra = z - era * 146_097
+        let yearOfEra = (dayOfEra - dayOfEra / 1460 + dayOfEra / 36524 - dayOfEra / 146_096) / 365
+        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
+        let monthFromMarch = (5 * dayOfYear + 2) / 153
+        let day = Int(dayOfYear - (153 * monthFromMarch + 2) / 5 + 1)
+        let month = Int(monthFromMarch < 10 ? monthFromMarch + 3 : monthFromMarch - 9)
+        return (yearOfEra + era * 400 + (month <= 2 ? 1 : 0), month, day)
+    }
+
+    /// `value` in decimal, zero-padded to `width` digits.
+    private static func digits(_ value: Int, _ width: Int) -> String {
+        let text = String(value)
+        return text.count >= width ? text : String(repeating: "0", count: width - text.count) + text
     }
 }

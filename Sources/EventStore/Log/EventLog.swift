@@ -1,6 +1,10 @@
-import Foundation
+import FoundationEssentials
 import Projections
 import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The event log: one LMDB environment holding every event, its indices and the
 /// projections, all updated in the same write transaction.

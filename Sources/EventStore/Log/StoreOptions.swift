@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Projections
 
 /// How a store behaves. Defaults follow the spec's configuration defaults.

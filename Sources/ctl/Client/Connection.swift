@@ -1,5 +1,5 @@
 import Arguments
-import Foundation
+import FoundationEssentials
 import Projections
 import UnixSocket
 
@@ -161,7 +161,7 @@ final class Connection: @unchecked Sendable {
     }
 
     static func decode(_ bytes: [UInt8]) throws(CommandFailure) -> Message {
-        guard let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any] else {
+        guard let object = try? JSONTree.parse(bytes) as? [String: Any] else {
             let start = String(decoding: bytes.prefix(80), as: UTF8.self)
             throw CommandFailure(
                 exitCode: ExitStatus.failed, "the daemon sent something that is not JSON-RPC: \(start)")

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Where the daemon's socket is: `--socket`, else `EVSTORE_SOCKET`, else the first of the
 /// default locations that exists (the first of them when none does, for the message).

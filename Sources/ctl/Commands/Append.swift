@@ -1,5 +1,5 @@
 import Arguments
-import Foundation
+import FoundationEssentials
 
 /// `evctl append`: one event from words, or many from an NDJSON file.
 struct Append: Command {

@@ -1,5 +1,5 @@
 import Arguments
-import Foundation
+import FoundationEssentials
 
 /// `evctl attention`: everything `evctl status` counts under "needs attention", listed.
 struct Attention: Command {

@@ -1,5 +1,5 @@
 import Arguments
-import Foundation
+import FoundationEssentials
 
 /// `evctl backup PATH`: a consistent copy of the store, written by the daemon.
 struct Backup: Command {

@@ -1,5 +1,6 @@
 import Arguments
-import Foundation
+import FoundationEssentials
+import UnixSocket
 
 /// `evctl export [FILE]`: every stored event as NDJSON, ids and origins kept.
 struct Export: Command {
@@ -54,7 +55,7 @@ struct Export: Command {
         if let file {
             // Written beside FILE and renamed into place once synced: a failed export leaves
             // no partial FILE.
-            try TextFile.replace(file, mode: 0o600) { (handle: FileHandle) throws(CommandFailure) in
+            try TextFile.replace(file, mode: 0o600) { (handle: Int32) throws(CommandFailure) in
                 let output = ExportOutput(file: handle, path: file)
                 do {
                     exported = try Export.write(from: connection, to: output)
@@ -74,7 +75,7 @@ struct Export: Command {
             let seconds = (ContinuousClock.now - started).seconds
             let place = file.map { " to \($0)" } ?? ""
             Terminal.writeError(
-                "exported \(Format.count(exported, "event"))\(place) in \(String(format: "%.2f", seconds)) s\n")
+                "exported \(Format.count(exported, "event"))\(place) in \(Format.fixed(seconds, decimals: 2)) s\n")
         }
     }
 
@@ -148,11 +149,12 @@ struct Export: Command {
 
 /// Where an export goes, buffered: standard output, or the file `TextFile.replace` made.
 final class ExportOutput {
-    let file: FileHandle?
+    /// The descriptor of the file; nil for standard output.
+    let file: Int32?
     let path: String?
     private var buffer: [UInt8] = []
 
-    init(file: FileHandle?, path: String?) {
+    init(file: Int32?, path: String?) {
         self.file = file
         self.path = path
     }
@@ -167,11 +169,10 @@ final class ExportOutput {
         guard !buffer.isEmpty else { return }
         if let file {
             do {
-                try file.write(contentsOf: buffer)
+                try FileDescriptor.write(buffer, to: file)
             } catch {
                 throw CommandFailure(
-                    exitCode: ExitStatus.failed, "writing \(path ?? "the export") failed: \(error.localizedDescription)"
-                )
+                    exitCode: ExitStatus.failed, "writing \(path ?? "the export") failed: \(error.message)")
             }
         } else {
             StandardOutput.write(buffer)

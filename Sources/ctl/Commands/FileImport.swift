@@ -1,8 +1,9 @@
 import Arguments
 import Dispatch
-import Foundation
+import FoundationEssentials
 import Projections
 import Synchronization
+import UnixSocket
 
 /// `evctl append --file`: the events of an NDJSON input, in batches, several requests in
 /// flight on one connection.
@@ -33,11 +34,12 @@ struct FileImport {
         let sent = DispatchSemaphore(value: 0)
         let finished = DispatchSemaphore(value: 0)
 
-        let reader = Thread {
+        if let error = startThread(name: "evctl-replies", {
             progress.readReplies(from: connection, sent: sent, slots: slots)
             finished.signal()
+        }) {
+            throw CommandFailure(exitCode: ExitStatus.failed, "cannot start a thread: \(error.message)")
         }
-        reader.start()
 
         var next = 0
         var number = 0
@@ -258,7 +260,7 @@ final class ImportProgress: Sendable {
             summary.add("appended", state.acknowledgedEvents)
             summary.add("already_present", state.alreadyPresent)
             summary.add("batches", state.acknowledgedBatches)
-            summary.add("seconds", json: Array(String(format: "%.3f", seconds).utf8))
+            summary.add("seconds", json: Array(Format.fixed(seconds, decimals: 3).utf8))
             if let failure = state.failure {
                 var error = JSONObjectWriter()
                 error.add("line", failure.line)
@@ -287,7 +289,7 @@ final class ImportProgress: Sendable {
             var output = StandardOutput()
             output.line(
                 "appended \(Format.count(state.acknowledgedEvents, "event")) (\(state.alreadyPresent) already present)"
-                    + " in \(String(format: "%.2f", seconds)) s (\(rate) events/s)")
+                    + " in \(Format.fixed(seconds, decimals: 2)) s (\(rate) events/s)")
             output.flush()
         }
         return ExitStatus.ok

@@ -1,5 +1,6 @@
 import Arguments
-import Foundation
+import FoundationEssentials
+import Projections
 
 /// `evctl get ENTITY`: an entity's current state.
 struct Get: Command {
@@ -70,7 +71,7 @@ enum EntityText {
         let deleted = state["deleted"] as? Bool ?? false
         rows.append(["deleted:", deleted ? "yes (evctl append \(entity) restore brings it back)" : "no"])
         let status = state["status"] as? [String: Any]
-        let current = status?["current"].map { $0 is NSNull ? "-" : RawJSON.display($0) } ?? "-"
+        let current = status?["current"].map { $0 is JSONTree.Null ? "-" : RawJSON.display($0) } ?? "-"
         rows.append(["status:", current])
         var lines = Format.table(rows)
 

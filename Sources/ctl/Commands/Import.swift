@@ -1,5 +1,5 @@
 import Arguments
-import Foundation
+import FoundationEssentials
 import Projections
 
 /// `evctl import [FILE]`: stored events from NDJSON (as `evctl export` writes them), ids

@@ -1,5 +1,5 @@
 import Arguments
-import Foundation
+import FoundationEssentials
 
 /// `evctl log`: the events in the order this node stored them (seq order); `--follow`
 /// keeps printing new ones.

@@ -1,5 +1,5 @@
 import Arguments
-import Foundation
+import FoundationEssentials
 
 /// `evctl metrics [--textfile PATH]`: the daemon's state in the Prometheus text format,
 /// from one `status` call.
@@ -81,7 +81,7 @@ struct Metrics: Command {
             (object[key] as? Int).map { .int($0) }
         }
         func seconds(milliseconds value: Any?) -> Exposition.Value? {
-            (value as? Double).map { .double($0 / 1000) }
+            RawJSON.double(value).map { .double($0 / 1000) }
         }
 
         out.family("evstore_up", .gauge, upHelp, [([], .int(1))])
@@ -119,7 +119,7 @@ struct Metrics: Command {
         gauge(
             "evstore_appended_events_per_second",
             "Events appended by this node's clients per second over the last minute.",
-            (appends["per_second"] as? Double).map { .double($0) })
+            RawJSON.double(appends["per_second"]).map { .double($0) })
 
         let attention = status["needs_attention"] as? [String: Any] ?? [:]
         gauge(
@@ -243,11 +243,11 @@ struct Exposition {
 
     /// In HELP text, a backslash and a line feed are escaped.
     static func escapeHelp(_ text: String) -> String {
-        text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\n", with: "\\n")
+        text.replacing("\\", with: "\\\\").replacing("\n", with: "\\n")
     }
 
     /// In a label value, a backslash, a double quote and a line feed are escaped.
     static func escapeLabel(_ text: String) -> String {
-        escapeHelp(text).replacingOccurrences(of: "\"", with: "\\\"")
+        escapeHelp(text).replacing("\"", with: "\\\"")
     }
 }

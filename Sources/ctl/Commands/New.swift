@@ -1,5 +1,5 @@
 import Arguments
-import Foundation
+import FoundationEssentials
 import Projections
 
 /// `evctl new TYPE`: a fresh entity id, made here (no daemon needed).

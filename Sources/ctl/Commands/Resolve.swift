@@ -1,5 +1,5 @@
 import Arguments
-import Foundation
+import FoundationEssentials
 
 /// `evctl resolve ENTITY NAME=VALUE...`: settles conflicts by appending the chosen values.
 struct Resolve: Command {

@@ -1,5 +1,5 @@
 import Arguments
-import Foundation
+import FoundationEssentials
 
 /// `evctl status`: what is saved locally, what each peer still lacks, what needs attention.
 struct Status: Command {

@@ -1,5 +1,5 @@
 import Arguments
-import Foundation
+import FoundationEssentials
 
 /// `evctl sync [PEER...]`: sync with peers now, and say what each session did.
 struct Sync: Command {

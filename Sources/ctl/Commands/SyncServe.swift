@@ -1,5 +1,5 @@
 import Arguments
-import Foundation
+import FoundationEssentials
 import Synchronization
 import UnixSocket
 
@@ -46,11 +46,12 @@ struct SyncServe: Command {
         let connection = try global.connect()
         let socket = connection.socket
         let inputFailure = RelayFailure()
-        let forwarder = Thread {
+        if let error = startThread(name: "evctl-stdin", {
             inputFailure.record(SyncServe.forwardStandardInput(to: socket, connection: connection))
             socket.shutdownWriting()
+        }) {
+            throw CommandFailure(exitCode: ExitStatus.failed, "cannot start a thread: \(error.message)")
         }
-        forwarder.start()
 
         var buffer: [UInt8] = []
         buffer.reserveCapacity(SyncServe.chunk)

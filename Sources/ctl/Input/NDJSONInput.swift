@@ -1,6 +1,7 @@
 import Arguments
-import Foundation
+import FoundationEssentials
 import Projections
+import UnixSocket
 
 /// The events of an NDJSON input, checked: each non-blank line one JSON object.
 struct NDJSONInput {
@@ -18,12 +19,18 @@ struct NDJSONInput {
 
     /// Reads the file (or standard input for `-`) whole.
     static func read(_ path: String) throws(CommandFailure) -> [UInt8] {
-        if path == "-" { return Array(FileHandle.standardInput.readDataToEndOfFile()) }
-        var isDirectory: ObjCBool = false
+        if path == "-" {
+            do {
+                return try FileDescriptor.readToEnd(FileDescriptor.standardInput)
+            } catch {
+                throw CommandFailure(exitCode: ExitStatus.noInput, "cannot read standard input: \(error.message)")
+            }
+        }
+        var isDirectory = false
         guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
             throw CommandFailure(exitCode: ExitStatus.noInput, "\(path): no such file.")
         }
-        guard !isDirectory.boolValue else {
+        guard !isDirectory else {
             throw CommandFailure(exitCode: ExitStatus.noInput, "\(path) is a directory; give an NDJSON file.")
         }
         guard let data = FileManager.default.contents(atPath: path) else {

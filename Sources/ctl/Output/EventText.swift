@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// A stored event as one line for a person: seq (when it has one), id, entity, kind, what
 /// changed, who.

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Projections
 
 /// JSON text handled as bytes: parts of the daemon's replies passed through unchanged (for
@@ -60,11 +60,15 @@ enum RawJSON {
         }
     }
 
-    /// Compact JSON text of a value from `JSONSerialization`.
+    /// Compact JSON text of a value from `JSONTree.parse`, keys sorted.
     static func text(_ value: Any) -> String {
-        let data = try? JSONSerialization.data(
-            withJSONObject: value, options: [.fragmentsAllowed, .sortedKeys, .withoutEscapingSlashes])
-        return data.map { String(decoding: $0, as: UTF8.self) } ?? "\(value)"
+        JSONTree.encode(value).map { String(decoding: $0, as: UTF8.self) } ?? "\(value)"
+    }
+
+    /// A number of a reply as a `Double`, whether it was written as an integer or not.
+    static func double(_ value: Any?) -> Double? {
+        if let integer = value as? Int { return Double(integer) }
+        return value as? Double
     }
 
     /// A value as a person reads it: a string bare, unless it would read as something else

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import UnixSocket
 
 #if canImport(Glibc)
     import Glibc
@@ -32,7 +33,7 @@ struct StandardOutput {
     /// SIGPIPE ignored), evctl ends quietly, as it would by the signal.
     static func write(_ bytes: [UInt8]) {
         do {
-            try FileHandle.standardOutput.write(contentsOf: bytes)
+            try FileDescriptor.write(bytes, to: FileDescriptor.standardOutput)
         } catch {
             exit(ExitStatus.failed)
         }
@@ -45,12 +46,12 @@ enum Terminal {
 
     /// Writes `evctl: text` and a newline to standard error.
     static func note(_ text: String) {
-        try? FileHandle.standardError.write(contentsOf: Data("evctl: \(text)\n".utf8))
+        try? FileDescriptor.write("evctl: \(text)\n", to: FileDescriptor.standardError)
     }
 
     /// Writes to standard error as it is (progress lines).
     static func writeError(_ text: String) {
-        try? FileHandle.standardError.write(contentsOf: Data(text.utf8))
+        try? FileDescriptor.write(text, to: FileDescriptor.standardError)
     }
 }
 
@@ -65,17 +66,26 @@ enum Format {
             unit += 1
         }
         if unit == 0 { return "\(count) B" }
-        return String(format: value < 10 ? "%.1f" : "%.0f", value) + " " + units[unit]
+        return fixed(value, decimals: value < 10 ? 1 : 0) + " " + units[unit]
     }
 
     /// Milliseconds as a person reads a duration: `850 ms`, `2.5 s`, `3 min`, `2.0 h`.
     static func milliseconds(_ ms: Int) -> String {
         if ms < 1000 { return "\(ms) ms" }
         let seconds = Double(ms) / 1000
-        if seconds < 60 { return String(format: "%.1f s", seconds) }
-        if seconds < 3600 { return String(format: "%.0f min", seconds / 60) }
-        if seconds < 86400 { return String(format: "%.1f h", seconds / 3600) }
-        return String(format: "%.1f days", seconds / 86400)
+        if seconds < 60 { return fixed(seconds, decimals: 1) + " s" }
+        if seconds < 3600 { return fixed(seconds / 60, decimals: 0) + " min" }
+        if seconds < 86400 { return fixed(seconds / 3600, decimals: 1) + " h" }
+        return fixed(seconds / 86400, decimals: 1) + " days"
+    }
+
+    /// `value` with `decimals` digits after the point, rounded as printf's `%.Nf` rounds.
+    static func fixed(_ value: Double, decimals: Int) -> String {
+        guard value.isFinite else { return "\(value)" }
+        var buffer = [CChar](repeating: 0, count: 512)
+        let written = withVaList([value]) { vsnprintf(&buffer, buffer.count, "%.\(decimals)f", $0) }
+        guard written >= 0, Int(written) < buffer.count else { return "\(value)" }
+        return String(decoding: buffer[..<Int(written)].map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
     /// A span of time to the second, as a person says it: `14 s`, `3 min`, `2 h`, `5 days`.
@@ -89,11 +99,8 @@ enum Format {
 
     /// An RFC 3339 time as the daemon writes it (UTC, with or without fractional seconds).
     static func date(_ text: String) -> Date? {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        if let date = formatter.date(from: text) { return date }
-        formatter.formatOptions = [.withInternetDateTime]
-        return formatter.date(from: text)
+        if let date = try? Date.ISO8601FormatStyle(includingFractionalSeconds: true).parse(text) { return date }
+        return try? Date.ISO8601FormatStyle().parse(text)
     }
 
     /// `1 event`, `3 events`.

@@ -1,5 +1,6 @@
 import Arguments
-import Foundation
+import FoundationEssentials
+import UnixSocket
 
 #if canImport(Glibc)
     import Glibc
@@ -12,9 +13,9 @@ enum TextFile {
     /// renames it over `path` and syncs the directory. On failure the temporary file is
     /// removed and `path` is left as it was.
     static func replace(_ path: String, with bytes: [UInt8]) throws(CommandFailure) {
-        try replace(path, mode: 0o644) { (file: FileHandle) throws(CommandFailure) in
+        try replace(path, mode: 0o644) { (file: Int32) throws(CommandFailure) in
             do {
-                try file.write(contentsOf: Data(bytes))
+                try FileDescriptor.write(bytes, to: file)
             } catch {
                 throw CommandFailure(exitCode: ExitStatus.failed, "cannot write beside \(path): \(error)")
             }
@@ -22,9 +23,10 @@ enum TextFile {
     }
 
     /// The same, with `write` writing the content to the new file as it goes (an export too
-    /// large to hold in memory); what it throws leaves `path` as it was.
+    /// large to hold in memory) to the descriptor it is given; what it throws leaves `path`
+    /// as it was.
     static func replace(
-        _ path: String, mode: mode_t, write: (FileHandle) throws(CommandFailure) -> Void
+        _ path: String, mode: mode_t, write: (Int32) throws(CommandFailure) -> Void
     ) throws(CommandFailure) {
         let url = URL(fileURLWithPath: path)
         let directory = url.deletingLastPathComponent().path
@@ -32,16 +34,14 @@ enum TextFile {
         let temporary = directory + "/." + url.lastPathComponent + "." + UUID().uuidString.prefix(8) + ".tmp"
         let descriptor = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
         guard descriptor >= 0 else { throw failure("cannot create a file in \(directory)", errno) }
-        let file = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
+        var unclosed = true
+        defer { if unclosed { close(descriptor) } }
         do throws(CommandFailure) {
             guard fchmod(descriptor, mode) == 0 else { throw failure("cannot set the mode of \(temporary)", errno) }
-            try write(file)
-            do {
-                try file.synchronize()
-                try file.close()
-            } catch {
-                throw CommandFailure(exitCode: ExitStatus.failed, "cannot write \(temporary): \(error)")
-            }
+            try write(descriptor)
+            guard fsync(descriptor) == 0 else { throw failure("cannot write \(temporary)", errno) }
+            unclosed = false
+            guard close(descriptor) == 0 else { throw failure("cannot write \(temporary)", errno) }
             guard rename(temporary, path) == 0 else { throw failure("cannot rename \(temporary) to \(path)", errno) }
         } catch {
             unlink(temporary)
