@@ -16,6 +16,9 @@ struct Reply {
     var result: Any?
     var resultBytes: [UInt8]
     var error: RPCError?
+    /// For an append read with `Connection.appendReply(_:)`: how many ids the result
+    /// lists and how many events it says were written (`result` is then nil).
+    var appendCounts: (ids: Int, appended: Int?)? = nil
 }
 
 /// A connection to the daemon speaking newline-delimited JSON-RPC 2.0.
@@ -139,6 +142,11 @@ final class Connection: @unchecked Sendable {
 
     /// The next message, or nil when the daemon closed the connection.
     func receiveOrEnd() throws(CommandFailure) -> Message? {
+        try receiveLineOrEnd().map { (line) throws(CommandFailure) in try Connection.decode(line) }
+    }
+
+    /// The next line as the daemon sent it, nil at the end of the stream.
+    func receiveLineOrEnd() throws(CommandFailure) -> [UInt8]? {
         let socket = self.socket
         let line: LineReader.Line
         do {
@@ -156,8 +164,61 @@ final class Connection: @unchecked Sendable {
             throw CommandFailure(
                 exitCode: ExitStatus.failed, "the daemon sent a reply of \(bytes) bytes, too long to read.")
         case .line(let bytes):
-            return try Connection.decode(bytes)
+            return bytes
         }
+    }
+
+    /// A successful append's reply read for its counts only: the ids counted, not built,
+    /// and the versions and revs skipped (a reply to 1,000 events holds 3,000 members,
+    /// which a bulk import would otherwise decode into values it never looks at). Nil for
+    /// anything else (an error, a notification), which `decode(_:)` reads in full.
+    static func appendReply(_ bytes: [UInt8]) -> Reply? {
+        var scanner = JSONScanner(bytes)
+        var id: Int?
+        var counts: (ids: Int, appended: Int?)?
+        var result: Range<Int>?
+        do {
+            try scanner.readObject { (key, scanner) throws(JSONError) in
+                if key.elementsEqual("result".utf8) {
+                    scanner.skipWhitespace()
+                    let start = scanner.offset
+                    var ids = 0
+                    var appended: Int?
+                    try scanner.readObject { (key, scanner) throws(JSONError) in
+                        if key.elementsEqual("ids".utf8) {
+                            try scanner.readArray { (scanner) throws(JSONError) in
+                                try scanner.skipValue()
+                                ids += 1
+                            }
+                        } else if key.elementsEqual("appended".utf8) {
+                            appended = try integer(&scanner)
+                        } else {
+                            try scanner.skipValue()
+                        }
+                    }
+                    counts = (ids, appended)
+                    result = start..<scanner.offset
+                } else if key.elementsEqual("id".utf8) {
+                    id = try integer(&scanner)
+                } else if key.elementsEqual("jsonrpc".utf8) {
+                    try scanner.skipValue()
+                } else {
+                    throw JSONError("not an append's result", at: scanner.offset)
+                }
+            }
+            try scanner.expectEnd()
+        } catch {
+            return nil
+        }
+        guard let counts, let result else { return nil }
+        return Reply(id: id, result: nil, resultBytes: Array(bytes[result]), error: nil, appendCounts: counts)
+    }
+
+    /// A JSON integer at the scanner; nil for any other value (skipped).
+    private static func integer(_ scanner: inout JSONScanner) throws(JSONError) -> Int? {
+        var text: [UInt8] = []
+        try scanner.canonicalValue(into: &text)
+        return Int(String(decoding: text, as: UTF8.self))
     }
 
     static func decode(_ bytes: [UInt8]) throws(CommandFailure) -> Message {

@@ -190,8 +190,9 @@ final class ImportProgress: Sendable {
 
     func readReply(_ connection: Connection) throws(CommandFailure) -> Reply? {
         while true {
-            switch try connection.receiveOrEnd() {
-            case nil: return nil
+            guard let line = try connection.receiveLineOrEnd() else { return nil }
+            if let reply = Connection.appendReply(line) { return reply }
+            switch try Connection.decode(line) {
             case .notification: continue
             case .reply(let reply): return reply
             }
@@ -199,7 +200,7 @@ final class ImportProgress: Sendable {
     }
 
     func handle(_ reply: Reply, for batch: SentBatch) {
-        let ids = ((reply.result as? [String: Any])?["ids"] as? [String]) ?? []
+        let idCount = reply.appendCounts?.ids ?? ((reply.result as? [String: Any])?["ids"] as? [String])?.count ?? 0
         var line: [UInt8]?
         state.withLock { state in
             state.pending.removeFirst()
@@ -214,8 +215,10 @@ final class ImportProgress: Sendable {
             state.acknowledgedEvents += batch.lineNumbers.count
             state.acknowledgedBatches += 1
             // The daemon counts what it wrote; an idempotency key seen before writes nothing.
-            let written = ((reply.result as? [String: Any])?["appended"] as? Int) ?? ids.count
-            state.alreadyPresent += max(0, ids.count - written)
+            let written =
+                reply.appendCounts.map { $0.appended ?? $0.ids }
+                ?? ((reply.result as? [String: Any])?["appended"] as? Int) ?? idCount
+            state.alreadyPresent += max(0, idCount - written)
             if state.failure == nil {
                 state.acknowledgedBeforeFailure += batch.lineNumbers.count
                 state.lastAcknowledgedLine = batch.lineNumbers.last ?? state.lastAcknowledgedLine
