@@ -336,42 +336,29 @@ if let path = arguments.json {
 }
 
 /// `--table-stats`: loads the workload as the batched append does (dictionary at 10,000
-/// events), then prints each table's `mdb_stat` and the bytes it takes in a compacted copy
-/// of the store: the copy's size less that of a copy with the table emptied, which counts
-/// the trees a `dupSort` table keeps for a key's many values as well as its main tree.
+/// events), then prints each table's `mdb_stat` and the bytes it takes with all its trees
+/// (`EventLog.tableBytes`).
 func printTableStats() throws {
     let directory = arguments.directory + "/tables"
     let (_, log) = try batchedAppend(directory: directory, trainAt: 10_000)
     let breakdown = try log.storageBreakdown()
-    let compact = fresh(arguments.directory + "/tables-compact")
-    try log.backup(to: compact, compact: true)
-    let compactBytes = fileSize(compact + "/data.mdb")
+    let (bytes, compactBytes) = try log.tableBytes(scratch: arguments.directory + "/tables-scratch")
     let n = Double(count)
+    let file = fileSize(directory + "/data.mdb")
     print("store format \(EventLog.formatVersion), \(count) events, \(try log.statistics().entities) entities")
     print(
-        "data.mdb \(fileSize(directory + "/data.mdb")) B (\(String(format: "%.1f", Double(fileSize(directory + "/data.mdb")) / n)) B/event), "
+        "data.mdb \(file) B (\(String(format: "%.1f", Double(file) / n)) B/event), "
             + "compacted \(compactBytes) B (\(String(format: "%.1f", Double(compactBytes) / n)) B/event), "
             + "event values \(String(format: "%.1f", Double(breakdown.eventValueBytes) / n)) B/event")
     let header = ["table", "entries", "depth", "branch", "leaf", "overflow", "main B", "all B", "B/event"]
     var table: [[String]] = [header]
     var sum = 0
     for stat in breakdown.tables {
-        guard let layout = EventLog.tableLayout.first(where: { $0.name == stat.name }) else { continue }
-        let work = fresh(arguments.directory + "/tables-work")
-        try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
-        try FileManager.default.copyItem(atPath: compact + "/data.mdb", toPath: work + "/data.mdb")
-        let emptied = fresh(arguments.directory + "/tables-emptied")
-        do {
-            let environment = try Environment(directory: work)
-            let db = try environment.openDatabase(stat.name, flags: layout.flags)
-            try environment.write { txn in try txn.drop(db) }
-            try environment.copy(to: emptied, compact: true)
-        }
-        let bytes = compactBytes - fileSize(emptied + "/data.mdb")
-        sum += bytes
+        let all = bytes[stat.name] ?? 0
+        sum += all
         table.append([
             stat.name, "\(stat.entries)", "\(stat.depth)", "\(stat.branchPages)", "\(stat.leafPages)",
-            "\(stat.overflowPages)", "\(stat.bytes)", "\(bytes)", String(format: "%.1f", Double(bytes) / n),
+            "\(stat.overflowPages)", "\(stat.bytes)", "\(all)", String(format: "%.1f", Double(all) / n),
         ])
     }
     table.append(["sum", "", "", "", "", "", "", "\(sum)", String(format: "%.1f", Double(sum) / n)])

@@ -358,7 +358,12 @@ struct WriteBatch {
                     entries[end].id.append(to: &values)
                     end += 1
                 }
-                try cursor.putMultiple(origin.bytes, values: values, elementSize: 16)
+                // Ids above the origin's greatest held one (nearly always) go in as appends,
+                // which leaves the index's pages full.
+                let last = try cursor.seekExact(origin.bytes) == nil ? nil : try cursor.lastDup()
+                let inOrder = last.map { ULID(bytes: $0.value).map { $0 < entries[start].id } ?? false } ?? true
+                try cursor.putMultiple(
+                    origin.bytes, values: values, elementSize: 16, flags: inOrder ? .appendDup : [])
                 start = end
             }
         }

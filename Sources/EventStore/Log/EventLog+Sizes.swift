@@ -70,4 +70,35 @@ extension EventLog {
             return result
         }
     }
+
+    /// The bytes each table takes, its every tree counted (in a `dupSort` table, a key's
+    /// values that outgrow a page live in a tree of their own, which `mdb_stat` leaves out):
+    /// a compacted copy of the store, less a compacted copy of it with the table emptied.
+    /// Works in `scratch`, a directory it creates and empties again; O(tables × store
+    /// size), for benchmarks and tests.
+    /// - Returns: bytes by table name, and the compacted copy's size.
+    public func tableBytes(scratch: String) throws -> (tables: [String: Int], compacted: Int) {
+        let compact = scratch + "/compact"
+        let work = scratch + "/work"
+        let emptied = scratch + "/emptied"
+        defer {
+            for directory in [compact, work, emptied, scratch] { MDB.removeEnvironmentFiles(directory) }
+        }
+        try backup(to: compact, compact: true)
+        let compacted = MDB.fileSize(compact + "/data.mdb")
+        var bytes: [String: Int] = [:]
+        for (name, flags) in EventLog.tableLayout {
+            MDB.removeEnvironmentFiles(work)
+            MDB.removeEnvironmentFiles(emptied)
+            try backup(to: work, compact: true)
+            do {
+                let environment = try Environment(directory: work)
+                let db = try environment.openDatabase(name, flags: flags)
+                try environment.write { txn in try txn.drop(db) }
+                try environment.copy(to: emptied, compact: true)
+            }
+            bytes[name] = compacted - MDB.fileSize(emptied + "/data.mdb")
+        }
+        return (bytes, compacted)
+    }
 }
