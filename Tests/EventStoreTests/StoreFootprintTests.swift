@@ -46,4 +46,52 @@ struct StoreFootprintTests {
         #expect(ids == all.compactMap(\.id))
         try target.check()
     }
+
+    /// A history of up to `inlineHistoryLimit` entries is in the entity's projection record;
+    /// the next status event moves it whole to `status_history`. `get` and the history
+    /// read the same either way, and a peer's older status events take their place by id.
+    @Test func aShortHistoryIsInTheRecordAndALongOneInItsTable() throws {
+        let peer = try TempStore()
+        let job = entity("job/h1")
+        let older = try peer.log.append([
+            InputEvent(entity: entity("job/h2"), change: .status("p1")), InputEvent(entity: job, change: .status("p2")),
+        ]).ids
+        let store = try TempStore()
+        func tableEntries() throws -> Int {
+            try store.log.reading { txn in try txn.stat(store.log.tables.statusHistory).entries }
+        }
+        var ids: [ULID] = []
+        for index in 0..<EventLog.inlineHistoryLimit {
+            ids += try store.log.append([InputEvent(entity: job, change: .status("s\(index)"))]).ids
+        }
+        #expect(try tableEntries() == 0)
+        #expect(try store.log.statusHistory(of: job).map(\.id) == ids)
+        let short = try #require(try store.log.canonicalState(of: job))
+        try store.check()
+
+        ids += try store.log.append([InputEvent(entity: job, change: .status("last"))]).ids
+        #expect(try tableEntries() == EventLog.inlineHistoryLimit + 1)
+        #expect(try store.log.statusHistory(of: job).map(\.id) == ids)
+        ids += try store.log.append([InputEvent(entity: job, change: .status("later"))]).ids
+        #expect(try tableEntries() == EventLog.inlineHistoryLimit + 2)
+        #expect(try store.log.statusHistory(of: job).map(\.status).suffix(2) == ["last", "later"])
+        let long = String(decoding: try #require(try store.log.canonicalState(of: job)), as: UTF8.self)
+        #expect(long.contains(String(decoding: short, as: UTF8.self).split(separator: "]").first!))
+        try store.check()
+        try store.reopen()
+        #expect(try store.log.statusHistory(of: job).map(\.id) == ids)
+
+        // Older status events from a peer (made first), into a short history and a long one.
+        let mine = try TempStore()
+        let newer = try mine.log.append([InputEvent(entity: entity("job/h2"), change: .status("m1"))]).ids
+        _ = try mine.log.ingest(
+            try peer.log.replicationEvents(origin: peer.log.nodeID, after: nil, limit: 10, maxBytes: .max).events)
+        #expect(try mine.log.statusHistory(of: entity("job/h2")).map(\.id) == [older[0], newer[0]])
+        try mine.check()
+        _ = try store.log.ingest(
+            try peer.log.replicationEvents(origin: peer.log.nodeID, after: nil, limit: 10, maxBytes: .max).events)
+        #expect(try store.log.statusHistory(of: job).map(\.id) == [older[1]] + ids)
+        try store.check()
+    }
 }
+
