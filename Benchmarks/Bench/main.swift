@@ -2,6 +2,7 @@
 // bare-LMDB ceiling measured in the same run. Prints a table and writes JSON.
 //
 //   evstore-bench --workload events.ndjson [--single N] [--repeat N] [--dir DIR] [--json FILE]
+//   evstore-bench --workload events.ndjson --table-stats [--dir DIR]
 //
 // Throughput figures that are compared with each other (evstore against the ceiling) are
 // measured --repeat times, alternating, and the medians are reported, so a noisy machine
@@ -21,6 +22,9 @@ struct Arguments {
     /// Where to write the stored events' canonical JSON, one per line in id order: the
     /// input of the C ceiling in Benchmarks/baselines.
     var canonicalOut: String?
+    /// Only the store's bytes, table by table, after the batched append: what each table's
+    /// trees take (with the trees of `dupSort` values that `mdb_stat` leaves out).
+    var tableStats = false
 
     init() {
         var args = CommandLine.arguments.dropFirst().makeIterator()
@@ -33,10 +37,11 @@ struct Arguments {
             case "--repeat": repeats = max(1, Int(args.next() ?? "") ?? repeats)
             case "--profile-append": profileAppend = true
             case "--canonical-out": canonicalOut = args.next()
+            case "--table-stats": tableStats = true
             default:
                 FileHandle.standardError.write(
                     Data(
-                        "usage: evstore-bench --workload FILE [--single N] [--repeat N] [--dir DIR] [--json FILE] [--profile-append] [--canonical-out FILE]\n"
+                        "usage: evstore-bench --workload FILE [--single N] [--repeat N] [--dir DIR] [--json FILE] [--profile-append] [--canonical-out FILE] [--table-stats]\n"
                             .utf8))
                 exit(64)
             }
@@ -169,6 +174,11 @@ struct Ceiling {
 if arguments.profileAppend {
     let (run, _) = try batchedAppend(directory: arguments.directory + "/profile", trainAt: 10_000)
     print("append \(Int(run.appendRate)) events/s, decode \(Int(run.decodeRate)) events/s")
+    exit(0)
+}
+
+if arguments.tableStats {
+    try printTableStats()
     exit(0)
 }
 
@@ -323,6 +333,42 @@ if let path = arguments.json {
     try JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys]).write(
         to: URL(fileURLWithPath: path))
     print("\nwrote \(path)")
+}
+
+/// `--table-stats`: loads the workload as the batched append does (dictionary at 10,000
+/// events), then prints each table's `mdb_stat` and the bytes it takes with all its trees
+/// (`EventLog.tableBytes`).
+func printTableStats() throws {
+    let directory = arguments.directory + "/tables"
+    let (_, log) = try batchedAppend(directory: directory, trainAt: 10_000)
+    let breakdown = try log.storageBreakdown()
+    let (bytes, compactBytes) = try log.tableBytes(scratch: arguments.directory + "/tables-scratch")
+    let n = Double(count)
+    let file = fileSize(directory + "/data.mdb")
+    print("store format \(EventLog.formatVersion), \(count) events, \(try log.statistics().entities) entities")
+    print(
+        "data.mdb \(file) B (\(String(format: "%.1f", Double(file) / n)) B/event), "
+            + "compacted \(compactBytes) B (\(String(format: "%.1f", Double(compactBytes) / n)) B/event), "
+            + "event values \(String(format: "%.1f", Double(breakdown.eventValueBytes) / n)) B/event")
+    let header = ["table", "entries", "depth", "branch", "leaf", "overflow", "main B", "all B", "B/event"]
+    var table: [[String]] = [header]
+    var sum = 0
+    for stat in breakdown.tables {
+        let all = bytes[stat.name] ?? 0
+        sum += all
+        table.append([
+            stat.name, "\(stat.entries)", "\(stat.depth)", "\(stat.branchPages)", "\(stat.leafPages)",
+            "\(stat.overflowPages)", "\(stat.bytes)", "\(all)", String(format: "%.1f", Double(all) / n),
+        ])
+    }
+    table.append(["sum", "", "", "", "", "", "", "\(sum)", String(format: "%.1f", Double(sum) / n)])
+    let widths = header.indices.map { column in table.map { $0[column].count }.max() ?? 0 }
+    for row in table {
+        print(
+            row.enumerated().map { column, cell in
+                column == 0 ? cell.padding(toLength: widths[0], withPad: " ", startingAt: 0) : cell.leftPadded(widths[column])
+            }.joined(separator: "  "))
+    }
 }
 
 extension String {

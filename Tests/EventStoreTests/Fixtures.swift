@@ -90,12 +90,14 @@ final class TempStore {
         }
     }
 
-    /// The status index and the conflicts table say exactly what the projections say.
+    /// The status index, the conflicts table and `status_history` (the entities whose record
+    /// leaves their history to it) say exactly what the projections say.
     func checkSecondaryTables(sourceLocation: SourceLocation) throws {
         let tables = log.tables
         try log.environment.read { txn throws in
             var expectedStatus: Set<[UInt8]> = []
             var expectedConflicts: [[UInt8]: [UInt8]] = [:]
+            var expectedHistories: Set<[UInt8]> = []
             try txn.withCursor(tables.projections) { cursor in
                 var item = try cursor.first()
                 while let current = item {
@@ -103,6 +105,9 @@ final class TempStore {
                     let state = try EventLog.decodeProjection(current.value, entity: entity).1
                     if let key = EventLog.statusKey(state) { expectedStatus.insert(key + [0xFF] + current.key) }
                     if state.hasConflicts { expectedConflicts[current.key] = EventLog.conflictRecord(state) }
+                    if try EventLog.projectionHistory(current.value, entity: entity) == nil {
+                        expectedHistories.insert(current.key)
+                    }
                     item = try cursor.next()
                 }
             }
@@ -122,6 +127,17 @@ final class TempStore {
                     item = try cursor.next()
                 }
             }
+            var histories: Set<[UInt8]> = []
+            try txn.withCursor(tables.statusHistory) { cursor in
+                var item = try cursor.first()
+                while let current = item {
+                    histories.insert(current.key)
+                    item = try cursor.nextNoDup()
+                }
+            }
+            #expect(
+                histories == expectedHistories, "status_history holds other entities than the projections leave to it",
+                sourceLocation: sourceLocation)
             #expect(
                 status == expectedStatus, "the status index disagrees with the projections",
                 sourceLocation: sourceLocation)

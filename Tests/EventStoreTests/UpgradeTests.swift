@@ -48,8 +48,8 @@ import Testing
         options.maxEventBytes = 131_072
         var log: EventLog? = try EventLog.open(directory: directory, options: options)
         let format = try log!.reading { txn in try txn.get(log!.tables.meta, EventLog.Meta.format) }
-        #expect(format == bigEndian(UInt32(4)))
-        #expect(EventLog.formatVersion == 4)
+        #expect(format == bigEndian(UInt32(5)))
+        #expect(EventLog.formatVersion == 5)
 
         // Every event, as 0.4.0's `log` gave them (id order), now with seqs 1...N in that order.
         let expectedLog = try UpgradeTests.lines(name, "log.ndjson")
@@ -168,7 +168,7 @@ import Testing
             atPath: UpgradeTests.formatThree.appendingPathComponent("data.mdb").path, toPath: directory + "/data.mdb")
         var log: EventLog? = try EventLog.open(directory: directory)
         let format = try log!.reading { txn in try txn.get(log!.tables.meta, EventLog.Meta.format) }
-        #expect(format == bigEndian(UInt32(4)))
+        #expect(format == bigEndian(UInt32(5)))
 
         let data = try Data(contentsOf: UpgradeTests.formatThree.appendingPathComponent("log.ndjson"))
         let expected = try Array(data).split(separator: 0x0A).map { line -> (UInt64, String) in
@@ -199,4 +199,98 @@ import Testing
         #expect(result.revs[entity("job/after-upgrade")] == 603)
         #expect(try log!.feed(after: 602).events.map(\.seq) == [603])
     }
+
+    static let formatFour = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("Fixtures/store-format-4")
+
+    /// A store of format 4 (`Tests/Fixtures/store-format-4`) opened by this version: the
+    /// status histories move into the projection records and the origin index is written
+    /// again, and every answer stays as format 4 gave it: each entity's state with its
+    /// history and rev, the events with their seqs, counts and digest, the dead letter, the
+    /// idempotency key. A fresh store that imports the same events answers the same.
+    @Test func formatFourStoreUpgradesAndAnswersAsBefore() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "evstore-upgrade4-\(UUID().uuidString)"
+        ).path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let fixture = UpgradeTests.formatFour
+        try FileManager.default.copyItem(
+            atPath: fixture.appendingPathComponent("data.mdb").path, toPath: directory + "/data.mdb")
+        var options = StoreOptions()
+        options.maxEventBytes = 131_072
+        var log: EventLog? = try EventLog.open(directory: directory, options: options)
+        let format = try log!.reading { txn in try txn.get(log!.tables.meta, EventLog.Meta.format) }
+        #expect(format == bigEndian(UInt32(5)))
+        // Every history here is short: each is in its entity's record now.
+        #expect(try log!.reading { txn in try txn.stat(log!.tables.statusHistory).entries } == 0)
+
+        // Every event with the seq format 4 gave it (the seq order is not the id order at the end).
+        let logLines = try Array(Data(contentsOf: fixture.appendingPathComponent("log.ndjson")))
+            .split(separator: 0x0A).map(Array.init)
+        let prefix = Array(#"{"seq":"#.utf8)
+        let expected = try logLines.map { line -> (seq: UInt64, event: [UInt8]) in
+            let text = String(decoding: line, as: UTF8.self)
+            let marker = try #require(text.range(of: #","event":"#))
+            let seq = try #require(UInt64(text[text.index(text.startIndex, offsetBy: prefix.count)..<marker.lowerBound]))
+            return (seq, Array(text[marker.upperBound...].dropLast().utf8))
+        }
+        #expect(expected.count == 609)
+        let feed = try log!.feed(after: 0, limit: 100_000, scanLimit: 100_000)
+        #expect(feed.events.map(\.seq) == expected.map(\.seq))
+        #expect(feed.events.map { EventCodec.encodeStored($0.event, includeID: true) } == expected.map(\.event))
+        #expect(feed.events.map(\.event.id) != feed.events.map(\.event.id).sorted())
+
+        // Every entity's state, history and rev, byte for byte.
+        let states = try Array(Data(contentsOf: fixture.appendingPathComponent("states.ndjson")))
+            .split(separator: 0x0A).map(Array.init)
+        var entities: [EntityKey] = []
+        for line in states {
+            let name = try #require(
+                (try JSONSerialization.jsonObject(with: Data(line)) as? [String: Any])?["entity"] as? String)
+            entities.append(entity(name))
+            #expect(try log!.canonicalState(of: entity(name)) == line, "state of \(name)")
+        }
+        #expect(entities.count == 61)
+
+        let status = try #require(
+            try JSONSerialization.jsonObject(with: Data(contentsOf: fixture.appendingPathComponent("status.json")))
+                as? [String: Any])
+        let statistics = try log!.statistics()
+        #expect(statistics.events == status["events"] as? Int)
+        #expect(statistics.entities == status["entities"] as? Int)
+        #expect(statistics.digest.description == status["digest"] as? String)
+        #expect(statistics.conflicts == status["conflicts"] as? Int)
+        #expect(statistics.deadLetters == status["dead_letters"] as? Int)
+        #expect(statistics.seq == 609)
+        #expect(try log!.deadLetters(limit: 100).map { $0.id ?? "" } == status["dead_letter_ids"] as? [String])
+        let report = try log!.rebuild(verify: true)
+        #expect(report.mismatched.isEmpty && !report.digestMismatch && report.unsequenced == 0)
+
+        // A fresh store that imports the same events holds the same states and histories.
+        let fresh = try TempStore { $0.maxEventBytes = 131_072 }
+        let byID = try expected.map(\.event).sorted {
+            try EventCodec.decodeStored($0).id < (try EventCodec.decodeStored($1).id)
+        }
+        #expect(try fresh.log.importEvents(byID).imported.count == 609)
+        for entity in entities {
+            let upgraded = try #require(try log!.canonicalState(of: entity))
+            let imported = try #require(try fresh.log.canonicalState(of: entity))
+            #expect(UpgradeTests.withoutRev(upgraded).state == UpgradeTests.withoutRev(imported).state, "\(entity)")
+            #expect(try log!.statusHistory(of: entity) == (try fresh.log.statusHistory(of: entity)))
+        }
+        #expect(try fresh.log.statistics().digest == statistics.digest)
+
+        // The key still names its first event; the next event takes seq 610, after a reopen too.
+        log = nil
+        log = try EventLog.open(directory: directory, options: options)
+        let keyed = InputEvent(entity: entity("job/fx4-keyed"), change: .status("assigned"), key: "fx4-key-1")
+        let again = try log!.append([keyed])
+        #expect(again.ids.map(\.description) == [try #require(status["idempotency_id"] as? String)])
+        #expect(again.written.isEmpty)
+        let result = try log!.append([InputEvent(entity: entity("job/fx4-gone"), change: .status("closed"))])
+        #expect(result.revs[entity("job/fx4-gone")] == 610)
+        #expect(try log!.statusHistory(of: entity("job/fx4-gone")).map(\.status) == ["open", "closed"])
+    }
 }
+

@@ -109,13 +109,18 @@ public struct Cursor: ~Copyable {
     }
 
     /// Stores `values`, consecutive elements of `elementSize` bytes each, as values of `key`
-    /// in one call: for `.dupFixed` databases only.
+    /// in one call: for `.dupFixed` databases only. With `.appendDup` (every value sorts
+    /// after the key's existing ones, else LMDB fails with `LMDBError.keyExist`) a full page
+    /// is split by starting a new one, so values added in order fill their pages instead of
+    /// leaving each half empty.
     ///
     /// The corresponding C function is `mdb_cursor_put` with `MDB_MULTIPLE`.
-    public mutating func putMultiple(_ key: [UInt8], values: [UInt8], elementSize: Int) throws(LMDBError) {
+    public mutating func putMultiple(
+        _ key: [UInt8], values: [UInt8], elementSize: Int, flags: PutFlags = []
+    ) throws(LMDBError) {
         try injectPutFault()
         try perform("mdb_cursor_put") { cursor throws(LMDBError) in
-            try MDB.cursorPutMultiple(cursor, key, values: values, elementSize: elementSize)
+            try MDB.cursorPutMultiple(cursor, key, values: values, elementSize: elementSize, flags: flags.rawValue)
         }
     }
 

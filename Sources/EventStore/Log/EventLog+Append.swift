@@ -172,6 +172,11 @@ struct WriteBatch {
 
     struct Touched {
         var state: EntityState
+        /// Its status history in id order while the projection record holds it; once the
+        /// history lives in `status_history`, the entries still to be put there.
+        var history: [StatusEntry]
+        /// Whether the history lives in `status_history` (it grew past `inlineHistoryLimit`).
+        var historyInTable: Bool
         /// Whether an event was folded in during this batch.
         var changed = false
         /// The entity as it was when the batch first read it (nil: new entity).
@@ -332,10 +337,12 @@ struct WriteBatch {
         if let slot = slots[entity] { return slot }
         let entry: Touched
         if let record = try txn.get(log.tables.projections, entity.bytes) {
-            let (hash, state, rev) = try EventLog.decodeProjection(record, entity: entity)
-            entry = Touched(state: state, before: Before(hash: hash, statusKey: EventLog.statusKey(state)), rev: rev)
+            let (hash, state, rev, history) = try EventLog.decodeProjection(record, entity: entity, history: true)
+            entry = Touched(
+                state: state, history: history ?? [], historyInTable: history == nil,
+                before: Before(hash: hash, statusKey: EventLog.statusKey(state)), rev: rev)
         } else {
-            entry = Touched(state: EntityState(entity: entity), before: nil, rev: 0)
+            entry = Touched(state: EntityState(entity: entity), history: [], historyInTable: false, before: nil, rev: 0)
         }
         touched.append(entry)
         slots[entity] = touched.count - 1
@@ -358,7 +365,12 @@ struct WriteBatch {
                     entries[end].id.append(to: &values)
                     end += 1
                 }
-                try cursor.putMultiple(origin.bytes, values: values, elementSize: 16)
+                // Ids above the origin's greatest held one (nearly always) go in as appends,
+                // which leaves the index's pages full.
+                let last = try cursor.seekExact(origin.bytes) == nil ? nil : try cursor.lastDup()
+                let inOrder = last.map { ULID(bytes: $0.value).map { $0 < entries[start].id } ?? false } ?? true
+                try cursor.putMultiple(
+                    origin.bytes, values: values, elementSize: 16, flags: inOrder ? .appendDup : [])
                 start = end
             }
         }
@@ -418,9 +430,6 @@ struct WriteBatch {
         }
         try txn.put(tables.entityIndex, event.entity.bytes, key)
         originEntries.append((event.origin, event.id))
-        if case .status(let status, _) = event.body {
-            try txn.put(tables.statusHistory, event.entity.bytes, EventLog.historyValue(event.id, event.origin, status))
-        }
         // Every path that stores an event comes through here, so every stored event takes a
         // seq, in the transaction that stores it.
         seq += 1
@@ -439,7 +448,8 @@ struct WriteBatch {
         try WriteBatch.fold(event, seq: seq, into: &touched[slot], log: log, txn: txn)
     }
 
-    /// Folds an event (already written, with `seq`) into its entity's state.
+    /// Folds an event (already written, with `seq`) into its entity's state, and a status
+    /// event into its history.
     static func fold(
         _ event: Event, seq: UInt64, into entry: inout Touched, log: EventLog, txn: borrowing WriteTransaction
     ) throws {
@@ -459,6 +469,13 @@ struct WriteBatch {
         if outcome == .needsRefold {
             entry.state = try log.refold(event.entity, txn: txn)
         }
+        if case .status(let status, _) = event.body {
+            // In id order: a replicated event can be older than those held (rarely, and the
+            // entries kept here are few, so the search from the end is linear).
+            var index = entry.history.count
+            while index > 0, event.id < entry.history[index - 1].id { index -= 1 }
+            entry.history.insert(StatusEntry(id: event.id, origin: event.origin, status: status), at: index)
+        }
         entry.changed = true
         entry.rev = seq
     }
@@ -472,7 +489,18 @@ struct WriteBatch {
         // every array it holds.
         for index in touched.indices where touched[index].changed {
             let entity = touched[index].state.entity
-            let (record, hash) = EventLog.projectionRecord(touched[index].state, rev: touched[index].rev)
+            if !touched[index].historyInTable, touched[index].history.count > EventLog.inlineHistoryLimit {
+                touched[index].historyInTable = true
+            }
+            if touched[index].historyInTable {
+                for entry in touched[index].history {
+                    try txn.put(tables.statusHistory, entity.bytes, EventLog.historyValue(entry.id, entry.origin, entry.status))
+                }
+                touched[index].history.removeAll()
+            }
+            let (record, hash) = EventLog.projectionRecord(
+                touched[index].state, rev: touched[index].rev,
+                history: touched[index].historyInTable ? nil : touched[index].history)
             let before = touched[index].before
             if let before { digest.remove(before.hash) }
             digest.add(hash)
@@ -502,6 +530,11 @@ struct WriteBatch {
 }
 
 extension EventLog {
+    /// The most status history entries a projection record holds: a longer history moves
+    /// to `status_history` (a record is rewritten on every change of its entity, and a
+    /// history grows for as long as the entity lives).
+    static let inlineHistoryLimit = 16
+
     /// A `status_history` value: id, origin, status.
     static func historyValue(_ id: ULID, _ origin: ULID, _ status: String) -> [UInt8] {
         var value: [UInt8] = []
@@ -512,27 +545,109 @@ extension EventLog {
         return value
     }
 
-    /// A `projections` value, `[state hash][rev, 8 bytes big-endian][encoded state]`, and
-    /// the hash: the state is encoded once for both. The rev is this node's and stays out of
-    /// the hash (and so out of the digest): equal event sets still hash equal on every node.
-    static func projectionRecord(_ state: EntityState, rev: UInt64) -> (record: [UInt8], hash: StateHash) {
+    /// A `projections` value and the state's hash (the state is encoded once for both):
+    ///
+    /// ```
+    /// 16 bytes    state hash
+    /// varint      rev
+    /// varint      length of the encoded state, then the encoded state
+    /// byte        0: the status history follows; 1: it is in `status_history`
+    /// varint      origins of the history (n), then n × 16 bytes, sorted
+    /// varint      history entries, each: id (16), varint index of its origin, varint
+    ///             length + status; in id order
+    /// ```
+    /// The rev is this node's and stays out of the hash (and so out of the digest): equal
+    /// event sets still hash equal on every node. A short status history rides in the
+    /// record (`get` reads both), its origins written once each as the state's are; a
+    /// history longer than `inlineHistoryLimit` is in `status_history` (nil here).
+    static func projectionRecord(_ state: EntityState, rev: UInt64, history: [StatusEntry]?)
+        -> (record: [UInt8], hash: StateHash)
+    {
         let encoded = state.encoded()
         let hash = StateHash(hashing: encoded)
+        var origins = history?.map(\.origin) ?? []
+        origins.sort()
+        var unique: [ULID] = []
+        for origin in origins where unique.last != origin { unique.append(origin) }
         var out: [UInt8] = []
-        out.reserveCapacity(24 + encoded.count)
+        out.reserveCapacity(33 + encoded.count + (history?.count ?? 0) * 28 + unique.count * 16)
         ULID(high: hash.high, low: hash.low).append(to: &out)
-        out.append(contentsOf: bigEndian(rev))
-        out.append(contentsOf: encoded)
+        out.appendVarint(rev)
+        out.appendLengthPrefixed(encoded)
+        guard let history else {
+            out.append(1)
+            return (out, hash)
+        }
+        out.append(0)
+        out.appendULIDs(unique)
+        out.appendVarint(history.count)
+        for entry in history {
+            entry.id.append(to: &out)
+            out.appendVarint(unique.firstIndex(of: entry.origin) ?? 0)
+            out.appendLengthPrefixed(entry.status)
+        }
         return (out, hash)
     }
 
     static func decodeProjection(_ record: [UInt8], entity: EntityKey) throws -> (StateHash, EntityState, UInt64) {
-        guard record.count > 24, let raw = ULID(bytes: record) else {
+        let (hash, state, rev, _) = try decodeProjection(record, entity: entity, history: false)
+        return (hash, state, rev)
+    }
+
+    /// The hash, state and rev of a `projections` value, and when `history` its status
+    /// history (nil: in `status_history`; else [] when not asked for).
+    static func decodeProjection(_ record: [UInt8], entity: EntityKey, history: Bool) throws
+        -> (StateHash, EntityState, UInt64, [StatusEntry]?)
+    {
+        var reader = ByteReader(record)
+        let (raw, rev) = try projectionHeader(&reader, entity: entity)
+        let state = try EntityState(entity: entity, decoding: try reader.lengthPrefixed())
+        let entries = history ? try projectionHistory(&reader, entity: entity) : []
+        return (StateHash(high: raw.high, low: raw.low), state, rev, entries)
+    }
+
+    /// The rev of a `projections` value, its state left undecoded.
+    static func projectionRev(_ record: [UInt8], entity: EntityKey) throws -> UInt64 {
+        var reader = ByteReader(record)
+        return try projectionHeader(&reader, entity: entity).rev
+    }
+
+    /// The status history of a `projections` value, its state left undecoded (nil: in
+    /// `status_history`).
+    static func projectionHistory(_ record: [UInt8], entity: EntityKey) throws -> [StatusEntry]? {
+        var reader = ByteReader(record)
+        _ = try projectionHeader(&reader, entity: entity)
+        _ = try reader.bytes(try reader.count())
+        return try projectionHistory(&reader, entity: entity)
+    }
+
+    private static func projectionHeader(_ reader: inout ByteReader, entity: EntityKey) throws
+        -> (hash: ULID, rev: UInt64)
+    {
+        do {
+            return (try reader.ulid(), try reader.varint())
+        } catch {
             throw CorruptDataError("projection record of \(entity) is truncated")
         }
-        let rev = uint64(bigEndian: Array(record[16..<24]))
-        let state = try EntityState(entity: entity, decoding: Array(record[24...]))
-        return (StateHash(high: raw.high, low: raw.low), state, rev)
+    }
+
+    private static func projectionHistory(_ reader: inout ByteReader, entity: EntityKey) throws -> [StatusEntry]? {
+        switch try reader.byte() {
+        case 0: break
+        case 1:
+            guard reader.isAtEnd else { throw CorruptDataError("trailing bytes after the projection of \(entity)") }
+            return nil
+        default: throw CorruptDataError("the status history of \(entity) is unreadable")
+        }
+        let origins = try reader.ulids()
+        var entries: [StatusEntry] = []
+        for _ in 0..<(try reader.count(minimumElementSize: 18)) {
+            let id = try reader.ulid()
+            let origin = try reader.reference(into: origins)
+            entries.append(StatusEntry(id: id, origin: origin, status: try reader.string()))
+        }
+        guard reader.isAtEnd else { throw CorruptDataError("trailing bytes after the status history of \(entity)") }
+        return entries
     }
 
     /// `TYPE 0x00 STATUS`, the status index key of an entity, or nil without a status.

@@ -4,7 +4,7 @@ import Projections
 public struct RebuildReport: Equatable, Sendable {
     public var entities: Int = 0
     public var events: Int = 0
-    /// Entities whose stored projection or status history differed from their events.
+    /// Entities whose stored projection (with its status history) differed from their events.
     public var mismatched: [EntityKey] = []
     /// Whether the stored digest differed from the digest of the folded states.
     public var digestMismatch = false
@@ -14,8 +14,8 @@ public struct RebuildReport: Equatable, Sendable {
 
 extension EventLog {
     /// Folds every entity again from the log. With `verify`, compares against the stored
-    /// projections and status histories and changes nothing; otherwise replaces
-    /// projections, status histories, the status index, the conflicts table and the digest.
+    /// projections (each with its status history) and changes nothing; otherwise replaces
+    /// projections, the status index, the conflicts table and the digest.
     ///
     /// The commit sequence is not touched: it records the order this node stored its
     /// events in, which the log alone cannot tell, and consumers resume by it. Each entity's
@@ -41,8 +41,10 @@ extension EventLog {
     /// Brings a store of an older format to this one, in one transaction (a crash during it
     /// leaves the old store, upgraded at the next open): before format 3, every event takes
     /// a seq, in id order (the order an older release's `log` gave), and the head is
-    /// recorded; a format-3 store's per-event seq entries go into blocks; then every
-    /// projection is folded again, with its rev, and the format marker is written.
+    /// recorded; a format-3 store's per-event seq entries go into blocks; before format 5,
+    /// the origin index is written again with full pages; then every projection is folded
+    /// again, with its rev and its status history (in the record when short, else in
+    /// `status_history`), and the format marker is written.
     func upgrade() throws(EventStoreError) {
         do {
             let head = try writer.withLock { _ throws -> UInt64 in
@@ -92,6 +94,7 @@ extension EventLog {
                         try txn.drop(legacy)
                         seq = max(seq, try EventLog.sequenceHead(txn: txn, tables: tables))
                     }
+                    if format < 5 { try repackOriginIndex(txn: &txn) }
                     _ = try rebuildProjections(txn: &txn, verify: false)
                     return seq
                 }
@@ -130,23 +133,25 @@ extension EventLog {
             let state = Projection.fold(entity, events)
             let history = Projection.statusHistory(entity, events)
             let rev = events.reduce(UInt64(0)) { max($0, seqs[$1.id] ?? 0) }
-            let (record, hash) = EventLog.projectionRecord(state, rev: rev)
+            let inTable = history.count > EventLog.inlineHistoryLimit
+            let (record, hash) = EventLog.projectionRecord(state, rev: rev, history: inTable ? nil : history)
             digest.add(hash)
             report.entities += 1
             report.events += state.eventCount
             if verify {
                 if try txn.get(tables.projections, entity.bytes) != record
-                    || statusHistory(of: entity, txn: txn) != history
+                    || (inTable && tableHistory(of: entity, txn: txn) != history)
                 {
                     report.mismatched.append(entity)
                 }
                 continue
             }
             try txn.put(tables.projections, entity.bytes, record)
-            for entry in history {
-                try txn.put(
-                    tables.statusHistory, entity.bytes,
-                    EventLog.historyValue(entry.id, entry.origin, entry.status))
+            if inTable {
+                for entry in history {
+                    try txn.put(
+                        tables.statusHistory, entity.bytes, EventLog.historyValue(entry.id, entry.origin, entry.status))
+                }
             }
             if let key = EventLog.statusKey(state) { try txn.put(tables.statusIndex, key, entity.bytes) }
             if state.hasConflicts {
@@ -165,6 +170,26 @@ extension EventLog {
         // Every projection is now in this version's format.
         try txn.put(tables.meta, Meta.format, bigEndian(EventLog.formatVersion))
         return report
+    }
+
+    /// Writes the origin index again, each origin's ids appended in order: an index written
+    /// before format 5 split its pages in the middle and left them half empty.
+    func repackOriginIndex(txn: inout WriteTransaction) throws {
+        var byOrigin: [(origin: [UInt8], ids: [UInt8])] = []
+        try txn.withCursor(tables.originIndex) { cursor in
+            var item = try cursor.first()
+            while let current = item {
+                if byOrigin.last?.origin != current.key { byOrigin.append((current.key, [])) }
+                byOrigin[byOrigin.count - 1].ids.append(contentsOf: current.value)
+                item = try cursor.next()
+            }
+        }
+        try txn.drop(tables.originIndex)
+        try txn.withCursor(tables.originIndex) { cursor in
+            for (origin, ids) in byOrigin where !ids.isEmpty {
+                try cursor.putMultiple(origin, values: ids, elementSize: 16, flags: .appendDup)
+            }
+        }
     }
 
     /// Aborts a verifying rebuild's transaction (it must change nothing) and carries its report.

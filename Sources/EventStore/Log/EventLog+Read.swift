@@ -113,8 +113,8 @@ extension EventLog {
 
     func canonicalState(of entity: EntityKey, txn: borrowing some TransactionReading & ~Copyable) throws -> [UInt8]? {
         guard let record = try txn.get(tables.projections, entity.bytes) else { return nil }
-        let (_, state, rev) = try EventLog.decodeProjection(record, entity: entity)
-        var json = state.canonicalJSON(history: try statusHistory(of: entity, txn: txn))
+        let (_, state, rev, history) = try EventLog.decodeProjection(record, entity: entity, history: true)
+        var json = state.canonicalJSON(history: try history ?? tableHistory(of: entity, txn: txn))
         guard json.last == UInt8(ascii: "}") else { return json }
         json.removeLast()
         json.append(contentsOf: Array(#","rev":"#.utf8))
@@ -127,7 +127,7 @@ extension EventLog {
     /// when no event of it is held.
     public func rev(of entity: EntityKey) throws(EventStoreError) -> UInt64? {
         try reading { txn in
-            try txn.get(tables.projections, entity.bytes).map { try EventLog.decodeProjection($0, entity: entity).2 }
+            try txn.get(tables.projections, entity.bytes).map { try EventLog.projectionRev($0, entity: entity) }
         }
     }
 
@@ -295,6 +295,14 @@ extension EventLog {
     }
 
     func statusHistory(of entity: EntityKey, txn: borrowing some TransactionReading & ~Copyable) throws -> [StatusEntry]
+    {
+        guard let record = try txn.get(tables.projections, entity.bytes) else { return [] }
+        return try EventLog.projectionHistory(record, entity: entity) ?? tableHistory(of: entity, txn: txn)
+    }
+
+    /// The status history of an entity whose history is in `status_history`.
+    func tableHistory(of entity: EntityKey, txn: borrowing some TransactionReading & ~Copyable) throws
+        -> [StatusEntry]
     {
         try txn.withCursor(tables.statusHistory) { cursor in
             var entries: [StatusEntry] = []

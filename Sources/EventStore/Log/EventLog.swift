@@ -69,14 +69,16 @@ public final class EventLog: Sendable {
         let entityIndex: Database
         /// origin (16 bytes) → event ids (dupsort, 16-byte values).
         let originIndex: Database
-        /// entity bytes → state hash (16 bytes) + compact state.
+        /// entity bytes → state hash (16 bytes), rev, compact state and a short status
+        /// history (`projectionRecord`).
         let projections: Database
         /// idempotency key → event id.
         let keys: Database
+        /// entity bytes → its status events, for an entity whose history grew past
+        /// `inlineHistoryLimit`: id (16) + origin (16) + status (dupsort, in id order).
+        let statusHistory: Database
         /// TYPE 0x00 STATUS → entity bytes (dupsort).
         let statusIndex: Database
-        /// entity bytes → its status events: id (16) + origin (16) + status (dupsort, in id order).
-        let statusHistory: Database
         /// entity bytes → {"fields":[...],"status":bool} for entities with conflicts.
         let conflicts: Database
         /// local ULID → dead letter as canonical JSON.
@@ -116,9 +118,11 @@ public final class EventLog: Sendable {
     /// canonical JSON for the digest; format 2 hashes its encoded state; format 3 (written
     /// only by development builds after 0.4.0) added the commit sequence, an entry per event
     /// in the `seq` table, `meta/seq`, and each projection's `rev`; format 4 keeps the
-    /// sequence in blocks (`seq_blocks`, `SequenceBlocks`). An older store is upgraded when
-    /// it is opened (`upgrade()`), in one transaction.
-    public static let formatVersion: UInt32 = 4
+    /// sequence in blocks (`seq_blocks`, `SequenceBlocks`); format 5 keeps a short status
+    /// history in its entity's projection record (only longer ones in `status_history`),
+    /// the rev as a varint, and fills the origin index's pages. An older store is upgraded when it is
+    /// opened (`upgrade()`), in one transaction.
+    public static let formatVersion: UInt32 = 5
 
     /// Opens (creating when needed) the store in `directory`.
     public static func open(directory: String, options: StoreOptions = StoreOptions()) throws(EventStoreError)
@@ -154,8 +158,8 @@ public final class EventLog: Sendable {
             originIndex: try environment.openDatabase("origin_index", flags: [.create, .dupSort, .dupFixed]),
             projections: try environment.openDatabase("projections", flags: [.create]),
             keys: try environment.openDatabase("idempotency_keys", flags: [.create]),
-            statusIndex: try environment.openDatabase("status_index", flags: [.create, .dupSort]),
             statusHistory: try environment.openDatabase("status_history", flags: [.create, .dupSort]),
+            statusIndex: try environment.openDatabase("status_index", flags: [.create, .dupSort]),
             conflicts: try environment.openDatabase("conflicts", flags: [.create]),
             deadLetters: try environment.openDatabase("dead_letters", flags: [.create]),
             deadLetterIDs: try environment.openDatabase("dead_letter_ids", flags: [.create]),

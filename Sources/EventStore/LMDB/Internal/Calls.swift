@@ -247,9 +247,9 @@ enum MDB {
     }
 
     /// Stores `values`, consecutive elements of `elementSize` bytes, as values of `key` in
-    /// one call (`MDB_MULTIPLE`, for `.dupFixed` databases).
+    /// one call (`MDB_MULTIPLE`, for `.dupFixed` databases), with `flags` besides.
     static func cursorPutMultiple(
-        _ cursor: OpaquePointer, _ key: [UInt8], values: [UInt8], elementSize: Int
+        _ cursor: OpaquePointer, _ key: [UInt8], values: [UInt8], elementSize: Int, flags: UInt32 = 0
     ) throws(LMDBError) {
         precondition(elementSize > 0 && !values.isEmpty && values.count % elementSize == 0)
         let code = key.withUnsafeBytes { key in
@@ -261,7 +261,7 @@ enum MDB {
                     MDB_val(mv_size: values.count / elementSize, mv_data: nil),
                 ]
                 return data.withUnsafeMutableBufferPointer { data in
-                    mdb_cursor_put(cursor, &key, data.baseAddress, UInt32(MDB_MULTIPLE))
+                    mdb_cursor_put(cursor, &key, data.baseAddress, UInt32(MDB_MULTIPLE) | flags)
                 }
             }
         }
@@ -330,6 +330,23 @@ extension MDB {
         var info = Glibc.statvfs()
         guard statvfs(path, &info) == 0 else { return nil }
         return Int(clamping: UInt64(info.f_bavail).multipliedReportingOverflow(by: UInt64(info.f_frsize)).partialValue)
+    }
+
+    /// The size of the file at `path` in bytes, or 0 when it cannot be read.
+    static func fileSize(_ path: String) -> Int {
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { return 0 }
+        defer { close(descriptor) }
+        var info = Glibc.stat()
+        return fstat(descriptor, &info) == 0 ? Int(info.st_size) : 0
+    }
+
+    /// Removes an environment's files (`data.mdb`, `lock.mdb`) and then its directory,
+    /// should it be empty; whatever is missing is passed over.
+    static func removeEnvironmentFiles(_ directory: String) {
+        unlink(directory + "/data.mdb")
+        unlink(directory + "/lock.mdb")
+        rmdir(directory)
     }
 
     /// The errno for a resource that is in use.
