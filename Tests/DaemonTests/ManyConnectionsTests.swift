@@ -182,4 +182,37 @@ struct ManyConnectionsTests {
         _ = try daemon.client().call("status")
         try daemon.stop()
     }
+
+    @Test("12 watches catching up from the start whose clients read nothing: other clients are answered meanwhile")
+    func stalledCatchUps() throws {
+        let daemon = try DaemonProcess(arguments: ["--watch-queue-events", "10"])
+        defer { daemon.removeFiles() }
+        let other = try daemon.client()
+        try other.connection.setTimeouts(read: 20, write: 20)
+        // 2 MB of events: far more than a socket's buffer, so each replay must wait.
+        let pad = String(repeating: "w", count: 10_000)
+        let events = (0..<200).map { #"{"entity":"doc/\#($0)","kind":"edit","fields":{"body":"\#(pad)"}}"# }
+        _ = try other.call("append", eventsParams(events))
+        var watchers: [RPCClient] = []
+        for _ in 0..<12 {
+            let watcher = try daemon.client()
+            try watcher.send(#"{"jsonrpc":"2.0","id":1,"method":"watch","params":{"after":0}}"#)
+            watchers.append(watcher)
+        }
+        Thread.sleep(forTimeInterval: 0.5)
+        // More than the request threads wait on their readers: others' requests still run.
+        for _ in 0..<5 {
+            _ = try other.call("status")
+            _ = try other.call("get", #"{"entity":"doc/1"}"#)
+        }
+        _ = try daemon.client().call("status")
+        // A watcher that reads gets its whole replay (once the others have left, should it
+        // have waited for a catch-up thread behind them).
+        let reader = watchers.removeFirst()
+        for watcher in watchers { watcher.connection.close() }
+        #expect(try reader.readJSON()["result"] != nil)
+        for _ in 0..<200 { #expect(try reader.readJSON()["method"] as? String == "event") }
+        watchers.removeAll()
+        try daemon.stop()
+    }
 }

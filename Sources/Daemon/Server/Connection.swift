@@ -58,6 +58,8 @@ final class Connection: @unchecked Sendable {
         var readPaused = false
         /// `drain` ran the end: the watches are gone and the outbox is finishing.
         var finished = false
+        /// A watch catches up on a catch-up thread: no request runs until it has joined.
+        var catchingUp = false
 
         var isEmpty: Bool { head == items.count }
 
@@ -280,7 +282,7 @@ final class Connection: @unchecked Sendable {
             work.running = true
             return true
         }
-        if start { context.requestThreads.submit(self) }
+        if start { context.requestThreads.submit { [self] in drain() } }
     }
 
     /// Reads no more; what was read is answered, then the connection closes.
@@ -412,7 +414,7 @@ final class Connection: @unchecked Sendable {
     /// Restarts `drain` after `Outbox.admits` held a request back (from any thread).
     private func resume() {
         let start = work.withLock { work -> Bool in
-            if work.parked {
+            if work.parked && !work.catchingUp {
                 work.parked = false
                 work.running = true
                 return true
@@ -420,7 +422,7 @@ final class Connection: @unchecked Sendable {
             if work.running { work.resumed = true }
             return false
         }
-        if start { context.requestThreads.submit(self) }
+        if start { context.requestThreads.submit { [self] in drain() } }
     }
 
     /// Runs the queued requests in order, on a request thread, until none is left or one
@@ -500,7 +502,26 @@ final class Connection: @unchecked Sendable {
             current = nil
             work.withLock { $0.resumed = false }
             if handle(parsed, bytes: bytes) { answered(bytes) }
+            let catchingUp = work.withLock { work -> Bool in
+                guard work.catchingUp else { return false }
+                work.running = false
+                work.parked = true
+                return true
+            }
+            if catchingUp { return }
         }
+    }
+
+    /// A watch's catch-up ended: the requests after it run.
+    private func caughtUp() {
+        let start = work.withLock { work -> Bool in
+            work.catchingUp = false
+            guard work.parked else { return false }
+            work.parked = false
+            work.running = true
+            return true
+        }
+        if start { context.requestThreads.submit { [self] in drain() } }
     }
 
     /// Whether a request must wait for this connection's appends: all but an append.
@@ -662,7 +683,22 @@ final class Connection: @unchecked Sendable {
             return
         }
         let answer = request.id.map { Connection.response(id: $0, result: Array(#"{"watching":true}"#.utf8)) } ?? []
-        if after != nil { outbox.fill(slot, with: answer) }
+        guard after != nil else {
+            join(subscription, after: nil, slot: slot, answer: answer, id: request.id)
+            return
+        }
+        // The replay waits while the client is slow to read: not on a request thread.
+        outbox.fill(slot, with: answer)
+        work.withLock { $0.catchingUp = true }
+        context.catchUpThreads.submit { [self] in
+            join(subscription, after: after, slot: slot, answer: answer, id: request.id)
+            caughtUp()
+        }
+    }
+
+    /// Replays the events after `after` (none when nil) to the subscription and joins it
+    /// to the live stream; without `after`, the answer goes once it has joined.
+    private func join(_ subscription: Subscription, after: UInt64?, slot: Outbox.Slot, answer: [UInt8], id: [UInt8]?) {
         do {
             if try context.hub.start(subscription, after: after, log: context.writer.log) {
                 subscriptions.append(subscription)
@@ -671,7 +707,7 @@ final class Connection: @unchecked Sendable {
         } catch {
             context.logger.error("watch: reading the log failed: \(error)")
             if after == nil {
-                outbox.fill(slot, with: request.id.map { Connection.response(id: $0, error: RPCError(error)) } ?? [])
+                outbox.fill(slot, with: id.map { Connection.response(id: $0, error: RPCError(error)) } ?? [])
             }
             outbox.finish()
             return

@@ -112,30 +112,35 @@ final class EventLoop: @unchecked Sendable {
     }
 }
 
-/// The threads that run requests: a fixed number, shared by every connection. A
-/// connection is queued here when it has requests to run and none of its own is running,
-/// so each runs its requests one at a time, in order, and no client can hold more than
-/// one thread (waits for appends or for a slow reader hold none).
+/// A fixed number of threads that run jobs in the order queued, shared by every
+/// connection. A connection is queued on the request threads when it has requests to run
+/// and none of its own is running, so each runs its requests one at a time, in order, and
+/// no client can hold more than one thread (waits for appends or for a slow reader hold
+/// none). A watch's catch-up, which waits while its client is slow to read, runs on
+/// threads of its own, so slow watchers never hold up other clients' requests.
 final class RequestThreads: Sendable {
-    private let queue = Mutex<(items: [Connection?], head: Int)>(([], 0))
+    typealias Job = @Sendable () -> Void
+    private let queue = Mutex<(items: [Job?], head: Int)>(([], 0))
     private let available = DispatchSemaphore(value: 0)
     let count: Int
+    private let name: String
 
-    init(count: Int) {
+    init(count: Int, name: String = "evrequest") {
         self.count = count
+        self.name = name
     }
 
     /// Starts the threads; the error that kept one from starting, if one did.
     func start() -> SocketError? {
         for index in 0..<count {
-            if let error = startThread(name: "evrequest-\(index)", { [self] in run() }) { return error }
+            if let error = startThread(name: "\(name)-\(index)", { [self] in run() }) { return error }
         }
         return nil
     }
 
-    /// Runs `connection.drain()` on the next free thread.
-    func submit(_ connection: Connection) {
-        queue.withLock { $0.items.append(connection) }
+    /// Runs `job` on the next free thread.
+    func submit(_ job: @escaping Job) {
+        queue.withLock { $0.items.append(job) }
         available.signal()
     }
 
@@ -150,7 +155,7 @@ final class RequestThreads: Sendable {
     private func run() {
         while true {
             available.wait()
-            let next = queue.withLock { queue -> Connection?? in
+            let next = queue.withLock { queue -> Job?? in
                 guard queue.head < queue.items.count else { return .none }
                 let item = queue.items[queue.head]
                 queue.head += 1
@@ -164,8 +169,8 @@ final class RequestThreads: Sendable {
                 return .some(item)
             }
             guard let next else { continue }
-            guard let connection = next else { return }
-            connection.drain()
+            guard let job = next else { return }
+            job()
         }
     }
 }

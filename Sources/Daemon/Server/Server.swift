@@ -41,8 +41,9 @@ final class ServerContext: Sendable {
     let sync: SyncService
     /// Logs the refused connections, without flooding.
     let refusals: RefusalLog
-    /// Where every connection's requests run.
+    /// Where every connection's requests run, and the watches' catch-ups.
     let requestThreads: RequestThreads
+    let catchUpThreads: RequestThreads
     private let currentLimits: Mutex<Limits>
     /// Who may read and write; a reload replaces it, for the connections made after.
     private let currentAccess: Mutex<AccessPolicy>
@@ -52,6 +53,7 @@ final class ServerContext: Sendable {
         access: AccessPolicy, requestThreads: Int = 8
     ) {
         self.requestThreads = RequestThreads(count: requestThreads)
+        self.catchUpThreads = RequestThreads(count: max(2, requestThreads / 2), name: "evcatchup")
         self.writer = writer
         self.hub = hub
         self.methods = methods
@@ -101,6 +103,7 @@ final class Server: Sendable {
             if let error = loop.start() { return error }
         }
         if let error = context.requestThreads.start() { return error }
+        if let error = context.catchUpThreads.start() { return error }
         return startThread(name: "evstored-accept") { [self] in
             acceptLoop()
             acceptDone.signal()
@@ -208,6 +211,7 @@ final class Server: Sendable {
         if connectionCount == 0 {
             for loop in loops { loop.stop() }
             context.requestThreads.stop()
+            context.catchUpThreads.stop()
         }
     }
 }
