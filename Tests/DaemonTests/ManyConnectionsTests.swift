@@ -215,4 +215,28 @@ struct ManyConnectionsTests {
         watchers.removeAll()
         try daemon.stop()
     }
+
+    @Test("a client that sends appends and closes at once, without reading: the appends are stored")
+    func sendAndLeave() throws {
+        let daemon = try DaemonProcess()
+        defer { daemon.removeFiles() }
+        for index in 0..<20 {
+            let connection = try UnixConnection.connect(to: daemon.socketPath)
+            let lines = (0..<5).map {
+                #"{"jsonrpc":"2.0","id":\#($0),"method":"append","params":{"events":[{"entity":"job/\#(index)-\#($0)","kind":"delete"}]}}"#
+            }
+            try connection.write(Array((lines.joined(separator: "\n") + "\n").utf8))
+            connection.close()
+        }
+        let client = try daemon.client()
+        let deadline = Date().addingTimeInterval(15)
+        var stored = 0
+        repeat {
+            stored = try client.call("status")["events"] as? Int ?? -1
+            if stored == 100 { break }
+            Thread.sleep(forTimeInterval: 0.05)
+        } while Date() < deadline
+        #expect(stored == 100)
+        try daemon.stop()
+    }
 }

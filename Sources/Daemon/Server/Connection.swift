@@ -183,11 +183,14 @@ final class Connection: @unchecked Sendable {
 
     /// Reads what the socket has (up to a share per round), queues the lines for the
     /// request threads, and bounds what the connection holds.
-    func readAvailable(scratch: UnsafeMutableRawBufferPointer, now: Double) {
+    ///
+    /// `toTheEnd`: the peer hung up, so what is left in the socket (no more than its buffer)
+    /// is read now, in one go and past the read-ahead.
+    func readAvailable(scratch: UnsafeMutableRawBufferPointer, now: Double, toTheEnd: Bool = false) {
         guard !readEnded, !handedOff, !closed else { return }
-        var budget = 256 << 10
+        var budget = toTheEnd ? Int.max : 256 << 10
         var lineReset = false
-        while !readEnded && wantsRead() {
+        while !readEnded && (toTheEnd || wantsRead()) {
             let line: LineReader.Line
             do {
                 line = try reader.nextLine(reading: { buffer, count, midLine in
@@ -350,14 +353,18 @@ final class Connection: @unchecked Sendable {
         }
     }
 
-    /// On the loop: the socket hung up or failed: nothing more can be sent or read.
-    func hungUp() {
+    /// On the loop: the peer hung up (or the socket failed). The requests it sent before
+    /// are read and run, as a client that sends appends and leaves expects; what is
+    /// answered fails to be written and ends the connection. The socket is no longer
+    /// watched (a hung-up socket is reported at every wait).
+    func hungUp(scratch: UnsafeMutableRawBufferPointer, now: Double) {
         guard !closed, !handedOff else { return }
+        readAvailable(scratch: scratch, now: now, toTheEnd: true)
+        if handedOff || closed { return }
         if interest != nil {
             loop.epoll.remove(socket.descriptor)
             interest = nil
         }
-        outbox.abort()
         endReading()
     }
 

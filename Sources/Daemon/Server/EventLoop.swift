@@ -77,7 +77,7 @@ final class EventLoop: @unchecked Sendable {
                 }
                 guard let connection = connections[event.tag] else { continue }
                 if !event.events.isDisjoint(with: [.hangUp, .error]) {
-                    connection.hungUp()
+                    connection.hungUp(scratch: scratch, now: after)
                 } else if event.events.contains(.readable) {
                     connection.readAvailable(scratch: scratch, now: after)
                 }
