@@ -113,6 +113,8 @@ final class Connection: @unchecked Sendable {
     private var lineStarted: Double?
     private var active: Double
     private var blockedSince: Double?
+    /// What the outbox had written when the loop last looked.
+    private var lastWritten = 0
 
     init(
         socket: UnixConnection, context: ServerContext, identifier: Int, loop: EventLoop,
@@ -333,11 +335,11 @@ final class Connection: @unchecked Sendable {
     func service(now: Double) {
         guard !closed, !handedOff else { return }
         let state = outbox.flush()
-        if state == .blocked {
-            if blockedSince == nil { blockedSince = now }
-        } else {
-            blockedSince = nil
-        }
+        // Stalled only while the socket takes nothing at all.
+        let written = outbox.written
+        if state != .blocked || written != lastWritten { blockedSince = nil }
+        if state == .blocked && blockedSince == nil { blockedSince = now }
+        lastWritten = written
         if state == .done || outbox.isEnding { endReading() }
         if state == .done, work.withLock({ $0.finished && !$0.running }) {
             close()

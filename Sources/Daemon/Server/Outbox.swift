@@ -79,6 +79,8 @@ final class Outbox: @unchecked Sendable {
     private var aborted = false
     /// Why a write failed, for the loop to report.
     private var failure: SocketError?
+    /// Bytes the socket has taken so far: a client that takes none for long is dropped.
+    private var bytesWritten = 0
     /// Asks the connection's loop to call `flush()`; set before the outbox is used. Called
     /// with the outbox's lock held: it must not call back into the outbox.
     var onReady: @Sendable () -> Void = {}
@@ -287,8 +289,10 @@ final class Outbox: @unchecked Sendable {
         defer { condition.unlock() }
         loopAsked = false
         while true {
-            if aborted { return .done }
+            // Never while another thread writes, even aborted: the socket is closed once
+            // this says done.
             if writing { return .busy }
+            if aborted { return .done }
             if !unsent.isEmpty {
                 let out = unsent
                 unsent = []
@@ -301,6 +305,13 @@ final class Outbox: @unchecked Sendable {
             if out.isEmpty { return finishing && head == slots.count ? .done : .idle }
             write(out, fromLoop: true)
         }
+    }
+
+    /// How many bytes the socket has taken so far.
+    var written: Int {
+        condition.lock()
+        defer { condition.unlock() }
+        return bytesWritten
     }
 
     /// Why a write failed, if one did.
@@ -376,6 +387,7 @@ final class Outbox: @unchecked Sendable {
         sendingBytes = 0
         switch result {
         case .success(let written):
+            bytesWritten += written
             if written < bytes.count {
                 unsent = Array(bytes[written...])
                 queuedBytes += unsent.count
