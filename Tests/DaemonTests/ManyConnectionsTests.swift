@@ -21,7 +21,8 @@ struct ManyConnectionsTests {
 
     /// A line of the daemon's /proc status (`Threads`, `VmRSS`), as its number.
     static func status(_ daemon: DaemonProcess, _ field: String) -> Int {
-        let text = (try? String(contentsOfFile: "/proc/\(daemon.process.processIdentifier)/status", encoding: .utf8)) ?? ""
+        let text =
+            (try? String(contentsOfFile: "/proc/\(daemon.process.processIdentifier)/status", encoding: .utf8)) ?? ""
         let line = text.split(separator: "\n").first { $0.hasPrefix(field + ":") } ?? ""
         return Int(line.split(whereSeparator: { $0 == " " || $0 == "\t" }).dropFirst().first ?? "") ?? 0
     }
@@ -63,7 +64,8 @@ struct ManyConnectionsTests {
                     do {
                         let entity = "job/w\(index)"
                         let appended = try client.call(
-                            "append", eventsParams([#"{"entity":"\#(entity)","kind":"edit","fields":{"n":\#(round)}}"#]))
+                            "append", eventsParams([#"{"entity":"\#(entity)","kind":"edit","fields":{"n":\#(round)}}"#])
+                        )
                         let state = try client.call("get", #"{"entity":"\#(entity)"}"#)
                         // It reads its own write.
                         let version = (appended["versions"] as? [String: String])?[entity]
@@ -173,7 +175,9 @@ struct ManyConnectionsTests {
         #expect(code == ECONNRESET || code == EPIPE, "\(failure.withLock { $0 } ?? "")")
         #expect(!memoryBoundsApply || peak < 400, "the daemon's RSS reached \(peak) MB")
         #expect(answered > 0)
-        print("attacker: \(sent.load(ordering: .relaxed)) bytes sent, then \(failure.withLock { $0 } ?? "-"); peak RSS \(peak) MB; \(answered) answers to the other client")
+        print(
+            "attacker: \(sent.load(ordering: .relaxed)) bytes sent, then \(failure.withLock { $0 } ?? "-"); peak RSS \(peak) MB; \(answered) answers to the other client"
+        )
         #expect(
             daemon.stderr.contains("cut off connection") && daemon.stderr.contains("max_unanswered_bytes"),
             "\(daemon.stderr.suffix(2000))")

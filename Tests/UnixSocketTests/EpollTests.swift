@@ -4,7 +4,8 @@ import UnixSocket
 
 @Suite("Epoll and non-blocking reads")
 struct EpollTests {
-    @Test("epoll reports a socket with its tag once it is readable; an eventfd wakes a wait; removed, it is not reported")
+    @Test(
+        "epoll reports a socket with its tag once it is readable; an eventfd wakes a wait; removed, it is not reported")
     func readiness() throws {
         let epoll = try Epoll()
         let (server, client) = try UnixConnection.pair()
