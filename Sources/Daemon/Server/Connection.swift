@@ -212,6 +212,8 @@ final class Connection: @unchecked Sendable {
                 break
             }
             active = now
+            // A line ended: the next one's clock starts now, should it be begun.
+            lineReset = true
             switch line {
             case .end:
                 endReading()
