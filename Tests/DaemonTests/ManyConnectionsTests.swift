@@ -35,7 +35,8 @@ struct ManyConnectionsTests {
         .enabled(if: raiseDescriptorLimit(to: 2 * held + 1000)))
     func thousandsOfConnections() throws {
         let limit = ManyConnectionsTests.held + ManyConnectionsTests.workers
-        let daemon = try DaemonProcess(arguments: ["--max-connections", "\(limit)"])
+        // Two loops, each owning half the connections.
+        let daemon = try DaemonProcess(arguments: ["--max-connections", "\(limit)", "--event-loops", "2"])
         defer { daemon.removeFiles() }
         // The probe that saw the daemon start is let go before the count matters.
         let settle = try daemon.client()
