@@ -26,6 +26,7 @@ let package = Package(
         ),
         // The kernel's route netlink structs and constants (headers only, nothing to link).
         .systemLibrary(name: "CNetlink"),
+        .systemLibrary(name: "CEpoll"),
         .target(name: "Projections"),
         .target(
             name: "EventStore",
@@ -33,7 +34,7 @@ let package = Package(
         ),
         // Unix stream sockets (and the route netlink socket): the only place the daemon and
         // the CLI touch socket syscalls.
-        .target(name: "UnixSocket", dependencies: ["CNetlink"]),
+        .target(name: "UnixSocket", dependencies: ["CNetlink", "CEpoll"]),
         // Command-line argument parsing for evctl and evstored (help and usage go out
         // through UnixSocket's FileDescriptor).
         .target(name: "Arguments", dependencies: ["UnixSocket"]),

@@ -304,9 +304,16 @@ final class Daemon: Sendable {
         let context = ServerContext(
             writer: writer, hub: hub, methods: methods, sync: sync, logger: logger,
             limits: Limits(configuration),
-            access: configuration.access)
-        let server = Server(listener: listener, context: context)
-        server.start()
+            access: configuration.access, requestThreads: configuration.requestThreads)
+        let server: Server
+        do {
+            server = try Server(listener: listener, context: context, eventLoops: configuration.eventLoops)
+            if let error = server.start() { throw error }
+        } catch {
+            logger.error("cannot start serving the socket: \(error)")
+            writer.stop()
+            return (Evstored.Exit.unavailable, WeakLog(nil))
+        }
 
         servingContext.withLock { $0 = context }
         let maintenance = Maintenance(
@@ -401,6 +408,7 @@ final class Daemon: Sendable {
                 old.idleTimeoutSeconds = fresh.idleTimeoutSeconds
                 old.lineTimeoutSeconds = fresh.lineTimeoutSeconds
                 old.maxQueuedResponseBytes = fresh.maxQueuedResponseBytes
+                old.maxUnansweredBytes = fresh.maxUnansweredBytes
                 old.maxBatchRequests = fresh.maxBatchRequests
                 old.maxBatchResponseBytes = fresh.maxBatchResponseBytes
                 old.logLevel = fresh.logLevel
@@ -436,6 +444,8 @@ final class Daemon: Sendable {
             }
             if fresh.backupDirectory != old.backupDirectory { restartNeeded.append("backup_dir") }
             if fresh.maxPageBytes != old.maxPageBytes { restartNeeded.append("max_page_bytes") }
+            if fresh.eventLoops != old.eventLoops { restartNeeded.append("event_loops") }
+            if fresh.requestThreads != old.requestThreads { restartNeeded.append("request_threads") }
             logger.info(
                 "SIGHUP: configuration reloaded\(restartNeeded.isEmpty ? "" : "; a restart applies \(restartNeeded.joined(separator: ", "))")"
             )

@@ -102,6 +102,18 @@ public struct LineReader {
         }
     }
 
+    /// Whether a line is begun: some of it read, or an over-long one being dropped.
+    public var isMidLine: Bool { dropping != nil || start < buffer.count }
+
+    /// Gives back the buffer's memory when it holds nothing unread: an idle connection
+    /// then costs no buffer at all (an event loop holds thousands).
+    public mutating func shrinkIfEmpty() {
+        guard dropping == nil, start >= buffer.count, buffer.capacity > 0 else { return }
+        buffer = []
+        start = 0
+        scanned = 0
+    }
+
     /// The room the buffer keeps, in bytes.
     public var capacity: Int { buffer.capacity }
 

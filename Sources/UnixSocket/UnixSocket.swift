@@ -17,8 +17,16 @@ public final class UnixConnection: @unchecked Sendable {
     private let open = Mutex(true)
 
     /// Where `read` receives bytes before they are appended to the caller's buffer (one
-    /// reader at a time).
-    private let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 16)
+    /// reader at a time); made at the first blocking read, so a connection served by an
+    /// event loop (which reads into the loop's buffer) never holds one.
+    private var scratchStorage: UnsafeMutableRawBufferPointer?
+
+    private var scratch: UnsafeMutableRawBufferPointer {
+        if let scratchStorage { return scratchStorage }
+        let made = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 16)
+        scratchStorage = made
+        return made
+    }
 
     public init(adopting descriptor: Int32) {
         self.descriptor = descriptor
@@ -26,7 +34,7 @@ public final class UnixConnection: @unchecked Sendable {
 
     deinit {
         close()
-        scratch.deallocate()
+        scratchStorage?.deallocate()
     }
 
     /// Connects to the socket at `path`. The corresponding C function is `connect`.
@@ -69,6 +77,26 @@ public final class UnixConnection: @unchecked Sendable {
                 return n
             }
             if errno == EINTR { continue }
+            throw SocketError.last("read")
+        }
+    }
+
+    /// Reads what is available without blocking, at most `count` bytes (and at most
+    /// `scratch.count`), through `scratch`, and appends it to `buffer`. Returns 0 at the end
+    /// of the stream, nil when nothing is available yet. The corresponding C function is
+    /// `recv` with `MSG_DONTWAIT`.
+    public func readAvailable(into buffer: inout [UInt8], count: Int, scratch: UnsafeMutableRawBufferPointer)
+        throws(SocketError) -> Int?
+    {
+        let limit = min(count, scratch.count)
+        while true {
+            let n = recv(descriptor, scratch.baseAddress, limit, Int32(MSG_DONTWAIT))
+            if n >= 0 {
+                buffer.append(contentsOf: UnsafeRawBufferPointer(rebasing: scratch[..<n]))
+                return n
+            }
+            if errno == EINTR { continue }
+            if errno == EAGAIN || errno == EWOULDBLOCK { return nil }
             throw SocketError.last("read")
         }
     }

@@ -419,9 +419,38 @@ struct SystemLimitTests {
     }
 
     @Test(
-        "under a task or descriptor limit, a connection the daemon cannot serve is sent an unavailable line and closed; nothing leaks; later ones are served",
+        "under a task limit of the threads it runs with one connection, the daemon serves 50 more: no thread per connection",
+        .enabled(if: canSwitchUsers && FileManager.default.isExecutableFile(atPath: "/usr/bin/prlimit")))
+    func noThreadPerConnection() throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("evd-\(UUID().uuidString.prefix(8))")
+            .path
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let uid = Limit.threads.uid
+        chown(root, uid, uid)
+        let measure = try LimitedDaemon(root: root, uid: uid, limits: [])
+        let probe = try #require(measure.served())
+        Thread.sleep(forTimeInterval: 0.5)
+        let used = measure.threads
+        withExtendedLifetime(probe) {}
+        measure.kill()
+
+        let daemon = try LimitedDaemon(root: root, uid: uid, limits: ["--nproc=\(used):\(used)"])
+        defer { daemon.kill() }
+        var held = [try #require(daemon.served(), "the daemon serves one connection under --nproc=\(used)")]
+        for _ in 0..<50 {
+            let client = try daemon.connect()
+            _ = try client.call("status")
+            held.append(client)
+        }
+        #expect(daemon.threads <= used, "threads: \(daemon.threads)")
+        for client in held { _ = try client.call("status") }
+    }
+
+    @Test(
+        "under a descriptor limit, a connection the daemon cannot serve is sent an unavailable line and closed; nothing leaks; later ones are served",
         .enabled(if: canSwitchUsers && FileManager.default.isExecutableFile(atPath: "/usr/bin/prlimit")),
-        arguments: Limit.allCases)
+        arguments: [Limit.descriptors])
     func refusedAtSystemLimit(_ limit: Limit) throws {
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("evd-\(UUID().uuidString.prefix(8))")
             .path

@@ -5,6 +5,23 @@ import UnixSocket
 
 @testable import Daemon
 
+/// Plays a connection's event loop for `outbox` in a test: flushes it whenever it asks,
+/// and again while the socket is full, until it is done.
+func startFlusher(_ outbox: Outbox) -> DispatchSemaphore {
+    let asked = DispatchSemaphore(value: 0)
+    outbox.onReady = { asked.signal() }
+    let done = DispatchSemaphore(value: 0)
+    Thread.detachNewThread {
+        while true {
+            let state = outbox.flush()
+            if state == .done { break }
+            _ = asked.wait(timeout: .now() + (state == .idle ? 0.05 : 0.002))
+        }
+        done.signal()
+    }
+    return done
+}
+
 /// The outbox over a socket pair: the test plays the client at the other end.
 @Suite("Outbox")
 struct OutboxTests {
@@ -21,21 +38,9 @@ struct OutboxTests {
         return lines
     }
 
-    /// Runs the sender's loop, as a connection does, until the outbox is done.
+    /// Flushes the outbox as a connection's event loop does, until it is done.
     func startSender(_ outbox: Outbox, _ socket: UnixConnection) -> DispatchSemaphore {
-        let done = DispatchSemaphore(value: 0)
-        Thread.detachNewThread {
-            while let bytes = outbox.nextWrite() {
-                do {
-                    try socket.write(bytes)
-                } catch {
-                    outbox.abort()
-                }
-                outbox.wrote()
-            }
-            done.signal()
-        }
-        return done
+        startFlusher(outbox)
     }
 
     @Test("responses filled out of order, pushed by one thread and filled by another, go out in request order")
@@ -93,6 +98,24 @@ struct OutboxTests {
         sender.wait()
     }
 
+    @Test("a read is admitted once the connection's appends are answered, and told so")
+    func admitsAfterAppends() throws {
+        let (server, client) = try UnixConnection.pair()
+        let outbox = Outbox(socket: server, notificationLimit: 10)
+        let resumed = DispatchSemaphore(value: 0)
+        outbox.onResume = { resumed.signal() }
+        let sender = startSender(outbox, server)
+        let slot = outbox.reserve(isAppend: true)
+        #expect(outbox.admits(needsAppends: false), "another append goes to the writer at once")
+        #expect(!outbox.admits(needsAppends: true), "a read waits for the append")
+        outbox.fill(slot, with: Array("1\n".utf8))
+        #expect(resumed.wait(timeout: .now() + 10) == .success)
+        #expect(outbox.admits(needsAppends: true))
+        #expect(try readLines(client, count: 1) == ["1"])
+        outbox.finish()
+        sender.wait()
+    }
+
     @Test("a reader waiting for its appends wakes when the last one is answered")
     func waitForAppends() throws {
         let (server, client) = try UnixConnection.pair()
@@ -141,26 +164,21 @@ struct OutboxTests {
         #expect(broken.writeFailure != nil)
     }
 
-    @Test("past byteLimit queued, waitForRoom waits until the client has read enough; nothing is lost")
+    @Test("past byteLimit queued, no request is admitted until the client has read enough; nothing is lost")
     func waitForRoom() throws {
         let (server, client) = try UnixConnection.pair()
         let outbox = Outbox(socket: server, notificationLimit: 10, byteLimit: 1 << 20)
+        let done = DispatchSemaphore(value: 0)
+        outbox.onResume = { done.signal() }
         let sender = startSender(outbox, server)
         // 4 MiB of answers: far more than the socket's buffers and the 1 MiB limit.
         let line = String(repeating: "x", count: 64 * 1024 - 1)
         for _ in 0..<64 { outbox.push(Array((line + "\n").utf8)) }
-        let waited = Atomic<Bool>(false)
-        let done = DispatchSemaphore(value: 0)
-        Thread.detachNewThread {
-            outbox.waitForRoom()
-            waited.store(true, ordering: .sequentiallyConsistent)
-            done.signal()
-        }
-        #expect(done.wait(timeout: .now() + 0.3) == .timedOut, "the reader waits while the client reads nothing")
-        let early = waited.load(ordering: .sequentiallyConsistent)
-        #expect(!early)
+        #expect(!outbox.admits(needsAppends: false), "no request runs while the client reads nothing")
+        #expect(done.wait(timeout: .now() + 0.3) == .timedOut)
         let lines = try readLines(client, count: 64)
-        #expect(done.wait(timeout: .now() + 10) == .success, "the reader goes on once the answers are read")
+        #expect(done.wait(timeout: .now() + 10) == .success, "requests run again once the answers are read")
+        #expect(outbox.admits(needsAppends: false))
         #expect(lines.count == 64 && lines.allSatisfy { $0 == line })
         outbox.finish()
         sender.wait()

@@ -167,14 +167,15 @@ import UnixSocket
         let outbox = Outbox(socket: server, notificationLimit: 100_000)
         let subscription = Subscription(outbox: outbox, entity: nil, type: nil, after: 0)
         #expect(hub.admit(subscription) == nil)
-        // Drains what the watch is sent, as a connection's sender would.
+        // Flushes what the watch is sent, as a connection's loop would, and reads it at the
+        // other end.
+        let flushed = startFlusher(outbox)
         let received = Mutex<[UInt8]>([])
         let drained = DispatchSemaphore(value: 0)
         Thread {
-            while let bytes = outbox.nextWrite() {
-                received.withLock { $0.append(contentsOf: bytes) }
-                outbox.wrote()
-            }
+            var bytes: [UInt8] = []
+            while let count = try? client.read(into: &bytes, count: 1 << 16), count > 0 {}
+            received.withLock { $0 = bytes }
             drained.signal()
         }.start()
 
@@ -206,6 +207,8 @@ import UnixSocket
         let head = store.log.sequenceHead
         #expect(head == 1 + 120 + 200 + 100)
         outbox.finish()
+        #expect(flushed.wait(timeout: .now() + 30) == .success)
+        server.shutdown()
         #expect(drained.wait(timeout: .now() + 30) == .success)
 
         var seqs: [UInt64] = []

@@ -68,6 +68,13 @@ struct Configuration: Equatable, Sendable {
     /// Responses one connection may have waiting to be sent before its requests are no
     /// longer read (until the client reads its answers).
     var maxQueuedResponseBytes = 64 << 20
+    /// Requests one connection may have read and not yet answered while its answers go
+    /// unread; past it the client is sent an error line and cut off.
+    var maxUnansweredBytes = 64 << 20
+    /// Threads that wait on the sockets (each owns its share of the connections).
+    var eventLoops = 1
+    /// Threads that run requests, shared by every connection.
+    var requestThreads = 8
     /// Requests one batch line may hold.
     var maxBatchRequests = 1000
     /// Bytes of responses one batch may gather; the members after get `too_large`.
@@ -152,6 +159,11 @@ struct Configuration: Equatable, Sendable {
         Option(
             key: "max_queued_response_bytes",
             help: "responses waiting for a slow client before its requests wait, bytes (64 MiB)"),
+        Option(
+            key: "max_unanswered_bytes",
+            help: "requests read and not answered while a client leaves its answers unread, bytes; past it the client is cut off (64 MiB)"),
+        Option(key: "event_loops", help: "threads that wait on the clients' sockets (1)"),
+        Option(key: "request_threads", help: "threads that run the clients' requests (8)"),
         Option(key: "max_batch_requests", help: "most requests in one batch line (1000)"),
         Option(key: "max_batch_response_bytes", help: "most response bytes one batch gathers (16 MiB)"),
         Option(key: "max_page_bytes", help: "a page of log or dead letters ends early past this many bytes (8 MiB)"),
@@ -412,6 +424,9 @@ struct Configuration: Equatable, Sendable {
         case "idle_timeout_s": idleTimeoutSeconds = try integer(0...604_800)
         case "line_timeout_s": lineTimeoutSeconds = try integer(1...86_400)
         case "max_queued_response_bytes": maxQueuedResponseBytes = try integer((64 << 10)...(1 << 40))
+        case "max_unanswered_bytes": maxUnansweredBytes = try integer((1 << 20)...(1 << 40))
+        case "event_loops": eventLoops = try integer(1...64)
+        case "request_threads": requestThreads = try integer(1...256)
         case "max_batch_requests": maxBatchRequests = try integer(1...1_000_000)
         case "max_batch_response_bytes": maxBatchResponseBytes = try integer((64 << 10)...(1 << 40))
         case "max_page_bytes": maxPageBytes = try integer((64 << 10)...(1 << 30))

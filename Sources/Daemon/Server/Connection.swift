@@ -2,78 +2,144 @@ import Dispatch
 import EventStore
 import FoundationEssentials
 import Projections
+import Synchronization
 import UnixSocket
 
-/// One client: a reader thread that decodes requests in order, and an outbox that sends
-/// their responses in the same order.
+/// One client, served by an event loop and the request threads.
 ///
-/// Appends go to the writer without waiting, so a client that pipelines appends gets
-/// them group-committed; any other request first waits for this connection's earlier
-/// appends, so a client always reads its own writes. A response is written by the thread
-/// that completes it when nothing is before it (the reader for a read, the writer for an
-/// append); the sender thread writes the rest and waits for slow clients.
+/// The loop that owns the connection reads what the socket has, splits it into lines and
+/// queues them; a request thread runs them, one at a time and in order (`drain`), and
+/// their responses go to the outbox, which sends them in the same order. Appends go to
+/// the writer without waiting, so a client that pipelines appends gets them
+/// group-committed; any other request is held back (`Outbox.admits`) until this
+/// connection's earlier appends are answered, so a client always reads its own writes,
+/// and while held back it holds no thread: other clients' requests run meanwhile.
+///
+/// Memory a client can make the daemon hold is bounded: a line by `max_line_bytes`;
+/// answers it does not read by `max_queued_response_bytes` (past it its requests are
+/// not run); requests read and not yet answered by `max_unanswered_bytes` (past it,
+/// while its answers go unread, it is cut off). The loop reads ahead of the requests run
+/// only up to a quarter of that, so a client that reads its answers is paced, not cut off.
 final class Connection: @unchecked Sendable {
     let socket: UnixConnection
     let outbox: Outbox
     let context: ServerContext
     let identifier: Int
-    /// The watches this connection started; touched only by its reader thread.
-    private var subscriptions: [Subscription] = []
-    /// Who the client is and what it may do; set by the reader thread before it reads.
-    private var client: ClientAccess?
-    /// Whether a refusal on this connection was logged (one line per connection); touched
-    /// only by the reader thread.
-    private var refusalLogged = false
-    private let senderDone = DispatchSemaphore(value: 0)
     /// The limits as they were when the connection came (a reload changes later ones).
     let limits: Limits
+    /// The loop that owns it: reads, flushes and closes run there.
+    let loop: EventLoop
+    /// Runs once the connection is closed.
+    private let ended: @Sendable (Connection) -> Void
 
-    init(socket: UnixConnection, context: ServerContext, identifier: Int) {
+    /// What the loop has read for the request threads, in order.
+    enum Item {
+        case line([UInt8])
+        /// A line over `max_line_bytes`, of this many bytes.
+        case tooLong(Int)
+        /// A line was begun and not finished in time: answered, then the connection ends.
+        case lineTimeout
+        /// Nothing more comes: the connection ends once what is before is answered.
+        case end
+    }
+
+    /// What the loop and the request threads share (under `work`'s lock).
+    struct Work {
+        var items: [Item] = []
+        var head = 0
+        /// A request thread runs `drain` (or is about to).
+        var running = false
+        /// `drain` stopped at a request `Outbox.admits` held back; `resume` restarts it.
+        var parked = false
+        /// `resume` came while `drain` ran: it looks again before it parks.
+        var resumed = false
+        /// Bytes of requests read and not yet answered.
+        var unanswered = 0
+        /// The loop stopped reading to let the requests catch up: it is told when they have.
+        var readPaused = false
+        /// `drain` ran the end: the watches are gone and the outbox is finishing.
+        var finished = false
+        /// A watch catches up on a catch-up thread: no request runs until it has joined.
+        var catchingUp = false
+
+        var isEmpty: Bool { head == items.count }
+
+        mutating func pop() -> Item? {
+            guard head < items.count else { return nil }
+            let item = items[head]
+            items[head] = .end
+            head += 1
+            if head == items.count {
+                items.removeAll(keepingCapacity: items.count <= 64)
+                head = 0
+            } else if head > 1024 && head * 2 > items.count {
+                items.removeFirst(head)
+                head = 0
+            }
+            return item
+        }
+    }
+
+    private let work = Mutex(Work())
+    /// Watches held; read by the loop (an idle connection with one is kept).
+    private let watchCount = Atomic<Int>(0)
+    /// Queued for the loop's attention (at most once at a time).
+    let attentionQueued = Atomic<Bool>(false)
+
+    // MARK: Touched only by the request thread running `drain`.
+
+    /// The watches this connection started.
+    private var subscriptions: [Subscription] = []
+    /// Who the client is and what it may do; set before its first request runs.
+    private var client: ClientAccess?
+    /// Whether a refusal on this connection was logged (one line per connection).
+    private var refusalLogged = false
+    /// The request parsed and held back by `Outbox.admits`, with its size in bytes.
+    private var current: (parsed: ParsedLine, bytes: Int)?
+
+    // MARK: Touched only by the loop's thread.
+
+    private var reader: LineReader
+    /// The events the loop watches the socket for, once registered.
+    private var interest: Epoll.Events?
+    /// The loop reads no more: the end, an error, a timeout, or a cut-off.
+    private var readEnded = false
+    /// The loop let go of the socket: a sync session has it.
+    private var handedOff = false
+    private var closed = false
+    private var first = true
+    /// When the current line began (nil: between lines), when the connection last had
+    /// work, and since when the socket has taken none of its answers, in seconds of the
+    /// monotonic clock.
+    private var lineStarted: Double?
+    private var active: Double
+    private var blockedSince: Double?
+    /// What the outbox had written when the loop last looked.
+    private var lastWritten = 0
+
+    init(
+        socket: UnixConnection, context: ServerContext, identifier: Int, loop: EventLoop,
+        ended: @escaping @Sendable (Connection) -> Void
+    ) {
         self.socket = socket
         self.context = context
         self.identifier = identifier
-        self.limits = context.limits
+        self.loop = loop
+        self.ended = ended
+        let limits = context.limits
+        self.limits = limits
+        self.reader = LineReader(limit: limits.maxLineBytes)
+        self.active = Connection.now()
         self.outbox = Outbox(
             socket: socket, notificationLimit: limits.watchQueueEvents, byteLimit: limits.maxQueuedResponseBytes)
+        // Weak: the outbox is the connection's, and a subscription may outlive it briefly.
+        outbox.onReady = { [weak self] in
+            if let self { self.loop.attend(self) }
+        }
+        outbox.onResume = { [weak self] in self?.resume() }
     }
 
-    /// Starts the two threads; `ended` runs once the connection is closed. When a thread
-    /// cannot be started (a task or memory limit), the client is sent an error line and
-    /// the socket is closed at once; `ended` does not run and the error is returned.
-    func start(ended: @escaping @Sendable (Connection) -> Void) -> SocketError? {
-        // A client that stops reading for this long is dropped rather than held forever.
-        try? socket.setTimeouts(read: nil, write: 30)
-        if let error = startThread(
-            name: "evsend-\(identifier)",
-            { [self] in
-                send()
-                senderDone.signal()
-            })
-        {
-            Connection.refuse(socket, error: Connection.threadRefusal(error))
-            return error
-        }
-        if let error = startThread(
-            name: "evread-\(identifier)",
-            { [self] in
-                read()
-                for subscription in subscriptions { context.hub.remove(subscription) }
-                outbox.finish()
-                senderDone.wait()
-                socket.close()
-                ended(self)
-            })
-        {
-            // The sender has nothing to write: the line goes out before it is stopped.
-            _ = try? socket.writeAvailable(
-                Connection.response(id: RequestParser.nullID, error: Connection.threadRefusal(error)))
-            outbox.abort()
-            senderDone.wait()
-            socket.close()
-            return error
-        }
-        return nil
-    }
+    var tag: UInt64 { UInt64(identifier) }
 
     /// Sends `error` as one line, without waiting, and closes the socket: for a client
     /// the daemon will not serve.
@@ -82,153 +148,9 @@ final class Connection: @unchecked Sendable {
         socket.close()
     }
 
-    static func threadRefusal(_ error: SocketError) -> RPCError {
-        RPCError(
-            code: RPCError.applicationCodes["unavailable"]!,
-            message:
-                "the daemon cannot start a thread for this connection (\(error)): it is at a task or memory limit; close idle connections, or retry later",
-            reason: "unavailable")
-    }
-
     /// Stops taking requests; those already read are still answered.
     func stopReading() {
         socket.shutdown(writing: false)
-    }
-
-    private func send() {
-        while let bytes = outbox.nextWrite() {
-            do {
-                try socket.write(bytes)
-                outbox.wrote()
-            } catch {
-                context.logger.debug("connection \(identifier): write failed (\(error)); closing")
-                outbox.abort()
-                outbox.wrote()
-                break
-            }
-        }
-        if let failure = outbox.writeFailure {
-            context.logger.debug("connection \(identifier): write failed (\(failure)); closing")
-        }
-        // Wakes the reader if it is still waiting for a request.
-        socket.shutdown()
-    }
-
-    private func read() {
-        let client = ClientAccess(socket: socket, policy: context.access)
-        self.client = client
-        if client.grant.level < .write, let credentials = client.credentials {
-            context.logger.debug(
-                "connection \(identifier) from pid \(credentials.pid): \(client.who), \(client.grant.level) (\(client.grant.why))"
-            )
-        }
-        var reader = LineReader(limit: limits.maxLineBytes)
-        var clock = ReadClock(now: Connection.now())
-        var first = true
-        while !outbox.isEnding {
-            // A client that does not read its answers is not read either.
-            outbox.waitForRoom()
-            let line: LineReader.Line
-            do {
-                line = try reader.nextLine(reading: { buffer, count, midLine in
-                    try receive(into: &buffer, count: count, midLine: midLine, clock: &clock)
-                })
-            } catch ReadStop.lineTimeout {
-                context.logger.debug("connection \(identifier): a line was not finished in time; closing")
-                outbox.push(
-                    Connection.response(
-                        id: RequestParser.nullID,
-                        error: .invalidRequest(
-                            "a line was begun and not finished within \(limits.lineTimeoutSeconds) s (line_timeout_s); the connection is closed",
-                            reason: "timeout")))
-                return
-            } catch ReadStop.idle {
-                context.logger.debug(
-                    "connection \(identifier): idle for \(limits.idleTimeoutSeconds) s (idle_timeout_s); closing")
-                return
-            } catch {
-                return
-            }
-            defer { clock.active = Connection.now() }
-            switch line {
-            case .end:
-                return
-            case .tooLong(let bytes):
-                outbox.push(
-                    Connection.response(
-                        id: RequestParser.nullID,
-                        error: .invalidRequest(
-                            "the line is \(bytes) bytes, over the limit of \(reader.limit) (max_line_bytes); split the batch",
-                            reason: "too_large")))
-            case .line(let bytes):
-                // A peer's sync session announces itself in the first line; the connection
-                // then speaks the sync protocol until the session ends (with its own
-                // deadlines: the idle and line timeouts end here).
-                if first, let version = Frame.preambleVersion(bytes) {
-                    if client.grant.level < MethodAccess.syncSession {
-                        let message = client.refusalMessage(doing: "a sync session is refused")
-                        logRefusal("a sync session", message: message)
-                        context.sync.refuse(socket, message: message)
-                        return
-                    }
-                    context.sync.serve(socket, buffered: reader.takeBuffered(), version: version)
-                    return
-                }
-                first = false
-                if bytes.allSatisfy({ $0 == 0x20 || $0 == 0x09 || $0 == 0x0D }) { continue }
-                handle(bytes)
-            }
-        }
-    }
-
-    /// Why the reader stopped reading before the end of the stream.
-    private enum ReadStop: Error {
-        /// A line was begun and not finished within `line_timeout_s`.
-        case lineTimeout
-        /// No request came for `idle_timeout_s`, and nothing was waiting.
-        case idle
-    }
-
-    /// When the current line began (nil: between lines) and when the connection last
-    /// had work, in seconds of the monotonic clock.
-    private struct ReadClock {
-        var lineStarted: Double?
-        var active: Double
-
-        init(now: Double) { active = now }
-    }
-
-    /// Reads from the socket for the line reader, within the line and idle deadlines: a
-    /// line begun must end within `line_timeout_s`; between lines, a connection with no
-    /// watch and nothing to send or answer is closed after `idle_timeout_s`.
-    private func receive(into buffer: inout [UInt8], count: Int, midLine: Bool, clock: inout ReadClock) throws
-        -> Int
-    {
-        while true {
-            let now = Connection.now()
-            let wait: Double?
-            if midLine {
-                let started = clock.lineStarted ?? now
-                clock.lineStarted = started
-                wait = started + Double(limits.lineTimeoutSeconds) - now
-                if wait! <= 0 { throw ReadStop.lineTimeout }
-            } else {
-                clock.lineStarted = nil
-                let idle = Double(limits.idleTimeoutSeconds)
-                if idle <= 0 {
-                    wait = nil
-                } else if subscriptions.isEmpty && outbox.isIdle {
-                    wait = clock.active + idle - now
-                    if wait! <= 0 { throw ReadStop.idle }
-                } else {
-                    // Busy: not idle now; look again once a whole timeout has passed.
-                    clock.active = now
-                    wait = idle
-                }
-            }
-            if let wait, try !socket.waitReadable(timeout: wait) { continue }
-            return try socket.read(into: &buffer, count: count)
-        }
     }
 
     /// Seconds of the monotonic clock.
@@ -236,17 +158,449 @@ final class Connection: @unchecked Sendable {
         Double(DispatchTime.now().uptimeNanoseconds) / 1e9
     }
 
-    private func handle(_ line: [UInt8]) {
-        switch RequestParser.parse(line, maxBatch: limits.maxBatchRequests) {
+    /// How far the loop reads ahead of the requests run, in bytes of requests unanswered.
+    private var readAhead: Int { max(limits.maxUnansweredBytes / 4, 64 << 10) }
+
+    // MARK: - The loop's side
+
+    /// Starts watching the socket (on the loop's thread, once).
+    func register() {
+        do {
+            try loop.epoll.add(socket.descriptor, events: .readable, tag: tag)
+            interest = .readable
+        } catch {
+            context.logger.error("connection \(identifier): cannot watch its socket (\(error)); closing")
+            readEnded = true
+            outbox.abort()
+            queue(.end, bytes: 0)
+        }
+    }
+
+    /// Why the loop stops reading a line.
+    private enum LoopRead: Error {
+        /// Nothing more is available now.
+        case wouldBlock
+        /// This connection had its share of this round: others' turn.
+        case yield
+    }
+
+    /// Reads what the socket has (up to a share per round), queues the lines for the
+    /// request threads, and bounds what the connection holds.
+    ///
+    /// `toTheEnd`: the peer hung up, so what is left in the socket (no more than its buffer)
+    /// is read now, in one go and past the read-ahead.
+    func readAvailable(scratch: UnsafeMutableRawBufferPointer, now: Double, toTheEnd: Bool = false) {
+        guard !readEnded, !handedOff, !closed else { return }
+        var budget = toTheEnd ? Int.max : 256 << 10
+        var lineReset = false
+        while !readEnded && (toTheEnd || wantsRead()) {
+            let line: LineReader.Line
+            do {
+                line = try reader.nextLine(reading: { buffer, count, midLine in
+                    if !midLine { lineReset = true }
+                    if budget <= 0 { throw LoopRead.yield }
+                    guard let n = try socket.readAvailable(into: &buffer, count: count, scratch: scratch) else {
+                        throw LoopRead.wouldBlock
+                    }
+                    budget -= max(n, 1)
+                    return n
+                })
+            } catch is LoopRead {
+                break
+            } catch {
+                // A reset: the client is gone.
+                endReading()
+                break
+            }
+            active = now
+            // A line ended: the next one's clock starts now, should it be begun.
+            lineReset = true
+            switch line {
+            case .end:
+                endReading()
+            case .tooLong(let bytes):
+                queue(.tooLong(bytes), bytes: 0)
+            case .line(let bytes):
+                // A peer's sync session announces itself in the first line; the connection
+                // then speaks the sync protocol until the session ends (with its own
+                // deadlines: the idle and line timeouts end here).
+                if first, let version = Frame.preambleVersion(bytes) {
+                    handOff(version: version)
+                    return
+                }
+                first = false
+                if bytes.allSatisfy({ $0 == 0x20 || $0 == 0x09 || $0 == 0x0D }) { continue }
+                queue(.line(bytes), bytes: bytes.count)
+                if checkUnanswered() { return }
+            }
+        }
+        if lineReset { lineStarted = nil }
+        if reader.isMidLine && lineStarted == nil { lineStarted = now }
+    }
+
+    /// Whether the loop should read: not past the read-ahead, unless the client leaves its
+    /// answers unread (then what it sends is read, and counted toward the cut-off).
+    private func wantsRead() -> Bool {
+        guard !readEnded, !handedOff else { return false }
+        let over = outbox.isOverLimit
+        let ahead = readAhead
+        return work.withLock { work in
+            if over || work.unanswered <= ahead { return true }
+            work.readPaused = true
+            return false
+        }
+    }
+
+    /// Cuts the client off when it holds more than `max_unanswered_bytes` of requests
+    /// unanswered while its answers go unread; true when it did.
+    private func checkUnanswered() -> Bool {
+        let unanswered = work.withLock { $0.unanswered }
+        guard unanswered > limits.maxUnansweredBytes, outbox.isOverLimit else { return false }
+        let unread = outbox.waitingBytes
+        let pid = (try? socket.peerCredentials()).map { "pid \($0.pid)" } ?? "pid unknown"
+        context.refusals.log(
+            "cut off connection \(identifier) (\(pid)): \(unanswered) bytes of requests unanswered while \(unread) bytes of its answers were not read (max_unanswered_bytes is \(limits.maxUnansweredBytes))",
+            now: Date().timeIntervalSince1970)
+        outbox.cutOff(
+            with: Connection.response(
+                id: RequestParser.nullID,
+                error: RPCError(
+                    code: RPCError.applicationCodes["too_large"]!,
+                    message:
+                        "this connection sent \(unanswered) bytes of requests not yet answered while it left \(unread) bytes of answers unread, over the limit of \(limits.maxUnansweredBytes) (max_unanswered_bytes); the connection is closed. Read the answers while sending, or send fewer requests at once",
+                    reason: "too_large")))
+        readEnded = true
+        // What it sent is dropped now; the request running ends the connection.
+        work.withLock { work in
+            while let item = work.pop() {
+                if case .line(let bytes) = item { work.unanswered -= bytes.count }
+            }
+        }
+        queue(.end, bytes: 0)
+        return true
+    }
+
+    /// Queues `item` for the request threads and starts one on it when none runs.
+    private func queue(_ item: Item, bytes: Int) {
+        let start = work.withLock { work -> Bool in
+            guard !work.finished else { return false }
+            work.items.append(item)
+            work.unanswered += bytes
+            guard !work.running && !work.parked else { return false }
+            work.running = true
+            return true
+        }
+        if start { context.requestThreads.submit { [self] in drain() } }
+    }
+
+    /// Reads no more; what was read is answered, then the connection closes.
+    private func endReading() {
+        guard !readEnded else { return }
+        readEnded = true
+        queue(.end, bytes: 0)
+    }
+
+    /// The first line was a sync preamble: the socket goes to a session on a thread of its
+    /// own (sessions are bounded by `max_incoming_sessions`), with the bytes read after it.
+    private func handOff(version: Int) {
+        handedOff = true
+        readEnded = true
+        if interest != nil {
+            loop.epoll.remove(socket.descriptor)
+            interest = nil
+        }
+        loop.forget(self)
+        let buffered = reader.takeBuffered()
+        let failure = startThread(name: "evsync-\(identifier)") { [self] in
+            let client = ClientAccess(socket: socket, policy: context.access)
+            self.client = client
+            if client.grant.level < MethodAccess.syncSession {
+                let message = client.refusalMessage(doing: "a sync session is refused")
+                logRefusal("a sync session", message: message)
+                context.sync.refuse(socket, message: message)
+            } else {
+                context.sync.serve(socket, buffered: buffered, version: version)
+            }
+            socket.close()
+            ended(self)
+        }
+        if let failure {
+            context.refusals.log(
+                "refused a sync session on connection \(identifier): cannot start its thread (\(failure))",
+                now: Date().timeIntervalSince1970)
+            socket.close()
+            ended(self)
+        }
+    }
+
+    /// On the loop: writes what is ready, closes the connection once it is done, and
+    /// watches the socket for what it waits for.
+    func service(now: Double) {
+        guard !closed, !handedOff else { return }
+        let state = outbox.flush()
+        // Stalled only while the socket takes nothing at all.
+        let written = outbox.written
+        if state != .blocked || written != lastWritten { blockedSince = nil }
+        if state == .blocked && blockedSince == nil { blockedSince = now }
+        lastWritten = written
+        if state == .done || outbox.isEnding { endReading() }
+        if state == .done, work.withLock({ $0.finished && !$0.running }) {
+            close()
+            return
+        }
+        guard interest != nil else { return }
+        var wanted: Epoll.Events = []
+        if wantsRead() { wanted.insert(.readable) }
+        if state == .blocked { wanted.insert(.writable) }
+        if wanted != interest {
+            try? loop.epoll.modify(socket.descriptor, events: wanted, tag: tag)
+            interest = wanted
+        }
+    }
+
+    /// On the loop: the peer hung up (or the socket failed). The requests it sent before
+    /// are read and run, as a client that sends appends and leaves expects; what is
+    /// answered fails to be written and ends the connection. The socket is no longer
+    /// watched (a hung-up socket is reported at every wait).
+    func hungUp(scratch: UnsafeMutableRawBufferPointer, now: Double) {
+        guard !closed, !handedOff else { return }
+        readAvailable(scratch: scratch, now: now, toTheEnd: true)
+        if handedOff || closed { return }
+        if interest != nil {
+            loop.epoll.remove(socket.descriptor)
+            interest = nil
+        }
+        endReading()
+    }
+
+    /// On the loop, every fraction of a second: the line and idle timeouts, a client that
+    /// has taken none of its answers for 30 s, and idle buffers given back.
+    func checkDeadlines(now: Double) {
+        guard !closed, !handedOff else { return }
+        if let blockedSince, now - blockedSince > 30 {
+            context.logger.debug("connection \(identifier): its answers were not read for 30 s; closing")
+            self.blockedSince = nil
+            outbox.abort()
+            return
+        }
+        guard !readEnded else { return }
+        if let lineStarted, interest?.contains(.readable) == true,
+            now - lineStarted > Double(limits.lineTimeoutSeconds)
+        {
+            context.logger.debug("connection \(identifier): a line was not finished in time; closing")
+            readEnded = true
+            queue(.lineTimeout, bytes: 0)
+            return
+        }
+        if !reader.isMidLine && now - active > 1 { reader.shrinkIfEmpty() }
+        let idle = Double(limits.idleTimeoutSeconds)
+        guard idle > 0, !reader.isMidLine else { return }
+        let quiet =
+            watchCount.load(ordering: .relaxed) == 0 && work.withLock { $0.isEmpty && !$0.running && !$0.parked }
+            && outbox.isIdle
+        if !quiet {
+            active = now
+        } else if now - active > idle {
+            context.logger.debug(
+                "connection \(identifier): idle for \(limits.idleTimeoutSeconds) s (idle_timeout_s); closing")
+            endReading()
+        }
+    }
+
+    private func close() {
+        closed = true
+        if interest != nil {
+            loop.epoll.remove(socket.descriptor)
+            interest = nil
+        }
+        loop.forget(self)
+        if let failure = outbox.writeFailure {
+            context.logger.debug("connection \(identifier): write failed (\(failure)); closing")
+        }
+        socket.close()
+        ended(self)
+    }
+
+    // MARK: - The request threads' side
+
+    /// Restarts `drain` after `Outbox.admits` held a request back (from any thread).
+    private func resume() {
+        let start = work.withLock { work -> Bool in
+            if work.parked && !work.catchingUp {
+                work.parked = false
+                work.running = true
+                return true
+            }
+            if work.running { work.resumed = true }
+            return false
+        }
+        if start { context.requestThreads.submit { [self] in drain() } }
+    }
+
+    /// Runs the queued requests in order, on a request thread, until none is left or one
+    /// must wait (for room, or for this connection's appends: then it parks, holding no
+    /// thread, and `resume` starts it again).
+    func drain() {
+        if client == nil {
+            let client = ClientAccess(socket: socket, policy: context.access)
+            self.client = client
+            if client.grant.level < .write, let credentials = client.credentials {
+                context.logger.debug(
+                    "connection \(identifier) from pid \(credentials.pid): \(client.who), \(client.grant.level) (\(client.grant.why))"
+                )
+            }
+        }
+        while true {
+            if outbox.isEnding {
+                end()
+                return
+            }
+            if current == nil {
+                let item = work.withLock { work -> Item? in
+                    guard let item = work.pop() else {
+                        work.running = false
+                        return nil
+                    }
+                    return item
+                }
+                guard let item else {
+                    afterProgress()
+                    return
+                }
+                switch item {
+                case .end:
+                    end()
+                    return
+                case .lineTimeout:
+                    outbox.push(
+                        Connection.response(
+                            id: RequestParser.nullID,
+                            error: .invalidRequest(
+                                "a line was begun and not finished within \(limits.lineTimeoutSeconds) s (line_timeout_s); the connection is closed",
+                                reason: "timeout")))
+                    end()
+                    return
+                case .tooLong(let bytes):
+                    outbox.push(
+                        Connection.response(
+                            id: RequestParser.nullID,
+                            error: .invalidRequest(
+                                "the line is \(bytes) bytes, over the limit of \(limits.maxLineBytes) (max_line_bytes); split the batch",
+                                reason: "too_large")))
+                    continue
+                case .line(let bytes):
+                    current = (RequestParser.parse(bytes, maxBatch: limits.maxBatchRequests), bytes.count)
+                }
+            }
+            guard let (parsed, bytes) = current else { continue }
+            if !outbox.admits(needsAppends: Connection.readsAfterAppends(parsed)) {
+                let parked = work.withLock { work -> Bool in
+                    if work.resumed {
+                        work.resumed = false
+                        return false
+                    }
+                    work.running = false
+                    work.parked = true
+                    return true
+                }
+                if parked {
+                    // The client may be leaving its answers unread: the loop reads on, to
+                    // see whether it goes on sending.
+                    loop.attend(self)
+                    return
+                }
+                continue
+            }
+            current = nil
+            work.withLock { $0.resumed = false }
+            if handle(parsed, bytes: bytes) { answered(bytes) }
+            let catchingUp = work.withLock { work -> Bool in
+                guard work.catchingUp else { return false }
+                work.running = false
+                work.parked = true
+                return true
+            }
+            if catchingUp { return }
+        }
+    }
+
+    /// A watch's catch-up ended: the requests after it run.
+    private func caughtUp() {
+        let start = work.withLock { work -> Bool in
+            work.catchingUp = false
+            guard work.parked else { return false }
+            work.parked = false
+            work.running = true
+            return true
+        }
+        if start { context.requestThreads.submit { [self] in drain() } }
+    }
+
+    /// Whether a request must wait for this connection's appends: all but an append.
+    private static func readsAfterAppends(_ parsed: ParsedLine) -> Bool {
+        if case .single(.request(let request)) = parsed, request.method == "append", case .events = request.params {
+            return false
+        }
+        if case .single(.invalid) = parsed { return false }
+        if case .failed = parsed { return false }
+        return true
+    }
+
+    /// `bytes` of requests are answered (from any thread): the loop reads on if it waited
+    /// for that.
+    private func answered(_ bytes: Int) {
+        let ahead = readAhead
+        let wake = work.withLock { work -> Bool in
+            work.unanswered -= bytes
+            guard work.readPaused, work.unanswered <= ahead else { return false }
+            work.readPaused = false
+            return true
+        }
+        if wake { loop.attend(self) }
+    }
+
+    /// The queue ran dry: the loop looks again (it may have stopped reading to let the
+    /// requests catch up).
+    private func afterProgress() {
+        let wake = work.withLock { work -> Bool in
+            guard work.readPaused else { return false }
+            work.readPaused = false
+            return true
+        }
+        if wake { loop.attend(self) }
+    }
+
+    /// The connection ends: its watches go, and the outbox finishes once the answers are
+    /// written; the loop closes it then.
+    private func end() {
+        for subscription in subscriptions { context.hub.remove(subscription) }
+        subscriptions.removeAll()
+        watchCount.store(0, ordering: .relaxed)
+        current = nil
+        outbox.finish()
+        work.withLock { work in
+            while work.pop() != nil {}
+            work.finished = true
+            work.running = false
+            work.parked = false
+        }
+        loop.attend(self)
+    }
+
+    /// Runs one parsed line; false when its bytes are answered later (an append, by the
+    /// writer's completion).
+    private func handle(_ parsed: ParsedLine, bytes: Int) -> Bool {
+        switch parsed {
         case .failed(let error):
             outbox.push(Connection.response(id: RequestParser.nullID, error: error))
         case .single(.invalid(let id, let error)):
             outbox.push(Connection.response(id: id, error: error))
         case .single(.request(let request)):
-            handle(request)
+            return handle(request, bytes: bytes)
         case .batch(let elements):
             handleBatch(elements)
         }
+        return true
     }
 
     /// The refusal of `request`, logged; nil when the client may make it.
@@ -268,27 +622,31 @@ final class Connection: @unchecked Sendable {
         context.refusals.log(line, now: Date().timeIntervalSince1970)
     }
 
-    private func handle(_ request: Request) {
+    /// Runs one request; false when it is answered later (an append, once committed).
+    private func handle(_ request: Request, bytes: Int) -> Bool {
         if let error = refusal(of: request) {
             if let id = request.id { outbox.push(Connection.response(id: id, error: error)) }
-            return
+            return true
         }
         if request.method == "append", case .events(let events) = request.params {
             let slot = outbox.reserve(isAppend: true)
             let id = request.id
             let outbox = self.outbox
-            context.writer.submit(events, from: identifier) { result in
+            context.writer.submit(events, from: identifier) { [self] result in
                 outbox.fill(slot, with: id.map { Connection.response(id: $0, append: result) } ?? [])
+                answered(bytes)
             }
-            return
+            return false
         }
+        // Admitted once this connection's appends were answered: this returns at once.
         outbox.waitForAppends()
         if request.method == "watch" {
             watch(request)
-            return
+            return true
         }
         let response = respond(request)
         if !response.isEmpty { outbox.push(response) }
+        return true
     }
 
     /// The response line for a request that is not `append` (empty for a notification).
@@ -337,15 +695,31 @@ final class Connection: @unchecked Sendable {
             return
         }
         let answer = request.id.map { Connection.response(id: $0, result: Array(#"{"watching":true}"#.utf8)) } ?? []
-        if after != nil { outbox.fill(slot, with: answer) }
+        guard after != nil else {
+            join(subscription, after: nil, slot: slot, answer: answer, id: request.id)
+            return
+        }
+        // The replay waits while the client is slow to read: not on a request thread.
+        outbox.fill(slot, with: answer)
+        work.withLock { $0.catchingUp = true }
+        context.catchUpThreads.submit { [self] in
+            join(subscription, after: after, slot: slot, answer: answer, id: request.id)
+            caughtUp()
+        }
+    }
+
+    /// Replays the events after `after` (none when nil) to the subscription and joins it
+    /// to the live stream; without `after`, the answer goes once it has joined.
+    private func join(_ subscription: Subscription, after: UInt64?, slot: Outbox.Slot, answer: [UInt8], id: [UInt8]?) {
         do {
             if try context.hub.start(subscription, after: after, log: context.writer.log) {
                 subscriptions.append(subscription)
+                watchCount.store(subscriptions.count, ordering: .relaxed)
             }
         } catch {
             context.logger.error("watch: reading the log failed: \(error)")
             if after == nil {
-                outbox.fill(slot, with: request.id.map { Connection.response(id: $0, error: RPCError(error)) } ?? [])
+                outbox.fill(slot, with: id.map { Connection.response(id: $0, error: RPCError(error)) } ?? [])
             }
             outbox.finish()
             return

@@ -5,17 +5,18 @@ import UnixSocket
 /// append waiting for its commit) and watch notifications.
 ///
 /// Responses go out in request order however they complete. One thread writes to the
-/// socket at a time. The thread that completes the response at the head of the order —
-/// the reader answering a read, the writer answering an append — writes it at once when
-/// nobody else is writing, as much as the socket takes without blocking; the sender
-/// thread writes the rest, and everything a client is slow to take (it may block). So a
-/// client that reads its answers is answered without waking the sender.
+/// socket at a time, never blocking. The thread that completes the response at the head
+/// of the order — a request thread answering a read, the writer answering an append —
+/// writes it at once when nobody else is writing, as much as the socket takes; the rest,
+/// and everything a client is slow to take, is left for the connection's event loop
+/// (`onReady` wakes it; it calls `flush()`, again once the socket is writable). So a
+/// client that reads its answers is answered without a hop through the loop.
 ///
 /// Notifications pushed by the writer never block it: past `notificationLimit` queued,
 /// the offer is refused and the caller disconnects the consumer. Past `byteLimit` bytes
-/// waiting to be sent, the reader waits (`waitForRoom`) before it takes another request:
-/// a client that does not read its answers cannot make the daemon hold more than that
-/// and the response being made.
+/// waiting to be sent, the connection runs no more requests (`admits`) until the client
+/// has read enough: a client that does not read its answers cannot make the daemon hold
+/// more than that and the response being made.
 final class Outbox: @unchecked Sendable {
     /// A place in the order, filled when its response is ready.
     final class Slot: @unchecked Sendable {
@@ -32,6 +33,18 @@ final class Outbox: @unchecked Sendable {
         }
     }
 
+    /// What `flush()` left.
+    enum FlushState: Equatable {
+        /// Everything ready is written.
+        case idle
+        /// The socket takes no more now: flush again once it is writable.
+        case blocked
+        /// Another thread is writing; it hands what it cannot write back through `onReady`.
+        case busy
+        /// Finished and written, or aborted: nothing more will be written.
+        case done
+    }
+
     let notificationLimit: Int
     let byteLimit: Int
     /// Where responses go; written by one thread at a time (`writing`).
@@ -43,25 +56,37 @@ final class Outbox: @unchecked Sendable {
     /// Bytes taken from the head that a write without blocking could not send: they go
     /// before anything else, and only the sender writes them.
     private var unsent: [UInt8] = []
-    /// A thread is writing to the socket (the sender, or one writing what it completed).
+    /// A thread is writing to the socket (the loop, or one writing what it completed).
     private var writing = false
-    /// Who waits on the condition: the sender for something to write, the reader for its
-    /// appends or for room for notifications. Nobody else is woken (a futex wake and a
-    /// context switch each).
-    private var senderWaiting = false
+    /// Whether a request thread waits on the condition (for its appends, or for room for
+    /// notifications). Nobody else is woken (a futex wake and a context switch each).
     private var readerWaiting = false
+    /// The loop was asked to flush and has not yet: it is not asked again meanwhile.
+    private var loopAsked = false
+    /// A request was held back (`admits`) for want of room, or until this connection's
+    /// appends are answered: `onResume` is called once that has changed.
+    private var roomWanted = false
+    private var appendsWanted = false
     private var queuedNotifications = 0
     /// Bytes of ready slots not yet taken, and of `unsent`.
     private var queuedBytes = 0
     /// Bytes the sender took and is writing.
     private var sendingBytes = 0
     private var appendsInFlight = 0
-    /// No more pushes; the sender ends once everything queued is written.
+    /// No more pushes; the connection ends once everything queued is written.
     private var finishing = false
-    /// The sender must stop now (the peer is gone).
+    /// Nothing more is written (the peer is gone, or was cut off).
     private var aborted = false
-    /// Why a write without blocking failed, for the sender to report.
+    /// Why a write failed, for the loop to report.
     private var failure: SocketError?
+    /// Bytes the socket has taken so far: a client that takes none for long is dropped.
+    private var bytesWritten = 0
+    /// Asks the connection's loop to call `flush()`; set before the outbox is used. Called
+    /// with the outbox's lock held: it must not call back into the outbox.
+    var onReady: @Sendable () -> Void = {}
+    /// Tells the connection that a request `admits` held back may run now. Called with the
+    /// outbox's lock held, like `onReady`.
+    var onResume: @Sendable () -> Void = {}
 
     init(socket: UnixConnection, notificationLimit: Int, byteLimit: Int = 64 << 20) {
         self.socket = socket
@@ -87,8 +112,14 @@ final class Outbox: @unchecked Sendable {
         queuedBytes += bytes.count
         if slot.isAppend {
             appendsInFlight -= 1
-            // A reader waits for this connection's appends before a read.
-            if appendsInFlight == 0 && readerWaiting { condition.broadcast() }
+            // A read waits for this connection's appends.
+            if appendsInFlight == 0 {
+                if readerWaiting { condition.broadcast() }
+                if appendsWanted {
+                    appendsWanted = false
+                    onResume()
+                }
+            }
         }
         if head < slots.count, slots[head] === slot {
             writeReady()
@@ -107,7 +138,7 @@ final class Outbox: @unchecked Sendable {
         } else {
             slots.append(Slot(bytes: bytes, isAppend: false))
             queuedBytes += bytes.count
-            wakeSender()
+            wakeLoop()
         }
     }
 
@@ -138,7 +169,7 @@ final class Outbox: @unchecked Sendable {
     }
 
     /// Queues a notification, waiting while `notificationLimit` are waiting (catch-up: a
-    /// reader thread may wait, the writer never does). False when the connection is ending.
+    /// request thread may wait, the writer never does). False when the connection is ending.
     func pushNotificationWaiting(_ bytes: [UInt8]) -> Bool {
         condition.lock()
         defer { condition.unlock() }
@@ -157,6 +188,8 @@ final class Outbox: @unchecked Sendable {
         }
         finishing = true
         condition.broadcast()
+        wakeLoop()
+        resumeWaiting()
         condition.unlock()
     }
 
@@ -165,7 +198,29 @@ final class Outbox: @unchecked Sendable {
         condition.lock()
         aborted = true
         condition.broadcast()
+        wakeLoop()
+        resumeWaiting()
         condition.unlock()
+    }
+
+    /// Sends `line` if the socket takes it now (after the rest of a response begun, so it
+    /// stays a line of its own), and drops everything else: the client is cut off.
+    func cutOff(with line: [UInt8]) {
+        condition.lock()
+        defer { condition.unlock() }
+        guard !aborted else { return }
+        aborted = true
+        condition.broadcast()
+        wakeLoop()
+        resumeWaiting()
+        guard !writing else { return }
+        let out = unsent + line
+        unsent = []
+        writing = true
+        condition.unlock()
+        _ = try? socket.writeAvailable(out)
+        condition.lock()
+        writing = false
     }
 
     /// How many more notifications fit under `notificationLimit` now.
@@ -175,12 +230,37 @@ final class Outbox: @unchecked Sendable {
         return max(0, notificationLimit - queuedNotifications)
     }
 
-    /// Waits while more than `byteLimit` bytes wait to be sent: the reader calls it before
-    /// each request, so a client that does not read stops being read.
-    func waitForRoom() {
+    /// Whether more than `byteLimit` bytes wait to be sent (the client is not reading).
+    var isOverLimit: Bool {
         condition.lock()
-        while queuedBytes + sendingBytes > byteLimit && !aborted && !finishing { readerWait() }
-        condition.unlock()
+        defer { condition.unlock() }
+        return queuedBytes + sendingBytes > byteLimit && !aborted
+    }
+
+    /// The bytes of answers waiting for the client to take them.
+    var waitingBytes: Int {
+        condition.lock()
+        defer { condition.unlock() }
+        return queuedBytes + sendingBytes
+    }
+
+    /// Whether the next request may run now: not while more than `byteLimit` bytes wait to
+    /// be sent (a client that does not read has no more requests run), nor, when it reads
+    /// (`needsAppends`), while this connection's appends are unanswered (it must see its
+    /// own writes). When not, `onResume` is called once it may.
+    func admits(needsAppends: Bool) -> Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        if aborted || finishing { return true }
+        if queuedBytes + sendingBytes > byteLimit {
+            roomWanted = true
+            return false
+        }
+        if needsAppends && appendsInFlight > 0 {
+            appendsWanted = true
+            return false
+        }
+        return true
     }
 
     /// Nothing waits to be sent or to be answered: the connection is idle.
@@ -203,40 +283,38 @@ final class Outbox: @unchecked Sendable {
         return finishing || aborted
     }
 
-    /// For the sender: waits until there is something to write and nobody else writes,
-    /// and returns it as one write; nil when the connection is done. Call `wrote()` once
-    /// it is written.
-    func nextWrite() -> [UInt8]? {
+    /// For the loop: writes what is ready, in order, as much as the socket takes.
+    func flush() -> FlushState {
         condition.lock()
         defer { condition.unlock() }
+        loopAsked = false
         while true {
-            // Never while another thread writes: the socket is closed once the sender ends.
-            if !writing {
-                if aborted { return nil }
-                let out = takeReady()
-                if !out.isEmpty {
-                    writing = true
-                    sendingBytes = out.count
-                    return out
-                }
-                if finishing && head == slots.count { return nil }
+            // Never while another thread writes, even aborted: the socket is closed once
+            // this says done.
+            if writing { return .busy }
+            if aborted { return .done }
+            if !unsent.isEmpty {
+                let out = unsent
+                unsent = []
+                queuedBytes -= out.count
+                write(out, fromLoop: true)
+                if !unsent.isEmpty { return aborted ? .done : .blocked }
+                continue
             }
-            senderWaiting = true
-            condition.wait()
-            senderWaiting = false
+            let out = takeReady()
+            if out.isEmpty { return finishing && head == slots.count ? .done : .idle }
+            write(out, fromLoop: true)
         }
     }
 
-    /// For the sender: what `nextWrite()` returned is written (or failed).
-    func wrote() {
+    /// How many bytes the socket has taken so far.
+    var written: Int {
         condition.lock()
-        writing = false
-        sendingBytes = 0
-        if readerWaiting { condition.broadcast() }
-        condition.unlock()
+        defer { condition.unlock() }
+        return bytesWritten
     }
 
-    /// Why a write that did not block failed, if one did.
+    /// Why a write failed, if one did.
     var writeFailure: SocketError? {
         condition.lock()
         defer { condition.unlock() }
@@ -271,11 +349,20 @@ final class Outbox: @unchecked Sendable {
         return out
     }
 
+    /// Calls `onResume` when a request waits for room and there is room again. Call with
+    /// the condition's lock held.
+    private func checkRoom() {
+        if roomWanted && queuedBytes + sendingBytes <= byteLimit {
+            roomWanted = false
+            onResume()
+        }
+    }
+
     /// Writes what is ready at the head on the calling thread when nobody else writes.
     /// Call with the condition's lock held.
     private func writeReady() {
         guard !writing, unsent.isEmpty, !aborted else {
-            wakeSender()
+            wakeLoop()
             return
         }
         let out = takeReady()
@@ -283,10 +370,11 @@ final class Outbox: @unchecked Sendable {
     }
 
     /// Writes `bytes`, which are next in order, without blocking; what the socket does not
-    /// take goes to the sender. Call with the condition's lock held and nobody writing:
+    /// take is kept for the loop. Call with the condition's lock held and nobody writing:
     /// the lock is let go during the system call.
-    private func write(_ bytes: [UInt8]) {
+    private func write(_ bytes: [UInt8], fromLoop: Bool = false) {
         writing = true
+        sendingBytes = bytes.count
         condition.unlock()
         let result: Result<Int, SocketError>
         do throws(SocketError) {
@@ -296,8 +384,10 @@ final class Outbox: @unchecked Sendable {
         }
         condition.lock()
         writing = false
+        sendingBytes = 0
         switch result {
         case .success(let written):
+            bytesWritten += written
             if written < bytes.count {
                 unsent = Array(bytes[written...])
                 queuedBytes += unsent.count
@@ -306,11 +396,16 @@ final class Outbox: @unchecked Sendable {
             failure = error
             aborted = true
             condition.broadcast()
+            wakeLoop()
+            resumeWaiting()
             return
         }
-        // What completed meanwhile, the rest of these bytes, or the end: the sender's.
-        if !unsent.isEmpty || finishing || aborted || (head < slots.count && slots[head].bytes != nil) {
-            wakeSender()
+        checkRoom()
+        // What completed meanwhile, the rest of these bytes, or the end: the loop's.
+        if !fromLoop,
+            !unsent.isEmpty || finishing || aborted || (head < slots.count && slots[head].bytes != nil)
+        {
+            wakeLoop()
         }
     }
 
@@ -320,14 +415,25 @@ final class Outbox: @unchecked Sendable {
         readerWaiting = false
     }
 
-    private func wakeSender() {
-        if senderWaiting { condition.broadcast() }
+    /// The connection is ending: a request held back runs now (and sees it).
+    private func resumeWaiting() {
+        guard roomWanted || appendsWanted else { return }
+        roomWanted = false
+        appendsWanted = false
+        onResume()
+    }
+
+    /// Asks the loop to flush, once until it does.
+    private func wakeLoop() {
+        guard !loopAsked else { return }
+        loopAsked = true
+        onReady()
     }
 
     private func appendNotification(_ bytes: [UInt8], count: Int = 1) {
         slots.append(Slot(bytes: bytes, isAppend: false, notifications: count))
         queuedBytes += bytes.count
         queuedNotifications += count
-        wakeSender()
+        wakeLoop()
     }
 }

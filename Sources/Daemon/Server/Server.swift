@@ -17,6 +17,9 @@ struct Limits: Sendable {
     var idleTimeoutSeconds: Int
     var lineTimeoutSeconds: Int
     var maxQueuedResponseBytes: Int
+    /// Bytes of requests read and not yet answered a client may hold while it leaves its
+    /// answers unread; past it, it is cut off.
+    var maxUnansweredBytes: Int
     var maxBatchRequests: Int
     var maxBatchResponseBytes: Int
 
@@ -28,6 +31,7 @@ struct Limits: Sendable {
         idleTimeoutSeconds = configuration.idleTimeoutSeconds
         lineTimeoutSeconds = configuration.lineTimeoutSeconds
         maxQueuedResponseBytes = configuration.maxQueuedResponseBytes
+        maxUnansweredBytes = configuration.maxUnansweredBytes
         maxBatchRequests = configuration.maxBatchRequests
         maxBatchResponseBytes = configuration.maxBatchResponseBytes
     }
@@ -42,14 +46,19 @@ final class ServerContext: Sendable {
     let sync: SyncService
     /// Logs the refused connections, without flooding.
     let refusals: RefusalLog
+    /// Where every connection's requests run, and the watches' catch-ups.
+    let requestThreads: RequestThreads
+    let catchUpThreads: RequestThreads
     private let currentLimits: Mutex<Limits>
     /// Who may read and write; a reload replaces it, for the connections made after.
     private let currentAccess: Mutex<AccessPolicy>
 
     init(
         writer: Writer, hub: WatchHub, methods: Methods, sync: SyncService, logger: Logger, limits: Limits,
-        access: AccessPolicy
+        access: AccessPolicy, requestThreads: Int = 8
     ) {
+        self.requestThreads = RequestThreads(count: requestThreads)
+        self.catchUpThreads = RequestThreads(count: max(2, requestThreads / 2), name: "evcatchup")
         self.writer = writer
         self.hub = hub
         self.methods = methods
@@ -71,10 +80,12 @@ final class ServerContext: Sendable {
     }
 }
 
-/// Accepts clients on the listening socket, one `Connection` each.
+/// Accepts clients on the listening socket, one `Connection` each, handed in turn to a
+/// few event loops; their requests run on the context's request threads.
 final class Server: Sendable {
     let listener: UnixListener
     let context: ServerContext
+    private let loops: [EventLoop]
     /// The open connections by id, so a stop can drain them.
     private let connections = Mutex<[Int: Connection]>([:])
     private let accepting = Atomic<Bool>(true)
@@ -82,13 +93,23 @@ final class Server: Sendable {
     /// Signalled each time a connection ends (a stop waits on it).
     private let connectionEnded = DispatchSemaphore(value: 0)
 
-    init(listener: UnixListener, context: ServerContext) {
+    init(listener: UnixListener, context: ServerContext, eventLoops: Int = 1) throws(SocketError) {
         self.listener = listener
         self.context = context
+        var loops: [EventLoop] = []
+        for index in 0..<max(1, eventLoops) { loops.append(try EventLoop(name: "evloop-\(index)")) }
+        self.loops = loops
     }
 
-    func start() {
-        startServiceThread(name: "evstored-accept") { [self] in
+    /// Starts the loops, the request threads and the accepting thread; the error that kept
+    /// one from starting, if one did.
+    func start() -> SocketError? {
+        for loop in loops {
+            if let error = loop.start() { return error }
+        }
+        if let error = context.requestThreads.start() { return error }
+        if let error = context.catchUpThreads.start() { return error }
+        return startThread(name: "evstored-accept") { [self] in
             acceptLoop()
             acceptDone.signal()
         }
@@ -132,18 +153,14 @@ final class Server: Sendable {
                 continue
             }
             next += 1
-            let connection = Connection(socket: socket, context: context, identifier: next)
-            connections.withLock { $0[next] = connection }
-            let failure = connection.start { [self] ended in
+            let loop = loops[next % loops.count]
+            let connection = Connection(socket: socket, context: context, identifier: next, loop: loop) {
+                [self] ended in
                 connections.withLock { $0[ended.identifier] = nil }
                 connectionEnded.signal()
             }
-            if let failure {
-                connections.withLock { $0[connection.identifier] = nil }
-                context.refusals.log(
-                    "refused connection \(connection.identifier): cannot start its thread (\(failure))",
-                    now: Date().timeIntervalSince1970)
-            }
+            connections.withLock { $0[next] = connection }
+            loop.adopt(connection)
         }
     }
 
@@ -195,6 +212,11 @@ final class Server: Sendable {
                 break
             }
             _ = connectionEnded.wait(timeout: .now() + min(left, 0.5))
+        }
+        if connectionCount == 0 {
+            for loop in loops { loop.stop() }
+            context.requestThreads.stop()
+            context.catchUpThreads.stop()
         }
     }
 }
