@@ -183,9 +183,14 @@ soak-short: deps
 # The Debian package (docs/packaging.md): evstored and evctl built in release with the Swift
 # runtime linked statically, then packaging/build-deb.sh (dpkg-deb, no network).
 DEB_SCRATCH ?= .build/deb
+# Linked by lld (the toolchain's) with -z pack-relative-relocs: the relative relocations of
+# the position-independent binaries go in a bitmap (DT_RELR, glibc 2.36) instead of 24 bytes
+# each, 0.9 MiB less per binary. -z now is full RELRO. (SwiftPM's release build already
+# passes --gc-sections; docs/packaging.md has the sizes.)
+DEB_LINK     ?= -Xswiftc -use-ld=lld -Xlinker -z -Xlinker pack-relative-relocs -Xlinker -z -Xlinker now
 deb: deps deb-deps
 	@for product in evstored evctl; do \
-		$(SWIFT) build -c release --static-swift-stdlib -Xlinker -z -Xlinker now --scratch-path $(DEB_SCRATCH) \
+		$(SWIFT) build -c release --static-swift-stdlib $(DEB_LINK) --scratch-path $(DEB_SCRATCH) \
 			--product $$product || exit 1; \
 	done
 	packaging/build-deb.sh $(DEB_SCRATCH)/release $(DEB_SCRATCH)/package

@@ -38,8 +38,9 @@ check() {
     fi
 }
 
-# What a field device carries: the binaries link FoundationEssentials, not Foundation,
-# which with its ICU data made each of them 57 MiB (docs/packaging.md).
+# What a field device carries: evstored links FoundationEssentials and evctl no Foundation
+# at all, not Foundation's full library, which with its ICU data made each of them 57 MiB
+# (docs/packaging.md).
 max_binary=$((16 * 1024 * 1024))
 max_package=$((8 * 1024 * 1024))
 contents=$(mktemp -d /tmp/evstore-deb-contents.XXXXXX)

@@ -1,5 +1,4 @@
 import Arguments
-import FoundationEssentials
 
 /// `evctl`: the command line of an evstore daemon.
 struct Evctl: Command {

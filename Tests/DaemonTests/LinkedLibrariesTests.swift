@@ -26,6 +26,17 @@ struct LinkedLibrariesTests {
         #expect(offending.isEmpty, "\(binary) needs \(offending)")
     }
 
+    /// evctl goes further: it takes its clock, environment and file checks from libc, so it
+    /// links not even FoundationEssentials, which made it 6 MiB larger (docs/packaging.md).
+    @Test("evctl needs no FoundationEssentials either")
+    func evctlWithoutFoundationEssentials() throws {
+        let needed = try ELFDynamicSection.neededLibraries(
+            Array(try Data(contentsOf: URL(fileURLWithPath: try builtBinary("evctl").path))))
+        #expect(needed.contains { $0.hasPrefix("libc.so") }, "evctl needs \(needed): the dynamic section was not read")
+        let offending = needed.filter { $0.hasPrefix("libFoundation") || $0.hasPrefix("lib_Foundation") }
+        #expect(offending.isEmpty, "evctl needs \(offending)")
+    }
+
     @Test("the reader finds Foundation in a binary that needs it")
     func readerSeesFoundation() throws {
         // This test process links Foundation (the test targets may): the reader must see it.

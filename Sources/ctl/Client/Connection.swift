@@ -1,5 +1,4 @@
 import Arguments
-import FoundationEssentials
 import Projections
 import UnixSocket
 
@@ -63,12 +62,12 @@ final class Connection: @unchecked Sendable {
 
     /// Who may connect is decided by the socket's group: say which group that is.
     static func permissionMessage(_ path: String) -> String {
-        let attributes = try? FileManager.default.attributesOfItem(atPath: path)
-        guard let group = attributes?[.groupOwnerAccountName] as? String else {
+        let info = System.status(path)
+        guard let info, let group = System.groupName(info.st_gid) else {
             return "permission denied on \(path): you may not open the socket or the directory that holds it. "
                 + "Ask an administrator to add you to the socket's group (evstore under systemd), then log in again."
         }
-        let mode = (attributes?[.posixPermissions] as? Int).map { " (mode " + String($0, radix: 8) + ")" } ?? ""
+        let mode = " (mode " + String(info.st_mode & 0o7777, radix: 8) + ")"
         return "permission denied on \(path): the socket belongs to group \(group)\(mode), and only its members may "
             + "connect. Add yourself to it (`sudo usermod -aG \(group) $USER`, then log in again), "
             + "or run evctl as a member of \(group)."

@@ -1,5 +1,4 @@
 import Arguments
-import FoundationEssentials
 
 /// `evctl append`: one event from words, or many from an NDJSON file.
 struct Append: Command {
@@ -77,7 +76,7 @@ struct Append: Command {
         global = GlobalOptions(arguments)
         key = arguments["key"]
         givenBy = arguments.contains("by")
-        by = arguments["by"] ?? ProcessInfo.processInfo.environment["USER"]
+        by = arguments["by"] ?? System.environment("USER")
         ifMatch = try arguments.integer("if-match", in: 1...Int.max)
         file = arguments["file"]
         batch = try arguments.integer("batch", in: 1...100_000) ?? 1000

@@ -1,5 +1,4 @@
 import Arguments
-import FoundationEssentials
 
 /// `evctl attention`: everything `evctl status` counts under "needs attention", listed.
 struct Attention: Command {

@@ -1,5 +1,4 @@
 import Arguments
-import FoundationEssentials
 
 /// `evctl backup PATH`: a consistent copy of the store, written by the daemon.
 struct Backup: Command {
@@ -26,11 +25,7 @@ struct Backup: Command {
     }
 
     static func absolute(_ path: String) -> String {
-        let url =
-            path.hasPrefix("/")
-            ? URL(fileURLWithPath: path)
-            : URL(fileURLWithPath: FileManager.default.currentDirectoryPath).appendingPathComponent(path)
-        return url.standardizedFileURL.path
+        System.absolutePath(path)
     }
 
     func run() throws {

@@ -1,5 +1,4 @@
 import Arguments
-import FoundationEssentials
 import UnixSocket
 
 /// `evctl export [FILE]`: every stored event as NDJSON, ids and origins kept.

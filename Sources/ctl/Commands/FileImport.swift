@@ -1,6 +1,5 @@
 import Arguments
 import Dispatch
-import FoundationEssentials
 import Projections
 import Synchronization
 import UnixSocket

@@ -1,5 +1,4 @@
 import Arguments
-import FoundationEssentials
 import Projections
 
 /// `evctl get ENTITY`: an entity's current state.

@@ -1,5 +1,4 @@
 import Arguments
-import FoundationEssentials
 import Projections
 
 /// `evctl import [FILE]`: stored events from NDJSON (as `evctl export` writes them), ids

@@ -1,5 +1,4 @@
 import Arguments
-import FoundationEssentials
 
 /// `evctl log`: the events in the order this node stored them (seq order); `--follow`
 /// keeps printing new ones.

@@ -1,5 +1,4 @@
 import Arguments
-import FoundationEssentials
 
 /// `evctl metrics [--textfile PATH]`: the daemon's state in the Prometheus text format,
 /// from one `status` call.
@@ -44,7 +43,7 @@ struct Metrics: Command {
         var failure: CommandFailure?
         do throws(CommandFailure) {
             let reply = try global.connect().call("status")
-            text = Metrics.exposition(reply.result as? [String: Any] ?? [:], now: Date())
+            text = Metrics.exposition(reply.result as? [String: Any] ?? [:], now: WallTime())
         } catch {
             failure = error
             text = Metrics.down()
@@ -67,7 +66,7 @@ struct Metrics: Command {
     }
 
     /// The metrics of a `status` result; `now` is what ages are counted from.
-    static func exposition(_ status: [String: Any], now: Date) -> String {
+    static func exposition(_ status: [String: Any], now: WallTime) -> String {
         var out = Exposition()
         func gauge(_ name: String, _ help: String, _ value: Exposition.Value?) {
             guard let value else { return }

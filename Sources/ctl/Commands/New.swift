@@ -1,5 +1,4 @@
 import Arguments
-import FoundationEssentials
 import Projections
 
 /// `evctl new TYPE`: a fresh entity id, made here (no daemon needed).
@@ -49,7 +48,7 @@ struct New: Command {
     }
 
     func run() throws {
-        let milliseconds = UInt64(Date().timeIntervalSince1970 * 1000)
+        let milliseconds = UInt64(WallTime().timeIntervalSince1970 * 1000)
         let id = ULID(
             timestamp: milliseconds, random: (UInt16.random(in: 0...UInt16.max), UInt64.random(in: 0...UInt64.max)))
         let entity = "\(type)/\(id)"

@@ -1,5 +1,4 @@
 import Arguments
-import FoundationEssentials
 
 /// `evctl resolve ENTITY NAME=VALUE...`: settles conflicts by appending the chosen values.
 struct Resolve: Command {
@@ -39,7 +38,7 @@ struct Resolve: Command {
         entity = arguments["ENTITY"] ?? ""
         fields = arguments.values("FIELD")
         status = arguments["status"]
-        by = arguments["by"] ?? ProcessInfo.processInfo.environment["USER"]
+        by = arguments["by"] ?? System.environment("USER")
         key = arguments["key"]
     }
 

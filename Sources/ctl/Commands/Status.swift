@@ -1,5 +1,4 @@
 import Arguments
-import FoundationEssentials
 
 /// `evctl status`: what is saved locally, what each peer still lacks, what needs attention.
 struct Status: Command {
@@ -32,7 +31,7 @@ struct Status: Command {
     }
 
     /// The text for people; `now` is when relative times ("2 min ago") are counted from.
-    static func lines(_ status: [String: Any], now: Date = Date()) -> [String] {
+    static func lines(_ status: [String: Any], now: WallTime = WallTime()) -> [String] {
         let events = status["events"] as? Int ?? 0
         let entities = status["entities"] as? Int ?? 0
         let peers = status["peers"] as? [[String: Any]] ?? []
@@ -113,7 +112,7 @@ struct Status: Command {
 
     /// `ok, last sync 2 min ago, 0 pending`, or
     /// `retrying (3 failures, next in 14 s), last sync 2 h ago, 5 pending; timeout: ...`.
-    static func peerText(_ peer: [String: Any], now: Date) -> String {
+    static func peerText(_ peer: [String: Any], now: WallTime) -> String {
         let state = peer["state"] as? String ?? "?"
         var words: [String] = []
         if state == "ok" {

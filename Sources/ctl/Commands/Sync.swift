@@ -1,5 +1,4 @@
 import Arguments
-import FoundationEssentials
 
 /// `evctl sync [PEER...]`: sync with peers now, and say what each session did.
 struct Sync: Command {

@@ -1,5 +1,4 @@
 import Arguments
-import FoundationEssentials
 import Synchronization
 import UnixSocket
 

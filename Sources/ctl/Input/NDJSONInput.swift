@@ -1,5 +1,4 @@
 import Arguments
-import FoundationEssentials
 import Projections
 import UnixSocket
 
@@ -26,17 +25,16 @@ struct NDJSONInput {
                 throw CommandFailure(exitCode: ExitStatus.noInput, "cannot read standard input: \(error.message)")
             }
         }
-        var isDirectory = false
-        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
+        guard let info = System.status(path) else {
             throw CommandFailure(exitCode: ExitStatus.noInput, "\(path): no such file.")
         }
-        guard !isDirectory else {
+        guard !System.isDirectory(info) else {
             throw CommandFailure(exitCode: ExitStatus.noInput, "\(path) is a directory; give an NDJSON file.")
         }
-        guard let data = FileManager.default.contents(atPath: path) else {
+        guard let bytes = System.contents(path) else {
             throw CommandFailure(exitCode: ExitStatus.noInput, "\(path) cannot be read; check its permissions.")
         }
-        return Array(data)
+        return bytes
     }
 
     /// Splits and checks every line; the first bad one is an error naming its number, and

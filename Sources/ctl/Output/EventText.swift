@@ -1,5 +1,3 @@
-import FoundationEssentials
-
 /// A stored event as one line for a person: seq (when it has one), id, entity, kind, what
 /// changed, who.
 enum EventText {

@@ -1,4 +1,3 @@
-import FoundationEssentials
 import Projections
 
 /// JSON text handled as bytes: parts of the daemon's replies passed through unchanged (for

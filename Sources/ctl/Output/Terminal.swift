@@ -1,4 +1,3 @@
-import FoundationEssentials
 import UnixSocket
 
 #if canImport(Glibc)
@@ -89,7 +88,7 @@ enum Format {
     }
 
     /// A span of time to the second, as a person says it: `14 s`, `3 min`, `2 h`, `5 days`.
-    static func span(_ seconds: TimeInterval) -> String {
+    static func span(_ seconds: Double) -> String {
         let whole = Int(max(0, seconds).rounded(.up))
         if whole < 60 { return "\(whole) s" }
         if whole < 3600 { return "\(whole / 60) min" }
@@ -98,9 +97,8 @@ enum Format {
     }
 
     /// An RFC 3339 time as the daemon writes it (UTC, with or without fractional seconds).
-    static func date(_ text: String) -> Date? {
-        if let date = try? Date.ISO8601FormatStyle(includingFractionalSeconds: true).parse(text) { return date }
-        return try? Date.ISO8601FormatStyle().parse(text)
+    static func date(_ text: String) -> WallTime? {
+        WallTime(rfc3339: text)
     }
 
     /// `1 event`, `3 events`.

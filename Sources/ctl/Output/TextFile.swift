@@ -1,5 +1,4 @@
 import Arguments
-import FoundationEssentials
 import UnixSocket
 
 #if canImport(Glibc)
@@ -28,10 +27,12 @@ enum TextFile {
     static func replace(
         _ path: String, mode: mode_t, write: (Int32) throws(CommandFailure) -> Void
     ) throws(CommandFailure) {
-        let url = URL(fileURLWithPath: path)
-        let directory = url.deletingLastPathComponent().path
+        // The temporary file goes in the directory the path names, as the kernel resolves it.
+        let slash = path.lastIndex(of: "/")
+        let directory = slash.map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
+        let name = slash.map { path[path.index(after: $0)...] } ?? path[...]
         // node_exporter reads only *.prom files: the temporary name does not end so.
-        let temporary = directory + "/." + url.lastPathComponent + "." + UUID().uuidString.prefix(8) + ".tmp"
+        let temporary = (directory == "/" ? "" : directory) + "/." + name + "." + System.randomHex(8) + ".tmp"
         let descriptor = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
         guard descriptor >= 0 else { throw failure("cannot create a file in \(directory)", errno) }
         var unclosed = true
