@@ -85,6 +85,30 @@ struct StateJSONTests {
         }
     }
 
+    /// A long name of control characters in conflict is written twice at six times its
+    /// bytes: more than the first guess at the answer's size, so it is written again with
+    /// room for any state.
+    @Test("an answer larger than the first guess")
+    func outgrowsTheGuess() throws {
+        let store = try TempStore()
+        let name = String(repeating: "\u{1}", count: 200)
+        let job = entity("job/wide")
+        let origins = [ULID(high: 0x0123_4567 << 16, low: 1), ULID(high: 0x0123_4567 << 16, low: 2)]
+        let events = origins.enumerated().map { index, origin in
+            Event(
+                id: ULID(high: (1_700_000_000_000 + UInt64(index)) << 16, low: UInt64(index)), origin: origin,
+                entity: job, body: .edit(fields: [FieldChange(name: name, value: .string("v\(index)"))], base: []))
+        }
+        let state = Projection.fold(job, events)
+        #expect(state.fields.first?.heads.count == 2)
+        let record = EventLog.projectionRecord(state, rev: 7, history: []).record
+        let fast = try #require(EventLog.transcodedState(record, entity: job))
+        #expect(fast.count > 4 * record.count + 256)
+        try store.log.environment.read { txn throws in
+            #expect(try fast == store.log.decodedCanonicalState(record, entity: job, txn: txn))
+        }
+    }
+
     /// A flipped, dropped or added byte: wherever decoding throws, the fast path declines;
     /// wherever both answer, they agree.
     @Test("corrupt records are declined, not misread", arguments: 1...4)

@@ -23,16 +23,32 @@ extension EntityState {
     public static func canonicalJSON(
         entity: EntityKey, encoded: UnsafeBufferPointer<UInt8>, history: UnsafeBufferPointer<UInt8>, rev: UInt64
     ) -> [UInt8]? {
-        do {
-            return try transcode(entity: entity, state: encoded, history: history, rev: rev)
-        } catch {
-            return nil
+        let stored = encoded.count + history.count
+        // Ids grow from 16 bytes to 28 and gain their keys, set adds vanish: four times the
+        // stored bytes holds the states `get` meets. Twelve times holds any (a string
+        // escaped to six times its bytes, written twice), the one retry when the first
+        // guess fell short.
+        for multiple in stride(from: 4, through: 12, by: 8) {
+            do {
+                return try Array(unsafeUninitializedCapacity: multiple * stored + 6 * entity.bytes.count + 256) {
+                    buffer, initialized in
+                    var out = Output(buffer)
+                    try transcode(entity: entity, state: encoded, history: history, rev: rev, into: &out)
+                    initialized = out.count
+                }
+            } catch is Output.Full {
+                continue
+            } catch {
+                return nil
+            }
         }
+        return nil
     }
 
     private static func transcode(
-        entity: EntityKey, state: UnsafeBufferPointer<UInt8>, history: UnsafeBufferPointer<UInt8>, rev: UInt64
-    ) throws(Declined) -> [UInt8] {
+        entity: EntityKey, state: UnsafeBufferPointer<UInt8>, history: UnsafeBufferPointer<UInt8>, rev: UInt64,
+        into out: inout Output
+    ) throws {
         // The history is checked whole first: decoding reads it even when there is no
         // status to put it under.
         var historyReader = RawReader(history)
@@ -48,11 +64,7 @@ extension EntityState {
         let version = try reader.skip(16)
         let origins = try reader.table()
 
-        var out: [UInt8] = []
-        // Ids grow from 16 bytes to 28 and gain their keys; set adds vanish. Four times the
-        // stored bytes is room enough for the states `get` meets, so the array grows rarely.
-        out.reserveCapacity(4 * (state.count + history.count) + entity.bytes.count + 160)
-        out.appendLiteral(#"{"conflicts":{"fields":{"#)
+        try out.literal(#"{"conflicts":{"fields":{"#)
         let fieldCount = try reader.count()
         let fields = reader.position
         var first = true
@@ -63,29 +75,29 @@ extension EntityState {
             guard headCount > 0 else { throw Declined() }
             let conflicting = headCount > 1
             if conflicting {
-                if !first { out.append(UInt8(ascii: ",")) }
+                if !first { try out.byte(UInt8(ascii: ",")) }
                 first = false
-                out.appendString(reader.bytes, name)
-                out.appendLiteral(":[")
+                try out.string(reader.bytes, name)
+                try out.literal(":[")
             }
             for index in 0..<headCount {
                 let id = try reader.ulid()
                 let origin = try reader.reference(into: origins)
                 let value = try reader.lengthPrefixed()
                 guard conflicting else { continue }
-                if index > 0 { out.append(UInt8(ascii: ",")) }
-                out.appendLiteral(#"{"id":"#)
-                id.appendJSON(to: &out)
-                out.appendLiteral(#","origin":"#)
-                origin.appendJSON(to: &out)
-                out.appendLiteral(#","value":"#)
-                out.append(reader.bytes, value)
-                out.append(UInt8(ascii: "}"))
+                if index > 0 { try out.byte(UInt8(ascii: ",")) }
+                try out.literal(#"{"id":"#)
+                try out.id(id)
+                try out.literal(#","origin":"#)
+                try out.id(origin)
+                try out.literal(#","value":"#)
+                try out.bytes(reader.bytes, value)
+                try out.byte(UInt8(ascii: "}"))
             }
-            if conflicting { out.append(UInt8(ascii: "]")) }
+            if conflicting { try out.byte(UInt8(ascii: "]")) }
         }
 
-        out.appendLiteral(#"},"status":["#)
+        try out.literal(#"},"status":["#)
         _ = try reader.integer()  // the status count
         _ = try reader.skip(16)  // the history digest
         let statusCount = try reader.count(minimumElementSize: 18)
@@ -96,10 +108,10 @@ extension EntityState {
             let status = try reader.string()
             current = (id, status)
             guard statusCount > 1 else { continue }
-            if index > 0 { out.append(UInt8(ascii: ",")) }
-            out.appendStatusEntry(id: id, origin: origin, status: status, in: reader.bytes)
+            if index > 0 { try out.byte(UInt8(ascii: ",")) }
+            try out.statusEntry(id: id, origin: origin, status: status, in: reader.bytes)
         }
-        out.appendLiteral("]},")
+        try out.literal("]},")
 
         let setCount = try reader.count()
         let sets = reader.position
@@ -115,14 +127,14 @@ extension EntityState {
         _ = try reader.ulidCount()  // dangling
         guard reader.isAtEnd else { throw Declined() }
 
-        out.appendLiteral(#""deleted":"#)
-        out.appendLiteral(deleted ? "true" : "false")
-        out.appendLiteral(#","entity":"#)
-        out.appendString(entity.bytes)
-        out.appendLiteral(#","events":"#)
-        out.appendDecimal(UInt64(eventCount))
+        try out.literal(#""deleted":"#)
+        try out.literal(deleted ? "true" : "false")
+        try out.literal(#","entity":"#)
+        try entity.bytes.withUnsafeBufferPointer { bytes throws in try out.string(bytes, 0..<bytes.count) }
+        try out.literal(#","events":"#)
+        try out.decimal(UInt64(eventCount))
 
-        out.appendLiteral(#","fields":{"#)
+        try out.literal(#","fields":{"#)
         reader.position = fields
         first = true
         for _ in 0..<fieldCount {
@@ -135,22 +147,22 @@ extension EntityState {
                 winner = try reader.lengthPrefixed()
             }
             guard !reader.isNull(winner) else { continue }
-            if !first { out.append(UInt8(ascii: ",")) }
+            if !first { try out.byte(UInt8(ascii: ",")) }
             first = false
-            out.appendString(reader.bytes, name)
-            out.append(UInt8(ascii: ":"))
-            out.append(reader.bytes, winner)
+            try out.string(reader.bytes, name)
+            try out.byte(UInt8(ascii: ":"))
+            try out.bytes(reader.bytes, winner)
         }
 
-        out.appendLiteral(#"},"sets":{"#)
+        try out.literal(#"},"sets":{"#)
         reader.position = sets
         for index in 0..<setCount {
-            if index > 0 { out.append(UInt8(ascii: ",")) }
-            out.appendString(reader.bytes, try reader.string())
-            out.appendLiteral(":[")
+            if index > 0 { try out.byte(UInt8(ascii: ",")) }
+            try out.string(reader.bytes, try reader.string())
+            try out.literal(":[")
             let elementCount = try reader.count(minimumElementSize: 2)
             if elementCount == 1 {
-                out.append(reader.bytes, try reader.lengthPrefixed())
+                try out.bytes(reader.bytes, try reader.lengthPrefixed())
                 _ = try reader.ulidCount()
             } else {
                 // Stored by element bytes, shown by first add: sorted exactly as
@@ -163,41 +175,40 @@ extension EntityState {
                     elements.append((RawReader(reader.bytes, at: adds.start).uncheckedULID(), element))
                 }
                 for (position, element) in elements.sorted(by: { $0.first < $1.first }).enumerated() {
-                    if position > 0 { out.append(UInt8(ascii: ",")) }
-                    out.append(reader.bytes, element.bytes)
+                    if position > 0 { try out.byte(UInt8(ascii: ",")) }
+                    try out.bytes(reader.bytes, element.bytes)
                 }
             }
-            out.append(UInt8(ascii: "]"))
+            try out.byte(UInt8(ascii: "]"))
         }
 
-        out.appendLiteral(#"},"status":"#)
+        try out.literal(#"},"status":"#)
         if let current {
-            out.appendLiteral(#"{"current":"#)
-            out.appendString(reader.bytes, current.status)
-            out.appendLiteral(#","history":["#)
+            try out.literal(#"{"current":"#)
+            try out.string(reader.bytes, current.status)
+            try out.literal(#","history":["#)
             historyReader.position = historyEntries
             for index in 0..<historyCount {
-                if index > 0 { out.append(UInt8(ascii: ",")) }
+                if index > 0 { try out.byte(UInt8(ascii: ",")) }
                 let id = try historyReader.ulid()
                 let origin = try historyReader.reference(into: historyOrigins)
-                out.appendStatusEntry(id: id, origin: origin, status: try historyReader.string(), in: history)
+                try out.statusEntry(id: id, origin: origin, status: try historyReader.string(), in: history)
             }
-            out.appendLiteral(#"],"id":"#)
-            current.id.appendJSON(to: &out)
-            out.append(UInt8(ascii: "}"))
+            try out.literal(#"],"id":"#)
+            try out.id(current.id)
+            try out.byte(UInt8(ascii: "}"))
         } else {
-            out.appendLiteral("null")
+            try out.literal("null")
         }
-        out.appendLiteral(#","version":"#)
+        try out.literal(#","version":"#)
         if eventCount == 0 {
-            out.appendLiteral("null")
+            try out.literal("null")
         } else {
-            RawReader(state, at: version).uncheckedULID().appendJSON(to: &out)
+            try out.id(RawReader(state, at: version).uncheckedULID())
         }
-        out.appendLiteral(#","rev":"#)
-        out.appendDecimal(rev)
-        out.append(UInt8(ascii: "}"))
-        return out
+        try out.literal(#","rev":"#)
+        try out.decimal(rev)
+        try out.byte(UInt8(ascii: "}"))
     }
 }
 
@@ -321,56 +332,129 @@ private struct RawReader {
     }
 }
 
-extension Array where Element == UInt8 {
-    fileprivate mutating func appendLiteral(_ text: StaticString) {
-        text.withUTF8Buffer { append(contentsOf: $0) }
+/// The answer being written: bytes put straight into the array's storage, each write
+/// checked against the room left. Out of room is `Full`, and the caller tries again with
+/// more.
+private struct Output {
+    struct Full: Error {}
+
+    let base: UnsafeMutablePointer<UInt8>
+    let capacity: Int
+    private(set) var count = 0
+
+    init(_ buffer: UnsafeMutableBufferPointer<UInt8>) {
+        base = buffer.baseAddress!
+        capacity = buffer.count
     }
 
-    fileprivate mutating func append(_ bytes: UnsafeBufferPointer<UInt8>, _ range: Range<Int>) {
-        append(contentsOf: UnsafeBufferPointer(rebasing: bytes[range]))
+    mutating func byte(_ byte: UInt8) throws(Full) {
+        guard count < capacity else { throw Full() }
+        base[count] = byte
+        count += 1
     }
 
-    /// UTF-8 string content as `CanonicalWriter.appendString` writes it.
-    fileprivate mutating func appendString(_ bytes: UnsafeBufferPointer<UInt8>, _ range: Range<Int>) {
-        appendString(UnsafeBufferPointer(rebasing: bytes[range]))
+    mutating func bytes(_ source: UnsafeBufferPointer<UInt8>, _ range: Range<Int>) throws(Full) {
+        guard range.count <= capacity - count else { throw Full() }
+        guard !range.isEmpty else { return }
+        (base + count).update(from: source.baseAddress! + range.lowerBound, count: range.count)
+        count += range.count
     }
 
-    fileprivate mutating func appendString(_ content: some Collection<UInt8>) {
-        append(UInt8(ascii: "\""))
-        if content.contains(where: { $0 < 0x20 || $0 == 0x22 || $0 == 0x5C }) {
-            for byte in content { CanonicalWriter.appendEscaped(byte, to: &self) }
-        } else {
-            append(contentsOf: content)
+    mutating func literal(_ text: StaticString) throws(Full) {
+        let length = text.utf8CodeUnitCount
+        guard length <= capacity - count else { throw Full() }
+        text.withUTF8Buffer { (base + count).update(from: $0.baseAddress!, count: length) }
+        count += length
+    }
+
+    /// UTF-8 string content as `CanonicalWriter.appendString` writes it: in quotes, `"`,
+    /// `\` and the C0 controls escaped.
+    mutating func string(_ source: UnsafeBufferPointer<UInt8>, _ range: Range<Int>) throws(Full) {
+        try byte(UInt8(ascii: "\""))
+        var plain = true
+        for index in range where source[index] < 0x20 || source[index] == 0x22 || source[index] == 0x5C {
+            plain = false
+            break
         }
-        append(UInt8(ascii: "\""))
+        if plain {
+            try bytes(source, range)
+        } else {
+            for index in range { try escaped(source[index]) }
+        }
+        try byte(UInt8(ascii: "\""))
     }
 
-    fileprivate mutating func appendStatusEntry(
-        id: ULID, origin: ULID, status: Range<Int>, in bytes: UnsafeBufferPointer<UInt8>
-    ) {
-        appendLiteral(#"{"id":"#)
-        id.appendJSON(to: &self)
-        appendLiteral(#","origin":"#)
-        origin.appendJSON(to: &self)
-        appendLiteral(#","status":"#)
-        appendString(bytes, status)
-        append(UInt8(ascii: "}"))
+    /// One byte of string content, as `CanonicalWriter.appendEscaped` writes it.
+    private mutating func escaped(_ value: UInt8) throws(Full) {
+        let short: UInt8? =
+            switch value {
+            case 0x22: 0x22
+            case 0x5C: 0x5C
+            case 0x08: UInt8(ascii: "b")
+            case 0x0C: UInt8(ascii: "f")
+            case 0x0A: UInt8(ascii: "n")
+            case 0x0D: UInt8(ascii: "r")
+            case 0x09: UInt8(ascii: "t")
+            default: nil
+            }
+        if let short {
+            try byte(0x5C)
+            try byte(short)
+        } else if value < 0x20 {
+            try literal("\\u00")
+            try byte(Output.hex[Int(value >> 4)])
+            try byte(Output.hex[Int(value & 0xF)])
+        } else {
+            try byte(value)
+        }
     }
 
-    /// Decimal digits, as `String(value)` gives them: room made, then filled from the last.
-    fileprivate mutating func appendDecimal(_ value: UInt64) {
+    private static let hex: [UInt8] = Array("0123456789abcdef".utf8)
+
+    /// An id as a JSON string: its 26 Crockford symbols in quotes.
+    mutating func id(_ id: ULID) throws(Full) {
+        guard capacity - count >= 28 else { throw Full() }
+        let out = base + count
+        out[0] = UInt8(ascii: "\"")
+        out[27] = UInt8(ascii: "\"")
+        // Five bits at a time from the low end (a 128-bit shift), the last symbol first;
+        // the 26 symbols carry 130 bits, the top two always zero.
+        var high = id.high
+        var low = id.low
+        for index in stride(from: 26, through: 1, by: -1) {
+            out[index] = ULID.symbol(UInt8(truncatingIfNeeded: low & 31))
+            low = low >> 5 | high << 59
+            high >>= 5
+        }
+        count += 28
+    }
+
+    mutating func statusEntry(id: ULID, origin: ULID, status: Range<Int>, in bytes: UnsafeBufferPointer<UInt8>)
+        throws(Full)
+    {
+        try literal(#"{"id":"#)
+        try self.id(id)
+        try literal(#","origin":"#)
+        try self.id(origin)
+        try literal(#","status":"#)
+        try string(bytes, status)
+        try byte(UInt8(ascii: "}"))
+    }
+
+    /// Decimal digits, as `String(value)` gives them.
+    mutating func decimal(_ value: UInt64) throws(Full) {
         var width = 1
         var scale = value
         while scale >= 10 {
             scale /= 10
             width += 1
         }
-        let start = count
-        append(contentsOf: repeatElement(UInt8(ascii: "0"), count: width))
+        guard width <= capacity - count else { throw Full() }
         var rest = value
-        for index in stride(from: start + width - 1, through: start, by: -1) {
-            self[index] = UInt8(ascii: "0") + UInt8(rest % 10)
+        for index in stride(from: count + width - 1, through: count, by: -1) {
+            base[index] = UInt8(ascii: "0") + UInt8(rest % 10)
             rest /= 10
         }
+        count += width
     }
 }
