@@ -117,8 +117,9 @@ struct ConfigurationTests {
         #expect(method(#"{"jsonrpc":"2.0","id":1,"method":"get"}"#) == "get")
         #expect(method(#"{"method":"g\u0065t","jsonrpc":"2\u002e0","id":1}"#) == "get")
         #expect(method(#"{"jsonrpc":"2.0","id":1,"method":"résumé"}"#) == "résumé")
-        #expect(method(#"{"jsonrpc":"2.0","id":1,"method":"a_method_name_longer_than_fifteen_bytes"}"#)
-            == "a_method_name_longer_than_fifteen_bytes")
+        #expect(
+            method(#"{"jsonrpc":"2.0","id":1,"method":"a_method_name_longer_than_fifteen_bytes"}"#)
+                == "a_method_name_longer_than_fifteen_bytes")
         for text in [
             #"{"jsonrpc":"2.1","id":1,"method":"get"}"#, #"{"jsonrpc":2.0,"id":1,"method":"get"}"#,
             #"{"jsonrpc":"2.0 ","id":1,"method":"get"}"#, #"{"jsonrpc":"","id":1,"method":"get"}"#,

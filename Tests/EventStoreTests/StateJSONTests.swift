@@ -157,7 +157,7 @@ struct StateJSONTests {
 }
 
 /// What a comparison of a store's records met.
-struct Coverage {
+private struct Coverage {
     var transcoded = 0
     var tableHistories = 0
     var conflicts = 0
@@ -178,7 +178,7 @@ struct Coverage {
 /// Compares, for every projection record of the store, the fast path's bytes with the
 /// decoded state's, and expects the fast path to decline exactly the records whose
 /// history is in `status_history`.
-func compareEveryRecord(
+private func compareEveryRecord(
     _ log: EventLog, sourceLocation: SourceLocation = #_sourceLocation
 ) throws -> Coverage {
     var coverage = Coverage()
@@ -193,7 +193,8 @@ func compareEveryRecord(
                     #expect(fast == slow, "\(entity): \(text(fast)) != \(text(slow))", sourceLocation: sourceLocation)
                     coverage.transcoded += 1
                 } else {
-                    #expect(!inline, "\(entity): the fast path declined a record it reads", sourceLocation: sourceLocation)
+                    #expect(
+                        !inline, "\(entity): the fast path declined a record it reads", sourceLocation: sourceLocation)
                 }
                 if !inline { coverage.tableHistories += 1 }
                 let state = try EventLog.decodeProjection(current.value, entity: entity).1
@@ -215,7 +216,7 @@ private func text(_ bytes: [UInt8]?) -> String {
 /// Entities edited by several nodes that see each other's events late, so registers and
 /// statuses get concurrent heads; deletes and restores, sets, values of every JSON kind
 /// and text with escapes and non-ASCII characters.
-struct Scenario {
+private struct Scenario {
     var rng: SeededGenerator
     var fieldNames = ["address", "phone", "notes", "a.b", "Z_9", "n-1"]
     var setNames = ["parts", "tags"]
@@ -233,7 +234,9 @@ struct Scenario {
 
     /// Every event made, in the order made.
     mutating func events() -> [Event] {
-        let nodes = (0..<Int.random(in: 2...6, using: &rng)).map { ULID(high: 0x0123_4567 << 16 | UInt64($0), low: UInt64($0) &* 0x9E37_79B9) }
+        let nodes = (0..<Int.random(in: 2...6, using: &rng)).map {
+            ULID(high: 0x0123_4567 << 16 | UInt64($0), low: UInt64($0) &* 0x9E37_79B9)
+        }
         let entities = (0..<Int.random(in: 4...9, using: &rng)).map { index in
             EntityKey(validated: Array("job/\(["J", "ü", "a\"b\\c", "x/y"][index % 4])-\(index)".utf8))
         }
@@ -255,7 +258,9 @@ struct Scenario {
                 clocks[node] += UInt64.random(in: 0...3, using: &rng)
                 counters[node] += 1
                 var id = ULID(high: clocks[node] << 16 | UInt64(node), low: counters[node])
-                if let top = known[node][index].map(\.id).max(), id <= top { id = ULID(high: top.high, low: top.low &+ 1) }
+                if let top = known[node][index].map(\.id).max(), id <= top {
+                    id = ULID(high: top.high, low: top.low &+ 1)
+                }
                 while !made.insert(id).inserted { id = ULID(high: id.high, low: id.low &+ 1) }
                 let event = Event(id: id, origin: nodes[node], entity: entity, body: body(state))
                 known[node][index].append(event)
@@ -294,7 +299,7 @@ struct Scenario {
 }
 
 extension Array {
-    func chunked(_ size: Int) -> [ArraySlice<Element>] {
+    fileprivate func chunked(_ size: Int) -> [ArraySlice<Element>] {
         stride(from: 0, to: count, by: size).map { self[$0..<Swift.min($0 + size, count)] }
     }
 }
