@@ -100,6 +100,37 @@ struct ConfigurationTests {
         }
     }
 
+    /// The version and method are read in place from the line; escaped forms decode to
+    /// the same text, anything else is refused as before.
+    @Test("request version and method, plain or escaped")
+    func requestVersionAndMethod() {
+        func method(_ text: String) -> String? {
+            if case .single(.request(let request)) = RequestParser.parse(Array(text.utf8)) { return request.method }
+            return nil
+        }
+        func code(_ text: String) -> Int? {
+            switch RequestParser.parse(Array(text.utf8)) {
+            case .failed(let error), .single(.invalid(_, let error)): return error.code
+            default: return nil
+            }
+        }
+        #expect(method(#"{"jsonrpc":"2.0","id":1,"method":"get"}"#) == "get")
+        #expect(method(#"{"method":"g\u0065t","jsonrpc":"2\u002e0","id":1}"#) == "get")
+        #expect(method(#"{"jsonrpc":"2.0","id":1,"method":"résumé"}"#) == "résumé")
+        #expect(
+            method(#"{"jsonrpc":"2.0","id":1,"method":"a_method_name_longer_than_fifteen_bytes"}"#)
+                == "a_method_name_longer_than_fifteen_bytes")
+        for text in [
+            #"{"jsonrpc":"2.1","id":1,"method":"get"}"#, #"{"jsonrpc":2.0,"id":1,"method":"get"}"#,
+            #"{"jsonrpc":"2.0 ","id":1,"method":"get"}"#, #"{"jsonrpc":"","id":1,"method":"get"}"#,
+            #"{"id":1,"method":"get"}"#, #"{"jsonrpc":"2.0","id":1,"method":""}"#,
+            #"{"jsonrpc":"2.0","id":1,"method":7}"#, #"{"jsonrpc":"2.0","id":1}"#,
+        ] {
+            #expect(code(text) == -32600, "\(text)")
+        }
+        #expect(code(#"{"jsonrpc":"2.0","jsonrpc":"2.0","id":1,"method":"get"}"#) == -32700)
+    }
+
     @Test("request lines: single, batch, notification, errors with the right codes")
     func requestParsing() throws {
         func single(_ text: String) -> ParsedLine.Element? {

@@ -27,6 +27,31 @@ struct JSONTests {
         #expect(throws: JSONError.self) { try JSONBytes(parsing: input) }
     }
 
+    /// Keys are compared as decoded bytes in place for the first 16 plain ones, in a set
+    /// past them or once a key had escapes or non-ASCII text: each way finds a duplicate.
+    @Test("duplicate keys are found however they are written and wherever they fall")
+    func duplicateKeys() {
+        let many = (0..<20).map { "\"k\($0)\":\($0)" }
+        let accepted = [
+            #"{"ab":1,"ba":2,"a":3,"b":4}"#, #"{"é":1,"e":2}"#, #"{"\u0061":1,"b":2}"#,
+            "{" + many.joined(separator: ",") + "}",
+        ]
+        let rejected = [
+            #"{"a":1,"b":2,"a":3}"#, #"{"a":1,"\u0061":2}"#, #"{"\u0061":1,"a":2}"#, #"{"é":1,"x":2,"é":3}"#,
+            #"{"\n":1,"x":2,"x":3}"#,
+            "{" + (many + [#""k3":0"#]).joined(separator: ",") + "}",
+            "{" + (many + [#""k19":0"#]).joined(separator: ",") + "}",
+            "{" + (many.prefix(15) + [#""k14":0"#]).joined(separator: ",") + "}",
+            "{" + (many.prefix(16) + [#""k\u0030":0"#]).joined(separator: ",") + "}",
+        ]
+        for text in accepted {
+            #expect(throws: Never.self, "\(text)") { try JSONBytes(parsing: text) }
+        }
+        for text in rejected {
+            #expect("\(text)") { try JSONBytes(parsing: text) } throws: { "\($0)".contains("duplicate key") }
+        }
+    }
+
     /// What skipping a value decides, and where it stops or fails, is what reading it
     /// canonically decides: valid texts, the rejected ones above, and random corruptions of
     /// a request's params.

@@ -98,7 +98,7 @@ enum RequestParser {
 
     static func element(_ line: [UInt8], at offset: Int, end: inout Int) -> ParsedLine.Element {
         var scanner = JSONScanner(line, from: offset)
-        var version: String?
+        var versionIsValid = false
         var method: String?
         var id: [UInt8]?
         var idError: String?
@@ -113,15 +113,16 @@ enum RequestParser {
             try scanner.readObject { (key, scanner) throws(JSONError) in
                 // Compared as bytes: a String per key would be validated as UTF-8 each time.
                 if key.elementsEqual("jsonrpc".utf8) {
+                    // Compared in place: the only version there is needs no string of its own.
                     if scanner.peek() == UInt8(ascii: "\"") {
-                        version = try scanner.readString()
+                        versionIsValid = try scanner.readStringSlice().elementsEqual("2.0".utf8)
                     } else {
                         try scanner.skipValue()
-                        version = ""
                     }
                 } else if key.elementsEqual("method".utf8) {
                     if scanner.peek() == UInt8(ascii: "\"") {
-                        method = try scanner.readString()
+                        // A short name is a small string, made from the line without an array.
+                        method = String(decoding: try scanner.readStringSlice(), as: UTF8.self)
                     } else {
                         try scanner.skipValue()
                         method = ""
@@ -155,7 +156,7 @@ enum RequestParser {
         }
         let echo = idError == nil ? (id ?? nullID) : nullID
         if let idError { return .invalid(id: echo, .invalidRequest(idError)) }
-        guard version == "2.0" else {
+        guard versionIsValid else {
             return .invalid(id: echo, .invalidRequest("\"jsonrpc\" must be \"2.0\""))
         }
         guard let method, !method.isEmpty else {

@@ -113,6 +113,16 @@ extension EventLog {
 
     func canonicalState(of entity: EntityKey, txn: borrowing some TransactionReading & ~Copyable) throws -> [UInt8]? {
         guard let record = try txn.get(tables.projections, entity.bytes) else { return nil }
+        if let json = EventLog.transcodedState(record, entity: entity) { return json }
+        return try decodedCanonicalState(record, entity: entity, txn: txn)
+    }
+
+    /// `canonicalState` the long way: the state decoded, then written out. It answers for
+    /// every record (a history in `status_history`, corrupt bytes reported as such);
+    /// `transcodedState` must give the same bytes wherever it answers.
+    func decodedCanonicalState(
+        _ record: [UInt8], entity: EntityKey, txn: borrowing some TransactionReading & ~Copyable
+    ) throws -> [UInt8] {
         let (_, state, rev, history) = try EventLog.decodeProjection(record, entity: entity, history: true)
         var json = state.canonicalJSON(history: try history ?? tableHistory(of: entity, txn: txn))
         guard json.last == UInt8(ascii: "}") else { return json }
@@ -121,6 +131,25 @@ extension EventLog {
         json.append(contentsOf: Array(String(rev).utf8))
         json.append(UInt8(ascii: "}"))
         return json
+    }
+
+    /// The answer written from the record's bytes without decoding the state (see
+    /// `EntityState.canonicalJSON(entity:encoded:history:rev:)`), or nil when the record's
+    /// history is in `status_history` or the bytes are not as expected.
+    static func transcodedState(_ record: [UInt8], entity: EntityKey) -> [UInt8]? {
+        var reader = ByteReader(record)
+        guard (try? reader.ulid()) != nil, let rev = try? reader.varint(), let length = try? reader.count() else {
+            return nil
+        }
+        let start = reader.position
+        let end = start + length
+        // 0: the history follows in the record.
+        guard end < record.count, record[end] == 0 else { return nil }
+        return record.withUnsafeBufferPointer { bytes in
+            EntityState.canonicalJSON(
+                entity: entity, encoded: UnsafeBufferPointer(rebasing: bytes[start..<end]),
+                history: UnsafeBufferPointer(rebasing: bytes[(end + 1)...]), rev: rev)
+        }
     }
 
     /// The entity's rev on this node (the seq of the latest event folded into it), or nil

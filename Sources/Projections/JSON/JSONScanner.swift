@@ -80,28 +80,34 @@ public struct JSONScanner {
             return
         }
         // Duplicate keys: a linear scan while objects are small (the common case), a set
-        // beyond, so a hostile object with many keys costs O(n), not O(n²).
-        // The first 16 keys stay inline: no allocation for the objects of an event.
-        var seen = InlineArray<16, ArraySlice<UInt8>>(repeating: [])
+        // beyond, so a hostile object with many keys costs O(n), not O(n²). The first 16
+        // plain keys (ASCII, no escapes) are kept as ranges of the input: no allocation and
+        // no reference counting for the objects of an event or a request. A decoded key
+        // moves every key to the set, which compares decoded bytes.
+        var seen = InlineArray<16, Range<Int>>(repeating: 0..<0)
         var seenCount = 0
-        var seenSet: Set<ArraySlice<UInt8>> = []
+        var seenSet: Set<ArraySlice<UInt8>>?
         while true {
             guard peek() == UInt8(ascii: "\"") else { throw unexpected(expecting: "a string key") }
             let keyStart = position
-            let key = try readKey()
+            let plain = readPlainString()
+            let key: ArraySlice<UInt8>
+            if let plain { key = input[plain] } else { key = try readStringBytes()[...] }
             var duplicate = false
-            if seenCount < 16 {
-                for index in 0..<seenCount where seen[index] == key {
+            if seenSet == nil, let plain, seenCount < 16 {
+                for index in 0..<seenCount where sameInput(seen[index], plain) {
                     duplicate = true
                     break
                 }
-                seen[seenCount] = key
+                seen[seenCount] = plain
                 seenCount += 1
-                if seenCount == 16 {
-                    for index in 0..<16 { seenSet.insert(seen[index]) }
-                }
             } else {
-                duplicate = !seenSet.insert(key).inserted
+                if seenSet == nil {
+                    var set = Set<ArraySlice<UInt8>>()
+                    for index in 0..<seenCount { set.insert(input[seen[index]]) }
+                    seenSet = set
+                }
+                duplicate = !seenSet!.insert(key).inserted
             }
             if duplicate {
                 throw JSONError("duplicate key \"\(String(decoding: key, as: UTF8.self))\"", at: keyStart)
@@ -119,20 +125,41 @@ public struct JSONScanner {
         }
     }
 
-    /// A string as a slice of the input when it holds only plain ASCII, else decoded.
-    mutating func readKey() throws(JSONError) -> ArraySlice<UInt8> {
+    /// A string (the scanner is at its opening quote) as a slice of the input when it
+    /// holds only plain ASCII, else decoded: a method name or version read this way costs
+    /// no array of its own.
+    public mutating func readStringSlice() throws(JSONError) -> ArraySlice<UInt8> {
+        if let plain = readPlainString() { return input[plain] }
+        return try readStringBytes()[...]
+    }
+
+    /// The content of the string at the scanner, when it is plain ASCII without escapes,
+    /// as a range of the input, the scanner moved past it; else nil, the scanner left.
+    mutating func readPlainString() -> Range<Int>? {
+        guard position < input.count, input[position] == UInt8(ascii: "\"") else { return nil }
         let start = position + 1
         var index = start
         while index < input.count {
             let byte = input[index]
             if byte == UInt8(ascii: "\"") {
                 position = index + 1
-                return input[start..<index]
+                return start..<index
             }
-            if byte == UInt8(ascii: "\\") || byte >= 0x80 || byte < 0x20 { break }
+            if byte == UInt8(ascii: "\\") || byte >= 0x80 || byte < 0x20 { return nil }
             index += 1
         }
-        return try readStringBytes()[...]
+        return nil
+    }
+
+    /// Whether two ranges of the input hold the same bytes.
+    func sameInput(_ a: Range<Int>, _ b: Range<Int>) -> Bool {
+        guard a.count == b.count else { return false }
+        var offset = 0
+        while offset < a.count {
+            if input[a.lowerBound + offset] != input[b.lowerBound + offset] { return false }
+            offset += 1
+        }
+        return true
     }
 
     /// Reads an array element by element; `body` must consume each element.
