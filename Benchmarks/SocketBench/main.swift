@@ -294,29 +294,6 @@ final class Redis {
         }
     }
 
-    /// Bytes the daemon has caused to be written to the disk, and the CPU time it has
-    /// used, from /proc.
-    var ioAndCPU: (writeBytes: Int, cpuSeconds: Double) {
-        let pid = process.processIdentifier
-        var written = 0
-        if let io = try? String(contentsOfFile: "/proc/\(pid)/io", encoding: .utf8) {
-            for line in io.split(separator: "\n") where line.hasPrefix("write_bytes:") {
-                written = Int(line.split(separator: " ").last ?? "") ?? 0
-            }
-        }
-        var cpu = 0.0
-        if let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-            let close = stat.lastIndex(of: ")")
-        {
-            // After the command's closing parenthesis: fields 3 on; utime and stime are 14, 15.
-            let fields = stat[stat.index(after: close)...].split(separator: " ")
-            if fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) {
-                cpu = (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
-            }
-        }
-        return (written, cpu)
-    }
-
     func stop() {
         process.terminate()
         process.waitUntilExit()
