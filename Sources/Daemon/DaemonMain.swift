@@ -158,6 +158,7 @@ final class Daemon: Sendable {
     func serve() -> Int32 {
         let configuration = initial
         Allocator.returnLargeBuffers()
+        Allocator.limitHeaps(to: Int32(clamping: sysconf(Int32(_SC_NPROCESSORS_ONLN))))
         signal(SIGPIPE, SIG_IGN)
         for stop in [SIGTERM, SIGINT, SIGHUP] { signal(stop, SIG_IGN) }
         // Signals are taken from the start: a SIGTERM while the store opens still stops us.

@@ -17,4 +17,17 @@ enum Allocator {
         let mallopt = unsafeBitCast(symbol, to: (@convention(c) (Int32, Int32) -> Int32).self)
         _ = mallopt(mmapThreshold, bytes)
     }
+
+    /// Keeps glibc to `count` heaps (arenas). By default it makes up to eight per CPU, one
+    /// for each thread that allocates while the others' are busy, and each keeps what was
+    /// freed in it: the event loops, the request and catch-up threads and the writer
+    /// spread a steady load over a dozen heaps that each grow to their own high-water
+    /// mark. One heap per CPU is as many as can allocate at once. `mallopt(M_ARENA_MAX)`.
+    static func limitHeaps(to count: Int32) {
+        // M_ARENA_MAX from <malloc.h>.
+        let arenaMax: Int32 = -8
+        guard let symbol = dlsym(nil, "mallopt") else { return }
+        let mallopt = unsafeBitCast(symbol, to: (@convention(c) (Int32, Int32) -> Int32).self)
+        _ = mallopt(arenaMax, max(1, count))
+    }
 }
