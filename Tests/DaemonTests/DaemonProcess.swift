@@ -205,6 +205,25 @@ func runProgram(_ path: String, _ arguments: [String]) throws -> (status: Int32,
     process.standardError = output
     try process.run()
     let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-    process.waitUntilExit()
-    return (process.terminationStatus, text)
+    return (exitStatus(of: process), text)
+}
+
+/// The exit status of a child that has closed its output. Not `waitUntilExit`: Foundation
+/// learns of a child's exit through SIGCHLD, can miss one when many children end at once
+/// (a sanitized suite running tests in parallel), and would then wait forever; this reaps
+/// the child itself if Foundation has not, and kills it after `timeout`.
+func exitStatus(of process: Process, timeout: Double = 60) -> Int32 {
+    let deadline = Date().addingTimeInterval(timeout)
+    while Date() < deadline {
+        if !process.isRunning { return process.terminationStatus }
+        var status: Int32 = 0
+        if waitpid(process.processIdentifier, &status, WNOHANG) == process.processIdentifier {
+            // WIFEXITED / WEXITSTATUS, else 128 + the signal, as a shell reports it.
+            return status & 0x7F == 0 ? (status >> 8) & 0xFF : 128 + (status & 0x7F)
+        }
+        Thread.sleep(forTimeInterval: 0.01)
+    }
+    kill(process.processIdentifier, SIGKILL)
+    reap(process)
+    return -1
 }
