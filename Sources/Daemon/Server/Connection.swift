@@ -452,6 +452,7 @@ final class Connection: @unchecked Sendable {
         }
         while true {
             if outbox.isEnding {
+                storeAppendsLeft()
                 end()
                 return
             }
@@ -572,6 +573,28 @@ final class Connection: @unchecked Sendable {
 
     /// The connection ends: its watches go, and the outbox finishes once the answers are
     /// written; the loop closes it then.
+    /// The connection ends with requests still queued (the client closed before reading
+    /// an answer, so writing one failed, or it is being dropped): its appends are still
+    /// stored, as a client that wrote them and closed expects, their answers dropped;
+    /// every other request is dropped.
+    private func storeAppendsLeft() {
+        var lines: [ParsedLine] = current.map { [$0.parsed] } ?? []
+        current = nil
+        work.withLock { work in
+            while let item = work.pop() {
+                if case .line(let bytes) = item {
+                    lines.append(RequestParser.parse(bytes, maxBatch: limits.maxBatchRequests))
+                }
+            }
+        }
+        for parsed in lines {
+            guard case .single(.request(let request)) = parsed, request.method == "append",
+                case .events(let events) = request.params, refusal(of: request) == nil
+            else { continue }
+            context.writer.submit(events, from: identifier) { _ in }
+        }
+    }
+
     private func end() {
         for subscription in subscriptions { context.hub.remove(subscription) }
         subscriptions.removeAll()
