@@ -301,7 +301,7 @@ final class Daemon: Sendable {
         let methods = Methods(
             log: log, node: Methods.NodeInfo(name: configuration.nodeName, dataDirectory: configuration.dataDirectory),
             startedAt: Date(), writer: writer, sync: sync, backupDirectory: configuration.backupDirectory,
-            maxPageBytes: configuration.maxPageBytes)
+            maxPageBytes: configuration.maxPageBytes, maxConsumers: configuration.maxConsumers)
         let context = ServerContext(
             writer: writer, hub: hub, methods: methods, sync: sync, logger: logger,
             limits: Limits(configuration),
@@ -445,6 +445,7 @@ final class Daemon: Sendable {
             }
             if fresh.backupDirectory != old.backupDirectory { restartNeeded.append("backup_dir") }
             if fresh.maxPageBytes != old.maxPageBytes { restartNeeded.append("max_page_bytes") }
+            if fresh.maxConsumers != old.maxConsumers { restartNeeded.append("max_consumers") }
             if fresh.eventLoops != old.eventLoops { restartNeeded.append("event_loops") }
             if fresh.requestThreads != old.requestThreads { restartNeeded.append("request_threads") }
             logger.info(

@@ -30,7 +30,8 @@ struct Evctl: Command {
                 .flag("json", help: "Print JSON for scripts instead of text for people."),
             ],
             subcommands: [
-                New.self, Append.self, Get.self, List.self, Types.self, Log.self, Status.self, Attention.self,
+                New.self, Append.self, Get.self, List.self, Types.self, Log.self, Consumers.self, Status.self,
+                Attention.self,
                 Metrics.self, Conflicts.self, Resolve.self, DeadLetters.self, Rebuild.self, Backup.self, Export.self,
                 Import.self, Sync.self, Peers.self,
                 SyncServe.self,

@@ -34,6 +34,55 @@ struct FollowTests {
         #expect(lines.count == 1 && lines[0].hasSuffix("  \(third)  job/3  add  parts  valve-3"), "\(lines)")
     }
 
+    /// The seqs of `--json` lines.
+    func seqs(_ result: EvctlResult) throws -> [Int] {
+        try result.lines.map { try #require(try jsonObject($0)["seq"] as? Int) }
+    }
+
+    func consumerSeq(_ daemon: RunningDaemon, _ name: String) throws -> Int? {
+        let listed = try ok(daemon, "--json", "consumers", "list").json()
+        let consumers = listed["consumers"] as? [[String: Any]] ?? []
+        return consumers.first { $0["name"] as? String == name }?["seq"] as? Int
+    }
+
+    @Test("log --follow --consumer acknowledges what it wrote; killed and run again, it goes on after it")
+    func logFollowWithAConsumerResumesWhereItsAcknowledgementsEnd() throws {
+        let daemon = try RunningDaemon()
+        defer { daemon.remove() }
+        let events = (0..<40).map { #"{"entity":"job/\#($0 % 7)","kind":"status","status":"s\#($0)"}"# }
+        _ = try evctl(["append", "--file", "-"], socket: daemon.socketPath, stdin: events.joined(separator: "\n"))
+        let unknown = try evctl(["log", "--consumer", "feed"], socket: daemon.socketPath)
+        #expect(unknown.status == 2 && unknown.stderr.contains("evctl consumers add feed"), "\(unknown)")
+        _ = try ok(daemon, "consumers", "add", "feed")
+
+        // One page by hand, acknowledged as written.
+        let page = try ok(daemon, "--json", "log", "--consumer", "feed", "--limit", "15")
+        #expect(try seqs(page) == Array(1...15))
+        #expect(try consumerSeq(daemon, "feed") == 15)
+
+        let follower = try EvctlProcess(
+            ["--json", "log", "--follow", "--consumer", "feed"], socket: daemon.socketPath)
+        try follower.waitForOutput { $0.split(separator: "\n").count == 25 }
+        _ = try evctl(["append", "--file", "-"], socket: daemon.socketPath, stdin: events.joined(separator: "\n"))
+        try follower.waitForOutput { $0.split(separator: "\n").count == 65 }
+        // Acknowledged once written and nothing more was waiting.
+        let deadline = Date().addingTimeInterval(10)
+        while try consumerSeq(daemon, "feed") != 80, Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
+        #expect(try consumerSeq(daemon, "feed") == 80)
+        let first = follower.stop()
+        #expect(try seqs(first) == Array(16...80))
+
+        _ = try ok(daemon, "append", "job/x", "status", "after-the-crash")
+        let again = try EvctlProcess(["--json", "log", "--follow", "--consumer", "feed"], socket: daemon.socketPath)
+        try again.waitForOutput { !$0.isEmpty }
+        Thread.sleep(forTimeInterval: 0.3)
+        #expect(try seqs(again.stop()) == [81])
+        let deadline2 = Date().addingTimeInterval(10)
+        while try consumerSeq(daemon, "feed") != 81, Date() < deadline2 { Thread.sleep(forTimeInterval: 0.05) }
+        let status = try ok(daemon, "status").stdout
+        #expect(status.contains("consumers:") && status.contains("at seq 81, 0 events behind"), "\(status)")
+    }
+
     @Test func logFollowEndsWhenTheDaemonStops() throws {
         let daemon = try RunningDaemon()
         defer { daemon.remove() }

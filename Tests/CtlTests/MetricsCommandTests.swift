@@ -83,6 +83,7 @@ struct MetricsCommandTests {
             #expect(try evctl(["append", entity, "status", "new"], socket: daemon.socketPath).status == 0)
         }
         #expect(try evctl(["append", "job/1", "set", "a=1", "b=2"], socket: daemon.socketPath).status == 0)
+        #expect(try evctl(["consumers", "add", "bridge", "--seq", "1"], socket: daemon.socketPath).status == 0)
 
         let before = try MetricsCommandTests.status(daemon.socketPath)
         let (text, metrics) = try MetricsCommandTests.metrics(daemon.socketPath)
@@ -126,6 +127,10 @@ struct MetricsCommandTests {
             #expect(expected != nil && metrics.value(metric) == expected, "\(metric)")
         }
         #expect(metrics.value("evstore_stored_events") == 4 && metrics.value("evstore_appended_events_total") == 4)
+        // A durable consumer's lag and place, and the head they are counted from.
+        #expect(metrics.value("evstore_head_seq") == 4)
+        #expect(metrics.value("evstore_consumer_lag_events", ["consumer": "bridge"]) == 3)
+        #expect(metrics.value("evstore_consumer_acknowledged_seq", ["consumer": "bridge"]) == 1)
         // Between the two status calls.
         let uptime = try #require(metrics.value("evstore_uptime_seconds"))
         #expect(number(before, "uptime_s")! <= uptime && uptime <= number(after, "uptime_s")!)

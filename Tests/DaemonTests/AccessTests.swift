@@ -36,7 +36,7 @@ struct AccessTests {
         #expect(
             reads == [
                 "get", "list", "log", "watch", "status", "types", "conflicts", "dead_letters", "peers.list",
-                "peers.show", "attention",
+                "peers.show", "attention", "consumers.list",
             ])
         #expect(MethodAccess.required.values.allSatisfy { $0 != .none })
         #expect(MethodAccess.syncSession == .write)
@@ -178,7 +178,9 @@ struct AccessTests {
         #expect(info.st_gid == writeGroup && info.st_mode & 0o777 == 0o750)
     }
 
-    @Test("nothing listens on a network port: every socket the daemon holds is a Unix socket, but the one route netlink watch")
+    @Test(
+        "nothing listens on a network port: every socket the daemon holds is a Unix socket, but the one route netlink watch"
+    )
     func noNetworkSockets() throws {
         let b = try DaemonProcess(arguments: ["--node", "b"])
         defer { b.removeFiles() }
@@ -247,6 +249,10 @@ struct AccessTests {
         try FileManager.default.setAttributes([.posixPermissions: 0o644], ofItemAtPath: file)
         let imported = try evctl(reader, socket, ["import", file])
         #expect(imported.status == 77 && imported.output.contains("import is refused"), "\(imported.output)")
+        // A durable consumer another process reads is moved only with write access.
+        let consumer = try evctl(reader, socket, ["consumers", "add", "reader"])
+        #expect(consumer.status == 77 && consumer.output.contains("consumers.ack is refused"), "\(consumer.output)")
+        #expect(try evctl(reader, socket, ["consumers", "list"]).status == 0)
 
         // The write group as a supplementary group, as a login in that group has it.
         let writer = asUser(nobody, gid: nobody, groups: [writeGroup])

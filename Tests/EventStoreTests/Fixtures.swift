@@ -60,6 +60,10 @@ final class TempStore {
             #expect(try log.eventIDs(ofOrigin: origin, after: last, limit: 1).isEmpty, sourceLocation: sourceLocation)
         }
         try checkSequence(events: stats.events, sourceLocation: sourceLocation)
+        // A consumer never acknowledged a seq the node has not given yet.
+        for consumer in try log.consumers() {
+            #expect(consumer.seq <= log.sequenceHead, "consumer \(consumer.name)", sourceLocation: sourceLocation)
+        }
     }
 
     /// Every stored event has exactly one seq, seqs strictly increase up to the head, and

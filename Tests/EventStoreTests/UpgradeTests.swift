@@ -114,6 +114,9 @@ import Testing
         let result = try log!.append([InputEvent(entity: entity("job/after-upgrade"), change: .delete)])
         #expect(result.revs[entity("job/after-upgrade")] == UInt64(expectedLog.count) + 1)
         #expect(try log!.feed(after: UInt64(expectedLog.count)).events.map(\.seq) == [UInt64(expectedLog.count) + 1])
+        // The consumers table is new: empty after the upgrade, and it keeps what is acked.
+        #expect(try log!.consumers().isEmpty)
+        #expect(try log!.ackConsumer("hq", seq: UInt64(expectedLog.count)).seq == UInt64(expectedLog.count))
     }
 
     /// What the sequence table costs per event, in the fixture store and in a store of
@@ -131,7 +134,8 @@ import Testing
         let upgraded = try perEvent(log)
         print("seq_blocks: \(upgraded) bytes per event in the upgraded fixture")
 
-        let fresh = FileManager.default.temporaryDirectory.appendingPathComponent("evstore-seq-\(UUID().uuidString)").path
+        let fresh = FileManager.default.temporaryDirectory.appendingPathComponent("evstore-seq-\(UUID().uuidString)")
+            .path
         defer { try? FileManager.default.removeItem(atPath: fresh) }
         let store = try EventLog.open(directory: fresh)
         var generator = SystemRandomNumberGenerator()
@@ -232,7 +236,8 @@ import Testing
         let expected = try logLines.map { line -> (seq: UInt64, event: [UInt8]) in
             let text = String(decoding: line, as: UTF8.self)
             let marker = try #require(text.range(of: #","event":"#))
-            let seq = try #require(UInt64(text[text.index(text.startIndex, offsetBy: prefix.count)..<marker.lowerBound]))
+            let seq = try #require(
+                UInt64(text[text.index(text.startIndex, offsetBy: prefix.count)..<marker.lowerBound]))
             return (seq, Array(text[marker.upperBound...].dropLast().utf8))
         }
         #expect(expected.count == 609)
@@ -291,6 +296,10 @@ import Testing
         let result = try log!.append([InputEvent(entity: entity("job/fx4-gone"), change: .status("closed"))])
         #expect(result.revs[entity("job/fx4-gone")] == 610)
         #expect(try log!.statusHistory(of: entity("job/fx4-gone")).map(\.status) == ["open", "closed"])
+        #expect(try log!.consumers().isEmpty)
+        #expect(try log!.ackConsumer("hq", seq: 610).seq == 610)
+        log = nil
+        log = try EventLog.open(directory: directory, options: options)
+        #expect(try log!.consumer(named: "hq")?.seq == 610)
     }
 }
-

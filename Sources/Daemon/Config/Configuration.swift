@@ -82,6 +82,9 @@ struct Configuration: Equatable, Sendable {
     /// A page of `log` or dead letters ends early (with `next`) once it holds this many bytes.
     var maxPageBytes = Configuration.defaultMaxPageBytes
     static let defaultMaxPageBytes = 8 << 20
+    /// Durable consumers the store keeps; a new one past it is refused.
+    var maxConsumers = Configuration.defaultMaxConsumers
+    static let defaultMaxConsumers = 64
     var logLevel = Logger.Level.info
     /// Where this host's identity is read (a data directory copied to another machine
     /// takes a fresh node id). Containers that share or lack /etc/machine-id point it at a
@@ -167,6 +170,7 @@ struct Configuration: Equatable, Sendable {
         Option(key: "max_batch_requests", help: "most requests in one batch line (1000)"),
         Option(key: "max_batch_response_bytes", help: "most response bytes one batch gathers (16 MiB)"),
         Option(key: "max_page_bytes", help: "a page of log or dead letters ends early past this many bytes (8 MiB)"),
+        Option(key: "max_consumers", help: "durable consumers the store keeps; a new one past it is refused (64)"),
         Option(key: "log_level", help: "debug, info, notice, warning or error (info)"),
         Option(key: "machine_id_file", help: "this host's identity, compared at start (/etc/machine-id)"),
         Option(key: "read_groups", help: "groups whose members may only read, names or gids, comma-separated"),
@@ -430,6 +434,7 @@ struct Configuration: Equatable, Sendable {
         case "max_batch_requests": maxBatchRequests = try integer(1...1_000_000)
         case "max_batch_response_bytes": maxBatchResponseBytes = try integer((64 << 10)...(1 << 40))
         case "max_page_bytes": maxPageBytes = try integer((64 << 10)...(1 << 30))
+        case "max_consumers": maxConsumers = try integer(1...10_000)
         case "machine_id_file": machineIDFile = text
         case "backup_dir":
             guard !text.isEmpty else {

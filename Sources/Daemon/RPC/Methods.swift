@@ -8,7 +8,7 @@ struct Methods: Sendable {
     static let names = [
         "append", "get", "list", "log", "watch", "status", "types", "conflicts", "dead_letters", "rebuild", "backup",
         "sync", "peers.add", "peers.remove", "peers.list", "import", "dead_letters.retry", "dead_letters.drop",
-        "attention", "peers.show",
+        "attention", "peers.show", "consumers.list", "consumers.ack", "consumers.remove",
     ]
 
     /// The most events one `import` request may carry (`evctl import` sends 1000).
@@ -25,6 +25,8 @@ struct Methods: Sendable {
     /// `max_page_bytes`: a page of `log` or `dead_letters` ends early, with `next`, once its
     /// events reach this many bytes, so one request cannot make the daemon build a huge answer.
     var maxPageBytes = Configuration.defaultMaxPageBytes
+    /// `max_consumers`: the durable consumers the store keeps.
+    var maxConsumers = Configuration.defaultMaxConsumers
 
     struct NodeInfo: Sendable {
         var name: String?
@@ -53,6 +55,9 @@ struct Methods: Sendable {
             case "import": return try importEvents(request)
             case "attention": return try attention(request)
             case "peers.show": return try peerShow(request)
+            case "consumers.list": return try consumersList(request)
+            case "consumers.ack": return try consumersAck(request)
+            case "consumers.remove": return try consumersRemove(request)
             default: throw RPCError.methodNotFound(request.method)
             }
         } catch let error as RPCError {
@@ -103,22 +108,28 @@ struct Methods: Sendable {
     }
 
     /// `log`: the events this node stored, in seq order after `after` (a seq; 0 or absent:
-    /// from the start), filtered by entity, origin and type; `next` is where the next page
-    /// starts (null: the page reached `head`, the seq the page was read at).
+    /// from the start) or after what the durable consumer `consumer` acknowledged, filtered
+    /// by entity, origin and type; `next` is where the next page starts (null: the page
+    /// reached `head`, the seq the page was read at).
     ///
     /// With `order: "id"` (what `evctl export` asks for: an import needs each origin's events
     /// in id order), the events come in id order instead, without `seq`, `after` and `next`
     /// being event ids, as 0.4 gave them.
     func logPage(_ request: Request) throws -> [UInt8] {
         let params = try Params(
-            request.params, method: "log", accepts: ["after", "limit", "entity", "origin", "type", "order"])
+            request.params, method: "log", accepts: ["after", "limit", "entity", "origin", "type", "order", "consumer"])
         switch try params.string("order") ?? "seq" {
         case "seq": break
-        case "id": return try logPageInIDOrder(params)
+        case "id":
+            if try params.string("consumer") != nil {
+                throw RPCError.invalidParams("\"consumer\" goes with the seq order of log, not with \"order\": \"id\"")
+            }
+            return try logPageInIDOrder(params)
         case let order:
             throw RPCError.invalidParams("\"order\" is \"seq\" (the default) or \"id\", not \"\(order.prefix(40))\"")
         }
-        let after = try params.seq("after") ?? 0
+        let after =
+            try Methods.resumePoint(after: params.seq("after"), consumer: params.string("consumer"), log: log) ?? 0
         let limit = try params.int("limit", in: 1...10_000) ?? 100
         let filter = FeedFilter(
             entity: try params.entity("entity"), origin: try params.id("origin"), type: try params.type("type"))
@@ -148,8 +159,10 @@ struct Methods: Sendable {
         let origin = try params.id("origin")
         let page: (events: [Event], next: ULID?)
         switch (entity, origin) {
-        case (let entity?, nil): page = try log.events(ofEntity: entity, after: after, limit: limit, maxBytes: maxPageBytes)
-        case (nil, let origin?): page = try log.events(ofOrigin: origin, after: after, limit: limit, maxBytes: maxPageBytes)
+        case (let entity?, nil):
+            page = try log.events(ofEntity: entity, after: after, limit: limit, maxBytes: maxPageBytes)
+        case (nil, let origin?):
+            page = try log.events(ofOrigin: origin, after: after, limit: limit, maxBytes: maxPageBytes)
         case (nil, nil): page = try log.events(after: after, limit: limit, maxBytes: maxPageBytes)
         case (.some, .some):
             throw RPCError.invalidParams("with \"order\": \"id\", give \"entity\" or \"origin\", not both")
@@ -210,6 +223,8 @@ struct Methods: Sendable {
         out.member("bytes", statistics.bytesUsed)
         out.member("digest", statistics.digest.description)
         out.member("seq", Int(clamping: statistics.seq))
+        out.key("consumers")
+        Methods.write(try log.consumers(), head: statistics.seq, to: &out)
         out.key("clock")
         out.beginObject()
         out.member("max_skew_ms", Int(clamping: log.maxClockSkewMilliseconds))

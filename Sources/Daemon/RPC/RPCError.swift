@@ -21,7 +21,7 @@ struct RPCError: Error, Equatable, Sendable {
     static let applicationCodes: [String: Int] = [
         "not_found": -32001, "conflict": -32002, "deleted": -32003, "too_large": -32004,
         "invalid_event": -32005, "storage_full": -32006, "unavailable": -32007, "forbidden": -32008,
-        "corrupt": -32009, "too_many_watches": -32010, "ids_exhausted": -32011,
+        "corrupt": -32009, "too_many_watches": -32010, "ids_exhausted": -32011, "too_many_consumers": -32012,
     ]
 
     static func parseError(_ detail: String) -> RPCError {
@@ -56,6 +56,13 @@ struct RPCError: Error, Equatable, Sendable {
     }
 
     init(_ error: EventStoreError) {
+        // A parameter out of range, found by the store (a seq beyond the head): JSON-RPC's
+        // own code, with the message as the store said it.
+        if error.reason == .invalidParams {
+            self.init(
+                code: RPCError.invalidParamsCode, message: "invalid params: \(error.message)", reason: "invalid_params")
+            return
+        }
         self.init(
             code: RPCError.applicationCodes[error.reason.rawValue] ?? RPCError.internalErrorCode,
             message: error.message, reason: error.reason.rawValue, index: error.index)

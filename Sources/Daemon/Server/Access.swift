@@ -41,6 +41,7 @@ enum MethodAccess {
         "peers.list": .read,
         "peers.show": .read,
         "attention": .read,
+        "consumers.list": .read,
         "append": .write,
         // Stores events as a sync session does.
         "import": .write,
@@ -53,6 +54,9 @@ enum MethodAccess {
         // Store or remove what peers sent, as a sync session does.
         "dead_letters.retry": .write,
         "dead_letters.drop": .write,
+        // Moving a consumer another process reads would make it skip events.
+        "consumers.ack": .write,
+        "consumers.remove": .write,
     ]
 
     /// A session another node starts on the socket: it stores the events it receives.

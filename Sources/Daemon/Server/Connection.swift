@@ -705,8 +705,9 @@ final class Connection: @unchecked Sendable {
         let subscription: Subscription
         let after: UInt64?
         do throws(RPCError) {
-            let params = try Params(request.params, method: "watch", accepts: ["after", "entity", "type"])
-            after = try params.seq("after")
+            let params = try Params(request.params, method: "watch", accepts: ["after", "entity", "type", "consumer"])
+            after = try Methods.resumePoint(
+                after: params.seq("after"), consumer: params.string("consumer"), log: context.writer.log)
             subscription = Subscription(
                 outbox: outbox, entity: try params.entity("entity"), type: try params.type("type"), after: after)
         } catch {

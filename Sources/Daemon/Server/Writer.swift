@@ -6,7 +6,8 @@ import Synchronization
 import UnixSocket
 
 /// The one writer: a thread that owns every write transaction of the daemon. It takes every
-/// request waiting — appends, batches a sync session received, imports, peer records — and
+/// request waiting — appends, batches a sync session received, imports, peer records,
+/// consumers' acknowledgements — and
 /// commits them together, one write transaction and one sync to disk per group (group
 /// commit), while each request stays all or nothing; rebuilds and dictionary installs run
 /// on it alone. After each commit it publishes the stored events to watchers from memory,
@@ -47,6 +48,7 @@ final class Writer: Sendable {
             case .importEvents(let events): return events.count
             case .peerEntries(let entries): return entries.count
             case .retryDeadLetters(let ids), .dropDeadLetters(let ids): return ids.count
+            case .ackConsumer, .removeConsumer: return 1
             }
         }
     }
@@ -109,10 +111,11 @@ final class Writer: Sendable {
         completion: @escaping @Sendable (Result<AppendResult, EventStoreError>) -> Void
     ) {
         submit(.write(.append(events)), from: source) { result in
-            completion(result.flatMap { outcome in
-                guard case .written(.appended(let appended)) = outcome else { return .failure(Writer.mismatch) }
-                return .success(appended)
-            })
+            completion(
+                result.flatMap { outcome in
+                    guard case .written(.appended(let appended)) = outcome else { return .failure(Writer.mismatch) }
+                    return .success(appended)
+                })
         }
     }
 
@@ -153,7 +156,8 @@ final class Writer: Sendable {
     /// Validates dead letters again and stores those that pass, group-committed with the
     /// appends waiting (what is stored is published to watchers like any receipt).
     func retryDeadLetters(_ ids: [ULID]) throws(EventStoreError) -> DeadLetterRetry {
-        guard case .written(.deadLettersRetried(let result)) = try perform(.write(.retryDeadLetters(ids)), from: -6).get()
+        guard
+            case .written(.deadLettersRetried(let result)) = try perform(.write(.retryDeadLetters(ids)), from: -6).get()
         else { throw Writer.mismatch }
         return result
     }
@@ -163,6 +167,25 @@ final class Writer: Sendable {
         guard case .written(.deadLettersDropped(let count)) = try perform(.write(.dropDeadLetters(ids)), from: -7).get()
         else { throw Writer.mismatch }
         return count
+    }
+
+    /// Acknowledges `seq` for a consumer, creating it when new (`consumers.ack`),
+    /// group-committed with the appends waiting.
+    func ackConsumer(_ name: String, seq: UInt64, maxConsumers: Int) throws(EventStoreError) -> Consumer {
+        let work = Work.write(.ackConsumer(name: name, seq: seq, maxConsumers: maxConsumers))
+        guard case .written(.consumerAcked(let consumer)) = try perform(work, from: -8).get() else {
+            throw Writer.mismatch
+        }
+        return consumer
+    }
+
+    /// Removes a consumer; whether there was one.
+    func removeConsumer(_ name: String) throws(EventStoreError) -> Bool {
+        guard
+            case .written(.consumerRemoved(let removed)) = try perform(.write(.removeConsumer(name: name)), from: -9)
+                .get()
+        else { throw Writer.mismatch }
+        return removed
     }
 
     /// `EventLog.rebuild(verify:)` on the writer.
@@ -272,7 +295,7 @@ final class Writer: Sendable {
             case .ingested(let result): received += result.ingested.count
             case .imported(let result): received += result.imported.count
             case .deadLettersRetried(let result): received += result.stored.count
-            case .peerEntriesStored, .deadLettersDropped: break
+            case .peerEntriesStored, .deadLettersDropped, .consumerAcked, .consumerRemoved: break
             }
         }
         eventsWritten.add(appended + received, ordering: .relaxed)

@@ -23,6 +23,11 @@ public struct EventStoreError: Error, Equatable, Sendable, CustomStringConvertib
         /// A replicated event of this node's own origin with an id further ahead of its
         /// clock than `max_clock_skew_s`: refused (a dead letter), as this node did not make it.
         public static let foreignOwnOrigin = Reason(rawValue: "foreign_own_origin")
+        /// A request's parameter is well formed but out of range (a consumer's seq beyond
+        /// the head, a consumer name outside its alphabet): JSON-RPC's invalid params.
+        public static let invalidParams = Reason(rawValue: "invalid_params")
+        /// `max_consumers` are kept already: a new consumer is refused.
+        public static let tooManyConsumers = Reason(rawValue: "too_many_consumers")
     }
 
     public var reason: Reason

@@ -7,7 +7,8 @@ public struct EnvironmentOptions: Sendable {
     /// The size the map may grow to, in bytes; writes past it throw an error whose
     /// `isStorageFull` is true.
     public var maxMapSize: Int
-    /// The number of named databases the environment can hold.
+    /// The number of named databases the environment can hold (the event log opens 16,
+    /// and an upgrade one more for a table it replaces).
     public var maxDatabases: Int
     /// The number of read transactions that can be open at once, across processes.
     public var maxReaders: Int
@@ -19,7 +20,7 @@ public struct EnvironmentOptions: Sendable {
     public init(
         initialMapSize: Int = 64 << 20,
         maxMapSize: Int = 64 << 30,
-        maxDatabases: Int = 16,
+        maxDatabases: Int = 32,
         maxReaders: Int = 126,
         durable: Bool = true
     ) {

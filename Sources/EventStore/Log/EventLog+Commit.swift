@@ -14,6 +14,11 @@ public enum WriteRequest: Sendable {
     case retryDeadLetters([ULID])
     /// Dead letters to remove (`dead_letters.drop`).
     case dropDeadLetters([ULID])
+    /// A consumer's acknowledgement (`consumers.ack`), creating it when new: as
+    /// `EventLog.ackConsumer(_:seq:maxConsumers:)`.
+    case ackConsumer(name: String, seq: UInt64, maxConsumers: Int)
+    /// A consumer to remove (`consumers.remove`).
+    case removeConsumer(name: String)
 }
 
 /// An entry of the peers table: its key and value (nil: delete it).
@@ -35,6 +40,9 @@ public enum WriteOutcome: Sendable, Equatable {
     case peerEntriesStored
     case deadLettersRetried(DeadLetterRetry)
     case deadLettersDropped(Int)
+    case consumerAcked(Consumer)
+    /// Whether there was such a consumer.
+    case consumerRemoved(Bool)
 }
 
 /// What one commit of the writer did.
@@ -47,7 +55,7 @@ public struct CommitResult: Sendable {
 
 extension EventLog {
     /// Runs several independent requests in ONE write transaction and one commit (group
-    /// commit): appends, replicated batches, imports and peer records alike. Each request
+    /// commit): appends, replicated batches, imports, peer records and consumers' acknowledgements alike. Each request
     /// stays all or nothing on its own — one that fails is rolled back (a nested
     /// transaction) and reported, and the others are written.
     ///
@@ -110,7 +118,8 @@ extension EventLog {
             return .appended(batch.result(ids: ids, written: written))
         case .ingest(let events, let peer, let maxDeadLetters):
             return .ingested(
-                try ingest(events, from: peer, maxDeadLetters: maxDeadLetters, batch: &batch, txn: &txn, writer: &writer))
+                try ingest(
+                    events, from: peer, maxDeadLetters: maxDeadLetters, batch: &batch, txn: &txn, writer: &writer))
         case .importEvents(let events):
             return .imported(try importEvents(events, batch: &batch, txn: &txn, writer: &writer))
         case .peerEntries(let entries):
@@ -120,6 +129,10 @@ extension EventLog {
             return .deadLettersRetried(try retryDeadLetters(ids, batch: &batch, txn: &txn, writer: &writer))
         case .dropDeadLetters(let ids):
             return .deadLettersDropped(try dropDeadLetters(ids, txn: &txn))
+        case .ackConsumer(let name, let seq, let maxConsumers):
+            return .consumerAcked(try ackConsumer(name, seq: seq, maxConsumers: maxConsumers, batch: batch, txn: &txn))
+        case .removeConsumer(let name):
+            return .consumerRemoved(try removeConsumer(name, txn: &txn))
         }
     }
 }

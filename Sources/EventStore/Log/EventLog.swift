@@ -95,6 +95,9 @@ public final class EventLog: Sendable {
         /// seq (8 bytes, big-endian) → event id (16 bytes): every stored event in the order
         /// this node stored it (the commit sequence). Node-local, never replicated.
         let sequence: Database
+        /// consumer name → its record (`Consumer.record`): durable cursors over the commit
+        /// sequence. Node-local, never replicated.
+        let consumers: Database
         /// small named values: format, node id, digest, dictionary version, sequence head.
         let meta: Database
     }
@@ -167,6 +170,7 @@ public final class EventLog: Sendable {
             dictionaries: try environment.openDatabase("dictionaries", flags: [.create]),
             skew: try environment.openDatabase("clock_skew", flags: [.create]),
             sequence: try environment.openDatabase("seq_blocks", flags: [.create]),
+            consumers: try environment.openDatabase("consumers", flags: [.create]),
             meta: try environment.openDatabase("meta", flags: [.create])
         )
         let tables = self.tables

@@ -2,7 +2,7 @@ import Arguments
 import Projections
 
 /// The values of evctl's dynamic completions, asked of the daemon: peer names (`sync`,
-/// `peers remove`), entity types (`new`, `list`) and `TYPE/` prefixes for entities. A
+/// `peers remove`), consumer names, entity types (`new`, `list`) and `TYPE/` prefixes for entities. A
 /// completion must never hang a shell: the daemon gets one second, and any failure offers
 /// nothing.
 enum Completions {
@@ -13,6 +13,8 @@ enum Completions {
         switch provider {
         case "peer":
             return names(of: "peers", from: "peers.list", member: "name", global: global)
+        case "consumer":
+            return names(of: "consumers", from: "consumers.list", member: "name", global: global)
         case "type":
             return names(of: "types", from: "types", member: nil, global: global)
         case "entity":

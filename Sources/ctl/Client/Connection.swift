@@ -139,6 +139,12 @@ final class Connection: @unchecked Sendable {
         return message
     }
 
+    /// Whether a message is already here to read: buffered, or waiting on the socket. When
+    /// false, the next `receive` would wait for the daemon.
+    var hasPendingInput: Bool {
+        reader.isMidLine || (try? socket.waitReadable(timeout: 0)) == true
+    }
+
     /// The next message, or nil when the daemon closed the connection.
     func receiveOrEnd() throws(CommandFailure) -> Message? {
         try receiveLineOrEnd().map { (line) throws(CommandFailure) in try Connection.decode(line) }

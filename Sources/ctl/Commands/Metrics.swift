@@ -167,6 +167,25 @@ struct Metrics: Command {
             "The peer's sync state: 1 for the state it is in (ok, retrying, failing, terminal), 0 for the others.",
             states)
 
+        gauge(
+            "evstore_head_seq", "The commit sequence's head: the seq of the last event this node stored.",
+            int(status, "seq"))
+        let consumers = status["consumers"] as? [[String: Any]] ?? []
+        var lags: [Exposition.Sample] = []
+        var acknowledged: [Exposition.Sample] = []
+        for consumer in consumers {
+            let label = [("consumer", consumer["name"] as? String ?? "")]
+            if let value = int(consumer, "lag") { lags.append((label, value)) }
+            if let value = int(consumer, "seq") { acknowledged.append((label, value)) }
+        }
+        out.family(
+            "evstore_consumer_lag_events", .gauge,
+            "Events this node stored after the last one the durable consumer acknowledged (head - acknowledged seq).",
+            lags)
+        out.family(
+            "evstore_consumer_acknowledged_seq", .gauge, "The last seq the durable consumer acknowledged.",
+            acknowledged)
+
         let clock = status["clock"] as? [String: Any] ?? [:]
         gauge(
             "evstore_max_clock_skew_seconds",

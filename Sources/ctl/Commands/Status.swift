@@ -107,6 +107,19 @@ struct Status: Command {
             lines.append("peers:")
             lines += Format.table(peers.map { ["  " + (($0["name"] as? String) ?? "?"), peerText($0, now: now)] })
         }
+        let consumers = status["consumers"] as? [[String: Any]] ?? []
+        if !consumers.isEmpty {
+            lines.append("consumers:")
+            lines += Format.table(
+                consumers.map { consumer in
+                    let lag = consumer["lag"] as? Int ?? 0
+                    let seq = consumer["seq"] as? Int ?? 0
+                    return [
+                        "  " + (consumer["name"] as? String ?? "?"),
+                        "at seq \(seq), \(Format.count(lag, "event")) behind",
+                    ]
+                })
+        }
         return lines
     }
 

@@ -532,6 +532,7 @@ class Client:
         limit: Optional[int] = None,
         *,
         type: Optional[str] = None,
+        consumer: Optional[str] = None,
         page_size: int = 1000,
     ) -> Iterator[JSONObject]:
         """The events in the order this node stored them (the input form plus ``id``,
@@ -539,7 +540,9 @@ class Client:
         page as it goes.
 
         Every event the node stores (appended, replicated or imported) takes its next
-        ``seq``: to resume later, pass the ``seq`` of the last event read as ``after``.
+        ``seq``: to resume later, pass the ``seq`` of the last event read as ``after``,
+        or keep the place in the daemon with a durable consumer: ``consumer=NAME`` starts
+        after what it acknowledged, and `ack` acknowledges what you have processed.
 
         Args:
             after: start after this seq (None or 0: from the start).
@@ -547,12 +550,16 @@ class Client:
             origin: only the events made by this node id.
             limit: stop after this many (None: all of them).
             type: only the events of entities of this type.
+            consumer: start after the seq this durable consumer acknowledged (not with
+                ``after``); an unknown name is `NotFound`.
             page_size: events per request (at most 10000).
         """
         if after is not None and not isinstance(after, int):
             raise TypeError("after is a seq (an int: the \"seq\" of the last event read), not an event id")
-        return self._pages("log", "events", {"entity": entity, "origin": origin, "type": type}, after, limit,
-                           page_size)
+        if consumer is not None and after is not None:
+            raise ValueError("give after or consumer, not both: a consumer resumes after what it acknowledged")
+        return self._pages("log", "events", {"entity": entity, "origin": origin, "type": type, "consumer": consumer},
+                           after, limit, page_size)
 
     def conflicts(self, type: Optional[str] = None, limit: Optional[int] = None, *,
                   page_size: int = 1000) -> Iterator[JSONObject]:
@@ -643,6 +650,8 @@ class Client:
                 items = items[:left]
                 left -= len(items)
             yield from items
+            # A durable consumer names where the first page starts; the next go on by seq.
+            params.pop("consumer", None)
             following = page.get("next")
             # A cursor is an entity or key (list, conflicts, ...) or a seq (log).
             if isinstance(following, bool) or not isinstance(following, (str, int)) or following == cursor:
@@ -654,6 +663,34 @@ class Client:
         ``needs_attention``, ``peers`` and more (docs/api.md)."""
         result: JSONObject = self.call("status")
         return result
+
+    # --- durable consumers ---
+
+    def consumers(self) -> List[JSONObject]:
+        """The durable consumers: ``{"name", "seq", "lag", "acked_at"}`` each, ``seq``
+        the last seq acknowledged and ``lag`` the events stored since."""
+        consumers: List[JSONObject] = self.call("consumers.list")["consumers"]
+        return consumers
+
+    def ack(self, consumer: str, seq: int) -> JSONObject:
+        """Acknowledges every event up to ``seq`` for the durable consumer ``consumer``,
+        creating it when new (``seq`` 0: it reads from the start). Acknowledge after the
+        events are processed, a page or a few hundred at a time (each acknowledgement is a
+        durable write): after a crash, reading resumes after the last one.
+
+        Raises:
+            Conflict: the consumer acknowledged more already (acknowledgements only move
+                forward).
+            InvalidParams: ``seq`` is beyond this node's head.
+        """
+        if isinstance(seq, bool) or not isinstance(seq, int):
+            raise TypeError("seq is a seq (an int: the \"seq\" of the last event processed)")
+        result: JSONObject = self.call("consumers.ack", {"name": consumer, "seq": seq})
+        return result
+
+    def remove_consumer(self, consumer: str) -> None:
+        """Forgets a durable consumer; an unknown name is `NotFound`."""
+        self.call("consumers.remove", {"name": consumer})
 
     # --- replication ---
 
@@ -704,6 +741,7 @@ class Client:
         entity: Optional[str] = None,
         type: Optional[str] = None,
         *,
+        consumer: Optional[str] = None,
         timeout: Optional[float] = None,
     ) -> "Watch":
         """Follows the events as they are committed, on a connection of its own.
@@ -722,6 +760,8 @@ class Client:
                 event read, to resume).
             entity: only the events of this entity.
             type: only the events of entities of this type.
+            consumer: replay the held events after what this durable consumer
+                acknowledged first (not with ``after``); `ack` as you process them.
             timeout: the longest wait for the next event: iterating raises `Timeout`
                 after it (the watch goes on; read again). None: wait as long as it takes.
 
@@ -733,7 +773,9 @@ class Client:
             raise ValueError("the evstore client is closed")
         if after is not None and (isinstance(after, bool) or not isinstance(after, int)):
             raise TypeError("after is a seq (an int: the \"seq\" of the last event read), not an event id")
-        return Watch(self.socket_path, {"after": after, "entity": entity, "type": type},
+        if consumer is not None and after is not None:
+            raise ValueError("give after or consumer, not both: a consumer resumes after what it acknowledged")
+        return Watch(self.socket_path, {"after": after, "entity": entity, "type": type, "consumer": consumer},
                      connect_timeout=self.timeout, timeout=timeout, max_line_bytes=self.max_line_bytes)
 
 

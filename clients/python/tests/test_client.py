@@ -175,6 +175,35 @@ class ClientTests(DaemonTestCase):
         with self.assertRaises(TypeError):
             list(self.db.log(after=ids[0]))
 
+    def test_durable_consumer_resumes_after_what_it_acknowledged(self) -> None:
+        name = "c" + evstore.new_ulid().lower()[-8:]
+        with self.assertRaises(evstore.NotFound):
+            list(self.db.log(consumer=name))
+        head = self.db.status()["seq"]
+        created = self.db.ack(name, head)
+        self.assertEqual((created["name"], created["seq"], created["lag"]), (name, head, 0))
+        job = evstore.new_entity_id("job")
+        ids = self.db.append([Event.edit(job, {"n": n}) for n in range(5)]).ids
+        read = list(self.db.log(consumer=name, page_size=2))
+        self.assertEqual([e["id"] for e in read], ids)
+        self.assertEqual(list(self.db.log(consumer=name, page_size=2))[0]["id"], ids[0])  # nothing acknowledged yet
+        self.db.ack(name, read[2]["seq"])
+        self.assertEqual([e["id"] for e in self.db.log(consumer=name)], ids[3:])
+        listed = {c["name"]: c for c in self.db.consumers()}
+        self.assertEqual(listed[name]["seq"], read[2]["seq"])
+        self.assertEqual(listed[name]["lag"], self.db.status()["seq"] - read[2]["seq"])
+        with self.assertRaises(evstore.Conflict):
+            self.db.ack(name, read[1]["seq"])
+        with self.assertRaises(evstore.InvalidParams):
+            self.db.ack(name, self.db.status()["seq"] + 100)
+        with self.assertRaises(ValueError):
+            self.db.log(consumer=name, after=1)
+        with self.db.watch(consumer=name, timeout=TIMEOUT) as events:
+            self.assertEqual([next(events)["id"], next(events)["id"]], ids[3:])
+        self.db.remove_consumer(name)
+        with self.assertRaises(evstore.NotFound):
+            self.db.remove_consumer(name)
+
     def test_pages_interleave_with_other_calls(self) -> None:
         job = evstore.new_entity_id("job")
         self.db.append([Event.edit(job, {"n": n}) for n in range(4)])
