@@ -38,9 +38,11 @@ let package = Package(
         // Command-line argument parsing for evctl and evstored (help and usage go out
         // through UnixSocket's FileDescriptor).
         .target(name: "Arguments", dependencies: ["UnixSocket"]),
+        // Log lines to standard error or the journal, in the shape of swift-log's Logger.
+        .target(name: "Logging", dependencies: ["UnixSocket"]),
         .target(
             name: "Daemon",
-            dependencies: ["EventStore", "Projections", "UnixSocket", "Arguments"]
+            dependencies: ["EventStore", "Projections", "UnixSocket", "Arguments", "Logging"]
         ),
         .executableTarget(name: "evstored", dependencies: ["Daemon"], path: "Sources/evstored"),
         .executableTarget(
@@ -72,7 +74,9 @@ let package = Package(
         .testTarget(name: "ArgumentsTests", dependencies: ["Arguments"]),
         .testTarget(
             name: "DaemonTests",
-            dependencies: ["Daemon", "Arguments", "EventStore", "Projections", "UnixSocket", "TestSupport"]
+            dependencies: [
+                "Daemon", "Arguments", "EventStore", "Projections", "UnixSocket", "Logging", "TestSupport",
+            ]
         ),
         .testTarget(name: "CtlTests", dependencies: ["Projections", "UnixSocket", "TestSupport"]),
     ],

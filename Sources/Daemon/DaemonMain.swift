@@ -2,6 +2,7 @@ import Arguments
 import Dispatch
 import EventStore
 import FoundationEssentials
+import Logging
 import Synchronization
 import UnixSocket
 

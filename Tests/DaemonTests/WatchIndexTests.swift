@@ -1,4 +1,5 @@
 import EventStore
+import Logging
 import Projections
 import TestSupport
 import Testing

@@ -1,5 +1,6 @@
 import EventStore
 import Foundation
+import Logging
 import Projections
 import Synchronization
 import TestSupport

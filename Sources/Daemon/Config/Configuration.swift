@@ -1,4 +1,5 @@
 import FoundationEssentials
+import Logging
 import Projections
 import UnixSocket
 

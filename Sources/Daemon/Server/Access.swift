@@ -1,3 +1,4 @@
+import Logging
 import Synchronization
 import UnixSocket
 

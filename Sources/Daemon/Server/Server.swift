@@ -1,6 +1,7 @@
 import Dispatch
 import EventStore
 import FoundationEssentials
+import Logging
 import Synchronization
 import UnixSocket
 

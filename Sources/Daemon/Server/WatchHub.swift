@@ -1,5 +1,6 @@
 import EventStore
 import FoundationEssentials
+import Logging
 import Projections
 import Synchronization
 import UnixSocket

@@ -1,4 +1,5 @@
 import Dispatch
+import Logging
 import Synchronization
 import UnixSocket
 

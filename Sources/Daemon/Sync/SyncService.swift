@@ -1,6 +1,7 @@
 import Dispatch
 import EventStore
 import FoundationEssentials
+import Logging
 import Projections
 import Synchronization
 import UnixSocket

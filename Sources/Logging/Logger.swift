@@ -2,22 +2,22 @@ import FoundationEssentials
 import Synchronization
 import UnixSocket
 
-/// Writes one line per event to stderr, in the shape of swift-log's `Logger` without the
-/// package: a level, a label, a message.
+/// Writes one line per event to stderr (the log of evstored and of evstore-nats), in the
+/// shape of swift-log's `Logger` without the package: a level, a label, a message.
 ///
 /// Under systemd (JOURNAL_STREAM set) each line starts with the syslog priority in angle
 /// brackets instead of a timestamp, so the journal files it at the right level.
-final class Logger: Sendable {
-    enum Level: Int, Comparable, Sendable, CaseIterable {
+public final class Logger: Sendable {
+    public enum Level: Int, Comparable, Sendable, CaseIterable {
         case debug = 7
         case info = 6
         case notice = 5
         case warning = 4
         case error = 3
 
-        static func < (lhs: Level, rhs: Level) -> Bool { lhs.rawValue > rhs.rawValue }
+        public static func < (lhs: Level, rhs: Level) -> Bool { lhs.rawValue > rhs.rawValue }
 
-        var name: String {
+        public var name: String {
             switch self {
             case .debug: "debug"
             case .info: "info"
@@ -27,20 +27,20 @@ final class Logger: Sendable {
             }
         }
 
-        init?(name: String) {
+        public init?(name: String) {
             guard let level = Level.allCases.first(where: { $0.name == name }) else { return nil }
             self = level
         }
     }
 
-    let label: String
-    /// The least severe level written; changed by a config reload.
+    public let label: String
+    /// The least severe level written; a config reload may change it.
     private let threshold: Mutex<Level>
     private let journal: Bool
     /// One line at a time, so lines from threads never interleave.
     private let output = Mutex(())
 
-    init(
+    public init(
         label: String, level: Level = .info,
         journal: Bool = ProcessInfo.processInfo.environment["JOURNAL_STREAM"] != nil
     ) {
@@ -49,18 +49,18 @@ final class Logger: Sendable {
         self.journal = journal
     }
 
-    var level: Level {
+    public var level: Level {
         get { threshold.withLock { $0 } }
         set { threshold.withLock { $0 = newValue } }
     }
 
-    func debug(_ message: @autoclosure () -> String) { log(.debug, message()) }
-    func info(_ message: @autoclosure () -> String) { log(.info, message()) }
-    func notice(_ message: @autoclosure () -> String) { log(.notice, message()) }
-    func warning(_ message: @autoclosure () -> String) { log(.warning, message()) }
-    func error(_ message: @autoclosure () -> String) { log(.error, message()) }
+    public func debug(_ message: @autoclosure () -> String) { log(.debug, message()) }
+    public func info(_ message: @autoclosure () -> String) { log(.info, message()) }
+    public func notice(_ message: @autoclosure () -> String) { log(.notice, message()) }
+    public func warning(_ message: @autoclosure () -> String) { log(.warning, message()) }
+    public func error(_ message: @autoclosure () -> String) { log(.error, message()) }
 
-    func log(_ level: Level, _ message: @autoclosure () -> String) {
+    public func log(_ level: Level, _ message: @autoclosure () -> String) {
         guard level >= self.level else { return }
         let line: String
         if journal {
