@@ -16,6 +16,10 @@ import Synchronization
 ///   Two such threads may call it at once while the connection breaks. It should return
 ///   quickly (libnats delivers the next acknowledgement only then), and must not hold a
 ///   strong reference to the connection (which would then never be freed).
+///
+/// libnats starts its library (its timer and callback threads) with the first connection of
+/// the process (`nats_Open`, implicitly). This module never calls `nats_Close`: it would have
+/// to wait for every connection of the process, and the threads end with the process.
 public final class JetStreamConnection: Sendable {
     /// The URL of the server this connection reached.
     public let connectedURL: String
@@ -50,6 +54,12 @@ public final class JetStreamConnection: Sendable {
                 code: .invalidArgument, operation: "init",
                 message: "maxPendingPublishes is \(options.maxPendingPublishes): it must be at least 1")
         }
+        guard options.credentialsFile == nil || options.nkeySeedFile == nil else {
+            throw NATSError(
+                code: .invalidArgument, operation: "init",
+                message:
+                    "both a .creds file and an NKey seed file were given: give one (a .creds file holds its own seed)")
+        }
         let nkeyPublicKey = try options.nkeySeedFile.map { path throws(NATSError) in
             try NKey.userPublicKey(fromSeedFile: path)
         }
@@ -65,7 +75,8 @@ public final class JetStreamConnection: Sendable {
                     options, nkeyPublicKey: nkeyPublicKey, closedHandler: connectionClosedHandler, closure: closure)
             }
             defer { NATS.destroyOptions(natsOptions) }
-            connection = try attempt(.connect(servers: servers, timeout: options.connectTimeout)) {
+            let tls = options.tlsCAFile != nil || options.tlsCertificateFile != nil
+            connection = try attempt(.connect(servers: servers, timeout: options.connectTimeout, tls: tls)) {
                 () throws(NATSFailure) in try NATS.connect(natsOptions)
             }
             let server = NATS.connectedURL(connection!) ?? servers

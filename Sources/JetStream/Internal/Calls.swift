@@ -49,14 +49,22 @@ enum NATS {
     }
 
     static func failure(_ status: natsStatus, _ operation: String, _ code: jsErrCode = jsErrCode(0)) -> NATSFailure {
-        NATSFailure(status: status, jetStreamCode: Int(code.rawValue), detail: lastError(), operation: operation)
+        NATSFailure(
+            status: status, jetStreamCode: Int(code.rawValue), detail: lastError(for: status), operation: operation)
     }
 
-    /// The text libnats kept for this thread's last failure. The C function is `nats_GetLastError`.
-    static func lastError() -> String {
-        var status = NATS_OK
-        guard let text = nats_GetLastError(&status) else { return "" }
-        return String(cString: text)
+    /// The text libnats kept for this thread's last failure, when that failure had `status`:
+    /// libnats returns some statuses (`NATS_NOT_FOUND`) without recording a text, and the
+    /// thread's text is then an earlier call's. Without the source location libnats puts
+    /// first ("(jsm.c:1033): "). The C function is `nats_GetLastError`.
+    static func lastError(for status: natsStatus) -> String {
+        var recorded = NATS_OK
+        guard let text = nats_GetLastError(&recorded), recorded == status else { return "" }
+        let message = String(cString: text)
+        guard message.hasPrefix("("), let end = message.firstIndex(of: ")"),
+            message[message.index(after: end)...].hasPrefix(": ")
+        else { return message }
+        return String(message[message.index(end, offsetBy: 3)...])
     }
 
     /// libnats' name for a status, such as "No Server". The C function is `natsStatus_GetText`.
@@ -402,7 +410,7 @@ enum NATS {
         _ strings: [String], _ body: (UnsafeMutablePointer<UnsafePointer<CChar>?>) -> R
     ) -> R {
         let copies = strings.map { strdup($0) }
-        defer { copies.forEach { free($0) } }
+        defer { for copy in copies { free(copy) } }
         var pointers = copies.map { UnsafePointer<CChar>($0) }
         pointers.append(nil)
         return pointers.withUnsafeMutableBufferPointer { body($0.baseAddress!) }

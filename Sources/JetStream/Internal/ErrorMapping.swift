@@ -6,8 +6,8 @@ import CNats
 enum Situation {
     /// Building libnats options (reading certificate and key files).
     case options
-    /// Connecting to one of `servers`.
-    case connect(servers: String, timeout: Duration)
+    /// Connecting to one of `servers`, with TLS options or without.
+    case connect(servers: String, timeout: Duration, tls: Bool)
     /// A JetStream API call to `server`, about `stream` when it names one.
     case jetStreamAPI(server: String, stream: String?, wait: Duration)
     /// Publishing to `subject` on `server`, whose `max_payload` is `maxPayload`.
@@ -42,7 +42,7 @@ extension NATSError {
         var stream: String?
         switch situation {
         case .options: server = "the server"
-        case .connect(let servers, _): server = servers
+        case .connect(let servers, _, _): server = servers
         case .jetStreamAPI(let at, let name, _):
             server = at
             stream = name
@@ -52,10 +52,16 @@ extension NATSError {
 
         switch failure.jetStreamCode {
         case 0: break
-        case ServerCode.notEnabledForAccount, ServerCode.notEnabled:
+        case ServerCode.notEnabled:
+            // Also what libnats sets when no one answered the API request (no responders).
             return (
                 .jetStreamNotEnabled,
-                "the NATS server at \(server) has no JetStream enabled for this account: start nats-server with -js or enable jetstream in its configuration (and for the account, when accounts are configured)"
+                "the NATS server at \(server) has no JetStream enabled: start nats-server with -js or enable jetstream in its configuration"
+            )
+        case ServerCode.notEnabledForAccount:
+            return (
+                .jetStreamNotEnabled,
+                "the NATS server at \(server) has JetStream, but not for this user's account: enable jetstream for the account in the server's configuration"
             )
         case ServerCode.streamNotFound:
             return (.streamNotFound, "the NATS server at \(server) has no \(named): create it first (addStream)")
@@ -95,7 +101,7 @@ extension NATSError {
             )
         case NATS_TIMEOUT:
             switch situation {
-            case .connect(_, let timeout):
+            case .connect(_, let timeout, _):
                 return (
                     .cannotConnect,
                     "no NATS server at \(server) answered within \(timeout): check that nats-server runs there and is reachable"
@@ -119,14 +125,30 @@ extension NATSError {
             case .options:
                 return (.timeout, "the operation timed out")
             }
-        case NATS_NO_SERVER, NATS_IO_ERROR:
-            if case .connect(_, let timeout) = situation {
+        case NATS_NO_SERVER:
+            if case .connect(_, let timeout, _) = situation {
                 return (
                     .cannotConnect,
                     "cannot connect to \(server): no server accepted a connection within \(timeout) (refused, unreachable or not answering); check that nats-server runs there and that the address and port are right"
                 )
             }
             return (.connectionClosed, "the connection to \(server) failed: connect again")
+        case NATS_PROTOCOL_ERROR, NATS_IO_ERROR, NATS_CONNECTION_CLOSED:
+            // During the handshake: the server hung up after the TCP (and TLS) connection.
+            if case .connect(_, _, let tls) = situation {
+                if tls {
+                    return (
+                        .tls,
+                        "the NATS server at \(server) closed the connection during the handshake, which with TLS usually means it refused the client certificate: a server with verify: true needs tlsCertificateFile and tlsKeyFile signed by a CA in its ca_file"
+                    )
+                }
+                return (
+                    .cannotConnect,
+                    "the NATS server at \(server) closed the connection during the handshake: check its log for why (connection limits, a client address it refuses)"
+                )
+            }
+            if failure.status == NATS_PROTOCOL_ERROR { return (.library, "libnats could not read what \(server) sent") }
+            return (.connectionClosed, "the connection to \(server) is closed: connect again")
         case NATS_CONNECTION_AUTH_FAILED:
             return (
                 .authenticationFailed,
@@ -165,7 +187,7 @@ extension NATSError {
                 .messageTooLarge,
                 "the message (headers and body) is larger than the max_payload\(size) of the NATS server at \(server): send smaller messages or raise max_payload in the server's configuration"
             )
-        case NATS_CONNECTION_CLOSED, NATS_CONNECTION_DISCONNECTED, NATS_STALE_CONNECTION:
+        case NATS_CONNECTION_DISCONNECTED, NATS_STALE_CONNECTION:
             return (.connectionClosed, "the connection to \(server) is closed: connect again")
         case NATS_NOT_FOUND:
             if case .jetStreamAPI = situation {
