@@ -89,6 +89,7 @@ let package = Package(
             dependencies: ["Daemon", "Arguments", "EventStore", "Projections", "UnixSocket", "TestSupport"]
         ),
         .testTarget(name: "CtlTests", dependencies: ["Projections", "UnixSocket", "TestSupport"]),
+        .testTarget(name: "JetStreamTests", dependencies: ["JetStream", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )
