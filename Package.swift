@@ -27,6 +27,18 @@ let package = Package(
         // The kernel's route netlink structs and constants (headers only, nothing to link).
         .systemLibrary(name: "CNetlink"),
         .systemLibrary(name: "CEpoll"),
+        .systemLibrary(
+            name: "CNats",
+            pkgConfig: "libnats",
+            providers: [.apt(["libnats-dev"])]
+        ),
+        // libcrypto's Ed25519, to derive an NKey's public key from its seed (libnats links
+        // libcrypto already, so this adds no library at run time).
+        .systemLibrary(
+            name: "CCrypto",
+            pkgConfig: "libcrypto",
+            providers: [.apt(["libssl-dev"])]
+        ),
         .target(name: "Projections"),
         .target(
             name: "EventStore",
@@ -44,6 +56,8 @@ let package = Package(
             name: "Daemon",
             dependencies: ["EventStore", "Projections", "UnixSocket", "Arguments", "Logging"]
         ),
+        // A NATS JetStream client over libnats: connect, streams, asynchronous publishes.
+        .target(name: "JetStream", dependencies: ["CNats", "CCrypto"]),
         .executableTarget(name: "evstored", dependencies: ["Daemon"], path: "Sources/evstored"),
         .executableTarget(
             name: "evctl",
@@ -79,6 +93,7 @@ let package = Package(
             ]
         ),
         .testTarget(name: "CtlTests", dependencies: ["Projections", "UnixSocket", "TestSupport"]),
+        .testTarget(name: "JetStreamTests", dependencies: ["JetStream", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,0 +1,198 @@
+import CNats
+import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The publishes of one connection that are in flight, and the callback that hears how each
+/// ended: every publish libnats accepted is reported exactly once, by whichever comes first
+/// of its acknowledgement and the connection's close.
+///
+/// A publish is known by the address of its `natsMsg`. libnats hands the ack handler the very
+/// message that was published, so the address finds the tag without parsing a header and
+/// without trusting anything the server sent. An address is unique while it is registered:
+/// it is registered before libnats may answer, and removed before the message is freed,
+/// whoever frees it (the ack handler; the publisher when libnats refused the message;
+/// `jsCtx_Destroy` for messages still in flight when the connection is destroyed, whose tags
+/// the close already removed). After the close nothing registers again, so a freed address
+/// reused by a later allocation can never be mistaken for a publish in flight.
+final class PublishTracker: Sendable {
+    private let onResult: @Sendable (PublishResult) -> Void
+
+    /// The server named in the errors reported to the callback.
+    let server: String
+
+    /// How long a publish waits for its acknowledgement, for the timeout's error.
+    let ackWait: Duration
+
+    private struct State {
+        /// Tags of publishes registered and not yet reported, by their message's address.
+        var tags: [UInt: UInt64] = [:]
+        /// Set once the connection is closed: what every publish still in flight is told,
+        /// and why a new publish is refused.
+        var closed: NATSError?
+        /// Threads now running `onResult`, with how many reports each is in (the same thread
+        /// may settle while it reports, if the callback publishes): `waitUntilReported` waits
+        /// for them so that a close is a barrier.
+        var reporting: [UInt: Int] = [:]
+    }
+
+    /// Protects the tags, the closed state, and the set of threads reporting.
+    private let state = Mutex(State())
+
+    init(server: String, ackWait: Duration, onResult: @escaping @Sendable (PublishResult) -> Void) {
+        self.server = server
+        self.ackWait = ackWait
+        self.onResult = onResult
+    }
+
+    /// Registers a publish about to be handed to libnats; the error the connection closed
+    /// with instead, when it is closed.
+    func register(_ message: OpaquePointer, tag: UInt64) -> NATSError? {
+        state.withLock { state in
+            if let closed = state.closed { return closed }
+            state.tags[Self.key(message)] = tag
+            return nil
+        }
+    }
+
+    /// Takes back a publish libnats refused; false when the close already reported it (the
+    /// publisher must then not report it again).
+    func withdraw(_ message: OpaquePointer) -> Bool {
+        state.withLock { $0.tags.removeValue(forKey: Self.key(message)) != nil }
+    }
+
+    /// Reports the outcome of `message`'s publish, unless it was already reported (the close
+    /// got there first) or it is not this connection's.
+    func settle(_ message: OpaquePointer, _ outcome: Result<PublishAck, NATSError>) {
+        let thread = UInt(pthread_self())
+        let tag: UInt64? = state.withLock { state in
+            guard let tag = state.tags.removeValue(forKey: Self.key(message)) else { return nil }
+            state.reporting[thread, default: 0] += 1
+            return tag
+        }
+        guard let tag else { return }
+        onResult(PublishResult(tag: tag, outcome: outcome))
+        finishedReporting(thread)
+    }
+
+    /// Marks the connection closed with `error` and reports it for every publish in flight,
+    /// in tag order. Only the first call reports; later ones find nothing left.
+    func close(with error: NATSError) {
+        let thread = UInt(pthread_self())
+        let cutOff: [UInt64] = state.withLock { state in
+            if state.closed == nil { state.closed = error }
+            guard !state.tags.isEmpty else { return [] }
+            let tags = state.tags.values.sorted()
+            state.tags.removeAll()
+            state.reporting[thread, default: 0] += 1
+            return tags
+        }
+        guard !cutOff.isEmpty else { return }
+        for tag in cutOff { onResult(PublishResult(tag: tag, outcome: .failure(error))) }
+        finishedReporting(thread)
+    }
+
+    /// Waits until no other thread is running `onResult`. The calling thread's own reports
+    /// are left out, so a callback that closes the connection does not wait for itself.
+    func waitUntilReported() {
+        let thread = UInt(pthread_self())
+        while state.withLock({ $0.reporting.keys.contains { $0 != thread } }) {
+            NATS.sleep(milliseconds: 1)
+        }
+    }
+
+    /// How many publishes are in flight (registered, not reported).
+    var inFlight: Int { state.withLock { $0.tags.count } }
+
+    /// The error the connection closed with, nil while it is open.
+    var closedError: NATSError? { state.withLock { $0.closed } }
+
+    private func finishedReporting(_ thread: UInt) {
+        state.withLock { state in
+            if let count = state.reporting[thread], count > 1 {
+                state.reporting[thread] = count - 1
+            } else {
+                state.reporting[thread] = nil
+            }
+        }
+    }
+
+    private static func key(_ message: OpaquePointer) -> UInt { UInt(bitPattern: Int(bitPattern: message)) }
+}
+
+/// The trackers libnats' callbacks can reach, by a number passed as the callbacks' closure.
+///
+/// libnats calls the ack handler from its reply subscription's thread, which it detaches and
+/// which may still deliver one acknowledgement after the connection is closed and destroyed;
+/// the closed handler comes later still, from libnats' callback thread. Neither can be waited
+/// for, so the closure is not a pointer to the tracker (which would have to outlive every
+/// such call) but a number looked up here: once a connection has removed its number, a late
+/// call finds nothing, frees the message it was handed and returns.
+enum CallbackRegistry {
+    /// The next number to hand out and the trackers of open connections.
+    private static let trackers = Mutex<(next: UInt, byNumber: [UInt: PublishTracker])>((1, [:]))
+
+    static func add(_ tracker: PublishTracker) -> UInt {
+        trackers.withLock { registry in
+            let number = registry.next
+            registry.next += 1
+            registry.byNumber[number] = tracker
+            return number
+        }
+    }
+
+    static func remove(_ number: UInt) {
+        _ = trackers.withLock { $0.byNumber.removeValue(forKey: number) }
+    }
+
+    /// The closure value libnats carries for `number` (never dereferenced).
+    static func closure(for number: UInt) -> UnsafeMutableRawPointer? { UnsafeMutableRawPointer(bitPattern: number) }
+
+    static func tracker(for closure: UnsafeMutableRawPointer?) -> PublishTracker? {
+        let number = UInt(bitPattern: closure)
+        return trackers.withLock { $0.byNumber[number] }
+    }
+}
+
+/// Called by libnats for every asynchronous publish: an acknowledgement, a refusal from the
+/// stream, or a timeout. The handler owns `message` and frees it here.
+///
+/// - Important: Runs on libnats' thread for the context's reply subscription, one call at a
+///   time per connection.
+let publishAckHandler: jsPubAckHandler = { _, message, ack, failure, closure in
+    guard let message else { return }
+    defer { NATS.destroyMessage(message) }
+    guard let tracker = CallbackRegistry.tracker(for: closure) else { return }
+    let outcome: Result<PublishAck, NATSError>
+    if let ack {
+        outcome = .success(NATS.acknowledgement(ack))
+    } else {
+        let failed =
+            failure.map { NATS.failure($0) }
+            ?? NATSFailure(status: NATS_ERR, jetStreamCode: 0, detail: "", operation: "js_PublishMsgAsync")
+        outcome = .failure(
+            NATSError(
+                failed,
+                in: .publish(
+                    server: tracker.server, subject: NATS.subject(message), maxPayload: 0, ackWait: tracker.ackWait)))
+    }
+    tracker.settle(message, outcome)
+}
+
+/// Called by libnats once the connection is closed, by `close()` or because the server
+/// went away (reconnection is off): fails every publish still in flight.
+///
+/// - Important: Runs on libnats' callback thread.
+let connectionClosedHandler: natsConnectionHandler = { connection, closure in
+    guard let tracker = CallbackRegistry.tracker(for: closure) else { return }
+    let reason = connection.map { NATS.connectionError($0) } ?? ""
+    tracker.close(
+        with: NATSError(
+            code: .connectionClosed, status: Int32(bitPattern: NATS_CONNECTION_CLOSED.rawValue),
+            operation: "js_PublishMsgAsync",
+            message:
+                "the connection to \(tracker.server) closed before the server acknowledged the message\(reason.isEmpty ? "" : " (libnats: \(reason))"): it may or may not be stored, so publish it again with the same message ID once connected again"
+        ))
+}
