@@ -64,8 +64,10 @@ public final class JetStreamConnection: Sendable {
             try NKey.userPublicKey(fromSeedFile: path)
         }
 
-        let tracker = PublishTracker(server: servers, ackWait: options.publishAckTimeout, onResult: onPublishResult)
-        let registration = CallbackRegistry.add(tracker)
+        // The number goes into libnats' options before the connection exists; the tracker,
+        // which names the server connected to, is filed under it once there is one (nothing
+        // can be in flight before).
+        let registration = CallbackRegistry.reserve()
         let closure = CallbackRegistry.closure(for: registration)
         var connection: OpaquePointer?
         var context: OpaquePointer?
@@ -88,6 +90,8 @@ public final class JetStreamConnection: Sendable {
             }
             try attempt(api) { () throws(NATSFailure) in try NATS.checkJetStream(context!) }
             connectedURL = server
+            tracker = PublishTracker(server: server, ackWait: options.publishAckTimeout, onResult: onPublishResult)
+            CallbackRegistry.file(tracker, as: registration)
         } catch {
             if let context { NATS.destroyJetStream(context) }
             if let connection { NATS.destroyConnection(connection) }
@@ -96,7 +100,6 @@ public final class JetStreamConnection: Sendable {
         }
         handles = Handles(connection: connection!, jetStream: context!)
         maxPayload = NATS.maxPayload(connection!)
-        self.tracker = tracker
         self.registration = registration
         jetStreamWait = options.jetStreamWait
         ackWait = options.publishAckTimeout
@@ -174,15 +177,15 @@ public final class JetStreamConnection: Sendable {
     ) throws(NATSError) {
         let situation = Situation.publish(
             server: connectedURL, subject: subject, maxPayload: maxPayload, ackWait: ackWait)
-        if let closed = tracker.closedError { throw closedError(closed) }
+        if tracker.closedError != nil { throw closedError() }
         let message = try attempt(situation) { () throws(NATSFailure) in
             try NATS.makeMessage(subject: subject, headers: headers, body: body)
         }
         let stallDeadline = ContinuousClock.now + ackWait * 2
         while true {
-            if let closed = tracker.register(message, tag: tag) {
+            guard tracker.register(message, tag: tag) else {
                 NATS.destroyMessage(message)
-                throw closedError(closed)
+                throw closedError()
             }
             let failure: NATSFailure
             switch NATS.publishAsync(handles.jetStream, message, messageID: messageID, ackWait: ackWait) {
@@ -202,7 +205,8 @@ public final class JetStreamConnection: Sendable {
                 continue
             }
             NATS.destroyMessage(message)
-            if let closed = tracker.closedError { throw closedError(closed) }
+            // A stall can end after the connection closed but before its handler ran.
+            if tracker.closedError != nil || isClosed { throw closedError() }
             throw NATSError(failure, in: situation)
         }
     }
@@ -247,7 +251,7 @@ public final class JetStreamConnection: Sendable {
             NATS.close(handles.connection)
             tracker.close(
                 with: NATSError(
-                    code: .connectionClosed, operation: "close",
+                    code: .connectionClosed, status: NATS.connectionClosedStatus, operation: "close",
                     message:
                         "the connection to \(connectedURL) was closed before the server acknowledged the message: it may or may not be stored, so publish it again with the same message ID on a new connection"
                 ))
@@ -265,10 +269,10 @@ public final class JetStreamConnection: Sendable {
         .jetStreamAPI(server: connectedURL, stream: stream, wait: jetStreamWait)
     }
 
-    /// The error a publish refused after the close gets: the close's reason, from this call.
-    private func closedError(_ closed: NATSError) -> NATSError {
+    /// The error of a publish refused because the connection is closed.
+    private func closedError() -> NATSError {
         NATSError(
-            code: .connectionClosed, status: closed.status, operation: "js_PublishMsgAsync",
+            code: .connectionClosed, status: NATS.connectionClosedStatus, operation: "js_PublishMsgAsync",
             message: "the connection to \(connectedURL) is closed: connect again to publish")
     }
 }

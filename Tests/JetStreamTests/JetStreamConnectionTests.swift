@@ -131,6 +131,100 @@ struct JetStreamConnectionTests {
         #expect(noStream?.code == .streamNotFound)
     }
 
+    @Test func concurrentPublishersGetTheirOwnAcknowledgements() throws {
+        let server = try NATSServer()
+        defer { server.remove() }
+        let results = PublishResults()
+        var options = NATSOptions(url: server.url)
+        options.maxPendingPublishes = 64
+        let connection = try JetStreamConnection(options: options) { results.record($0) }
+        defer { connection.close() }
+        try connection.addStream(Self.events)
+
+        let publishers = 4
+        let each = 1_000
+        let failures = Mutex<[String]>([])
+        DispatchQueue.concurrentPerform(iterations: publishers) { publisher in
+            for index in 0..<each {
+                let tag = UInt64(publisher * each + index)
+                do {
+                    try connection.publishAsync(
+                        subject: "evstore.publisher.\(publisher)", messageID: "event-\(tag)",
+                        body: Array("\(tag)".utf8),
+                        tag: tag)
+                } catch {
+                    failures.withLock { $0.append("\(tag): \(error)") }
+                }
+            }
+        }
+        #expect(failures.withLock { $0 } == [])
+        try connection.waitForPublishes(timeout: .seconds(60))
+        #expect(results.count == publishers * each)
+        // Each tag's acknowledgement names the sequence holding that tag's message.
+        for tag in UInt64(0)..<UInt64(publishers * each) {
+            let ack = try #require(results.ack(tag))
+            let stored = try #require(try connection.message(stream: "EVENTS", sequence: ack.sequence))
+            #expect(stored.values(of: "Nats-Msg-Id") == ["event-\(tag)"])
+            #expect(stored.data == Array("\(tag)".utf8))
+        }
+    }
+
+    @Test func closeReportsEveryPublishInFlightBeforeItReturns() throws {
+        let server = try NATSServer()
+        defer { server.remove() }
+        let results = PublishResults()
+        var options = NATSOptions(url: server.url)
+        options.maxPendingPublishes = 2_000
+        let connection = try JetStreamConnection(options: options) { results.record($0) }
+        try connection.addStream(Self.events)
+        for tag in UInt64(0)..<5_000 {
+            try connection.publishAsync(subject: "evstore.items", messageID: "event-\(tag)", body: [1], tag: tag)
+        }
+        connection.close()
+        // No waiting: when close returns, every publish has its one result.
+        let all = results.all
+        #expect(all.count == 5_000)
+        #expect(all.values.allSatisfy { $0.count == 1 })
+        for case .failure(let error) in all.values.map({ $0[0].outcome }) {
+            #expect(error.code == .connectionClosed)
+        }
+        #expect(connection.publishesInFlight == 0)
+    }
+
+    @Test func anAcknowledgementThatComesTooLateIsATimeoutAndTheMessageADuplicate() throws {
+        let server = try NATSServer()
+        defer { server.remove() }
+        let results = PublishResults()
+        var options = NATSOptions(url: server.url)
+        options.publishAckTimeout = .milliseconds(300)
+        let connection = try JetStreamConnection(options: options) { results.record($0) }
+        defer { connection.close() }
+        try connection.addStream(Self.events)
+
+        // A stopped server reads nothing: the acknowledgements come after the timeout.
+        server.signal(SIGSTOP)
+        for tag in UInt64(0)..<10 {
+            try connection.publishAsync(subject: "evstore.items", messageID: "event-\(tag)", body: [1], tag: tag)
+        }
+        try connection.waitForPublishes(timeout: .seconds(10))
+        server.signal(SIGCONT)
+        #expect(results.count == 10)
+        for tag in UInt64(0)..<10 {
+            let outcome = try #require(results.all[tag]?.first).outcome
+            #expect(throws: NATSError.timeout) { try outcome.get() }
+        }
+
+        // The server stored them once it ran again; the late acknowledgements were not
+        // reported a second time, and publishing again with the same IDs stores nothing new.
+        for tag in UInt64(0)..<10 {
+            try connection.publishAsync(subject: "evstore.items", messageID: "event-\(tag)", body: [1], tag: 100 + tag)
+        }
+        try connection.waitForPublishes(timeout: .seconds(10))
+        #expect(results.count == 20)
+        for tag in UInt64(100)..<110 { #expect(results.ack(tag)?.duplicate == true) }
+        #expect(try connection.streamInfo("EVENTS")?.state.messages == 10)
+    }
+
     @Test func aPublishToASubjectNoStreamTakesIsReportedAsNoStream() throws {
         let server = try NATSServer()
         defer { server.remove() }

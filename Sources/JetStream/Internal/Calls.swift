@@ -67,6 +67,9 @@ enum NATS {
         return String(message[message.index(end, offsetBy: 3)...])
     }
 
+    /// `NATS_CONNECTION_CLOSED`, for errors this module makes when it finds the connection closed.
+    static let connectionClosedStatus = Int32(bitPattern: NATS_CONNECTION_CLOSED.rawValue)
+
     /// libnats' name for a status, such as "No Server". The C function is `natsStatus_GetText`.
     static func statusText(_ status: natsStatus) -> String {
         String(cString: natsStatus_GetText(status))

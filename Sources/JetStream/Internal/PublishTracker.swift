@@ -47,13 +47,12 @@ final class PublishTracker: Sendable {
         self.onResult = onResult
     }
 
-    /// Registers a publish about to be handed to libnats; the error the connection closed
-    /// with instead, when it is closed.
-    func register(_ message: OpaquePointer, tag: UInt64) -> NATSError? {
+    /// Registers a publish about to be handed to libnats; false when the connection is closed.
+    func register(_ message: OpaquePointer, tag: UInt64) -> Bool {
         state.withLock { state in
-            if let closed = state.closed { return closed }
+            guard state.closed == nil else { return false }
             state.tags[Self.key(message)] = tag
-            return nil
+            return true
         }
     }
 
@@ -134,13 +133,17 @@ enum CallbackRegistry {
     /// The next number to hand out and the trackers of open connections.
     private static let trackers = Mutex<(next: UInt, byNumber: [UInt: PublishTracker])>((1, [:]))
 
-    static func add(_ tracker: PublishTracker) -> UInt {
+    /// A number no other connection has, for a tracker to come.
+    static func reserve() -> UInt {
         trackers.withLock { registry in
             let number = registry.next
             registry.next += 1
-            registry.byNumber[number] = tracker
             return number
         }
+    }
+
+    static func file(_ tracker: PublishTracker, as number: UInt) {
+        trackers.withLock { $0.byNumber[number] = tracker }
     }
 
     static func remove(_ number: UInt) {
@@ -190,7 +193,7 @@ let connectionClosedHandler: natsConnectionHandler = { connection, closure in
     let reason = connection.map { NATS.connectionError($0) } ?? ""
     tracker.close(
         with: NATSError(
-            code: .connectionClosed, status: Int32(bitPattern: NATS_CONNECTION_CLOSED.rawValue),
+            code: .connectionClosed, status: NATS.connectionClosedStatus,
             operation: "js_PublishMsgAsync",
             message:
                 "the connection to \(tracker.server) closed before the server acknowledged the message\(reason.isEmpty ? "" : " (libnats: \(reason))"): it may or may not be stored, so publish it again with the same message ID once connected again"
