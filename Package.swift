@@ -10,6 +10,7 @@ let package = Package(
         .library(name: "Daemon", targets: ["Daemon"]),
         .executable(name: "evstored", targets: ["evstored"]),
         .executable(name: "evctl", targets: ["evctl"]),
+        .executable(name: "evstore-nats", targets: ["evstore-nats"]),
         .executable(name: "evstore-bench", targets: ["Bench"]),
         .executable(name: "evstore-socket-bench", targets: ["SocketBench"]),
     ],
@@ -58,6 +59,12 @@ let package = Package(
         ),
         // A NATS JetStream client over libnats: connect, streams, asynchronous publishes.
         .target(name: "JetStream", dependencies: ["CNats", "CCrypto"]),
+        // evstore-nats: the daemon's events into a JetStream stream, as a durable consumer.
+        .target(
+            name: "NATSBridge",
+            dependencies: ["JetStream", "UnixSocket", "Projections", "Arguments", "Logging"]
+        ),
+        .executableTarget(name: "evstore-nats", dependencies: ["NATSBridge"], path: "Sources/evstore-nats"),
         .executableTarget(name: "evstored", dependencies: ["Daemon"], path: "Sources/evstored"),
         .executableTarget(
             name: "evctl",
@@ -90,10 +97,13 @@ let package = Package(
             name: "DaemonTests",
             dependencies: [
                 "Daemon", "Arguments", "EventStore", "Projections", "UnixSocket", "Logging", "TestSupport",
+                // The bridge's tests read the stream back.
+                "JetStream",
             ]
         ),
         .testTarget(name: "CtlTests", dependencies: ["Projections", "UnixSocket", "TestSupport"]),
         .testTarget(name: "JetStreamTests", dependencies: ["JetStream", "TestSupport"]),
+        .testTarget(name: "NATSBridgeTests", dependencies: ["NATSBridge", "JetStream", "Projections", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

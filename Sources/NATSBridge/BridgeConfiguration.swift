@@ -1,0 +1,320 @@
+import FoundationEssentials
+import JetStream
+import Logging
+import Projections
+
+/// evstore-nats's settings, from (strongest first) flags, `EVSTORE_NATS_*` environment
+/// variables, the JSON config file and the defaults, as evstored takes its own.
+public struct BridgeConfiguration: Sendable {
+    /// Where a consumer the bridge creates starts reading.
+    public enum Start: String, Sendable {
+        /// Every event the node holds (seq 0).
+        case all
+        /// Only events stored from now on (the head).
+        case new
+    }
+
+    public var configFile: String?
+    /// evstored's socket.
+    public var socketPath: String
+    /// NATS server URLs (several for a cluster).
+    public var urls = ["nats://127.0.0.1:4222"]
+    public var credentialsFile: String?
+    public var nkeySeedFile: String?
+    public var user: String?
+    public var password: String?
+    public var token: String?
+    public var tlsCAFile: String?
+    public var tlsCertificateFile: String?
+    public var tlsKeyFile: String?
+    /// The JetStream stream the events go to.
+    public var stream = "EVSTORE"
+    /// The first subject token: an event of type T goes to `<prefix>.T`.
+    public var prefix = "evstore"
+    /// The durable consumer of the daemon the bridge reads as.
+    public var consumer = "nats"
+    public var start = Start.all
+    /// Whether to create the stream when the server has none of that name.
+    public var createStream = true
+    /// The duplicate window of a stream the bridge creates: how long JetStream remembers an
+    /// event id to drop a copy (another gateway's, or one published again after a crash).
+    public var duplicateWindowSeconds = 7 * 86_400
+    /// Publishes sent and not yet acknowledged by JetStream.
+    public var maxInFlight = 1024
+    /// How often what JetStream acknowledged is acknowledged to the daemon, ms.
+    public var ackIntervalMilliseconds = 200
+    /// Connecting, the JetStream API and each publish's acknowledgement wait this long, s.
+    public var timeoutSeconds = 10
+    public var backoffBaseSeconds = 1
+    public var backoffCapSeconds = 60
+    public var logLevel = Logger.Level.info
+
+    public init(socketPath: String) {
+        self.socketPath = socketPath
+    }
+
+    /// A setting that cannot be used, and where it came from.
+    public struct Invalid: Error, CustomStringConvertible {
+        public var message: String
+        public var description: String { message }
+    }
+
+    /// One setting as each source names it.
+    public struct Option: Sendable {
+        public let key: String
+        public let help: String
+        /// The flag's name without its dashes: `tls-ca`.
+        public var flagName: String { key.replacing("_", with: "-") }
+        public var variable: String { "EVSTORE_NATS_" + key.uppercased() }
+    }
+
+    public static let options: [Option] = [
+        Option(key: "socket", help: "evstored's socket (default: as evctl finds it)"),
+        Option(key: "url", help: "NATS server URL, or several separated by commas (nats://127.0.0.1:4222)"),
+        Option(key: "credentials", help: "a NATS credentials file (.creds: user JWT and NKey seed)"),
+        Option(key: "nkey_seed", help: "a file holding an NKey user seed (SU...); the public key is derived from it"),
+        Option(key: "user", help: "user name for user and password authentication"),
+        Option(key: "password", help: "password for user and password authentication (prefer the config file)"),
+        Option(key: "token", help: "token for token authentication (prefer the config file)"),
+        Option(key: "tls_ca", help: "PEM file of the certificate authorities to trust; turns TLS on"),
+        Option(key: "tls_cert", help: "client certificate (PEM), for servers that verify clients"),
+        Option(key: "tls_key", help: "the client certificate's private key (PEM)"),
+        Option(key: "stream", help: "the JetStream stream to publish to (EVSTORE)"),
+        Option(key: "prefix", help: "subject prefix: an event of type T goes to PREFIX.T (evstore)"),
+        Option(key: "consumer", help: "the daemon's durable consumer the bridge reads as (nats)"),
+        Option(key: "start", help: "where a consumer the bridge creates starts: all (every event held) or new (all)"),
+        Option(
+            key: "create_stream", help: "create the stream when the server has none of that name: true or false (true)"),
+        Option(
+            key: "duplicate_window_s",
+            help:
+                "duplicate window of a stream the bridge creates, seconds: at least the longest outage planned for (604800)"
+        ),
+        Option(key: "max_in_flight", help: "publishes sent and not yet acknowledged by JetStream (1024)"),
+        Option(key: "ack_interval_ms", help: "how often progress is acknowledged to the daemon, ms (200)"),
+        Option(key: "timeout_s", help: "how long connecting and each acknowledgement may take, seconds (10)"),
+        Option(key: "backoff_base_s", help: "first wait after a failure, seconds; it doubles (1)"),
+        Option(key: "backoff_cap_s", help: "longest wait after failures, seconds (60)"),
+        Option(key: "log_level", help: "debug, info, notice, warning or error (info)"),
+    ]
+
+    /// The config file read under systemd when none is given.
+    public static let systemConfigFile = "/etc/evstore/evstore-nats.json"
+
+    /// Resolves every setting: `values` from the command line by key, `configFile` from
+    /// `--config`, `environment` the process's.
+    public static func resolve(values: [String: String], configFile: String?, environment: [String: String])
+        throws(Invalid) -> BridgeConfiguration
+    {
+        var configuration = BridgeConfiguration(socketPath: defaultSocketPath(environment))
+        let file =
+            configFile ?? environment["EVSTORE_NATS_CONFIG"]
+            ?? (environment["INVOCATION_ID"] != nil && FileManager.default.fileExists(atPath: systemConfigFile)
+                ? systemConfigFile : nil)
+        if let file {
+            configuration.configFile = file
+            try configuration.apply(file: try readFile(file), source: file)
+        }
+        for option in options {
+            if let value = environment[option.variable] {
+                try configuration.set(option.key, text: value, source: option.variable)
+            }
+        }
+        for (key, value) in values.sorted(by: { $0.key < $1.key }) {
+            try configuration.set(key, text: value, source: "--" + key.replacing("_", with: "-"))
+        }
+        try configuration.check()
+        return configuration
+    }
+
+    static func readFile(_ path: String) throws(Invalid) -> [String: Any] {
+        let data: Data
+        do {
+            data = try Data(contentsOf: URL(fileURLWithPath: path))
+        } catch {
+            throw Invalid(message: "cannot read the config file \(path): \(error)")
+        }
+        guard data.count <= 1 << 20 else { throw Invalid(message: "the config file \(path) is over 1 MiB") }
+        do {
+            guard let object = try JSONTree.parse(Array(data)) as? [String: Any] else {
+                throw Invalid(message: "the config file \(path) must hold a JSON object")
+            }
+            return object
+        } catch let error as Invalid {
+            throw error
+        } catch {
+            throw Invalid(message: "the config file \(path) is not valid JSON: \(error)")
+        }
+    }
+
+    mutating func apply(file members: [String: Any], source file: String) throws(Invalid) {
+        for (key, value) in members.sorted(by: { $0.key < $1.key }) {
+            let source = "\"\(key)\" in \(file)"
+            guard BridgeConfiguration.options.contains(where: { $0.key == key }) else {
+                let known = BridgeConfiguration.options.map(\.key).joined(separator: ", ")
+                throw Invalid(message: "unknown key \(source); the keys are \(known)")
+            }
+            let text: String
+            switch value {
+            case let string as String: text = string
+            case let number as Int: text = String(number)
+            case let flag as Bool: text = flag ? "true" : "false"
+            case let list as [Any] where key == "url":
+                let urls = list.compactMap { $0 as? String }
+                guard urls.count == list.count else { throw Invalid(message: "\(source) must be a list of URLs") }
+                text = urls.joined(separator: ",")
+            default: throw Invalid(message: "\(source) must be a string or a number")
+            }
+            try set(key, text: text, source: source)
+        }
+    }
+
+    /// Sets one setting from its text form.
+    mutating func set(_ key: String, text: String, source: String) throws(Invalid) {
+        func integer(_ range: ClosedRange<Int>) throws(Invalid) -> Int {
+            guard let value = Int(text), range.contains(value) else {
+                throw Invalid(
+                    message:
+                        "\(source) must be an integer from \(range.lowerBound) to \(range.upperBound), not \"\(text)\"")
+            }
+            return value
+        }
+        func path() -> String? { text.isEmpty ? nil : text }
+        switch key {
+        case "socket": socketPath = text
+        case "url":
+            let urls = text.split(separator: ",").map { String($0.filter { $0 != " " }) }
+            guard !urls.isEmpty, urls.allSatisfy({ !$0.isEmpty }) else {
+                throw Invalid(message: "\(source) must be a NATS URL such as nats://hq.example.net:4222")
+            }
+            self.urls = urls
+        case "credentials": credentialsFile = path()
+        case "nkey_seed": nkeySeedFile = path()
+        case "user": user = path()
+        case "password": password = path()
+        case "token": token = path()
+        case "tls_ca": tlsCAFile = path()
+        case "tls_cert": tlsCertificateFile = path()
+        case "tls_key": tlsKeyFile = path()
+        case "stream":
+            guard BridgeConfiguration.isStreamName(text) else {
+                throw Invalid(
+                    message:
+                        "\(source) must be a stream name: 1 to 255 letters, digits, \"_\" and \"-\", not \"\(text)\"")
+            }
+            stream = text
+        case "prefix":
+            guard BridgeConfiguration.isSubjectPrefix(text) else {
+                throw Invalid(
+                    message:
+                        "\(source) must be subject tokens separated by dots, each of letters, digits, \"_\" and \"-\" (no wildcards), not \"\(text)\""
+                )
+            }
+            prefix = text
+        case "consumer":
+            guard BridgeConfiguration.isConsumerName(text) else {
+                throw Invalid(
+                    message: "\(source) must be 1 to 64 of A-Z, a-z, 0-9, \".\", \"_\" and \"-\", not \"\(text)\"")
+            }
+            consumer = text
+        case "start":
+            guard let start = Start(rawValue: text) else {
+                throw Invalid(message: "\(source) must be all or new, not \"\(text)\"")
+            }
+            self.start = start
+        case "create_stream":
+            guard text == "true" || text == "false" else {
+                throw Invalid(message: "\(source) must be true or false, not \"\(text)\"")
+            }
+            createStream = text == "true"
+        case "duplicate_window_s": duplicateWindowSeconds = try integer(1...(366 * 86_400))
+        case "max_in_flight": maxInFlight = try integer(1...65_536)
+        case "ack_interval_ms": ackIntervalMilliseconds = try integer(10...60_000)
+        case "timeout_s": timeoutSeconds = try integer(1...3600)
+        case "backoff_base_s": backoffBaseSeconds = try integer(1...3600)
+        case "backoff_cap_s": backoffCapSeconds = try integer(1...86_400)
+        case "log_level":
+            guard let level = Logger.Level(name: text) else {
+                throw Invalid(message: "\(source) must be debug, info, notice, warning or error, not \"\(text)\"")
+            }
+            logLevel = level
+        default:
+            throw Invalid(message: "unknown setting \(source)")
+        }
+    }
+
+    /// Settings that only go wrong together.
+    func check() throws(Invalid) {
+        if credentialsFile != nil && nkeySeedFile != nil {
+            throw Invalid(message: "give credentials or nkey_seed, not both: a .creds file holds its own seed")
+        }
+        if (tlsCertificateFile == nil) != (tlsKeyFile == nil) {
+            throw Invalid(message: "tls_cert and tls_key go together: a client certificate needs its key")
+        }
+        if backoffCapSeconds < backoffBaseSeconds {
+            throw Invalid(
+                message: "backoff_cap_s (\(backoffCapSeconds)) is less than backoff_base_s (\(backoffBaseSeconds))")
+        }
+    }
+
+    /// How to reach NATS, as the JetStream module takes it.
+    var natsOptions: NATSOptions {
+        var options = NATSOptions(urls: urls)
+        options.credentialsFile = credentialsFile
+        options.nkeySeedFile = nkeySeedFile
+        options.user = user
+        options.password = password
+        options.token = token
+        options.tlsCAFile = tlsCAFile
+        options.tlsCertificateFile = tlsCertificateFile
+        options.tlsKeyFile = tlsKeyFile
+        options.connectTimeout = .seconds(min(timeoutSeconds, 5))
+        options.jetStreamWait = .seconds(timeoutSeconds)
+        options.publishAckTimeout = .seconds(timeoutSeconds)
+        options.maxPendingPublishes = maxInFlight
+        // A silent network (no reset, no FIN) is noticed within a few timeouts, not minutes.
+        options.pingInterval = .seconds(max(timeoutSeconds, 5))
+        return options
+    }
+
+    /// The stream a bridge creates when the server has none.
+    var streamConfig: StreamConfig {
+        StreamConfig(
+            name: stream, subjects: [prefix + ".>"], storage: .file, duplicateWindow: .seconds(duplicateWindowSeconds))
+    }
+
+    static func isStreamName(_ text: String) -> Bool {
+        (1...255).contains(text.utf8.count) && text.utf8.allSatisfy(isTokenByte)
+    }
+
+    static func isSubjectPrefix(_ text: String) -> Bool {
+        let tokens = text.split(separator: ".", omittingEmptySubsequences: false)
+        return text.utf8.count <= 200 && tokens.allSatisfy { !$0.isEmpty && $0.utf8.allSatisfy(isTokenByte) }
+    }
+
+    static func isConsumerName(_ text: String) -> Bool {
+        (1...64).contains(text.utf8.count) && text.utf8.allSatisfy { isTokenByte($0) || $0 == UInt8(ascii: ".") }
+    }
+
+    static func isTokenByte(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+            UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "_"), UInt8(ascii: "-"):
+            return true
+        default: return false
+        }
+    }
+
+    /// evstored's socket as evctl finds it: EVSTORE_SOCKET, else the first that exists of
+    /// $XDG_RUNTIME_DIR/evstore/evstored.sock, /run/evstore/evstored.sock and
+    /// ./.evstore/evstored.sock, else the system one.
+    static func defaultSocketPath(_ environment: [String: String]) -> String {
+        if let path = environment["EVSTORE_SOCKET"], !path.isEmpty { return path }
+        var candidates: [String] = []
+        if let runtime = environment["XDG_RUNTIME_DIR"], !runtime.isEmpty {
+            candidates.append(runtime + "/evstore/evstored.sock")
+        }
+        candidates += ["/run/evstore/evstored.sock", ".evstore/evstored.sock"]
+        return candidates.first { FileManager.default.fileExists(atPath: $0) } ?? "/run/evstore/evstored.sock"
+    }
+}

@@ -1,0 +1,3 @@
+import NATSBridge
+
+EvstoreNATS.main()
