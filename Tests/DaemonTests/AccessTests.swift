@@ -415,7 +415,8 @@ struct SocketCensus {
     static let networkTables = ["tcp", "tcp6", "udp", "udp6", "udplite", "udplite6", "raw", "raw6"]
     var counts: [String: Int] = [:]
 
-    init(pid: Int32) throws {
+    /// The inodes of the sockets `pid` holds now.
+    static func socketInodes(pid: Int32) throws -> [String] {
         var inodes: [String] = []
         let fdDirectory = "/proc/\(pid)/fd"
         for entry in try FileManager.default.contentsOfDirectory(atPath: fdDirectory) {
@@ -424,6 +425,11 @@ struct SocketCensus {
             else { continue }
             inodes.append(String(target.dropFirst("socket:[".count).dropLast()))
         }
+        return inodes
+    }
+
+    init(pid: Int32) throws {
+        let before = try SocketCensus.socketInodes(pid: pid)
         var table: [String: String] = [:]
         for kind in ["unix", "netlink"] + SocketCensus.networkTables {
             // Read to the end: /proc files have no size, and a read by size stops short.
@@ -438,6 +444,9 @@ struct SocketCensus {
                 if fields.count > column { table[String(fields[column])] = kind }
             }
         }
-        for inode in inodes { counts[table[inode] ?? "unknown", default: 0] += 1 }
+        // A socket the daemon closed while the tables were read (a connection that just
+        // ended) is no longer one it holds: only those held before and after count.
+        let after = Set(try SocketCensus.socketInodes(pid: pid))
+        for inode in before where after.contains(inode) { counts[table[inode] ?? "unknown", default: 0] += 1 }
     }
 }

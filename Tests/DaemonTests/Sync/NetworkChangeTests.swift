@@ -15,9 +15,12 @@ struct NetworkChangeTests {
         (try status(daemon)["peers"] as? [[String: Any]])?.first
     }
 
+    /// The time limit only guards against a hang: the test's own waits are bounded (20 s
+    /// for the first failure, 30 s for the sync), but under the address sanitizer, with the
+    /// whole suite running beside it on two CPUs, its wall time has passed two minutes.
     @Test(
         "a failing peer an hour of backoff away is synced within 3 s of a link coming up with an address",
-        .enabled(if: NetworkNamespace.usable, NetworkNamespace.unusableReason), .timeLimit(.minutes(2)))
+        .enabled(if: NetworkNamespace.usable, NetworkNamespace.unusableReason), .timeLimit(.minutes(10)))
     func linkUpSyncsAtOnce() throws {
         let namespace = try NetworkNamespace()
         defer { namespace.delete() }
