@@ -23,9 +23,10 @@ public final class Bridge: Sendable {
     private let wake = Condition()
     /// The session's watch connection, so `stop()` and a publish failure can end its read.
     private let feed = Mutex<DaemonLink?>(nil)
-    /// The seq JetStream confirmed in the sessions so far: a new session acknowledges it
-    /// first when the daemon lost a later acknowledgement (it was restarted).
-    private let remembered = Mutex<UInt64?>(nil)
+    /// The node and the seq JetStream confirmed in the sessions so far: a new session with
+    /// the same node acknowledges it first when the daemon lost a later acknowledgement (it
+    /// was restarted). Another node's seqs say nothing of this one's.
+    private let remembered = Mutex<(node: String, seq: UInt64)?>(nil)
 
     public init(configuration: BridgeConfiguration, logger: Logger) {
         self.configuration = configuration
@@ -95,10 +96,10 @@ public final class Bridge: Sendable {
         guard let nodeID = node["id"] as? String else { throw .daemon("evstored's status names no node id") }
         let nodeText = nodeID + ((node["name"] as? String).map { " (\($0))" } ?? "")
         var cursor = try start(control)
-        if let known = remembered.withLock({ $0 }), known > cursor {
+        if let known = remembered.withLock({ $0 }), known.node == nodeID, known.seq > cursor {
             // JetStream confirmed more than the daemon kept (it was restarted meanwhile).
             do {
-                cursor = try acknowledge(known, on: control)
+                cursor = try acknowledge(known.seq, on: control)
             } catch {
                 logger.warning("resuming after seq \(cursor): \(error)")
             }
@@ -132,7 +133,7 @@ public final class Bridge: Sendable {
         try? nats.waitForPublishes(timeout: .seconds(configuration.timeoutSeconds))
         nats.close()
         acker.finish()
-        remembered.withLock { $0 = confirmations.confirmed }
+        remembered.withLock { $0 = (nodeID, confirmations.confirmed) }
         if let failure = confirmations.failure {
             throw .nats("publishing to \(nats.connectedURL) failed after seq \(confirmations.confirmed): \(failure)")
         }
@@ -348,28 +349,38 @@ final class Acknowledger: Sendable {
         }
     }
 
-    /// Acknowledges the confirmed seq when it moved.
+    /// Acknowledges the confirmed seq when it moved: on the control connection, or on a new
+    /// one when the daemon closed that (it closes idle connections, and restarts).
     private func flush() {
         let confirmed = confirmations.confirmed
         let (control, acknowledged) = state.withLock { ($0.control, $0.acknowledged) }
         guard confirmed > acknowledged else { return }
-        do throws(BridgeError) {
-            let link: DaemonLink
-            if let control { link = control } else { link = try DaemonLink(path: bridge.configuration.socketPath) }
-            state.withLock { $0.control = link }
-            try bridge.acknowledge(confirmed, on: link)
-            state.withLock { $0.acknowledged = confirmed }
-        } catch {
-            state.withLock { $0.control = nil }
-            if error.reason == "conflict" || error.reason == "invalid_params" {
-                // Another reader moved the consumer, or the store went back (a restore):
-                // a new session starts from what the daemon keeps.
-                bridge.logger.error("acknowledging seq \(confirmed) to evstored: \(error); starting over")
-                bridge.endSession()
+        var lastError: BridgeError?
+        for link in [control, nil] {
+            do throws(BridgeError) {
+                let used: DaemonLink
+                if let link { used = link } else { used = try DaemonLink(path: bridge.configuration.socketPath) }
+                state.withLock { $0.control = used }
+                try bridge.acknowledge(confirmed, on: used)
+                state.withLock { $0.acknowledged = confirmed }
                 return
+            } catch {
+                state.withLock { $0.control = nil }
+                lastError = error
+                // The daemon refused it: a new connection would be refused the same.
+                if error.reason != nil { break }
             }
-            // The next tick tries on a new connection (the daemon closes idle ones).
-            bridge.logger.warning("acknowledging seq \(confirmed) to evstored: \(error)")
         }
+        guard let error = lastError else { return }
+        if error.reason == "conflict" || error.reason == "invalid_params" {
+            // Another reader moved the consumer, or the store went back (a restore): a new
+            // session starts from what the daemon keeps.
+            bridge.logger.error("acknowledging seq \(confirmed) to evstored: \(error); starting over")
+            bridge.endSession()
+            return
+        }
+        // The next tick tries again; the session ends if the daemon is gone.
+        bridge.logger.warning("acknowledging seq \(confirmed) to evstored: \(error)")
     }
+
 }
