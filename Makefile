@@ -10,19 +10,23 @@
 #   make torture / make soak   kill -9 the daemon 1000 times / 30 minutes of load on three
 #                syncing nodes (release); torture-short / soak-short: the CI versions (debug);
 #                torture also syncs 20,000 events over the degraded link (as root)
-#   make deb     the Debian package (.build/deb/package/evstore_VERSION_ARCH.deb); test-deb
-#                checks its size (binaries <= 16 MiB, no ICU; package <= 8 MiB), runs lintian
-#                on it and installs it into a fresh debootstrap root
+#   make deb     the Debian packages (.build/deb/package/evstore_VERSION_ARCH.deb and
+#                evstore-nats_VERSION_ARCH.deb); test-deb checks their size (binaries <= 16 MiB,
+#                no ICU; each package <= 8 MiB), runs lintian on them and installs them into a
+#                fresh debootstrap root
 #   make man     the manual pages (.build/man); man-sources regenerates man/*.scd from --help
 #   make test-python   the Python client's tests against the built daemon
 
 SWIFT        ?= swift
-DEBIAN_PKGS  := liblmdb-dev libzstd-dev
+# libnats-dev is the NATS C client evstore-nats links; libssl-dev the libcrypto headers it
+# derives an NKey's public key with (libnats links libcrypto already).
+DEBIAN_PKGS  := liblmdb-dev libzstd-dev libnats-dev libssl-dev
 SSH_PKGS     := openssh-client openssh-server
 # The clock tests run the real daemon with its wall clock moved (libfaketime); the completion
 # tests run the bash and zsh scripts; scdoc and man render and check the manual pages.
 # iproute2 (ip) makes the network namespaces of the network-change and degraded-link tests.
-TEST_PKGS    := libfaketime zsh bash-completion scdoc man-db iproute2
+# nats-server (with JetStream) is the real server the bridge's tests publish to.
+TEST_PKGS    := libfaketime zsh bash-completion scdoc man-db iproute2 nats-server
 # The baselines of `make bench`: a C compiler, SQLite and hiredis headers, a Redis server.
 BENCH_PKGS   := gcc libsqlite3-dev libhiredis-dev redis-server
 # `make deb` builds with dpkg-deb, dpkg-shlibdeps and scdoc; `make test-deb` checks with
@@ -37,7 +41,7 @@ BENCH_SQLITE_SINGLE ?= 10000
 # Events in the large store of the socket benchmark (memory, start to READY); 0 skips it.
 BENCH_LARGE  ?= 1000000
 BENCH_OUT    ?= .build/bench
-BENCH_PRODUCTS := evstored evctl evstore-bench evstore-socket-bench
+BENCH_PRODUCTS := evstored evctl evstore-nats evstore-bench evstore-socket-bench
 
 # The crash and soak harnesses (Tests/Harness, docs/testing.md). Figures go to HARNESS_OUT.
 TORTURE_KILLS ?= 1000
@@ -55,7 +59,7 @@ all: build
 # openssh-client carries ssh:// peers; openssh-server lets the tests run a real sshd on 127.0.0.1;
 # libfaketime moves the daemon's clock in the clock tests; zsh and bash-completion run the completion scripts.
 deps:
-	@if ! pkg-config --exists lmdb libzstd 2>/dev/null || ! command -v ssh >/dev/null || [ ! -x /usr/sbin/sshd ] \
+	@if ! pkg-config --exists lmdb libzstd libnats libcrypto 2>/dev/null || ! command -v ssh >/dev/null || [ ! -x /usr/sbin/sshd ] \
 			|| ! dpkg -s $(TEST_PKGS) >/dev/null 2>&1; then \
 		echo "installing $(DEBIAN_PKGS) $(SSH_PKGS) $(TEST_PKGS)"; \
 		$(SUDO) apt-get update -qq && \
@@ -180,8 +184,8 @@ soak-short: deps
 	@mkdir -p $(HARNESS_OUT)
 	python3 Tests/Harness/soak.py --short --bin .build/debug --json $(HARNESS_OUT)/soak-short.json $(HARNESS_ARGS)
 
-# The Debian package (docs/packaging.md): evstored and evctl built in release with the Swift
-# runtime linked statically, then packaging/build-deb.sh (dpkg-deb, no network).
+# The Debian packages (docs/packaging.md): evstored, evctl and evstore-nats built in release
+# with the Swift runtime linked statically, then packaging/build-deb.sh (dpkg-deb, no network).
 DEB_SCRATCH ?= .build/deb
 # Linked by lld (the toolchain's) with -z pack-relative-relocs: the relative relocations of
 # the position-independent binaries go in a bitmap (DT_RELR, glibc 2.36) instead of 24 bytes
@@ -189,27 +193,29 @@ DEB_SCRATCH ?= .build/deb
 # passes --gc-sections; docs/packaging.md has the sizes.)
 DEB_LINK     ?= -Xswiftc -use-ld=lld -Xlinker -z -Xlinker pack-relative-relocs -Xlinker -z -Xlinker now
 deb: deps deb-deps
-	@for product in evstored evctl; do \
+	@for product in evstored evctl evstore-nats; do \
 		$(SWIFT) build -c release --static-swift-stdlib $(DEB_LINK) --scratch-path $(DEB_SCRATCH) \
 			--product $$product || exit 1; \
 	done
 	packaging/build-deb.sh $(DEB_SCRATCH)/release $(DEB_SCRATCH)/package
 
 test-deb: deb
-	packaging/test-deb.sh $(DEB_SCRATCH)/package/evstore_*.deb
+	packaging/test-deb.sh $(DEB_SCRATCH)/package/evstore_*.deb $(DEB_SCRATCH)/package/evstore-nats_*.deb
 
 # The manual pages from their scdoc sources in man/, into .build/man (`man -l` reads them).
 man: deb-deps
 	@mkdir -p .build/man
 	scdoc <man/evctl.1.scd >.build/man/evctl.1
 	scdoc <man/evstored.8.scd >.build/man/evstored.8
+	scdoc <man/evstore-nats.8.scd >.build/man/evstore-nats.8
 
 # The scdoc sources are generated from the same definitions as --help; a test fails when they
 # differ from what the binaries print, and this brings them back in step.
 man-sources: deps
-	@for product in evstored evctl; do $(SWIFT) build --product $$product || exit 1; done
+	@for product in evstored evctl evstore-nats; do $(SWIFT) build --product $$product || exit 1; done
 	.build/debug/evctl --generate-manual >man/evctl.1.scd
 	.build/debug/evstored --generate-manual >man/evstored.8.scd
+	.build/debug/evstore-nats --generate-manual >man/evstore-nats.8.scd
 
 format:
 	$(SWIFT) format --in-place --recursive Sources Tests Benchmarks

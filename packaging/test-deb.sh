@@ -7,18 +7,21 @@
 # declared), that the daemon serves as the evstore user, and that remove keeps the data
 # while purge deletes it.
 #
-# Usage: packaging/test-deb.sh DEB
+# Usage: packaging/test-deb.sh DEB [NATS_DEB]
+#   NATS_DEB, the evstore-nats package, is checked the same way and installed after DEB.
 # Needs root (chroot, mount) and debootstrap; the base root is downloaded once into
 # DEB_TEST_CACHE (default .build/deb/debootstrap) from DEB_TEST_MIRROR. Without root or
 # without the mirror, it says so and exits 0 without testing: the build of the package
 # (make deb) and lintian still run.
 set -eu
 
-if [ $# -ne 1 ] || [ ! -f "$1" ]; then
-    echo "usage: $0 DEB" >&2
+if [ $# -lt 1 ] || [ $# -gt 2 ] || [ ! -f "$1" ] || { [ $# -eq 2 ] && [ ! -f "$2" ]; }; then
+    echo "usage: $0 DEB [NATS_DEB]" >&2
     exit 64
 fi
 package=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+bridge_package=
+[ $# -eq 2 ] && bridge_package=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
 suite=${DEB_TEST_SUITE:-$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")}
@@ -43,40 +46,47 @@ check() {
 # (docs/packaging.md).
 max_binary=$((16 * 1024 * 1024))
 max_package=$((8 * 1024 * 1024))
-contents=$(mktemp -d /tmp/evstore-deb-contents.XXXXXX)
-dpkg-deb -x "$package" "$contents"
 echo "size"
-for binary in evstored evctl; do
-    bytes=$(stat -c %s "$contents/usr/bin/$binary")
-    echo "        /usr/bin/$binary: $bytes bytes ($((bytes / 1024)) KiB)"
-    check "$binary is at most 16 MiB stripped" test "$bytes" -le "$max_binary"
-    # ICU's data names its items icudtNNl/...; its functions are ucol_, ubrk_, ...
-    check "$binary holds no ICU" sh -c "! grep -a -q -e icudt -e ucol_open '$contents/usr/bin/$binary'"
+for deb in "$package" $bridge_package; do
+    contents=$(mktemp -d /tmp/evstore-deb-contents.XXXXXX)
+    dpkg-deb -x "$deb" "$contents"
+    for file in "$contents"/usr/bin/*; do
+        binary=$(basename "$file")
+        bytes=$(stat -c %s "$file")
+        echo "        /usr/bin/$binary: $bytes bytes ($((bytes / 1024)) KiB)"
+        check "$binary is at most 16 MiB stripped" test "$bytes" -le "$max_binary"
+        # ICU's data names its items icudtNNl/...; its functions are ucol_, ubrk_, ...
+        check "$binary holds no ICU" sh -c "! grep -a -q -e icudt -e ucol_open '$file'"
+    done
+    rm -rf "$contents"
+    bytes=$(stat -c %s "$deb")
+    echo "        $(basename "$deb"): $bytes bytes ($((bytes / 1024)) KiB), installed $(dpkg-deb -f "$deb" Installed-Size) KiB"
+    check "$(basename "$deb") is at most 8 MiB" test "$bytes" -le "$max_package"
 done
-rm -rf "$contents"
-bytes=$(stat -c %s "$package")
-echo "        $(basename "$package"): $bytes bytes ($((bytes / 1024)) KiB), installed $(dpkg-deb -f "$package" Installed-Size) KiB"
-check "the package is at most 8 MiB" test "$bytes" -le "$max_package"
 
-echo "lintian $(basename "$package")"
-# Overrides ship in the package (usr/share/lintian/overrides/evstore), each with its reason.
-# (lintian's notice that it runs as root is not a finding.)
-report=$(lintian --display-level '>=warning' --fail-on none "$package" 2>&1 \
-    | grep -v '^running with root privileges is not recommended' || true)
-if [ -n "$report" ]; then
-    printf '%s\n' "$report"
-    echo "  FAIL  lintian reports errors or warnings"
-    failures=$((failures + 1))
-else
-    echo "  ok    no errors or warnings (lintian $(lintian --print-version))"
-fi
+for deb in "$package" $bridge_package; do
+    echo "lintian $(basename "$deb")"
+    # Overrides ship in the package (usr/share/lintian/overrides/NAME), each with its reason.
+    # (lintian's notice that it runs as root is not a finding.)
+    report=$(lintian --display-level '>=warning' --fail-on none "$deb" 2>&1 \
+        | grep -v '^running with root privileges is not recommended' || true)
+    if [ -n "$report" ]; then
+        printf '%s\n' "$report"
+        echo "  FAIL  lintian reports errors or warnings"
+        failures=$((failures + 1))
+    else
+        echo "  ok    no errors or warnings (lintian $(lintian --print-version))"
+    fi
+done
 
 if [ "$(id -u)" -ne 0 ]; then
     echo "SKIPPED the install test: it needs root for chroot (run: sudo $0 $1)"
     exit "$((failures > 0))"
 fi
 
-dependencies=$(dpkg-deb -f "$package" Depends | tr ',' '\n' | sed 's/(.*)//; s/|.*//; s/ //g' | grep -v '^$' \
+# The packages' dependencies but evstore itself, which the test installs from its file.
+dependencies=$(for deb in "$package" $bridge_package; do dpkg-deb -f "$deb" Depends; echo ,; done \
+    | tr ',' '\n' | sed 's/(.*)//; s/|.*//; s/ //g' | grep -v -e '^$' -e '^evstore$' | LC_ALL=C sort -u \
     | paste -sd, -)
 if [ ! -f "$cache/.complete" ] || [ "$(cat "$cache/.complete")" != "$suite $dependencies" ]; then
     echo "debootstrap $suite (minbase + $dependencies) into $cache"
@@ -170,6 +180,26 @@ check "the store is in /var/lib/evstore, owned by evstore" \
 kill "$daemon"
 wait "$daemon" 2>/dev/null || true
 daemon=
+
+if [ -n "$bridge_package" ]; then
+    echo "the bridge package, evstore-nats"
+    cp "$bridge_package" "$root/tmp/evstore-nats.deb"
+    check "dpkg -i installs it beside evstore" inside dpkg -i /tmp/evstore-nats.deb
+    check "evstore-nats runs in the fresh root (libnats is there)" inside /usr/bin/evstore-nats --version
+    check "its version is the package's" sh -c "chroot '$root' evstore-nats --version | grep -qx 'evstore-nats $version'"
+    check "unit evstore-nats.service" test -f "$root/lib/systemd/system/evstore-nats.service"
+    check "evstore-nats.service is not enabled (it needs a server URL first)" \
+        test ! -e "$root/etc/systemd/system/multi-user.target.wants/evstore-nats.service"
+    check "/etc/evstore/evstore-nats.json is a conffile" \
+        sh -c "chroot '$root' dpkg-query -W -f='\${Conffiles}' evstore-nats | grep -q '/etc/evstore/evstore-nats.json'"
+    check "man page evstore-nats(8)" \
+        sh -c "zcat '$root/usr/share/man/man8/evstore-nats.8.gz' | grep -q '^\\.TH \"evstore-nats\" \"8\"'"
+    check "a configuration it cannot use exits 78" \
+        sh -c "chroot '$root' evstore-nats --config /etc/evstore/evstore-nats.json --prefix 'a.*'; [ \$? -eq 78 ]"
+    check "dpkg -P evstore-nats" inside dpkg -P evstore-nats
+    check "its config is gone, evstore's stays" \
+        sh -c "[ ! -e '$root/etc/evstore/evstore-nats.json' ] && [ -f '$root/etc/evstore/evstored.json' ]"
+fi
 
 echo "upgrade (the same package again) keeps an edited conffile"
 inside sh -c 'printf "{\"node\": \"van-7\"}\n" >/etc/evstore/evstored.json'

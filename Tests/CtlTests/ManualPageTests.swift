@@ -28,7 +28,7 @@ import Testing
         return out
     }
 
-    @Test(arguments: [("evctl", "evctl.1.scd"), ("evstored", "evstored.8.scd")])
+    @Test(arguments: [("evctl", "evctl.1.scd"), ("evstored", "evstored.8.scd"), ("evstore-nats", "evstore-nats.8.scd")])
     func theCommittedSourceIsWhatTheBinaryPrints(binary: String, file: String) throws {
         let printed = try runProgram(try builtBinary(binary).path, ["--generate-manual"])
         #expect(printed.status == 0)
@@ -60,21 +60,25 @@ import Testing
         #expect(seen > 15, "walked every command (\(seen))")
     }
 
-    @Test func everyOptionOfEvstoredHelpIsInThePage() throws {
-        let page = ManualPageTests.plain(try ManualPageTests.source("evstored.8.scd"))
-        let help = HelpText(try runProgram(try builtBinary("evstored").path, ["--help"]).stdout)
+    @Test(arguments: [("evstored", 20), ("evstore-nats", 15)])
+    func everyOptionOfTheDaemonsHelpIsInThePage(binary: String, least: Int) throws {
+        let page = ManualPageTests.plain(try ManualPageTests.source("\(binary).8.scd"))
+        let help = HelpText(try runProgram(try builtBinary(binary).path, ["--help"]).stdout)
         let options = help.longOptions(in: "options")
-        #expect(options.count > 20)
+        #expect(options.count > least)
         for option in options {
             #expect(page.contains("*\(option)*"), "\(option)")
         }
-        #expect(page.contains("evstored - " + help.abstract.dropLast()))
-        #expect(page.hasPrefix("evstored(8) "))
+        #expect(page.contains("\(binary) - " + help.abstract.dropLast()))
+        #expect(page.hasPrefix("\(binary)(8) "))
     }
 
     @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/scdoc"), "scdoc is not installed"))
     func scdocBuildsBothPages() throws {
-        for (file, header) in [("evctl.1.scd", ".TH \"evctl\" \"1\""), ("evstored.8.scd", ".TH \"evstored\" \"8\"")] {
+        for (file, header) in [
+            ("evctl.1.scd", ".TH \"evctl\" \"1\""), ("evstored.8.scd", ".TH \"evstored\" \"8\""),
+            ("evstore-nats.8.scd", ".TH \"evstore-nats\" \"8\""),
+        ] {
             let roff = try runProgram(
                 "/bin/sh", ["-c", "scdoc < '\(ManualPageTests.root.path)/man/\(file)'"])
             #expect(roff.status == 0, "\(file): \(roff.stderr)")

@@ -276,7 +276,7 @@ struct SocketActivationTests {
 @Suite("systemd units")
 struct SystemdUnitTests {
     @Test(
-        "evstored.service, evstored.socket, evstore-metrics.service and .timer pass systemd-analyze verify",
+        "evstored.service, evstored.socket, evstore-metrics.service and .timer, evstore-nats.service pass systemd-analyze verify",
         .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/systemd-analyze")))
     func unitsVerify() throws {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
@@ -285,7 +285,7 @@ struct SystemdUnitTests {
             "/bin/sh",
             [
                 root.appendingPathComponent("systemd/verify.sh").path, try builtBinary("evstored").path,
-                try builtBinary("evctl").path,
+                try builtBinary("evctl").path, try builtBinary("evstore-nats").path,
             ])
         #expect(status == 0, "\(text)")
         #expect(text.contains("systemd units: ok"))

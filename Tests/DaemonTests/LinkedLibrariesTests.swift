@@ -2,8 +2,8 @@ import Foundation
 import TestSupport
 import Testing
 
-/// evstored and evctl carry no Foundation and no ICU: Foundation's full library and ICU's
-/// data made each statically linked binary 57 MiB stripped (15 MiB without), too heavy
+/// evstored, evctl and evstore-nats carry no Foundation and no ICU: Foundation's full library
+/// and ICU's data made each statically linked binary 57 MiB stripped (15 MiB without), too heavy
 /// for a gateway's flash disk and slow over a field link. The binaries use
 /// FoundationEssentials at most; this reads the shared libraries each one asks the loader
 /// for (the `DT_NEEDED` entries of its dynamic section, what `readelf -d` lists) and fails
@@ -16,7 +16,7 @@ struct LinkedLibrariesTests {
         "libFoundationNetworking", "libFoundationXML",
     ]
 
-    @Test("the binary needs no Foundation and no ICU", arguments: ["evstored", "evctl"])
+    @Test("the binary needs no Foundation and no ICU", arguments: ["evstored", "evctl", "evstore-nats"])
     func noFoundation(binary: String) throws {
         let path = try builtBinary(binary).path
         let needed = try ELFDynamicSection.neededLibraries(Array(try Data(contentsOf: URL(fileURLWithPath: path))))
