@@ -44,8 +44,8 @@ PROGRAMS = {
     "lmdb_ceiling": (["lmdb.h", "zstd.h", "zdict.h"], "liblmdb-dev libzstd-dev", ["-llmdb", "-lzstd", "-lm"]),
     "redis_streams": (["hiredis/hiredis.h"], "libhiredis-dev", ["-pthread", "-lhiredis", "-lm"]),
 }
-PARTS = ["bench", "lmdb", "sqlite", "redis", "socket"]
-ALIASES = {"baselines": ["lmdb", "sqlite", "redis"], "evstore": ["bench", "socket"]}
+PARTS = ["bench", "lmdb", "sqlite", "redis", "socket", "nats"]
+ALIASES = {"baselines": ["lmdb", "sqlite", "redis"], "evstore": ["bench", "socket", "nats"]}
 PART_PROGRAM = {"lmdb": "lmdb_ceiling", "sqlite": "sqlite_outbox", "redis": "redis_streams"}
 SOURCES = {
     "bench": "evstore (in process)",
@@ -53,6 +53,7 @@ SOURCES = {
     "sqlite": "SQLite outbox",
     "lmdb": "LMDB ceiling",
     "redis": "Redis Streams",
+    "nats": "evstore-nats",
 }
 
 
@@ -143,7 +144,12 @@ def check_prerequisites(options):
     for part, binary in (("bench", "evstore-bench"), ("socket", "evstore-socket-bench")):
         if part in options.parts and not (options.bin / binary).is_file():
             missing.append(f"{options.bin / binary} is missing: swift build -c release --product {binary}")
-    if "socket" in options.parts:
+    if "nats" in options.parts:
+        if not (shutil.which("nats-server") or Path("/usr/sbin/nats-server").is_file()):
+            missing.append("the bridge's benchmark needs nats-server (Debian: nats-server)")
+        if not (options.bin / "evstore-nats").is_file():
+            missing.append(f"{options.bin / 'evstore-nats'} is missing: swift build -c release --product evstore-nats")
+    if "socket" in options.parts or "nats" in options.parts:
         for binary in ("evstored", "evctl"):
             if not (options.bin / binary).is_file():
                 missing.append(f"{options.bin / binary} is missing: swift build -c release --product {binary}")
@@ -392,6 +398,12 @@ def run_parts(options, runner, workload, large):
                    *(["--large", large] if large else []), "--dir", out / "daemons", "--json", out / "socket-results.json"]
         if runner.run("socket", command):
             load("socket", out / "socket-results.json")
+    if "nats" in options.parts:
+        # The bridge, the daemon and nats-server share the machine's CPUs, as on a gateway.
+        command = [sys.executable, ROOT / "Benchmarks" / "nats_bridge.py", "--bin", options.bin, "--workload", workload,
+                   "--json", out / "nats-results.json"]
+        if runner.run("nats", command):
+            load("nats", out / "nats-results.json")
     return results
 
 

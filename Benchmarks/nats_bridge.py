@@ -1,0 +1,262 @@
+#!/usr/bin/env python3
+"""evstore-nats into a real nats-server with JetStream, against bulk append in the same run.
+
+Measures, on one machine (evstored, evstore-nats and nats-server share its CPUs):
+  - bulk `evctl append --file` of the workload into a fresh daemon: the baseline;
+  - the bridge started on that store: events/s until every event is in the stream and the
+    consumer's lag is 0 (a backlog, as after a long outage);
+  - end-to-end latency under light load: from `append` returning to the message being
+    delivered from the stream to a JetStream push consumer (so stored), p50 and p99;
+  - the bridge's memory: resident and anonymous after the backlog, and its peak.
+
+Standard library only; speaks the NATS protocol itself. Usage:
+  python3 Benchmarks/nats_bridge.py --bin .build/release --workload W.ndjson [--events N] [--json OUT]
+"""
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Daemon:
+    """JSON-RPC over evstored's socket."""
+
+    def __init__(self, path):
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.connect(path)
+        self.file = self.sock.makefile("rb")
+        self.next_id = 0
+
+    def call(self, method, params=None):
+        self.next_id += 1
+        line = json.dumps({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params or {}})
+        self.sock.sendall(line.encode() + b"\n")
+        while True:
+            reply = json.loads(self.file.readline())
+            if reply.get("id") == self.next_id:
+                if "error" in reply:
+                    raise RuntimeError(f"{method}: {reply['error']}")
+                return reply["result"]
+
+
+class NATS:
+    """Just enough of the NATS client protocol: requests and one subscription with headers."""
+
+    def __init__(self, port):
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.file = self.sock.makefile("rb")
+        self.file.readline()  # INFO
+        self.sock.sendall(b'CONNECT {"verbose":false,"pedantic":false,"headers":true,"no_responders":true}\r\n')
+        self.sid = 0
+
+    def subscribe(self, subject):
+        self.sid += 1
+        self.sock.sendall(f"SUB {subject} {self.sid}\r\n".encode())
+        return self.sid
+
+    def publish(self, subject, payload, reply=None):
+        head = f"PUB {subject} {reply} {len(payload)}" if reply else f"PUB {subject} {len(payload)}"
+        self.sock.sendall(head.encode() + b"\r\n" + payload + b"\r\n")
+
+    def next_message(self):
+        """(subscription id, subject, headers dict, payload) of the next message; answers
+        PINGs. JetStream delivers a push consumer's messages under their own subject, to the
+        subscription of the deliver subject: match them by subscription id."""
+        while True:
+            line = self.file.readline()
+            if not line:
+                raise RuntimeError("the NATS server closed the connection")
+            if line.startswith(b"PING"):
+                self.sock.sendall(b"PONG\r\n")
+                continue
+            parts = line.split()
+            if parts[0] == b"MSG":
+                size = int(parts[-1])
+                data = self.file.read(size + 2)[:-2]
+                return int(parts[2]), parts[1].decode(), {}, data
+            if parts[0] == b"HMSG":
+                header_size, total = int(parts[-2]), int(parts[-1])
+                block = self.file.read(total + 2)[:-2]
+                headers = {}
+                for header in block[:header_size].decode().split("\r\n")[1:]:
+                    if ":" in header:
+                        name, value = header.split(":", 1)
+                        headers[name.strip()] = value.strip()
+                return int(parts[2]), parts[1].decode(), headers, block[header_size:]
+
+    def request(self, subject, payload):
+        inbox = f"_INBOX.bench{self.sid + 1}"
+        sid = self.subscribe(inbox)
+        self.publish(subject, payload, reply=inbox)
+        while True:
+            seen, _, _, data = self.next_message()
+            if seen == sid:
+                return json.loads(data)
+
+
+def memory(pid):
+    """VmRSS, RssAnon and VmHWM of a process, KiB."""
+    values = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("VmRSS", "RssAnon", "VmHWM"):
+            values[key] = int(rest.split()[0])
+    return values
+
+
+def cpu_seconds(pid):
+    """User and system CPU time a process has used, in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_for(condition, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.02)
+    raise RuntimeError(f"timed out waiting for {what}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bin", required=True, type=Path, help="directory of evstored, evctl and evstore-nats")
+    parser.add_argument("--workload", required=True, type=Path, help="NDJSON events in the append input form")
+    parser.add_argument("--events", type=int, default=0, help="use the first N events (0: all)")
+    parser.add_argument("--latency-events", type=int, default=300, help="single appends timed end to end")
+    parser.add_argument("--nats-server", default=shutil.which("nats-server") or "/usr/sbin/nats-server")
+    parser.add_argument("--json", type=Path, help="write the figures here")
+    options = parser.parse_args()
+
+    scratch = Path(tempfile.mkdtemp(prefix="evstore-nats-bench-"))
+    processes = []
+    try:
+        lines = options.workload.read_bytes().splitlines(keepends=True)
+        if options.events:
+            lines = lines[: options.events]
+        workload = scratch / "workload.ndjson"
+        workload.write_bytes(b"".join(lines))
+        count = len(lines)
+
+        port = free_port()
+        server_log = open(scratch / "nats.log", "wb")
+        server = subprocess.Popen([options.nats_server, "-a", "127.0.0.1", "-p", str(port), "-js", "-sd",
+                                   str(scratch / "js")], stdout=subprocess.DEVNULL, stderr=server_log)
+        processes.append(server)
+        wait_for(lambda: b"Server is ready" in (scratch / "nats.log").read_bytes(), 20, "nats-server")
+
+        sock = str(scratch / "evstored.sock")
+        daemon_log = open(scratch / "evstored.log", "wb")
+        daemon = subprocess.Popen([options.bin / "evstored", "--data-dir", str(scratch / "data"), "--socket", sock],
+                                  stdout=subprocess.DEVNULL, stderr=daemon_log)
+        processes.append(daemon)
+        wait_for(lambda: os.path.exists(sock), 20, "evstored's socket")
+        time.sleep(0.2)
+
+        started = time.monotonic()
+        subprocess.run([options.bin / "evctl", "--socket", sock, "append", "--file", str(workload)], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        bulk = count / (time.monotonic() - started)
+
+        client = Daemon(sock)
+        bridge_log = open(scratch / "evstore-nats.log", "wb")
+        cpu_before = {"evstored": cpu_seconds(daemon.pid), "nats-server": cpu_seconds(server.pid)}
+        started = time.monotonic()
+        bridge = subprocess.Popen([options.bin / "evstore-nats", "--socket", sock, "--url", f"nats://127.0.0.1:{port}"],
+                                  stdout=subprocess.DEVNULL, stderr=bridge_log)
+        processes.append(bridge)
+
+        def drained():
+            consumers = client.call("consumers.list")["consumers"]
+            return any(c["name"] == "nats" and c["lag"] == 0 for c in consumers)
+
+        wait_for(drained, 600, "the bridge to publish the backlog")
+        elapsed = time.monotonic() - started
+        throughput = count / elapsed
+        after_backlog = memory(bridge.pid)
+        cpu = {"evstore-nats": cpu_seconds(bridge.pid),
+               "evstored": cpu_seconds(daemon.pid) - cpu_before["evstored"],
+               "nats-server": cpu_seconds(server.pid) - cpu_before["nats-server"]}
+
+        nats = NATS(port)
+        info = nats.request("$JS.API.STREAM.INFO.EVSTORE", b"")
+        stored = info["state"]["messages"]
+        deliver = "bench.deliver"
+        delivered = nats.subscribe(deliver)
+        created = nats.request("$JS.API.CONSUMER.CREATE.EVSTORE", json.dumps(
+            {"stream_name": "EVSTORE", "config": {"deliver_subject": deliver, "deliver_policy": "new",
+                                                  "ack_policy": "none"}}).encode())
+        if "error" in created:
+            raise RuntimeError(f"creating the reading consumer: {created['error']}")
+        latencies = []
+        for index in range(options.latency_events):
+            event = {"entity": f"job/latency-{index % 50}", "kind": "status", "status": f"s{index}"}
+            result = client.call("append", {"events": [event]})
+            appended = time.monotonic()
+            wanted = result["ids"][0]
+            while True:
+                sid, _, headers, _ = nats.next_message()
+                if sid == delivered and headers.get("Nats-Msg-Id") == wanted:
+                    break
+            latencies.append((time.monotonic() - appended) * 1000)
+            time.sleep(0.02)  # light load: about 40 events a second
+        latencies.sort()
+        at_end = memory(bridge.pid)
+        bridge.terminate()
+        bridge.wait(30)
+
+        def percentile(values, fraction):
+            return values[min(len(values) - 1, int(len(values) * fraction))]
+
+        rows = [
+            {"name": "bulk evctl append --file", "value": round(bulk), "unit": "events/s", "note": f"{count} events"},
+            {"name": "evstore-nats, backlog into JetStream", "value": round(throughput), "unit": "events/s",
+             "note": f"{count} events in {elapsed:.2f} s, {stored} in the stream; / bulk append {throughput / bulk:.2f}×"},
+            {"name": "evstore-nats backlog / bulk append", "value": round(throughput / bulk, 2), "unit": "×",
+             "note": "the same events, the same run"},
+            {"name": "append to readable from the stream, p50", "value": round(statistics.median(latencies), 2),
+             "unit": "ms", "note": f"{len(latencies)} single appends, about 40/s"},
+            {"name": "append to readable from the stream, p99", "value": round(percentile(latencies, 0.99), 2),
+             "unit": "ms", "note": ""},
+            {"name": "CPU per event during the backlog, evstore-nats", "value": round(cpu["evstore-nats"] / count * 1e6, 1),
+             "unit": "µs", "note": f"evstored {cpu['evstored'] / count * 1e6:.1f} µs, nats-server "
+                                   f"{cpu['nats-server'] / count * 1e6:.1f} µs"},
+            {"name": "evstore-nats RSS after the backlog", "value": round(after_backlog["VmRSS"] / 1024, 1),
+             "unit": "MiB", "note": f"RssAnon {after_backlog['RssAnon'] / 1024:.1f} MiB"},
+            {"name": "evstore-nats peak RSS", "value": round(at_end["VmHWM"] / 1024, 1), "unit": "MiB",
+             "note": f"RssAnon at the end {at_end['RssAnon'] / 1024:.1f} MiB"},
+        ]
+        width = max(len(row["name"]) for row in rows)
+        for row in rows:
+            print(f"{row['name']:<{width}}  {row['value']:>10} {row['unit']:<9} {row['note']}")
+        if stored != count:
+            print(f"the stream holds {stored} messages, not {count}", file=sys.stderr)
+            return 1
+        if options.json:
+            options.json.write_text(json.dumps(rows, indent=1))
+        return 0
+    finally:
+        for process in reversed(processes):
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
