@@ -163,7 +163,9 @@ public final class Bridge: Sendable {
     @discardableResult
     func acknowledge(_ seq: UInt64, on control: DaemonLink) throws(BridgeError) -> UInt64 {
         let result = try control.call("consumers.ack", #"{"name":"\#(configuration.consumer)","seq":\#(seq)}"#)
-        return UInt64(result["seq"] as? Int ?? Int(seq))
+        let consumers = result["consumers"] as? [[String: Any]] ?? []
+        let kept = consumers.first { $0["name"] as? String == configuration.consumer }?["seq"] as? Int
+        return kept.map(UInt64.init) ?? seq
     }
 
     /// Finds the stream, or creates it; warns when one found may not take every event.

@@ -79,3 +79,31 @@ struct GlobalOptions {
         try Connection.open(socketPath)
     }
 }
+
+extension GlobalOptions {
+    /// Calls `method` on a connection of its own; an `invalid_params` answer is a usage error
+    /// (exit 64), any other error exits with its reason's status.
+    func call(_ method: String, _ params: JSONObjectWriter = JSONObjectWriter()) throws -> Reply {
+        let reply = try connect().exchange(method, params)
+        if let error = reply.error {
+            if let usage = error.usageError { throw usage }
+            throw CommandFailure(exitCode: error.exitStatus, error.description)
+        }
+        return reply
+    }
+
+    /// Calls `method` and prints its answer: as the daemon sent it with --json, else the
+    /// lines `text` makes of its result.
+    func printResult(
+        of method: String, _ params: JSONObjectWriter = JSONObjectWriter(), text: ([String: Any]) -> [String]
+    ) throws {
+        let reply = try call(method, params)
+        var output = StandardOutput()
+        if json {
+            output.line(bytes: reply.resultBytes)
+        } else {
+            for line in text(reply.result as? [String: Any] ?? [:]) { output.line(line) }
+        }
+        output.flush()
+    }
+}

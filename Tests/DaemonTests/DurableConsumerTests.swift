@@ -10,6 +10,11 @@ struct DurableConsumerTests {
         (page["events"] as? [[String: Any]] ?? []).compactMap { $0["seq"] as? Int }
     }
 
+    /// The entry of consumer `name` in a `consumers.*` answer.
+    static func entry(_ name: String, in answer: [String: Any]) -> [String: Any]? {
+        (answer["consumers"] as? [[String: Any]])?.first { $0["name"] as? String == name }
+    }
+
     static func appendJobs(_ client: RPCClient, _ range: Range<Int>) throws {
         let events = range.map { #"{"entity":"job/\#($0)","kind":"status","status":"assigned"}"# }
         _ = try client.call("append", eventsParams(events))
@@ -27,8 +32,10 @@ struct DurableConsumerTests {
         let unknownWatch = try daemon.client().failure("watch", #"{"consumer":"bridge"}"#)
         #expect(unknownWatch.reason == "not_found")
 
-        let created = try client.call("consumers.ack", #"{"name":"bridge","seq":0}"#)
-        #expect(created["seq"] as? Int == 0 && created["lag"] as? Int == 10, "\(created)")
+        let answer = try client.call("consumers.ack", #"{"name":"bridge","seq":0}"#)
+        let created = try #require(DurableConsumerTests.entry("bridge", in: answer))
+        #expect(created["seq"] as? Int == 0 && created["lag"] as? Int == 10, "\(answer)")
+        #expect(answer["head"] as? Int == 10 && created["acked_at"] is String)
         #expect(DurableConsumerTests.seqs(try client.call("log", #"{"consumer":"bridge","limit":4}"#)) == [1, 2, 3, 4])
         // Reading does not move it; acknowledging does.
         #expect(DurableConsumerTests.seqs(try client.call("log", #"{"consumer":"bridge","limit":2}"#)) == [1, 2])
@@ -73,7 +80,8 @@ struct DurableConsumerTests {
         #expect(pastNew.code == -32602)
         let back = try client.failure("consumers.ack", #"{"name":"idx","seq":1}"#)
         #expect(back.reason == "conflict" && back.message.contains("only move forward"), "\(back)")
-        #expect(try client.call("consumers.ack", #"{"name":"idx","seq":2}"#)["seq"] as? Int == 2)
+        let again = try client.call("consumers.ack", #"{"name":"idx","seq":2}"#)
+        #expect(DurableConsumerTests.entry("idx", in: again)?["seq"] as? Int == 2)
         let badName = try client.failure("consumers.ack", #"{"name":"a b","seq":0}"#)
         #expect(badName.code == -32602 && badName.message.contains("consumer name"), "\(badName)")
         let missing = try client.failure("consumers.ack", #"{"name":"idx"}"#)
@@ -104,8 +112,10 @@ struct DurableConsumerTests {
                 try client.failure("consumers.ack", #"{"name":"c\#(index)","seq":0}"#).reason == "too_many_consumers")
         }
         #expect((try client.call("consumers.list")["consumers"] as? [[String: Any]])?.count == 3)
-        _ = try client.call("consumers.remove", #"{"name":"c1"}"#)
-        #expect(try client.call("consumers.ack", #"{"name":"c3","seq":0}"#)["name"] as? String == "c3")
+        let left = try client.call("consumers.remove", #"{"name":"c1"}"#)
+        #expect((left["consumers"] as? [[String: Any]])?.compactMap { $0["name"] as? String } == ["c0", "c2"])
+        let added = try client.call("consumers.ack", #"{"name":"c3","seq":0}"#)
+        #expect(DurableConsumerTests.entry("c3", in: added)?["seq"] as? Int == 0)
         #expect(daemon.process.isRunning)
     }
 

@@ -7,6 +7,12 @@ extension Methods {
     /// `consumers.list`: every consumer, its acknowledged seq and its lag (head − seq).
     func consumersList(_ request: Request) throws -> [UInt8] {
         _ = try Params(request.params, method: "consumers.list", accepts: [])
+        return try consumersAnswer()
+    }
+
+    /// `{"consumers":[...],"head":N}`: what `consumers.list`, `.ack` and `.remove` answer,
+    /// as `peers.*` answer the peers.
+    func consumersAnswer() throws -> [UInt8] {
         let head = log.sequenceHead
         let consumers = try log.consumers()
         var out = JSONWriter()
@@ -19,7 +25,7 @@ extension Methods {
     }
 
     /// `consumers.ack {name, seq}`: the consumer has processed every event up to `seq`;
-    /// creates it when new (`seq` 0: it reads from the start).
+    /// creates it when new (`seq` 0: it reads from the start). Answers every consumer.
     func consumersAck(_ request: Request) throws -> [UInt8] {
         let params = try Params(request.params, method: "consumers.ack", accepts: ["name", "seq"])
         guard let name = try params.string("name"), let seq = try params.seq("seq") else {
@@ -27,24 +33,19 @@ extension Methods {
                 "consumers.ack takes \"name\" and \"seq\": the seq of the last event the consumer has processed (0 to create it at the start)"
             )
         }
-        let consumer = try writer.ackConsumer(name, seq: seq, maxConsumers: maxConsumers)
-        var out = JSONWriter()
-        Methods.write(consumer, head: log.sequenceHead, to: &out)
-        return out.bytes
+        _ = try writer.ackConsumer(name, seq: seq, maxConsumers: maxConsumers)
+        return try consumersAnswer()
     }
 
-    /// `consumers.remove {name}`: forgets a consumer (`not_found` when there is none).
+    /// `consumers.remove {name}`: forgets a consumer (`not_found` when there is none);
+    /// answers those left.
     func consumersRemove(_ request: Request) throws -> [UInt8] {
         let params = try Params(request.params, method: "consumers.remove", accepts: ["name"])
         guard let name = try params.string("name") else {
             throw RPCError.invalidParams("consumers.remove takes \"name\"")
         }
         guard try writer.removeConsumer(name) else { throw Methods.unknownConsumer(name) }
-        var out = JSONWriter()
-        out.beginObject()
-        out.member("removed", name)
-        out.endObject()
-        return out.bytes
+        return try consumersAnswer()
     }
 
     /// Where a feed (`log`, `watch`) starts: `after` as given, or the seq the consumer named

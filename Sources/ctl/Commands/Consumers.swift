@@ -36,11 +36,15 @@ struct Consumers: Command {
         ]
     }
 
-    static func acknowledged(_ consumer: [String: Any]) -> [String] {
-        let name = consumer["name"] as? String ?? "?"
-        let seq = consumer["seq"] as? Int ?? 0
-        let lag = consumer["lag"] as? Int ?? 0
-        return ["consumer \(name) at seq \(seq), \(Format.count(lag, "event")) behind the head"]
+    /// The line for the consumer `name` of a `consumers.*` answer.
+    static func acknowledged(_ name: String) -> ([String: Any]) -> [String] {
+        { result in
+            let consumers = result["consumers"] as? [[String: Any]] ?? []
+            guard let consumer = consumers.first(where: { $0["name"] as? String == name }) else { return [] }
+            let seq = consumer["seq"] as? Int ?? 0
+            let lag = consumer["lag"] as? Int ?? 0
+            return ["consumer \(name) at seq \(seq), \(Format.count(lag, "event")) behind the head"]
+        }
     }
 }
 
@@ -58,7 +62,7 @@ struct ConsumersList: Command {
     }
 
     func run() throws {
-        try Peers.print("consumers.list", global: global) { result in
+        try global.printResult(of: "consumers.list") { result in
             let consumers = result["consumers"] as? [[String: Any]] ?? []
             guard !consumers.isEmpty else { return ["no consumers; add one with `evctl consumers add NAME`"] }
             return Format.table([["NAME", "SEQ", "LAG", "ACKED"]] + consumers.map(Consumers.row))
@@ -101,13 +105,13 @@ struct ConsumersAdd: Command {
     func run() throws {
         var start = seq ?? 0
         if head {
-            let reply = try Peers.call("consumers.list", JSONObjectWriter(), global: global)
+            let reply = try global.call("consumers.list")
             start = (reply.result as? [String: Any])?["head"] as? Int ?? 0
         }
         var params = JSONObjectWriter()
         params.add("name", name)
         params.add("seq", start)
-        try Peers.print("consumers.ack", params, global: global, text: Consumers.acknowledged)
+        try global.printResult(of: "consumers.ack", params, text: Consumers.acknowledged(name))
     }
 }
 
@@ -143,7 +147,7 @@ struct ConsumersAck: Command {
         var params = JSONObjectWriter()
         params.add("name", name)
         params.add("seq", seq)
-        try Peers.print("consumers.ack", params, global: global, text: Consumers.acknowledged)
+        try global.printResult(of: "consumers.ack", params, text: Consumers.acknowledged(name))
     }
 }
 
@@ -166,6 +170,6 @@ struct ConsumersRemove: Command {
     func run() throws {
         var params = JSONObjectWriter()
         params.add("name", name)
-        try Peers.print("consumers.remove", params, global: global) { _ in ["removed consumer \(name)"] }
+        try global.printResult(of: "consumers.remove", params) { _ in ["removed consumer \(name)"] }
     }
 }

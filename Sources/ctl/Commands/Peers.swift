@@ -22,33 +22,6 @@ struct Peers: Command {
     }
 
     init(_ arguments: ParsedArguments) {}
-
-    /// Calls a `peers.*` method; invalid params are a usage error, other errors exit with
-    /// their reason's status.
-    static func call(_ method: String, _ params: JSONObjectWriter, global: GlobalOptions) throws -> Reply {
-        let reply = try global.connect().exchange(method, params)
-        if let error = reply.error {
-            if let usage = error.usageError { throw usage }
-            throw CommandFailure(exitCode: error.exitStatus, error.description)
-        }
-        return reply
-    }
-
-    /// Calls `method` and prints its answer: as the daemon sent it with --json, else the
-    /// lines `text` makes of its result.
-    static func print(
-        _ method: String, _ params: JSONObjectWriter = JSONObjectWriter(), global: GlobalOptions,
-        text: ([String: Any]) -> [String]
-    ) throws {
-        let reply = try call(method, params, global: global)
-        var output = StandardOutput()
-        if global.json {
-            output.line(bytes: reply.resultBytes)
-        } else {
-            for line in text(reply.result as? [String: Any] ?? [:]) { output.line(line) }
-        }
-        output.flush()
-    }
 }
 
 struct PeersAdd: Command {
@@ -85,7 +58,7 @@ struct PeersAdd: Command {
         var params = JSONObjectWriter()
         params.add("name", name)
         params.add("url", url)
-        try Peers.print("peers.add", params, global: global) { _ in
+        try global.printResult(of: "peers.add", params) { _ in
             ["peer \(name): \(url); `evctl sync \(name)` syncs now, `evctl status` shows how it goes"]
         }
     }
@@ -114,7 +87,7 @@ struct PeersRemove: Command {
     func run() throws {
         var params = JSONObjectWriter()
         params.add("name", name)
-        try Peers.print("peers.remove", params, global: global) { _ in ["removed peer \(name)"] }
+        try global.printResult(of: "peers.remove", params) { _ in ["removed peer \(name)"] }
     }
 }
 
@@ -132,7 +105,7 @@ struct PeersList: Command {
     }
 
     func run() throws {
-        try Peers.print("peers.list", global: global) { result in
+        try global.printResult(of: "peers.list") { result in
             let peers = result["peers"] as? [[String: Any]] ?? []
             guard !peers.isEmpty else { return ["no peers; add one with `evctl peers add NAME URL`"] }
             let rows = peers.map { peer in
@@ -168,7 +141,7 @@ struct PeersShow: Command {
     func run() throws {
         var params = JSONObjectWriter()
         params.add("name", name)
-        try Peers.print("peers.show", params, global: global, text: PeersShow.lines)
+        try global.printResult(of: "peers.show", params, text: PeersShow.lines)
     }
 
     static func lines(_ peer: [String: Any]) -> [String] {

@@ -674,7 +674,8 @@ class Client:
 
     def ack(self, consumer: str, seq: int) -> JSONObject:
         """Acknowledges every event up to ``seq`` for the durable consumer ``consumer``,
-        creating it when new (``seq`` 0: it reads from the start). Acknowledge after the
+        creating it when new (``seq`` 0: it reads from the start), and returns it
+        (``{"name", "seq", "lag", "acked_at"}``). Acknowledge after the
         events are processed, a page or a few hundred at a time (each acknowledgement is a
         durable write): after a crash, reading resumes after the last one.
 
@@ -685,8 +686,9 @@ class Client:
         """
         if isinstance(seq, bool) or not isinstance(seq, int):
             raise TypeError("seq is a seq (an int: the \"seq\" of the last event processed)")
-        result: JSONObject = self.call("consumers.ack", {"name": consumer, "seq": seq})
-        return result
+        result = self.call("consumers.ack", {"name": consumer, "seq": seq})
+        entry: JSONObject = next(c for c in result["consumers"] if c["name"] == consumer)
+        return entry
 
     def remove_consumer(self, consumer: str) -> None:
         """Forgets a durable consumer; an unknown name is `NotFound`."""
