@@ -152,7 +152,7 @@ public final class Bridge: Sendable {
             return UInt64(consumer["seq"] as? Int ?? 0)
         }
         let seq = configuration.start == .all ? 0 : UInt64(listed["head"] as? Int ?? 0)
-        _ = try control.call("consumers.ack", #"{"name":"\#(configuration.consumer)","seq":\#(seq)}"#)
+        try acknowledge(seq, on: control)
         logger.notice(
             "created consumer \(configuration.consumer) of evstored at seq \(seq) (\(configuration.start == .all ? "every event held" : "events from now on"))"
         )

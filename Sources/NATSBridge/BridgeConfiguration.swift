@@ -17,16 +17,10 @@ public struct BridgeConfiguration: Sendable {
     public var configFile: String?
     /// evstored's socket.
     public var socketPath: String
-    /// NATS server URLs (several for a cluster).
-    public var urls = ["nats://127.0.0.1:4222"]
-    public var credentialsFile: String?
-    public var nkeySeedFile: String?
-    public var user: String?
-    public var password: String?
-    public var token: String?
-    public var tlsCAFile: String?
-    public var tlsCertificateFile: String?
-    public var tlsKeyFile: String?
+    /// Where the NATS server is and how to authenticate to it (urls, credentials, TLS); the
+    /// waits and the bound on publishes in flight come from the settings below
+    /// (`natsOptions`).
+    public var server = NATSOptions(url: "nats://127.0.0.1:4222")
     /// The JetStream stream the events go to.
     public var stream = "EVSTORE"
     /// The first subject token: an event of type T goes to `<prefix>.T`.
@@ -187,15 +181,15 @@ public struct BridgeConfiguration: Sendable {
             guard !urls.isEmpty, urls.allSatisfy({ !$0.isEmpty }) else {
                 throw Invalid(message: "\(source) must be a NATS URL such as nats://hq.example.net:4222")
             }
-            self.urls = urls
-        case "credentials": credentialsFile = path()
-        case "nkey_seed": nkeySeedFile = path()
-        case "user": user = path()
-        case "password": password = path()
-        case "token": token = path()
-        case "tls_ca": tlsCAFile = path()
-        case "tls_cert": tlsCertificateFile = path()
-        case "tls_key": tlsKeyFile = path()
+            server.urls = urls
+        case "credentials": server.credentialsFile = path()
+        case "nkey_seed": server.nkeySeedFile = path()
+        case "user": server.user = path()
+        case "password": server.password = path()
+        case "token": server.token = path()
+        case "tls_ca": server.tlsCAFile = path()
+        case "tls_cert": server.tlsCertificateFile = path()
+        case "tls_key": server.tlsKeyFile = path()
         case "stream":
             guard BridgeConfiguration.isStreamName(text) else {
                 throw Invalid(
@@ -245,10 +239,10 @@ public struct BridgeConfiguration: Sendable {
 
     /// Settings that only go wrong together.
     func check() throws(Invalid) {
-        if credentialsFile != nil && nkeySeedFile != nil {
+        if server.credentialsFile != nil && server.nkeySeedFile != nil {
             throw Invalid(message: "give credentials or nkey_seed, not both: a .creds file holds its own seed")
         }
-        if (tlsCertificateFile == nil) != (tlsKeyFile == nil) {
+        if (server.tlsCertificateFile == nil) != (server.tlsKeyFile == nil) {
             throw Invalid(message: "tls_cert and tls_key go together: a client certificate needs its key")
         }
         if backoffCapSeconds < backoffBaseSeconds {
@@ -257,17 +251,10 @@ public struct BridgeConfiguration: Sendable {
         }
     }
 
-    /// How to reach NATS, as the JetStream module takes it.
+    /// How to reach NATS, as the JetStream module takes it: `server` with the waits of
+    /// `timeout_s` and the bound of `max_in_flight`.
     var natsOptions: NATSOptions {
-        var options = NATSOptions(urls: urls)
-        options.credentialsFile = credentialsFile
-        options.nkeySeedFile = nkeySeedFile
-        options.user = user
-        options.password = password
-        options.token = token
-        options.tlsCAFile = tlsCAFile
-        options.tlsCertificateFile = tlsCertificateFile
-        options.tlsKeyFile = tlsKeyFile
+        var options = server
         options.connectTimeout = .seconds(min(timeoutSeconds, 5))
         options.jetStreamWait = .seconds(timeoutSeconds)
         options.publishAckTimeout = .seconds(timeoutSeconds)

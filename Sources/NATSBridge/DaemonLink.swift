@@ -4,17 +4,17 @@ import UnixSocket
 
 /// Why a session of the bridge ended, in a sentence for the log.
 struct BridgeError: Error, CustomStringConvertible {
-    enum Side { case daemon, nats }
-    var side: Side
     var message: String
     /// The daemon's `data.reason` when it refused a request.
     var reason: String? = nil
     var description: String { message }
 
+    /// Something the daemon said or did (or its socket).
     static func daemon(_ message: String, reason: String? = nil) -> BridgeError {
-        BridgeError(side: .daemon, message: message, reason: reason)
+        BridgeError(message: message, reason: reason)
     }
-    static func nats(_ message: String) -> BridgeError { BridgeError(side: .nats, message: message) }
+    /// Something the NATS server said or did.
+    static func nats(_ message: String) -> BridgeError { BridgeError(message: message) }
 }
 
 /// A connection to evstored's socket, speaking its newline-delimited JSON-RPC 2.0: the

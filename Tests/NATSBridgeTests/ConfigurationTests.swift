@@ -19,7 +19,7 @@ struct ConfigurationTests {
         )
         defer { try? FileManager.default.removeItem(atPath: path) }
         let fromFile = try BridgeConfiguration.resolve(values: [:], configFile: path, environment: [:])
-        #expect(fromFile.urls == ["nats://a:4222", "nats://b:4222"])
+        #expect(fromFile.server.urls == ["nats://a:4222", "nats://b:4222"])
         #expect(fromFile.stream == "FIELD" && fromFile.prefix == "field.van-7" && fromFile.maxInFlight == 64)
         #expect(!fromFile.createStream && fromFile.socketPath == "/run/x.sock")
         #expect(fromFile.consumer == "nats" && fromFile.duplicateWindowSeconds == 604_800)
@@ -28,11 +28,12 @@ struct ConfigurationTests {
         #expect(withEnvironment.stream == "ENV" && withEnvironment.maxInFlight == 8)
         let withFlags = try BridgeConfiguration.resolve(
             values: ["stream": "FLAG", "url": "nats://c:4222"], configFile: path, environment: environment)
-        #expect(withFlags.stream == "FLAG" && withFlags.urls == ["nats://c:4222"] && withFlags.maxInFlight == 8)
+        #expect(withFlags.stream == "FLAG" && withFlags.server.urls == ["nats://c:4222"] && withFlags.maxInFlight == 8)
         let defaults = try BridgeConfiguration.resolve(
             values: [:], configFile: nil, environment: ["EVSTORE_SOCKET": "/tmp/e.sock"])
         #expect(
-            defaults.urls == ["nats://127.0.0.1:4222"] && defaults.stream == "EVSTORE" && defaults.prefix == "evstore")
+            defaults.server.urls == ["nats://127.0.0.1:4222"] && defaults.stream == "EVSTORE"
+                && defaults.prefix == "evstore")
         #expect(defaults.socketPath == "/tmp/e.sock")
         #expect(defaults.streamConfig.subjects == ["evstore.>"])
         #expect(defaults.streamConfig.duplicateWindow == .seconds(604_800))
