@@ -306,7 +306,8 @@ final class Daemon: Sendable {
         let context = ServerContext(
             writer: writer, hub: hub, methods: methods, sync: sync, logger: logger,
             limits: Limits(configuration),
-            access: configuration.access, requestThreads: configuration.requestThreads)
+            access: configuration.access, requestThreads: configuration.requestThreads,
+            maxBufferedBytes: configuration.maxBufferedBytes)
         let server: Server
         do {
             server = try Server(listener: listener, context: context, eventLoops: configuration.eventLoops)
@@ -411,6 +412,10 @@ final class Daemon: Sendable {
                 old.lineTimeoutSeconds = fresh.lineTimeoutSeconds
                 old.maxQueuedResponseBytes = fresh.maxQueuedResponseBytes
                 old.maxUnansweredBytes = fresh.maxUnansweredBytes
+                old.maxBufferedBytes = fresh.maxBufferedBytes
+                old.watchQueueBytes = fresh.watchQueueBytes
+                old.minReadBytesPerSecond = fresh.minReadBytesPerSecond
+                old.slowReadWindowSeconds = fresh.slowReadWindowSeconds
                 old.maxBatchRequests = fresh.maxBatchRequests
                 old.maxBatchResponseBytes = fresh.maxBatchResponseBytes
                 old.logLevel = fresh.logLevel
@@ -427,6 +432,7 @@ final class Daemon: Sendable {
             }
             logger.level = fresh.logLevel
             context.limits = Limits(fresh)
+            context.budget.limit = fresh.maxBufferedBytes
             context.access = fresh.access
             context.hub.limits = WatchLimits(fresh)
             if fresh.access != old.access { logger.info("SIGHUP: access for new connections: \(fresh.accessSummary)") }

@@ -75,6 +75,16 @@ struct Configuration: Equatable, Sendable {
     /// Threads that wait on the sockets (each owns its share of the connections).
     var eventLoops = 1
     /// Threads that run requests, shared by every connection.
+    /// What all connections together may make the daemon hold: partial lines, requests
+    /// unanswered, answers and notifications queued (see `BufferBudget`).
+    var maxBufferedBytes = 256 << 20
+    /// Bytes of notifications one connection's watches may have waiting to be sent; past it
+    /// the watch that falls behind is ended with the seq to resume after.
+    var watchQueueBytes = 16 << 20
+    /// A client whose answers have waited for `slowReadWindowSeconds` while it took fewer
+    /// than this many bytes a second of them is cut off; 0: only one that takes none.
+    var minReadBytesPerSecond = 16 << 10
+    var slowReadWindowSeconds = 30
     var requestThreads = 8
     /// Requests one batch line may hold.
     var maxBatchRequests = 1000
@@ -170,6 +180,20 @@ struct Configuration: Equatable, Sendable {
         Option(key: "request_threads", help: "threads that run the clients' requests (8)"),
         Option(key: "max_batch_requests", help: "most requests in one batch line (1000)"),
         Option(key: "max_batch_response_bytes", help: "most response bytes one batch gathers (16 MiB)"),
+        Option(
+            key: "max_buffered_bytes",
+            help:
+                "what all clients together may make the daemon hold in partial lines, unanswered requests and queued answers, bytes (256 MiB)"
+        ),
+        Option(
+            key: "watch_queue_bytes",
+            help: "notification bytes one connection's watches may fall behind before a watch is ended (16 MiB)"),
+        Option(
+            key: "min_read_bytes_per_s",
+            help:
+                "a client whose answers wait slow_read_window_s while it reads fewer bytes a second than this is cut off; 0: only one that reads nothing (16384)"
+        ),
+        Option(key: "slow_read_window_s", help: "how long a slow reader is measured before it is cut off, seconds (30)"),
         Option(key: "max_page_bytes", help: "a page of log or dead letters ends early past this many bytes (8 MiB)"),
         Option(key: "max_consumers", help: "durable consumers the store keeps; a new one past it is refused (64)"),
         Option(key: "log_level", help: "debug, info, notice, warning or error (info)"),
@@ -441,6 +465,10 @@ struct Configuration: Equatable, Sendable {
             guard !text.isEmpty else {
                 backupDirectory = nil
                 return
+        case "max_buffered_bytes": maxBufferedBytes = try integer((1 << 20)...(1 << 42))
+        case "watch_queue_bytes": watchQueueBytes = try integer((64 << 10)...(1 << 40))
+        case "min_read_bytes_per_s": minReadBytesPerSecond = try integer(0...(1 << 30))
+        case "slow_read_window_s": slowReadWindowSeconds = try integer(1...86_400)
             }
             let components = text.split(separator: "/")
             guard text.hasPrefix("/"), !components.contains(where: { $0 == "." || $0 == ".." }) else {

@@ -19,7 +19,17 @@ import UnixSocket
 /// answers it does not read by `max_queued_response_bytes` (past it its requests are
 /// not run); requests read and not yet answered by `max_unanswered_bytes` (past it,
 /// while its answers go unread, it is cut off). The loop reads ahead of the requests run
-/// only up to a quarter of that, so a client that reads its answers is paced, not cut off.
+/// only up to a quarter of that (and `maxQueuedRequests` lines), so a client that reads
+/// its answers is paced, not cut off. What every connection holds together is bounded by
+/// the context's `BufferBudget` (`max_buffered_bytes`): while it is spent, a connection
+/// holding more than its floor is neither read nor run. A client that takes its answers
+/// slower than `min_read_bytes_per_s` is cut off.
+///
+/// Threads are shared fairly: a connection's requests run one at a time, and after a turn
+/// (`turnRequests` requests or `turnSeconds`) it goes to the back of the request threads'
+/// queue, so clients that pipeline long runs of requests never keep another's waiting for
+/// more than a turn of each. A client that hangs up has its queued requests dropped, but
+/// for the appends it sent, which are stored.
 final class Connection: @unchecked Sendable {
     let socket: UnixConnection
     let outbox: Outbox
@@ -31,6 +41,14 @@ final class Connection: @unchecked Sendable {
     let loop: EventLoop
     /// Runs once the connection is closed.
     private let ended: @Sendable (Connection) -> Void
+    /// Who the client is and what it may do, from its credentials at accept.
+    let client: ClientAccess
+
+    /// The most requests a connection runs before the others' turn.
+    static let turnRequests = 32
+    static let turnSeconds = 0.002
+    /// The most lines read and not yet run one connection may have queued.
+    static let maxQueuedRequests = 4096
 
     /// What the loop has read for the request threads, in order.
     enum Item {
@@ -61,6 +79,23 @@ final class Connection: @unchecked Sendable {
         var finished = false
         /// A watch catches up on a catch-up thread: no request runs until it has joined.
         var catchingUp = false
+        /// The client hung up: what it queued is dropped but for its appends.
+        var departed = false
+        /// `unanswered`, charged to the budget.
+        let charge: BufferBudget.Charge
+
+        init(budget: BufferBudget) {
+            charge = BufferBudget.Charge(budget)
+        }
+
+        /// Lines queued and not yet run.
+        var queuedCount: Int { items.count - head }
+
+        /// Moves `unanswered` by `delta` bytes, and its charge.
+        mutating func account(_ delta: Int) {
+            unanswered += delta
+            charge.set(unanswered)
+        }
 
         var isEmpty: Bool { head == items.count }
 
@@ -80,7 +115,7 @@ final class Connection: @unchecked Sendable {
         }
     }
 
-    private let work = Mutex(Work())
+    private let work: Mutex<Work>
     /// Watches held; read by the loop (an idle connection with one is kept).
     private let watchCount = Atomic<Int>(0)
     /// Queued for the loop's attention (at most once at a time).
@@ -90,8 +125,6 @@ final class Connection: @unchecked Sendable {
 
     /// The watches this connection started.
     private var subscriptions: [Subscription] = []
-    /// Who the client is and what it may do; set before its first request runs.
-    private var client: ClientAccess?
     /// Whether a refusal on this connection was logged (one line per connection).
     private var refusalLogged = false
     /// The request parsed and held back by `Outbox.admits`, with its size in bytes.
@@ -100,6 +133,13 @@ final class Connection: @unchecked Sendable {
     // MARK: Touched only by the loop's thread.
 
     private var reader: LineReader
+    /// The reader's buffer, charged to the budget.
+    private let readerCharge: BufferBudget.Charge
+    /// Reading waits for the budget to have room again.
+    private var pausedForBudget = false
+    /// A sync session was refused: what the peer still sends is read and dropped until it
+    /// hangs up or until then, so it reads the refusal rather than a reset.
+    private var refusingUntil: Double?
     /// The events the loop watches the socket for, once registered.
     private var interest: Epoll.Events?
     /// The loop reads no more: the end, an error, a timeout, or a cut-off.
@@ -114,24 +154,30 @@ final class Connection: @unchecked Sendable {
     private var lineStarted: Double?
     private var active: Double
     private var blockedSince: Double?
-    /// What the outbox had written when the loop last looked.
+    /// What the outbox had written when the loop last looked, and when `blockedSince` was
+    /// last set (a slow reader's rate is measured from there).
     private var lastWritten = 0
+    private var writtenSinceBlocked = 0
 
     init(
-        socket: UnixConnection, context: ServerContext, identifier: Int, loop: EventLoop,
+        socket: UnixConnection, context: ServerContext, identifier: Int, loop: EventLoop, client: ClientAccess,
         ended: @escaping @Sendable (Connection) -> Void
     ) {
         self.socket = socket
         self.context = context
         self.identifier = identifier
         self.loop = loop
+        self.client = client
         self.ended = ended
         let limits = context.limits
         self.limits = limits
         self.reader = LineReader(limit: limits.maxLineBytes)
+        self.readerCharge = BufferBudget.Charge(context.budget)
+        self.work = Mutex(Work(budget: context.budget))
         self.active = Connection.now()
         self.outbox = Outbox(
-            socket: socket, notificationLimit: limits.watchQueueEvents, byteLimit: limits.maxQueuedResponseBytes)
+            socket: socket, notificationLimit: limits.watchQueueEvents, byteLimit: limits.maxQueuedResponseBytes,
+            notificationByteLimit: limits.watchQueueBytes, budget: context.budget)
         // Weak: the outbox is the connection's, and a subscription may outlive it briefly.
         outbox.onReady = { [weak self] in
             if let self { self.loop.attend(self) }
@@ -182,6 +228,8 @@ final class Connection: @unchecked Sendable {
         case wouldBlock
         /// This connection had its share of this round: others' turn.
         case yield
+        /// The budget has no room for more of what this connection holds.
+        case budget
     }
 
     /// Reads what the socket has (up to a share per round), queues the lines for the
@@ -190,6 +238,10 @@ final class Connection: @unchecked Sendable {
     /// `toTheEnd`: the peer hung up, so what is left in the socket (no more than its buffer)
     /// is read now, in one go and past the read-ahead.
     func readAvailable(scratch: UnsafeMutableRawBufferPointer, now: Double, toTheEnd: Bool = false) {
+        if refusingUntil != nil {
+            discard(scratch: scratch)
+            return
+        }
         guard !readEnded, !handedOff, !closed else { return }
         var budget = toTheEnd ? Int.max : 256 << 10
         var lineReset = false
@@ -199,13 +251,19 @@ final class Connection: @unchecked Sendable {
                 line = try reader.nextLine(reading: { buffer, count, midLine in
                     if !midLine { lineReset = true }
                     if budget <= 0 { throw LoopRead.yield }
+                    readerCharge.set(buffer.capacity)
+                    guard context.budget.allows(holding: buffer.capacity + count + queuedBytes) else {
+                        throw LoopRead.budget
+                    }
                     guard let n = try socket.readAvailable(into: &buffer, count: count, scratch: scratch) else {
                         throw LoopRead.wouldBlock
                     }
+                    readerCharge.set(buffer.capacity)
                     budget -= max(n, 1)
                     return n
                 })
-            } catch is LoopRead {
+            } catch let stop as LoopRead {
+                if stop == .budget { pausedForBudget = true }
                 break
             } catch {
                 // A reset: the client is gone.
@@ -225,7 +283,7 @@ final class Connection: @unchecked Sendable {
                 // then speaks the sync protocol until the session ends (with its own
                 // deadlines: the idle and line timeouts end here).
                 if first, let version = Frame.preambleVersion(bytes) {
-                    handOff(version: version)
+                    handOff(version: version, now: now)
                     return
                 }
                 first = false
@@ -234,21 +292,34 @@ final class Connection: @unchecked Sendable {
                 if checkUnanswered() { return }
             }
         }
+        readerCharge.set(reader.capacity)
         if lineReset { lineStarted = nil }
         if reader.isMidLine && lineStarted == nil { lineStarted = now }
     }
 
-    /// Whether the loop should read: not past the read-ahead, unless the client leaves its
-    /// answers unread (then what it sends is read, and counted toward the cut-off).
+    /// Bytes of requests queued and unanswered (for the budget's check on the loop).
+    private var queuedBytes: Int { work.withLock { $0.unanswered } }
+
+    /// Whether the loop should read: not past the read-ahead (in bytes and in lines), unless
+    /// the client leaves its answers unread (then what it sends is read, and counted toward
+    /// the cut-off); and not while the budget is spent, past this connection's floor.
     private func wantsRead() -> Bool {
         guard !readEnded, !handedOff else { return false }
         let over = outbox.isOverLimit
         let ahead = readAhead
-        return work.withLock { work in
-            if over || work.unanswered <= ahead { return true }
+        let held = reader.capacity
+        let budget = context.budget
+        let (wanted, room) = work.withLock { work -> (Bool, Bool) in
+            let room = budget.allows(holding: held + work.unanswered)
+            if !room { return (false, false) }
+            if work.queuedCount < Connection.maxQueuedRequests && (over || work.unanswered <= ahead) {
+                return (true, true)
+            }
             work.readPaused = true
-            return false
+            return (false, true)
         }
+        pausedForBudget = !room
+        return wanted
     }
 
     /// Cuts the client off when it holds more than `max_unanswered_bytes` of requests
@@ -273,7 +344,7 @@ final class Connection: @unchecked Sendable {
         // What it sent is dropped now; the request running ends the connection.
         work.withLock { work in
             while let item = work.pop() {
-                if case .line(let bytes) = item { work.unanswered -= bytes.count }
+                if case .line(let bytes) = item { work.account(-bytes.count) }
             }
         }
         queue(.end, bytes: 0)
@@ -285,7 +356,7 @@ final class Connection: @unchecked Sendable {
         let start = work.withLock { work -> Bool in
             guard !work.finished else { return false }
             work.items.append(item)
-            work.unanswered += bytes
+            work.account(bytes)
             guard !work.running && !work.parked else { return false }
             work.running = true
             return true
@@ -301,30 +372,47 @@ final class Connection: @unchecked Sendable {
     }
 
     /// The first line was a sync preamble: the socket goes to a session on a thread of its
-    /// own (sessions are bounded by `max_incoming_sessions`), with the bytes read after it.
-    private func handOff(version: Int) {
-        handedOff = true
+    /// own, with the bytes read after it. A client without the access a session needs, or
+    /// one past `max_incoming_sessions`, is refused here on the loop, before any thread is
+    /// started for it.
+    private func handOff(version: Int, now: Double) {
         readEnded = true
+        let buffered = reader.takeBuffered()
+        reader.shrinkIfEmpty()
+        readerCharge.set(0)
+        if client.grant.level < MethodAccess.syncSession {
+            let message = client.refusalMessage(doing: "a sync session is refused")
+            logRefusal("a sync session", message: message)
+            refuseSession(reason: SyncError.forbiddenReason, message: message, now: now)
+            return
+        }
+        let limit = limits.maxIncomingSessions
+        guard context.incomingSessions.add(1, ordering: .relaxed).newValue <= limit else {
+            context.incomingSessions.subtract(1, ordering: .relaxed)
+            context.refusals.log(
+                "refused a sync session on connection \(identifier): \(limit) from other nodes are in progress (max_incoming_sessions)",
+                now: Date().timeIntervalSince1970)
+            refuseSession(
+                reason: SyncError.Reason.busy.rawValue,
+                message:
+                    "this node is answering \(limit) sync sessions already, its limit (max_incoming_sessions); the next attempt may get through",
+                now: now)
+            return
+        }
+        handedOff = true
         if interest != nil {
             loop.epoll.remove(socket.descriptor)
             interest = nil
         }
         loop.forget(self)
-        let buffered = reader.takeBuffered()
         let failure = startThread(name: "evsync-\(identifier)") { [self] in
-            let client = ClientAccess(socket: socket, policy: context.access)
-            self.client = client
-            if client.grant.level < MethodAccess.syncSession {
-                let message = client.refusalMessage(doing: "a sync session is refused")
-                logRefusal("a sync session", message: message)
-                context.sync.refuse(socket, message: message)
-            } else {
-                context.sync.serve(socket, buffered: buffered, version: version)
-            }
+            context.sync.serve(socket, buffered: buffered, version: version)
+            context.incomingSessions.subtract(1, ordering: .relaxed)
             socket.close()
             ended(self)
         }
         if let failure {
+            context.incomingSessions.subtract(1, ordering: .relaxed)
             context.refusals.log(
                 "refused a sync session on connection \(identifier): cannot start its thread (\(failure))",
                 now: Date().timeIntervalSince1970)
@@ -333,15 +421,52 @@ final class Connection: @unchecked Sendable {
         }
     }
 
+    /// Answers a sync preamble with this node's and an error frame, without waiting (both
+    /// fit in the socket's buffer), on the loop: no thread is started for it. What the peer
+    /// still sends (its hello) is read and dropped until it hangs up, for 5 s at most, so it
+    /// reads the refusal rather than a reset.
+    private func refuseSession(reason: String, message: String, now: Double) {
+        let error = Frame(kind: .error, payload: Messages.encode(Messages.Failure(reason: reason, message: message)))
+        // A peer that cannot take a few hundred bytes now gets nothing: it is gone, or not
+        // waiting for an answer.
+        _ = try? socket.writeAvailable(Frame.preamble() + error.encoded())
+        socket.shutdownWriting()
+        refusingUntil = now + 5
+    }
+
+    /// Reads and drops what a refused peer sends; closes at its end.
+    private func discard(scratch: UnsafeMutableRawBufferPointer) {
+        var dropped: [UInt8] = []
+        for _ in 0..<16 {
+            dropped.removeAll(keepingCapacity: true)
+            do {
+                // Nothing more for now: wait for the rest (or the deadline).
+                guard let count = try socket.readAvailable(into: &dropped, count: scratch.count, scratch: scratch)
+                else { return }
+                if count == 0 { break }
+            } catch {
+                break
+            }
+            if dropped.count < scratch.count { return }
+        }
+        // The end, an error, or a flood: the others' turn; its deadline ends it.
+        if dropped.count == scratch.count { return }
+        close()
+    }
+
     /// On the loop: writes what is ready, closes the connection once it is done, and
     /// watches the socket for what it waits for.
     func service(now: Double) {
-        guard !closed, !handedOff else { return }
+        guard !closed, !handedOff, refusingUntil == nil else { return }
         let state = outbox.flush()
         // Stalled only while the socket takes nothing at all.
+        // Blocked from the moment the socket takes no more until everything ready is written.
         let written = outbox.written
-        if state != .blocked || written != lastWritten { blockedSince = nil }
-        if state == .blocked && blockedSince == nil { blockedSince = now }
+        if state != .blocked { blockedSince = nil }
+        if state == .blocked && blockedSince == nil {
+            blockedSince = now
+            writtenSinceBlocked = written
+        }
         lastWritten = written
         if state == .done || outbox.isEnding { endReading() }
         if state == .done, work.withLock({ $0.finished && !$0.running }) {
@@ -364,12 +489,18 @@ final class Connection: @unchecked Sendable {
     /// watched (a hung-up socket is reported at every wait).
     func hungUp(scratch: UnsafeMutableRawBufferPointer, now: Double) {
         guard !closed, !handedOff else { return }
+        if refusingUntil != nil {
+            close()
+            return
+        }
         readAvailable(scratch: scratch, now: now, toTheEnd: true)
         if handedOff || closed { return }
         if interest != nil {
             loop.epoll.remove(socket.descriptor)
             interest = nil
         }
+        // Nobody is left to read answers: what it queued is dropped, but for its appends.
+        work.withLock { $0.departed = true }
         endReading()
     }
 
@@ -377,14 +508,31 @@ final class Connection: @unchecked Sendable {
     /// has taken none of its answers for 30 s, and idle buffers given back.
     func checkDeadlines(now: Double) {
         guard !closed, !handedOff else { return }
-        if let blockedSince, now - blockedSince > 30 {
-            context.logger.debug("connection \(identifier): its answers were not read for 30 s; closing")
-            self.blockedSince = nil
-            outbox.abort()
+        if let refusingUntil {
+            if now > refusingUntil { close() }
             return
         }
+        if let blockedSince, now - blockedSince >= Double(limits.slowReadWindowSeconds) {
+            // Blocked all the window long: the rate it took its answers at decides.
+            let taken = outbox.written - writtenSinceBlocked
+            let rate = Double(taken) / (now - blockedSince)
+            let waiting = outbox.waitingBytes
+            let minimum = waiting > BufferBudget.floor ? Double(limits.minReadBytesPerSecond) : 0
+            if taken == 0 || rate < minimum {
+                let pid = client.credentials.map { "pid \($0.pid)" } ?? "pid unknown"
+                context.refusals.log(
+                    "cut off connection \(identifier) (\(pid)): it took \(taken) bytes of its answers in \(limits.slowReadWindowSeconds) s with \(waiting) bytes waiting (min_read_bytes_per_s is \(limits.minReadBytesPerSecond))",
+                    now: Date().timeIntervalSince1970)
+                self.blockedSince = nil
+                outbox.abort()
+                return
+            }
+            self.blockedSince = now
+            writtenSinceBlocked = outbox.written
+        }
+        outbox.recheckRoom()
         guard !readEnded else { return }
-        if let lineStarted, interest?.contains(.readable) == true,
+        if let lineStarted, interest?.contains(.readable) == true || pausedForBudget,
             now - lineStarted > Double(limits.lineTimeoutSeconds)
         {
             context.logger.debug("connection \(identifier): a line was not finished in time; closing")
@@ -441,21 +589,23 @@ final class Connection: @unchecked Sendable {
     /// must wait (for room, or for this connection's appends: then it parks, holding no
     /// thread, and `resume` starts it again).
     func drain() {
-        if client == nil {
-            let client = ClientAccess(socket: socket, policy: context.access)
-            self.client = client
-            if client.grant.level < .write, let credentials = client.credentials {
-                context.logger.debug(
-                    "connection \(identifier) from pid \(credentials.pid): \(client.who), \(client.grant.level) (\(client.grant.why))"
-                )
-            }
-        }
+        let turnStarted = Connection.now()
+        var turn = 0
         while true {
-            if outbox.isEnding {
+            if outbox.isEnding || work.withLock({ $0.departed }) {
                 storeAppendsLeft()
                 end()
                 return
             }
+            if turn >= Connection.turnRequests || (turn > 0 && Connection.now() - turnStarted > Connection.turnSeconds),
+                current == nil, work.withLock({ !$0.isEmpty })
+            {
+                // Its turn is over: to the back of the queue, still running (nobody else
+                // starts a drain meanwhile).
+                context.requestThreads.submit { [self] in drain() }
+                return
+            }
+            turn += 1
             if current == nil {
                 let item = work.withLock { work -> Item? in
                     guard let item = work.pop() else {
@@ -552,7 +702,7 @@ final class Connection: @unchecked Sendable {
     private func answered(_ bytes: Int) {
         let ahead = readAhead
         let wake = work.withLock { work -> Bool in
-            work.unanswered -= bytes
+            work.account(-bytes)
             guard work.readPaused, work.unanswered <= ahead else { return false }
             work.readPaused = false
             return true
@@ -628,14 +778,14 @@ final class Connection: @unchecked Sendable {
 
     /// The refusal of `request`, logged; nil when the client may make it.
     private func refusal(of request: Request) -> RPCError? {
-        guard let error = client?.refusal(of: request.method) else { return nil }
+        guard let error = client.refusal(of: request.method) else { return nil }
         logRefusal(request.method, message: error.message)
         return error
     }
 
     /// Logs this connection's first refusal at notice level (later ones at debug level).
     private func logRefusal(_ what: String, message: String) {
-        let pid = client?.credentials.map { "pid \($0.pid)" } ?? "pid unknown"
+        let pid = client.credentials.map { "pid \($0.pid)" } ?? "pid unknown"
         let line = "refused \(what) on connection \(identifier) (\(pid)): \(message)"
         if refusalLogged {
             context.logger.debug(line)
@@ -684,7 +834,7 @@ final class Connection: @unchecked Sendable {
             }
         } else {
             do throws(RPCError) {
-                result = .success(try context.methods.call(request, level: client?.grant.level ?? .full))
+                result = .success(try context.methods.call(request, level: client.grant.level))
             } catch {
                 result = .failure(error)
             }

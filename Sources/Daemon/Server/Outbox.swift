@@ -12,25 +12,36 @@ import UnixSocket
 /// (`onReady` wakes it; it calls `flush()`, again once the socket is writable). So a
 /// client that reads its answers is answered without a hop through the loop.
 ///
-/// Notifications pushed by the writer never block it: past `notificationLimit` queued,
-/// the offer is refused and the caller disconnects the consumer. Past `byteLimit` bytes
-/// waiting to be sent, the connection runs no more requests (`admits`) until the client
-/// has read enough: a client that does not read its answers cannot make the daemon hold
-/// more than that and the response being made.
+/// Notifications pushed by the writer never block it: past `notificationLimit` queued, or
+/// `notificationByteLimit` bytes of them, the offer is refused and the caller disconnects
+/// the consumer. A notification's bytes are shared by every subscription it is queued to
+/// (one copy per commit, not one per watch). Past `byteLimit` bytes waiting to be sent,
+/// the connection runs no more requests (`admits`) until the client has read enough: a
+/// client that does not read its answers cannot make the daemon hold more than that and
+/// the response being made. What waits is charged to the daemon's `BufferBudget`; while
+/// that is spent, a connection holding more than its floor runs no more requests and takes
+/// no more notifications either.
 final class Outbox: @unchecked Sendable {
     /// A place in the order, filled when its response is ready.
     final class Slot: @unchecked Sendable {
         /// Guarded by the outbox's condition.
         fileprivate var bytes: [UInt8]?
+        /// Notifications, each shared with the other subscriptions it went to; sent after
+        /// `bytes`.
+        fileprivate let parts: [[UInt8]]
         fileprivate let isAppend: Bool
-        /// How many notifications its bytes hold (0: a response).
+        /// How many notifications it holds (0: a response).
         fileprivate let notifications: Int
 
-        fileprivate init(bytes: [UInt8]?, isAppend: Bool, notifications: Int = 0) {
+        fileprivate init(bytes: [UInt8]?, isAppend: Bool, notifications: Int = 0, parts: [[UInt8]] = []) {
             self.bytes = bytes
             self.isAppend = isAppend
             self.notifications = notifications
+            self.parts = parts
         }
+
+        /// Its bytes on the wire, once filled.
+        fileprivate var size: Int { (bytes?.count ?? 0) + parts.reduce(0) { $0 + $1.count } }
     }
 
     /// What `flush()` left.
@@ -46,7 +57,10 @@ final class Outbox: @unchecked Sendable {
     }
 
     let notificationLimit: Int
+    let notificationByteLimit: Int
     let byteLimit: Int
+    /// What every connection's outbox, reader and queue together may hold.
+    let budget: BufferBudget
     /// Where responses go; written by one thread at a time (`writing`).
     private let socket: UnixConnection
     /// Protects every var below (and each slot's bytes); wakes the sender and waiters.
@@ -68,6 +82,10 @@ final class Outbox: @unchecked Sendable {
     private var roomWanted = false
     private var appendsWanted = false
     private var queuedNotifications = 0
+    /// Bytes of the notifications queued.
+    private var queuedNotificationBytes = 0
+    /// What this outbox holds, charged to `budget`.
+    private let charge: BufferBudget.Charge
     /// Bytes of ready slots not yet taken, and of `unsent`.
     private var queuedBytes = 0
     /// Bytes the sender took and is writing.
@@ -88,10 +106,16 @@ final class Outbox: @unchecked Sendable {
     /// outbox's lock held, like `onReady`.
     var onResume: @Sendable () -> Void = {}
 
-    init(socket: UnixConnection, notificationLimit: Int, byteLimit: Int = 64 << 20) {
+    init(
+        socket: UnixConnection, notificationLimit: Int, byteLimit: Int = 64 << 20,
+        notificationByteLimit: Int = 16 << 20, budget: BufferBudget = BufferBudget(limit: .max)
+    ) {
         self.socket = socket
         self.notificationLimit = notificationLimit
+        self.notificationByteLimit = notificationByteLimit
         self.byteLimit = byteLimit
+        self.budget = budget
+        self.charge = BufferBudget.Charge(budget)
     }
 
     /// Takes the next place in the order for a response computed later.
@@ -110,6 +134,7 @@ final class Outbox: @unchecked Sendable {
         condition.lock()
         slot.bytes = bytes
         queuedBytes += bytes.count
+        recharge()
         if slot.isAppend {
             appendsInFlight -= 1
             // A read waits for this connection's appends.
@@ -138,45 +163,57 @@ final class Outbox: @unchecked Sendable {
         } else {
             slots.append(Slot(bytes: bytes, isAppend: false))
             queuedBytes += bytes.count
+            recharge()
             wakeLoop()
         }
     }
 
-    /// Queues a notification unless `notificationLimit` are already waiting. Never blocks
-    /// (the sender writes it).
+    /// Queues a notification if there is room for it (`hasRoom`). Never blocks (the sender
+    /// writes it).
     func offerNotification(_ bytes: [UInt8]) -> Bool {
-        condition.lock()
-        defer { condition.unlock() }
-        guard !finishing && !aborted else { return true }
-        guard queuedNotifications < notificationLimit else { return false }
-        appendNotification(bytes)
-        return true
+        offerNotifications([bytes]) == 1
     }
 
-    /// Queues the notifications of one commit, one after the other in `bytes`, each ending
-    /// at its offset in `ends`, in one slot (one wake of the sender): as many as there is
-    /// room for under `notificationLimit`, from the first.
+    /// Queues the notifications of one commit, each shared with whoever else it goes to, in
+    /// one slot (one wake of the sender): as many as there is room for under
+    /// `notificationLimit`, `notificationByteLimit` and the budget, from the first.
     /// - Returns: how many were queued (all of them when the connection is ending: they
     ///   are dropped with it).
-    func offerNotifications(_ bytes: [UInt8], ends: [Int]) -> Int {
+    func offerNotifications(_ parts: [[UInt8]]) -> Int {
         condition.lock()
         defer { condition.unlock() }
-        guard !finishing && !aborted else { return ends.count }
-        let taken = min(ends.count, max(0, notificationLimit - queuedNotifications))
+        guard !finishing && !aborted else { return parts.count }
+        var taken = 0
+        var bytes = 0
+        while taken < parts.count, hasRoom(for: bytes + parts[taken].count, count: taken + 1) {
+            bytes += parts[taken].count
+            taken += 1
+        }
         guard taken > 0 else { return 0 }
-        appendNotification(taken == ends.count ? bytes : Array(bytes[..<ends[taken - 1]]), count: taken)
+        appendNotifications(taken == parts.count ? parts : Array(parts[..<taken]), bytes: bytes)
         return taken
     }
 
-    /// Queues a notification, waiting while `notificationLimit` are waiting (catch-up: a
-    /// request thread may wait, the writer never does). False when the connection is ending.
+    /// Queues a notification, waiting while there is no room for it (catch-up: a request
+    /// thread may wait, the writer never does). False when the connection is ending.
     func pushNotificationWaiting(_ bytes: [UInt8]) -> Bool {
         condition.lock()
         defer { condition.unlock() }
-        while queuedNotifications >= notificationLimit && !finishing && !aborted { readerWait() }
+        while !hasRoom(for: bytes.count, count: 1) && !finishing && !aborted { readerWait(timeout: 0.25) }
         guard !finishing && !aborted else { return false }
-        appendNotification(bytes)
+        appendNotifications([bytes], bytes: bytes.count)
         return true
+    }
+
+    /// Whether `count` more notifications of `bytes` in all fit: under the count and byte
+    /// limits (one alone always fits when none is queued), and, while the budget is spent,
+    /// only within this connection's floor. Call with the condition's lock held.
+    private func hasRoom(for bytes: Int, count: Int) -> Bool {
+        guard queuedNotifications + count <= notificationLimit else { return false }
+        if queuedNotifications > 0 || count > 1 {
+            guard queuedNotificationBytes + bytes <= notificationByteLimit else { return false }
+        }
+        return budget.allows(holding: queuedBytes + sendingBytes + bytes)
     }
 
     /// Queues a last message after everything else and ends the connection once written.
@@ -185,6 +222,7 @@ final class Outbox: @unchecked Sendable {
         if let last, !finishing && !aborted {
             slots.append(Slot(bytes: last, isAppend: false))
             queuedBytes += last.count
+            recharge()
         }
         finishing = true
         condition.broadcast()
@@ -223,13 +261,6 @@ final class Outbox: @unchecked Sendable {
         writing = false
     }
 
-    /// How many more notifications fit under `notificationLimit` now.
-    var notificationRoom: Int {
-        condition.lock()
-        defer { condition.unlock() }
-        return max(0, notificationLimit - queuedNotifications)
-    }
-
     /// Whether more than `byteLimit` bytes wait to be sent (the client is not reading).
     var isOverLimit: Bool {
         condition.lock()
@@ -252,7 +283,7 @@ final class Outbox: @unchecked Sendable {
         condition.lock()
         defer { condition.unlock() }
         if aborted || finishing { return true }
-        if queuedBytes + sendingBytes > byteLimit {
+        if queuedBytes + sendingBytes > byteLimit || !budget.allows(holding: queuedBytes + sendingBytes) {
             roomWanted = true
             return false
         }
@@ -328,13 +359,19 @@ final class Outbox: @unchecked Sendable {
         swap(&out, &unsent)
         queuedBytes -= out.count
         var released = 0
+        var releasedBytes = 0
         while head < slots.count, let bytes = slots[head].bytes {
             if out.isEmpty { out = bytes } else { out.append(contentsOf: bytes) }
+            for part in slots[head].parts {
+                if out.isEmpty { out = part } else { out.append(contentsOf: part) }
+                releasedBytes += part.count
+            }
             released += slots[head].notifications
             queuedBytes -= bytes.count
             head += 1
             if out.count >= 1 << 20 { break }
         }
+        queuedBytes -= releasedBytes
         if head == slots.count {
             slots.removeAll(keepingCapacity: slots.count <= 1024)
             head = 0
@@ -344,15 +381,18 @@ final class Outbox: @unchecked Sendable {
         }
         if released > 0 {
             queuedNotifications -= released
+            queuedNotificationBytes -= releasedBytes
             if readerWaiting { condition.broadcast() }
         }
+        // Taken bytes are charged as `sendingBytes` by the write that follows.
+        charge.set(queuedBytes + out.count)
         return out
     }
 
     /// Calls `onResume` when a request waits for room and there is room again. Call with
     /// the condition's lock held.
     private func checkRoom() {
-        if roomWanted && queuedBytes + sendingBytes <= byteLimit {
+        if roomWanted && queuedBytes + sendingBytes <= byteLimit && budget.allows(holding: queuedBytes + sendingBytes) {
             roomWanted = false
             onResume()
         }
@@ -385,6 +425,7 @@ final class Outbox: @unchecked Sendable {
         condition.lock()
         writing = false
         sendingBytes = 0
+        defer { recharge() }
         switch result {
         case .success(let written):
             bytesWritten += written
@@ -409,10 +450,36 @@ final class Outbox: @unchecked Sendable {
         }
     }
 
-    private func readerWait() {
+    /// Waits on the condition, for at most `timeout` seconds when given (room the budget
+    /// gives back is not signalled here).
+    private func readerWait(timeout: Double? = nil) {
         readerWaiting = true
-        condition.wait()
+        if let timeout {
+            _ = condition.wait(until: .now + .milliseconds(Int(timeout * 1000)))
+        } else {
+            condition.wait()
+        }
         readerWaiting = false
+    }
+
+    /// Charges what waits to be sent to the budget. Call with the condition's lock held.
+    private func recharge() {
+        charge.set(queuedBytes + sendingBytes)
+    }
+
+    /// Looks again whether a request held back for room may run: the budget may have room
+    /// again though nothing of this connection's changed (the loop calls it now and then).
+    func recheckRoom() {
+        condition.lock()
+        checkRoom()
+        condition.unlock()
+    }
+
+    /// Bytes of notifications queued.
+    var notificationBytes: Int {
+        condition.lock()
+        defer { condition.unlock() }
+        return queuedNotificationBytes
     }
 
     /// The connection is ending: a request held back runs now (and sees it).
@@ -430,10 +497,12 @@ final class Outbox: @unchecked Sendable {
         onReady()
     }
 
-    private func appendNotification(_ bytes: [UInt8], count: Int = 1) {
-        slots.append(Slot(bytes: bytes, isAppend: false, notifications: count))
-        queuedBytes += bytes.count
-        queuedNotifications += count
+    private func appendNotifications(_ parts: [[UInt8]], bytes: Int) {
+        slots.append(Slot(bytes: [], isAppend: false, notifications: parts.count, parts: parts))
+        queuedBytes += bytes
+        queuedNotifications += parts.count
+        queuedNotificationBytes += bytes
+        recharge()
         wakeLoop()
     }
 }

@@ -23,6 +23,14 @@ struct Limits: Sendable {
     var maxUnansweredBytes: Int
     var maxBatchRequests: Int
     var maxBatchResponseBytes: Int
+    /// Bytes of notifications one connection's watches may have queued.
+    var watchQueueBytes: Int
+    /// A client whose answers have waited `slowReadWindowSeconds` while it took fewer than
+    /// `minReadBytesPerSecond` of them is cut off (0: only one that took none).
+    var minReadBytesPerSecond: Int
+    var slowReadWindowSeconds: Int
+    /// Sync sessions other nodes started that are answered at once.
+    var maxIncomingSessions: Int
 
     /// The limits `configuration` sets.
     init(_ configuration: Configuration) {
@@ -35,6 +43,10 @@ struct Limits: Sendable {
         maxUnansweredBytes = configuration.maxUnansweredBytes
         maxBatchRequests = configuration.maxBatchRequests
         maxBatchResponseBytes = configuration.maxBatchResponseBytes
+        watchQueueBytes = configuration.watchQueueBytes
+        minReadBytesPerSecond = configuration.minReadBytesPerSecond
+        slowReadWindowSeconds = configuration.slowReadWindowSeconds
+        maxIncomingSessions = configuration.maxIncomingSessions
     }
 }
 
@@ -50,14 +62,19 @@ final class ServerContext: Sendable {
     /// Where every connection's requests run, and the watches' catch-ups.
     let requestThreads: RequestThreads
     let catchUpThreads: RequestThreads
+    /// What all connections together may hold (`max_buffered_bytes`).
+    let budget: BufferBudget
+    /// Threads running sessions other nodes started (at most `max_incoming_sessions`).
+    let incomingSessions = Atomic<Int>(0)
     private let currentLimits: Mutex<Limits>
     /// Who may read and write; a reload replaces it, for the connections made after.
     private let currentAccess: Mutex<AccessPolicy>
 
     init(
         writer: Writer, hub: WatchHub, methods: Methods, sync: SyncService, logger: Logger, limits: Limits,
-        access: AccessPolicy, requestThreads: Int = 8
+        access: AccessPolicy, requestThreads: Int = 8, maxBufferedBytes: Int = 256 << 20
     ) {
+        self.budget = BufferBudget(limit: maxBufferedBytes)
         self.requestThreads = RequestThreads(count: requestThreads)
         self.catchUpThreads = RequestThreads(count: max(2, requestThreads / 2), name: "evcatchup")
         self.writer = writer
@@ -153,9 +170,23 @@ final class Server: Sendable {
                 refuseOverLimit(socket, limit: limit)
                 continue
             }
+            // Who it is, from its credentials: a client with no access is told so now,
+            // before a byte of what it sends is read.
+            let client = ClientAccess(socket: socket, policy: context.access)
+            if client.grant.level == .none {
+                refuseNoAccess(socket, client: client)
+                continue
+            }
             next += 1
+            if client.grant.level < .write, let credentials = client.credentials {
+                context.logger.debug(
+                    "connection \(next) from pid \(credentials.pid): \(client.who), \(client.grant.level) (\(client.grant.why))"
+                )
+            }
             let loop = loops[next % loops.count]
-            let connection = Connection(socket: socket, context: context, identifier: next, loop: loop) {
+            let connection = Connection(
+                socket: socket, context: context, identifier: next, loop: loop, client: client
+            ) {
                 [self] ended in
                 connections.withLock { $0[ended.identifier] = nil }
                 connectionEnded.signal()
@@ -187,6 +218,14 @@ final class Server: Sendable {
             message:
                 "the daemon serves at most \(limit) connections at once (max_connections) and all are in use; close idle connections or retry later"
         )
+    }
+
+    /// A client with no access at all: one `forbidden` line, and closed.
+    private func refuseNoAccess(_ socket: UnixConnection, client: ClientAccess) {
+        let message = client.refusalMessage(doing: "this connection is refused")
+        let pid = client.credentials.map { "pid \($0.pid)" } ?? "pid unknown"
+        context.refusals.log("refused a connection from \(pid): \(message)", now: Date().timeIntervalSince1970)
+        Connection.refuse(socket, error: RPCError.application(.forbidden, message))
     }
 
     /// Logs the refusal (without flooding) and sends the client one `unavailable` line.

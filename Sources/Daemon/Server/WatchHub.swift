@@ -153,23 +153,19 @@ final class WatchHub: @unchecked Sendable {
     /// writer's memory, nothing read back. Call with `publishLock` held, right after the
     /// commit.
     func publish(_ events: [SequencedEvent]) {
-        // Each subscription's notifications of this commit go in one buffer, queued at
-        // once: one slot and one wake of its connection's sender per commit, not per event.
-        // Each subscription finds its batch by the index it keeps for this publish: no
-        // lookup per event, however many watchers there are.
+        // Each event's notification is encoded once, by the first subscription that wants
+        // it, and shared by every other (the outboxes hold references to the one buffer).
+        // Each subscription's notifications of this commit are queued at once: one slot and
+        // one wake of its connection's sender per commit, not per event. Each subscription
+        // finds its batch by the index it keeps for this publish: no lookup per event,
+        // however many watchers there are.
         publishGeneration &+= 1
         let generation = publishGeneration
         var batches: [NotificationBatch] = []
-        // Room for every event's notification up front (about its payload and 120 bytes),
-        // so a buffer is not grown, copied and faulted in again as it fills.
-        let capacity = events.reduce(0) { $0 + ($1.payload?.count ?? 400) + 120 }
         // By index, read in place: a copy of each event would retain and release its parts.
         for index in events.indices {
             let seq = events[index].seq
-            // The batch and offset this event's notification was first encoded at: the
-            // first watcher that wants it gets it encoded straight into its buffer, any
-            // other a copy of those bytes.
-            var first: (batch: Int, start: Int)?
+            var encoded: [UInt8]?
             subscriptions.forEachCandidate(for: events[index].event.entity) { subscription in
                 examined += 1
                 // A subscription skips what it was sent already (its catch-up read past it).
@@ -177,44 +173,45 @@ final class WatchHub: @unchecked Sendable {
                 if subscription.batchGeneration != generation {
                     subscription.batchGeneration = generation
                     subscription.batchIndex = batches.count
-                    batches.append(NotificationBatch(subscription, capacity: capacity))
+                    batches.append(NotificationBatch(subscription))
                 }
-                let batch = subscription.batchIndex
-                if let first {
-                    let copy = Array(batches[first.batch].bytes[first.start..<batches[first.batch].ends.last!])
-                    batches[batch].bytes.append(contentsOf: copy)
+                let notification: [UInt8]
+                if let encoded {
+                    notification = encoded
                 } else {
-                    first = (batch, batches[batch].bytes.count)
-                    WatchHub.notification(events[index], into: &batches[batch].bytes)
+                    var bytes: [UInt8] = []
+                    bytes.reserveCapacity((events[index].payload?.count ?? 400) + 120)
+                    WatchHub.notification(events[index], into: &bytes)
+                    encoded = bytes
+                    notification = bytes
                 }
-                batches[batch].ends.append(batches[batch].bytes.count)
-                batches[batch].seqs.append(seq)
+                batches[subscription.batchIndex].parts.append(notification)
+                batches[subscription.batchIndex].seqs.append(seq)
             }
         }
         for batch in batches {
             let subscription = batch.subscription
-            let taken = subscription.outbox.offerNotifications(batch.bytes, ends: batch.ends)
+            let taken = subscription.outbox.offerNotifications(batch.parts)
             if taken > 0 { subscription.lastQueued = batch.seqs[taken - 1] }
-            guard taken < batch.ends.count else { continue }
+            guard taken < batch.parts.count else { continue }
             subscriptions.remove(subscription)
             release(subscription)
             subscription.outbox.finish(after: WatchHub.overflow(resumeAfter: subscription.lastQueued))
             logger.info(
-                "watch: a consumer fell \(subscription.outbox.notificationLimit) events behind; disconnected it")
+                "watch: a consumer fell behind (watch_queue_events \(subscription.outbox.notificationLimit), watch_queue_bytes \(subscription.outbox.notificationByteLimit), or the daemon's max_buffered_bytes spent); disconnected it at seq \(subscription.lastQueued)"
+            )
         }
     }
 
-    /// One subscription's notifications of one commit, one after the other.
+    /// One subscription's notifications of one commit, each shared with the other
+    /// subscriptions it goes to, and their events' seqs.
     private struct NotificationBatch {
         let subscription: Subscription
-        var bytes: [UInt8] = []
-        /// Where each notification ends in `bytes`, and its event's seq.
-        var ends: [Int] = []
+        var parts: [[UInt8]] = []
         var seqs: [UInt64] = []
 
-        init(_ subscription: Subscription, capacity: Int) {
+        init(_ subscription: Subscription) {
             self.subscription = subscription
-            bytes.reserveCapacity(capacity)
         }
     }
 
@@ -254,15 +251,13 @@ final class WatchHub: @unchecked Sendable {
                     throw error
                 }
                 // Join only when the rest fits in the queue now (nothing else adds to it
-                // before it joins): otherwise queue it with waiting, outside the lock.
-                if more || events.count > subscription.outbox.notificationRoom {
+                // before it joins): otherwise queue what does not fit with waiting, outside
+                // the lock.
+                let taken = more ? 0 : subscription.outbox.offerNotifications(events.map(WatchHub.notification))
+                if more || taken < events.count {
                     publishLock.unlock()
-                    guard queueWaiting(events, to: subscription) else { return false }
+                    guard queueWaiting(Array(events[taken...]), to: subscription) else { return false }
                     continue
-                }
-                for item in events {
-                    let queued = subscription.outbox.offerNotification(WatchHub.notification(item))
-                    assert(queued, "room was checked under the lock")
                 }
             } else {
                 // Live only: from the head as it is now, with no commit in between.
