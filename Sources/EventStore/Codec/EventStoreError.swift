@@ -68,6 +68,9 @@ extension EventStoreError {
                 .storageFull,
                 "storage is full: \(error.message) Nothing of this request was written; free disk space or raise map_max_bytes (a SIGHUP applies it), then retry."
             )
+        case let error as LMDBError where error.isCorruption:
+            return EventStoreError(
+                .corrupt, "the store's data file cannot be read (\(error.operation), \(error.name)): \(error.message)")
         case let error as LMDBError:
             return EventStoreError(.unavailable, "storage error in \(error.operation): \(error.name): \(error.message)")
         case let error as ZstdError:

@@ -86,7 +86,10 @@ public final class Environment: @unchecked Sendable {
 
     /// Opens (creating if needed) the environment in `directory`.
     ///
-    /// The directory and its missing parents are created with mode 0700.
+    /// The directory and its missing parents are created with mode 0700. An existing
+    /// `data.mdb` is first checked against its meta pages with plain reads: one that is not
+    /// LMDB's, or shorter than the pages they say are used, throws an error naming the file
+    /// (`isCorruption`) and is left as it was.
     /// The corresponding C functions are `mdb_env_create` and `mdb_env_open`.
     public init(directory: String, options: EnvironmentOptions = EnvironmentOptions()) throws {
         guard options.initialMapSize > 0, options.initialMapSize <= options.maxMapSize else {
@@ -111,6 +114,8 @@ public final class Environment: @unchecked Sendable {
         self.resizeLock = try ResizeLock()
 
         try MDB.makeDirectory(directory)
+        // Before LMDB maps it: a file shorter than its meta pages say faults at the first read.
+        try MDB.checkDataFile(directory + "/data.mdb")
         let identity = try MDB.fileIdentity(directory)
         guard Self.openDirectories.withLock({ $0.insert(identity).inserted }) else {
             throw LMDBError(

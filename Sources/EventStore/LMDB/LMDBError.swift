@@ -55,6 +55,13 @@ public struct LMDBError: Error, Equatable, CustomStringConvertible, Sendable {
         self == .mapFull || self == .noSpace || self == .diskQuotaExceeded
     }
 
+    /// Whether the failure means the data file itself is damaged or not one this LMDB
+    /// reads: a page of the wrong type, a missing page, not an LMDB file, another data
+    /// version, or a file shorter than its meta pages say (`Environment.init`).
+    public var isCorruption: Bool {
+        self == .corrupted || self == .pageNotFound || self == .invalid || self == .versionMismatch
+    }
+
     public static func == (lhs: LMDBError, rhs: LMDBError) -> Bool {
         lhs.code == rhs.code
     }
