@@ -417,6 +417,14 @@ struct WriteBatch {
     mutating func write(_ event: Event, payload: [UInt8], txn: inout WriteTransaction, writer: inout EventLog.Writer)
         throws -> UInt64
     {
+        // `open` refuses a head anywhere near the end, so this is only damage done since:
+        // an error for the request, never a trap for the daemon.
+        guard seq < UInt64.max else {
+            throw EventStoreError(
+                .corrupt,
+                "the commit sequence is at its end (seq \(seq)): no event can take a further seq. This store was not written by evstore; restore it from a backup."
+            )
+        }
         let tables = log.tables
         let value = try StoredValue.encode(
             payload: payload, dictionaryVersion: writer.dictionaryVersion, dictionary: writer.dictionary,

@@ -128,6 +128,11 @@ public final class EventLog: Sendable {
     public static let formatVersion: UInt32 = 5
 
     /// Opens (creating when needed) the store in `directory`.
+    ///
+    /// A store that does not add up is refused with `corrupt`, a message naming its
+    /// `data.mdb` and what is wrong, and left as it was: a data file shorter than its LMDB
+    /// meta pages say (`Environment.init`), or meta values no release wrote
+    /// (`checkMeta(txn:tables:file:)`).
     public static func open(directory: String, options: StoreOptions = StoreOptions()) throws(EventStoreError)
         -> EventLog
     {
@@ -178,30 +183,18 @@ public final class EventLog: Sendable {
         let (nodeID, previousNodeID, dictionaryVersion, dictionaryBytes, clock, nextTrainingAt, storedFormat, head) =
             try environment.write {
                 txn in
+                // Before anything here reads or writes them: a store that does not add up is
+                // refused, and this transaction, aborted, leaves it as it was.
+                try EventLog.checkMeta(txn: txn, tables: tables, file: directory + "/data.mdb")
                 var storedFormat = EventLog.formatVersion
                 if let format = try txn.get(tables.meta, Meta.format) {
-                    guard format.count == 4 else {
-                        throw EventStoreError(.corrupt, "the store's format marker is unreadable")
-                    }
-                    let version = uint32(bigEndian: format)
-                    guard version <= EventLog.formatVersion else {
-                        throw EventStoreError(
-                            .corrupt,
-                            "this store was written by a newer evstore (format \(version)); this version reads format \(EventLog.formatVersion) and older. Upgrade evstore."
-                        )
-                    }
-                    storedFormat = version
+                    storedFormat = uint32(bigEndian: format)
                 } else {
-                    guard try txn.stat(tables.events).entries == 0 else {
-                        throw EventStoreError(
-                            .corrupt, "the store holds events but no format marker; it was not made by evstore")
-                    }
                     try txn.put(tables.meta, Meta.format, bigEndian(EventLog.formatVersion))
                 }
                 var nodeID: ULID
                 var previousNodeID: ULID?
-                if let stored = try txn.get(tables.meta, Meta.nodeID), let id = ULID(bytes: stored), stored.count == 16
-                {
+                if let stored = try txn.get(tables.meta, Meta.nodeID), let id = ULID(bytes: stored) {
                     nodeID = id
                 } else {
                     var clock = HybridClock(maxSkewMilliseconds: options.maxClockSkewMilliseconds)
