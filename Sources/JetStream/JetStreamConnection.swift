@@ -21,7 +21,8 @@ import Synchronization
 /// the process (`nats_Open`, implicitly). This module never calls `nats_Close`: it would have
 /// to wait for every connection of the process, and the threads end with the process.
 public final class JetStreamConnection: Sendable {
-    /// The URL of the server this connection reached.
+    /// The URL of the server this connection reached, its password or token hidden
+    /// (`nats://user:***@host:4222`): fit for a log line.
     public let connectedURL: String
 
     /// The largest message, headers and body together, the server accepts (its `max_payload`).
@@ -45,7 +46,9 @@ public final class JetStreamConnection: Sendable {
     public init(
         options: NATSOptions, onPublishResult: @escaping @Sendable (PublishResult) -> Void
     ) throws(NATSError) {
-        let servers = options.urls.joined(separator: ", ")
+        // Every URL a message names is redacted; an error from here on is scrubbed of the
+        // options' secrets as well, in case libnats quoted one another way.
+        let servers = options.redactedURLs.joined(separator: ", ")
         guard !options.urls.isEmpty else {
             throw NATSError(code: .invalidArgument, operation: "init", message: "no NATS server URL was given")
         }
@@ -81,7 +84,7 @@ public final class JetStreamConnection: Sendable {
             connection = try attempt(.connect(servers: servers, timeout: options.connectTimeout, tls: tls)) {
                 () throws(NATSFailure) in try NATS.connect(natsOptions)
             }
-            let server = NATS.connectedURL(connection!) ?? servers
+            let server = NATS.connectedURL(connection!).map(Redactor.redact(url:)) ?? servers
             let api = Situation.jetStreamAPI(server: server, stream: nil, wait: options.jetStreamWait)
             context = try attempt(api) { () throws(NATSFailure) in
                 try NATS.jetStream(
@@ -96,7 +99,7 @@ public final class JetStreamConnection: Sendable {
             if let context { NATS.destroyJetStream(context) }
             if let connection { NATS.destroyConnection(connection) }
             CallbackRegistry.remove(registration)
-            throw error
+            throw error.redacted(by: Redactor(options))
         }
         handles = Handles(connection: connection!, jetStream: context!)
         maxPayload = NATS.maxPayload(connection!)
@@ -120,6 +123,14 @@ public final class JetStreamConnection: Sendable {
     /// The corresponding C function is `js_GetStreamInfo`.
     public func streamInfo(_ name: String) throws(NATSError) -> StreamInfo? {
         try attempt(api(stream: name)) { () throws(NATSFailure) in try NATS.streamInfo(handles.jetStream, name: name) }
+    }
+
+    /// The names of the streams that take subjects of `subject` (wildcards allowed), sorted;
+    /// empty when none does. The corresponding C function is `js_StreamNames`.
+    public func streamNames(subject: String) throws(NATSError) -> [String] {
+        try attempt(api(stream: nil)) { () throws(NATSFailure) in
+            try NATS.streamNames(handles.jetStream, subject: subject)
+        }
     }
 
     /// Creates a stream, or returns the existing one when it has exactly this configuration.
@@ -164,6 +175,11 @@ public final class JetStreamConnection: Sendable {
     /// duplicate, which makes publishing again after a failure safe. `headers` are added as
     /// given (a name may repeat).
     ///
+    /// With `stream`, the publish is for that stream only: it goes with `Nats-Expected-Stream`,
+    /// so a stream of another name that takes the subject refuses it, and an acknowledgement
+    /// naming another stream (from a server that does not check) is not taken as stored. Both
+    /// are reported as `streamMismatch`.
+    ///
     /// Blocks while `maxPendingPublishes` publishes are in flight, until an acknowledgement
     /// frees a place or the connection closes.
     ///
@@ -173,22 +189,25 @@ public final class JetStreamConnection: Sendable {
     /// `timeout` when no place frees up within twice the publish acknowledgement timeout.
     /// The corresponding C function is `js_PublishMsgAsync`.
     public func publishAsync(
-        subject: String, messageID: String?, headers: [(String, String)] = [], body: [UInt8], tag: UInt64
+        subject: String, messageID: String?, headers: [(String, String)] = [], body: [UInt8], tag: UInt64,
+        stream: String? = nil
     ) throws(NATSError) {
         let situation = Situation.publish(
-            server: connectedURL, subject: subject, maxPayload: maxPayload, ackWait: ackWait)
+            server: connectedURL, subject: subject, maxPayload: maxPayload, ackWait: ackWait, stream: stream)
         if tracker.closedError != nil { throw closedError() }
         let message = try attempt(situation) { () throws(NATSFailure) in
             try NATS.makeMessage(subject: subject, headers: headers, body: body)
         }
         let stallDeadline = ContinuousClock.now + ackWait * 2
         while true {
-            guard tracker.register(message, tag: tag) else {
+            guard tracker.register(message, tag: tag, stream: stream) else {
                 NATS.destroyMessage(message)
                 throw closedError()
             }
             let failure: NATSFailure
-            switch NATS.publishAsync(handles.jetStream, message, messageID: messageID, ackWait: ackWait) {
+            switch NATS.publishAsync(
+                handles.jetStream, message, messageID: messageID, stream: stream, ackWait: ackWait)
+            {
             case .accepted: return
             case .refused(let refused): failure = refused
             }

@@ -66,6 +66,10 @@ public struct NATSError: Error, Equatable, CustomStringConvertible, Sendable {
         public static let subjectsOverlap = Code(rawValue: "subjects_overlap")
         /// A publish reached no stream: no stream's subjects include the message's subject.
         public static let noStream = Code(rawValue: "no_stream")
+        /// A publish for one stream reached another: the stream that takes the subject is
+        /// not the one expected. It refused the message (it stored nothing), or, from a
+        /// server that does not check, stored it and acknowledged it under its own name.
+        public static let streamMismatch = Code(rawValue: "stream_mismatch")
         /// The message (headers and body) is larger than the server's `max_payload`, or than
         /// the stream's maximum message size.
         public static let messageTooLarge = Code(rawValue: "message_too_large")
@@ -84,6 +88,15 @@ public struct NATSError: Error, Equatable, CustomStringConvertible, Sendable {
 }
 
 extension NATSError {
+    /// The same error with `redactor`'s secrets and URLs hidden in its message.
+    public func redacted(by redactor: Redactor) -> NATSError {
+        NATSError(
+            code: code, status: status, jetStreamCode: jetStreamCode, operation: operation,
+            message: redactor.redact(message))
+    }
+}
+
+extension NATSError {
     private init(_ code: Code) { self.init(code: code, operation: "", message: code.rawValue) }
 
     /// Patterns for `catch`; see `Code` for what each means.
@@ -95,6 +108,7 @@ extension NATSError {
     public static let streamExists = NATSError(.streamExists)
     public static let subjectsOverlap = NATSError(.subjectsOverlap)
     public static let noStream = NATSError(.noStream)
+    public static let streamMismatch = NATSError(.streamMismatch)
     public static let messageTooLarge = NATSError(.messageTooLarge)
     public static let timeout = NATSError(.timeout)
     public static let connectionClosed = NATSError(.connectionClosed)

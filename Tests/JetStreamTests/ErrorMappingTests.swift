@@ -1,4 +1,5 @@
 import CNats
+import Synchronization
 import Testing
 
 @testable import JetStream
@@ -9,7 +10,8 @@ import Testing
     static let connect = Situation.connect(servers: server, timeout: .seconds(2), tls: false)
     static let connectTLS = Situation.connect(servers: server, timeout: .seconds(2), tls: true)
     static let api = Situation.jetStreamAPI(server: server, stream: "EVENTS", wait: .seconds(5))
-    static let publish = Situation.publish(server: server, subject: "evstore.x", maxPayload: 1024, ackWait: .seconds(5))
+    static let publish = Situation.publish(
+        server: server, subject: "evstore.x", maxPayload: 1024, ackWait: .seconds(5), stream: "EVENTS")
 
     struct Case: Sendable, CustomTestStringConvertible {
         let status: natsStatus
@@ -60,6 +62,9 @@ import Testing
             mentions: ["1024", "max_payload"]),
         Case(status: NATS_ERR, jetStreamCode: 10054, situation: publish, code: .messageTooLarge, mentions: ["stream"]),
         Case(
+            status: NATS_ERR, jetStreamCode: 10060, situation: publish, code: .streamMismatch,
+            mentions: ["stream EVENTS", "evstore.x", "nothing was stored"]),
+        Case(
             status: NATS_TIMEOUT, jetStreamCode: 0, situation: publish, code: .timeout,
             mentions: ["evstore.x", "same message ID"]),
         Case(status: NATS_INVALID_SUBJECT, jetStreamCode: 0, situation: publish, code: .invalidArgument, mentions: []),
@@ -78,6 +83,40 @@ import Testing
         #expect(error.jetStreamCode == mapping.jetStreamCode)
         #expect(error.message.hasSuffix("(libnats: detail from libnats)"))
         for word in mapping.mentions { #expect(error.message.contains(word), "\(error.message)") }
+    }
+
+    @Test func aURLInLibnatsTextLosesItsCredentials() {
+        let failure = NATSFailure(
+            status: NATS_NO_SERVER, jetStreamCode: 0, detail: "nats://evstore:pw-9731@10.0.0.1:4222 and nats://tok-55@h",
+            operation: "natsConnection_Connect")
+        let error = NATSError(failure, in: Self.connect)
+        #expect(!error.message.contains("pw-9731") && !error.message.contains("tok-55"), "\(error.message)")
+        #expect(error.message.contains("nats://evstore:***@10.0.0.1:4222 and nats://***@h"), "\(error.message)")
+    }
+
+    @Test func anAcknowledgementFromAnotherStreamIsAMismatch() throws {
+        // Messages are freed through libnats' collector, which the library's start makes
+        // (a connection starts it implicitly).
+        #expect(nats_Open(-1) == NATS_OK)
+        let reported = Mutex<[PublishResult]>([])
+        let tracker = PublishTracker(server: Self.server, ackWait: .seconds(5)) { result in
+            reported.withLock { $0.append(result) }
+        }
+        for (tag, stream) in [(UInt64(1), "OTHER"), (2, "EVENTS")] {
+            let message = try NATS.makeMessage(subject: "evstore.job", headers: [], body: [1])
+            defer { NATS.destroyMessage(message) }
+            #expect(tracker.register(message, tag: tag, stream: "EVENTS"))
+            tracker.settle(message, .success(PublishAck(stream: stream, sequence: 9, duplicate: false)))
+        }
+        let results = reported.withLock { $0 }
+        #expect(results.map(\.tag) == [1, 2])
+        guard case .failure(let error) = results.first?.outcome else {
+            Issue.record("an acknowledgement from OTHER was taken: \(results)")
+            return
+        }
+        #expect(error.code == .streamMismatch)
+        #expect(error.message.contains("stored by stream OTHER") && error.message.contains("not by stream EVENTS"))
+        #expect((try? results.last?.outcome.get())?.stream == "EVENTS")
     }
 
     @Test func patternsMatchByCode() {

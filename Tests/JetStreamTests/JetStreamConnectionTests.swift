@@ -401,6 +401,75 @@ struct JetStreamConnectionTests {
         try publishesOne(with: tokenOptions)
     }
 
+    @Test func credentialsInTheURLNeverReachAMessage() throws {
+        let password = "pw-S3cr3t-7731"
+        let server = try NATSServer(configuration: "authorization { user: evstore, password: \"\(password)\" }\n")
+        defer { server.remove() }
+        let address = "127.0.0.1:\(server.port)"
+        let connection = try JetStreamConnection(options: NATSOptions(url: "nats://evstore:\(password)@\(address)")) {
+            _ in
+        }
+        #expect(connection.connectedURL == "nats://evstore:***@\(address)")
+        connection.close()
+        let unused = "127.0.0.1:\(NATSServer.unusedPort())"
+        for urls in [
+            ["nats://evstore:wrong-\(password)@\(address)"], ["nats://evstore:\(password)@\(unused)"],
+            ["nats://evstore:\(password)@\(unused)", "nats://\(password)@\(unused)"],
+        ] {
+            let refused = #expect(throws: NATSError.self) { try JetStreamConnection(options: NATSOptions(urls: urls)) { _ in } }
+            let message = refused?.description ?? ""
+            #expect(!message.contains(password), "\(message)")
+            #expect(message.contains("nats://evstore:***@"), "\(message)")
+        }
+
+        let token = "tok-S3cr3t-4412"
+        let tokenServer = try NATSServer(configuration: "authorization { token: \"\(token)\" }\n")
+        defer { tokenServer.remove() }
+        let byToken = try JetStreamConnection(options: NATSOptions(url: "nats://\(token)@127.0.0.1:\(tokenServer.port)")) {
+            _ in
+        }
+        #expect(byToken.connectedURL == "nats://***@127.0.0.1:\(tokenServer.port)")
+        byToken.close()
+        let wrongToken = #expect(throws: NATSError.self) {
+            try JetStreamConnection(options: NATSOptions(url: "nats://x\(token)@127.0.0.1:\(tokenServer.port)")) { _ in }
+        }
+        #expect(wrongToken?.code == .authenticationFailed)
+        #expect(wrongToken.map { !$0.description.contains(token) } == true, "\(String(describing: wrongToken))")
+    }
+
+    // MARK: The expected stream
+
+    @Test func aPublishForOneStreamThatAnotherTakesIsRefused() throws {
+        let server = try NATSServer()
+        defer { server.remove() }
+        let results = PublishResults()
+        let connection = try JetStreamConnection(options: NATSOptions(url: server.url)) { results.record($0) }
+        defer { connection.close() }
+        try connection.addStream(StreamConfig(name: "MINE", subjects: ["foo.>"]))
+        try connection.addStream(StreamConfig(name: "OTHER", subjects: ["evstore.>"]))
+        try connection.publishAsync(subject: "evstore.job", messageID: "m1", body: [1], tag: 1, stream: "MINE")
+        try connection.publishAsync(subject: "foo.job", messageID: "m2", body: [2], tag: 2, stream: "MINE")
+        try connection.publishAsync(subject: "evstore.job", messageID: "m3", body: [3], tag: 3)
+        try connection.waitForPublishes(timeout: .seconds(10))
+        #expect(results.wait(for: 3))
+
+        let refused = results.all[1]?.first.flatMap { result -> NATSError? in
+            if case .failure(let error) = result.outcome { return error }
+            return nil
+        }
+        #expect(refused?.code == .streamMismatch, "\(String(describing: results.all[1]))")
+        #expect(refused?.message.contains("stream MINE does not take evstore.job") == true, "\(String(describing: refused))")
+        #expect(results.ack(2)?.stream == "MINE")
+        // Without an expected stream, whichever takes the subject stores it.
+        #expect(results.ack(3)?.stream == "OTHER")
+        // The refused one is stored nowhere.
+        #expect(try connection.streamInfo("OTHER")?.state.messages == 1)
+        #expect(try connection.streamInfo("MINE")?.state.messages == 1)
+        #expect(try connection.streamNames(subject: "evstore.>") == ["OTHER"])
+        #expect(try connection.streamNames(subject: "foo.job") == ["MINE"])
+        #expect(try connection.streamNames(subject: "nothing.>") == [])
+    }
+
     @Test(.enabled(if: TestCertificates.openssl != nil, "openssl is not installed"))
     func tlsWithAClientCertificate() throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent(

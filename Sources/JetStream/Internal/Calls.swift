@@ -56,15 +56,16 @@ enum NATS {
     /// The text libnats kept for this thread's last failure, when that failure had `status`:
     /// libnats returns some statuses (`NATS_NOT_FOUND`) without recording a text, and the
     /// thread's text is then an earlier call's. Without the source location libnats puts
-    /// first ("(jsm.c:1033): "). The C function is `nats_GetLastError`.
+    /// first ("(jsm.c:1033): "), and with the userinfo of any URL it quotes hidden
+    /// (`Redactor.redactURLs(in:)`). The C function is `nats_GetLastError`.
     static func lastError(for status: natsStatus) -> String {
         var recorded = NATS_OK
         guard let text = nats_GetLastError(&recorded), recorded == status else { return "" }
         let message = String(cString: text)
         guard message.hasPrefix("("), let end = message.firstIndex(of: ")"),
             message[message.index(after: end)...].hasPrefix(": ")
-        else { return message }
-        return String(message[message.index(end, offsetBy: 3)...])
+        else { return Redactor.redactURLs(in: message) }
+        return Redactor.redactURLs(in: String(message[message.index(end, offsetBy: 3)...]))
     }
 
     /// `NATS_CONNECTION_CLOSED`, for errors this module makes when it finds the connection closed.
@@ -164,7 +165,8 @@ enum NATS {
         Int(natsConnection_GetMaxPayload(connection))
     }
 
-    /// The URL of the server connected to, nil once closed.
+    /// The URL of the server connected to, nil once closed. It is the URL as given, userinfo
+    /// (a password or token) included: redact it before it is shown.
     static func connectedURL(_ connection: OpaquePointer) -> String? {
         var buffer = [CChar](repeating: 0, count: 1024)
         guard natsConnection_GetConnectedUrl(connection, &buffer, buffer.count) == NATS_OK, buffer[0] != 0 else {
@@ -173,12 +175,13 @@ enum NATS {
         return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
-    /// Why the connection failed last, as libnats recorded it ("" when it did not).
+    /// Why the connection failed last, as libnats recorded it ("" when it did not), with the
+    /// userinfo of any URL it quotes hidden.
     static func connectionError(_ connection: OpaquePointer) -> String {
         var text: UnsafePointer<CChar>?
         let status = natsConnection_GetLastError(connection, &text)
         guard status != NATS_OK else { return "" }
-        if let text, text.pointee != 0 { return String(cString: text) }
+        if let text, text.pointee != 0 { return Redactor.redactURLs(in: String(cString: text)) }
         return statusText(status)
     }
 
@@ -229,6 +232,24 @@ enum NATS {
         if status == NATS_NOT_FOUND { return nil }
         try check(status, "js_GetStreamInfo", code)
         return streamInfo(info!)
+    }
+
+    /// The names of the streams that take subjects of `subject` (which may hold wildcards),
+    /// sorted; none when no stream does. The C function is `js_StreamNames`.
+    static func streamNames(_ context: OpaquePointer, subject: String) throws(NATSFailure) -> [String] {
+        var options = jsOptions()
+        try check(jsOptions_Init(&options), "jsOptions_Init")
+        var list: UnsafeMutablePointer<jsStreamNamesList>?
+        var code = jsErrCode(0)
+        let status = subject.withCString { filter in
+            options.Stream.Info.SubjectsFilter = filter
+            return js_StreamNames(&list, context, &options, &code)
+        }
+        defer { jsStreamNamesList_Destroy(list) }
+        if status == NATS_NOT_FOUND { return [] }
+        try check(status, "js_StreamNames", code)
+        guard let names = list?.pointee, let entries = names.List else { return [] }
+        return (0..<Int(names.Count)).compactMap { entries[$0].map { String(cString: $0) } }.sorted()
     }
 
     /// Creates the stream (or, with `update`, changes it) and returns its info.
@@ -359,26 +380,26 @@ enum NATS {
     // MARK: Publishing
 
     /// Hands `message` to libnats for an asynchronous publish with the `Nats-Msg-Id` header
-    /// set to `messageID` and an acknowledgement timeout of `ackWait`. Blocks up to the
-    /// context's stall wait while `MaxPending` publishes are in flight. The C function is
-    /// `js_PublishMsgAsync`.
+    /// set to `messageID`, the `Nats-Expected-Stream` header set to `stream` (a stream of
+    /// another name that takes the subject then refuses it) and an acknowledgement timeout of
+    /// `ackWait`. Blocks up to the context's stall wait while `MaxPending` publishes are in
+    /// flight. The C function is `js_PublishMsgAsync`.
     static func publishAsync(
-        _ context: OpaquePointer, _ message: OpaquePointer, messageID: String?, ackWait: Duration
+        _ context: OpaquePointer, _ message: OpaquePointer, messageID: String?, stream: String?, ackWait: Duration
     ) -> PublishAttempt {
         var options = jsPubOptions()
         _ = jsPubOptions_Init(&options)
         options.MaxWait = ackWait.milliseconds
         var pending: OpaquePointer? = message
         // libnats clears `pending` when it takes the message (also when the send failed but
-        // the acknowledgement already came: the outcome was then reported).
-        let status: natsStatus
-        if let messageID {
-            status = messageID.withCString { id in
+        // the acknowledgement already came: the outcome was then reported). It copies the
+        // strings into headers before it returns.
+        let status = withOptionalCString(messageID) { id in
+            withOptionalCString(stream) { expected in
                 options.MsgId = id
+                options.ExpectStream = expected
                 return js_PublishMsgAsync(context, &pending, &options)
             }
-        } else {
-            status = js_PublishMsgAsync(context, &pending, &options)
         }
         return pending == nil ? .accepted : .refused(failure(status, "js_PublishMsgAsync"))
     }
@@ -403,10 +424,17 @@ enum NATS {
     static func failure(_ failure: UnsafeMutablePointer<jsPubAckErr>) -> NATSFailure {
         NATSFailure(
             status: failure.pointee.Err, jetStreamCode: Int(failure.pointee.ErrCode.rawValue),
-            detail: failure.pointee.ErrText.map { String(cString: $0) } ?? "", operation: "js_PublishMsgAsync")
+            detail: failure.pointee.ErrText.map { Redactor.redactURLs(in: String(cString: $0)) } ?? "",
+            operation: "js_PublishMsgAsync")
     }
 
     // MARK: C strings
+
+    /// Calls `body` with a C string for `string`, or nil, valid only during the call.
+    private static func withOptionalCString<R>(_ string: String?, _ body: (UnsafePointer<CChar>?) -> R) -> R {
+        guard let string else { return body(nil) }
+        return string.withCString { body($0) }
+    }
 
     /// Calls `body` with a C array of C strings for `strings`, valid only during the call.
     private static func withCStringArray<R>(

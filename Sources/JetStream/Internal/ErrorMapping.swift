@@ -10,8 +10,9 @@ enum Situation {
     case connect(servers: String, timeout: Duration, tls: Bool)
     /// A JetStream API call to `server`, about `stream` when it names one.
     case jetStreamAPI(server: String, stream: String?, wait: Duration)
-    /// Publishing to `subject` on `server`, whose `max_payload` is `maxPayload`.
-    case publish(server: String, subject: String, maxPayload: Int, ackWait: Duration)
+    /// Publishing to `subject` on `server`, whose `max_payload` is `maxPayload`, for `stream`
+    /// when the publish expects one.
+    case publish(server: String, subject: String, maxPayload: Int, ackWait: Duration, stream: String? = nil)
 }
 
 /// The server's JetStream error codes this module gives their own reason (libnats'
@@ -23,6 +24,7 @@ private enum ServerCode {
     static let streamNameExists = Int(JSStreamNameExistErr.rawValue)
     static let streamNotFound = Int(JSStreamNotFoundErr.rawValue)
     static let subjectOverlap = Int(JSStreamSubjectOverlapErr.rawValue)
+    static let streamNotMatch = Int(JSStreamNotMatchErr.rawValue)
 }
 
 extension NATSError {
@@ -32,9 +34,11 @@ extension NATSError {
         var message = sentence
         let detail = failure.detail.isEmpty ? NATS.statusText(failure.status) : failure.detail
         if !detail.isEmpty, !sentence.contains(detail) { message += " (libnats: \(detail))" }
+        // The servers named are redacted already and libnats' texts are scrubbed as they are
+        // read; this holds for a text that came another way.
         self.init(
             code: code, status: Int32(bitPattern: failure.status.rawValue), jetStreamCode: failure.jetStreamCode,
-            operation: failure.operation, message: message)
+            operation: failure.operation, message: Redactor.redactURLs(in: message))
     }
 
     private static func classify(_ failure: NATSFailure, _ situation: Situation) -> (Code, String) {
@@ -46,7 +50,9 @@ extension NATSError {
         case .jetStreamAPI(let at, let name, _):
             server = at
             stream = name
-        case .publish(let at, _, _, _): server = at
+        case .publish(let at, _, _, _, let expected):
+            server = at
+            stream = expected
         }
         let named = stream.map { "stream \($0)" } ?? "the stream"
 
@@ -75,6 +81,13 @@ extension NATSError {
                 .subjectsOverlap,
                 "the subjects of \(named) overlap those of another stream on \(server): a subject may be stored by one stream only, so choose other subjects or remove them from the other stream"
             )
+        case ServerCode.streamNotMatch:
+            var subject = "its subject"
+            if case .publish(_, let name, _, _, _) = situation { subject = name }
+            return (
+                .streamMismatch,
+                "\(named) does not take \(subject) on \(server): another stream does, and refused the message because it was published for \(named) (nothing was stored); give \(named) the subject and take it from the other stream (a subject is stored by one stream only), or publish to the stream that takes it"
+            )
         case ServerCode.messageExceedsMaximum:
             return (
                 .messageTooLarge,
@@ -89,7 +102,7 @@ extension NATSError {
 
         switch failure.status {
         case NATS_NO_RESPONDERS:
-            if case .publish(_, let subject, _, _) = situation {
+            if case .publish(_, let subject, _, _, _) = situation {
                 return (
                     .noStream,
                     "no stream on \(server) stores subject \(subject): add a stream whose subjects include it, or publish to a subject an existing stream takes"
@@ -111,7 +124,7 @@ extension NATSError {
                     .timeout,
                     "the JetStream API at \(server) did not answer within \(wait): JetStream may be disabled (start nats-server with -js or enable jetstream) or the server overloaded; raise the JetStream wait if it is only slow"
                 )
-            case .publish(_, let subject, _, let ackWait):
+            case .publish(_, let subject, _, let ackWait, _):
                 if failure.detail.contains("stalled") {
                     return (
                         .timeout,
@@ -182,7 +195,7 @@ extension NATSError {
             )
         case NATS_MAX_PAYLOAD:
             var size = ""
-            if case .publish(_, _, let maxPayload, _) = situation { size = " of \(maxPayload) bytes" }
+            if case .publish(_, _, let maxPayload, _, _) = situation { size = " of \(maxPayload) bytes" }
             return (
                 .messageTooLarge,
                 "the message (headers and body) is larger than the max_payload\(size) of the NATS server at \(server): send smaller messages or raise max_payload in the server's configuration"

@@ -26,9 +26,15 @@ final class PublishTracker: Sendable {
     /// How long a publish waits for its acknowledgement, for the timeout's error.
     let ackWait: Duration
 
+    /// A publish in flight: its tag, and the stream it is for when it expects one.
+    private struct Entry {
+        let tag: UInt64
+        let stream: String?
+    }
+
     private struct State {
-        /// Tags of publishes registered and not yet reported, by their message's address.
-        var tags: [UInt: UInt64] = [:]
+        /// Publishes registered and not yet reported, by their message's address.
+        var tags: [UInt: Entry] = [:]
         /// Set once the connection is closed: what every publish still in flight is told,
         /// and why a new publish is refused.
         var closed: NATSError?
@@ -47,11 +53,13 @@ final class PublishTracker: Sendable {
         self.onResult = onResult
     }
 
-    /// Registers a publish about to be handed to libnats; false when the connection is closed.
-    func register(_ message: OpaquePointer, tag: UInt64) -> Bool {
+    /// Registers a publish about to be handed to libnats, for `stream` when it expects one (an
+    /// acknowledgement from any other stream is then reported as `streamMismatch`); false when
+    /// the connection is closed.
+    func register(_ message: OpaquePointer, tag: UInt64, stream: String?) -> Bool {
         state.withLock { state in
             guard state.closed == nil else { return false }
-            state.tags[Self.key(message)] = tag
+            state.tags[Self.key(message)] = Entry(tag: tag, stream: stream)
             return true
         }
     }
@@ -63,17 +71,31 @@ final class PublishTracker: Sendable {
     }
 
     /// Reports the outcome of `message`'s publish, unless it was already reported (the close
-    /// got there first) or it is not this connection's.
+    /// got there first) or it is not this connection's. An acknowledgement from another
+    /// stream than the one the publish expected is reported as a failure.
     func settle(_ message: OpaquePointer, _ outcome: Result<PublishAck, NATSError>) {
         let thread = UInt(pthread_self())
-        let tag: UInt64? = state.withLock { state in
-            guard let tag = state.tags.removeValue(forKey: Self.key(message)) else { return nil }
+        let entry: Entry? = state.withLock { state in
+            guard let entry = state.tags.removeValue(forKey: Self.key(message)) else { return nil }
             state.reporting[thread, default: 0] += 1
-            return tag
+            return entry
         }
-        guard let tag else { return }
-        onResult(PublishResult(tag: tag, outcome: outcome))
+        guard let entry else { return }
+        var outcome = outcome
+        if case .success(let ack) = outcome, let expected = entry.stream, ack.stream != expected {
+            outcome = .failure(mismatch(ack, expected: expected, subject: NATS.subject(message)))
+        }
+        onResult(PublishResult(tag: entry.tag, outcome: outcome))
         finishedReporting(thread)
+    }
+
+    /// The error for a message `expected` should have stored that another stream acknowledged.
+    private func mismatch(_ ack: PublishAck, expected: String, subject: String) -> NATSError {
+        NATSError(
+            code: .streamMismatch, operation: "js_PublishMsgAsync",
+            message:
+                "the message to \(subject) was stored by stream \(ack.stream) on \(server) (its sequence \(ack.sequence)), not by stream \(expected) it was published for: \(ack.stream) takes the subject; give \(expected) the subject and take it from \(ack.stream) (a subject is stored by one stream only), or publish to \(ack.stream)"
+        )
     }
 
     /// Marks the connection closed with `error` and reports it for every publish in flight,
@@ -83,7 +105,7 @@ final class PublishTracker: Sendable {
         let cutOff: [UInt64] = state.withLock { state in
             if state.closed == nil { state.closed = error }
             guard !state.tags.isEmpty else { return [] }
-            let tags = state.tags.values.sorted()
+            let tags = state.tags.values.map(\.tag).sorted()
             state.tags.removeAll()
             state.reporting[thread, default: 0] += 1
             return tags
@@ -100,6 +122,11 @@ final class PublishTracker: Sendable {
         while state.withLock({ $0.reporting.keys.contains { $0 != thread } }) {
             NATS.sleep(milliseconds: 1)
         }
+    }
+
+    /// The stream the publish of `message` expects, while it is in flight.
+    func expectedStream(of message: OpaquePointer) -> String? {
+        state.withLock { $0.tags[Self.key(message)]?.stream }
     }
 
     /// How many publishes are in flight (registered, not reported).
@@ -179,7 +206,8 @@ let publishAckHandler: jsPubAckHandler = { _, message, ack, failure, closure in
             NATSError(
                 failed,
                 in: .publish(
-                    server: tracker.server, subject: NATS.subject(message), maxPayload: 0, ackWait: tracker.ackWait)))
+                    server: tracker.server, subject: NATS.subject(message), maxPayload: 0, ackWait: tracker.ackWait,
+                    stream: tracker.expectedStream(of: message))))
     }
     tracker.settle(message, outcome)
 }
