@@ -143,7 +143,7 @@ final class FrameChannel {
     }
 
     /// Reads the peer's preamble and returns its protocol version; anything else is
-    /// `not_evstore`, quoting what the peer sent.
+    /// `not_evstore`, which describes what the peer sent and never quotes it.
     func readPreamble() throws(SyncError) -> Int {
         let prefix = Frame.preamblePrefix
         while true {
@@ -162,19 +162,19 @@ final class FrameChannel {
             if try !fill() {
                 throw available.isEmpty
                     ? SyncError(.closed, "the peer closed the connection without a word")
-                    : notEvstore(Array(available))
+                    : notEvstore(Array(available), closed: true)
             }
         }
     }
 
-    private func notEvstore(_ sent: [UInt8]) -> SyncError {
-        var quote = sent.prefix(80).map { byte -> Character in
-            (0x20..<0x7F).contains(byte) ? Character(Unicode.Scalar(byte)) : (byte == 0x0A ? " " : "·")
-        }
-        if sent.count > 80 { quote.append("…") }
-        return SyncError(
+    /// What a peer that does not speak the protocol sent, described by its size alone: the
+    /// socket may be another service's (a root-only one, reached through a URL someone gave),
+    /// and its bytes must not reach a message, a log line or `status`.
+    private func notEvstore(_ sent: [UInt8], closed: Bool = false) -> SyncError {
+        SyncError(
             .notEvstore,
-            "the peer answered with something that is not the evstore sync protocol (a captive portal or another service?): \"\(String(quote))\""
+            "the peer did not answer with the evstore sync protocol (a captive portal or another service?): it sent \(sent.count) byte\(sent.count == 1 ? "" : "s") that \(sent.count == 1 ? "is" : "are") not a preamble"
+                + (closed ? ", then closed the connection" : "")
         )
     }
 

@@ -97,8 +97,31 @@ enum Messages {
         }
         do {
             return try JSONDecoder().decode(type, from: Data(payload))
+        } catch let error as DecodingError {
+            throw SyncError(.protocolError, "the peer's \(frame) frame does not decode: \(describe(error))")
         } catch {
-            throw SyncError(.protocolError, "the peer's \(frame) frame does not decode: \(error)")
+            throw SyncError(.protocolError, "the peer's \(frame) frame does not decode")
+        }
+    }
+
+    /// What is wrong with a message, without a byte of what the peer sent: the decoder's own
+    /// text quotes the input, and a map's keys in a coding path are the peer's. Only the
+    /// message's own member at the top of the path is named.
+    static func describe(_ error: DecodingError) -> String {
+        func member(_ context: DecodingError.Context) -> String {
+            guard let first = context.codingPath.first else { return "it" }
+            if let index = first.intValue { return "item \(index)" }
+            return context.codingPath.count == 1 ? "\"\(first.stringValue)\"" : "a value within \"\(first.stringValue)\""
+        }
+        switch error {
+        case .typeMismatch(let type, let context): return "\(member(context)) is not of type \(type)"
+        case .valueNotFound(let type, let context): return "\(member(context)) lacks a value of type \(type)"
+        case .keyNotFound(let key, let context):
+            // The key is the message's own, never the peer's.
+            return "\(member(context)) lacks \"\(key.stringValue)\""
+        case .dataCorrupted(let context):
+            return context.codingPath.isEmpty ? "it is not valid JSON" : "\(member(context)) is not valid"
+        @unknown default: return "it is not a valid message"
         }
     }
 }
@@ -120,7 +143,7 @@ extension Messages.WireRange {
     func decoded() throws(SyncError) -> IDRange {
         func id(_ text: String, _ what: String) throws(SyncError) -> ULID {
             guard let id = ULID(text) else {
-                throw SyncError(.protocolError, "a range's \(what) is not an id: \(SyncError.quote(text))")
+                throw SyncError(.protocolError, "a range's \(what) is not an id (\(SyncError.size(of: text)))")
             }
             return id
         }
@@ -150,7 +173,7 @@ extension Messages.Hello {
         guard NodeName.isValid(name) else {
             throw SyncError(
                 .protocolError,
-                "the peer's hello names it \(SyncError.quote(name, limit: 64)) (\(name.utf8.count) bytes), which is not a node name: \(NodeName.rule)"
+                "the peer's hello gives a name of \(SyncError.size(of: name)), which is not a node name: \(NodeName.rule)"
             )
         }
         return name
@@ -167,7 +190,7 @@ extension Messages.Hello {
         var out = Set<ULID>()
         for text in deadLetters {
             guard let id = ULID(text) else {
-                throw SyncError(.protocolError, "the peer's dead-lettered ids hold \(SyncError.quote(text)), not an id")
+                throw SyncError(.protocolError, "the peer's dead-lettered ids hold something that is not an id (\(SyncError.size(of: text)))")
             }
             out.insert(id)
         }

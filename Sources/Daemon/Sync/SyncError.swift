@@ -66,6 +66,12 @@ struct SyncError: Error, Sendable, Equatable, CustomStringConvertible {
 
     var description: String { "\(reason.rawValue): \(message)" }
 
+    /// How much a peer sent where something else belonged, for a message that must not
+    /// quote it: `12 bytes`.
+    static func size(of text: String) -> String {
+        "\(text.utf8.count) byte\(text.utf8.count == 1 ? "" : "s")"
+    }
+
     /// Text a peer sent, quoted for a message: at most `limit` characters, control
     /// characters shown as `·`, so a peer cannot put megabytes or line breaks into the log.
     static func quote(_ text: String, limit: Int = 80) -> String { "\"\(shown(text, limit: limit))\"" }
