@@ -32,6 +32,10 @@ struct PeerSchedule: Equatable, Sendable {
     var backoffFailures = 0
     /// When the current run of failures began (the first of them); nil while `ok`.
     var failingSince: UInt64?
+    /// The network changes that cut the wait since the last success, and when the last one
+    /// did: a link that flaps must not keep the peer retrying without pause.
+    var networkCuts = 0
+    var lastNetworkCut: UInt64?
 
     init(nextAttempt: UInt64) {
         self.nextAttempt = nextAttempt
@@ -51,6 +55,8 @@ struct PeerSchedule: Equatable, Sendable {
         backoffFailures = 0
         lastError = nil
         failingSince = nil
+        networkCuts = 0
+        lastNetworkCut = nil
         lastSuccess = now
         lastAttempt = now
         nextAttempt = now + UInt64(max(0, interval) * 1000)
@@ -77,9 +83,25 @@ struct PeerSchedule: Equatable, Sendable {
     /// The network may have come back: the next attempt is now, and the backoff starts
     /// over from `backoff_base_s` should it fail again. The failures so far still count
     /// toward `failing`, and the last error stays until a session succeeds.
-    mutating func networkReturned(at now: UInt64) {
-        guard failures > 0 else { return }
+    ///
+    /// The cuts themselves back off, so a flapping link (an address that comes and goes
+    /// every second) cannot keep a failing peer retrying without pause: the first change
+    /// after a success cuts the wait at once; each later one only once `backoff_base_s ×
+    /// 2^(k-1)` (at most `backoff_cap_s`) have passed since the k-th cut, and it starts the
+    /// backoff over from that k-th step rather than from the base. So a peer's wait is cut
+    /// at most once per `backoff_base_s`, and a minute of flapping costs it a handful of
+    /// attempts more than a quiet minute does. Whether the wait was cut.
+    @discardableResult
+    mutating func networkReturned(at now: UInt64, base: Double, cap: Double) -> Bool {
+        guard failures > 0 else { return false }
+        if let last = lastNetworkCut {
+            let spacing = PeerSchedule.backoff(failures: networkCuts, base: base, cap: cap, jitter: 0.5)
+            guard now < last || Double(now - last) >= spacing * 1000 else { return false }
+        }
         nextAttempt = min(nextAttempt, now)
-        backoffFailures = 0
+        backoffFailures = min(backoffFailures, networkCuts)
+        networkCuts += 1
+        lastNetworkCut = now
+        return true
     }
 }

@@ -216,19 +216,35 @@ final class SyncService: Sendable {
     }
 
     /// The network may have come back (an address, route or link appeared): every peer
-    /// that is retrying or failing is synced now, its backoff started over.
+    /// that is retrying or failing is synced now, its backoff started over; but a peer's
+    /// wait is cut at most once per `backoff_base_s`, and the cuts back off as its retries
+    /// do (`PeerSchedule.networkReturned`), so a flapping link cannot keep failing peers
+    /// retrying without pause.
     func networkChanged() {
         let at = now()
-        let reset = schedules.withLock { schedules in
+        let (base, cap) = settings.withLock { ($0.backoffBase, $0.backoffCap) }
+        let (reset, held) = schedules.withLock { schedules in
             var reset = 0
+            var held = 0
             for name in schedules.keys where schedules[name]!.failures > 0 {
-                schedules[name]!.networkReturned(at: at)
-                reset += 1
+                if schedules[name]!.networkReturned(at: at, base: base, cap: cap) {
+                    reset += 1
+                } else {
+                    held += 1
+                }
             }
-            return reset
+            return (reset, held)
         }
-        guard reset > 0 else { return }
-        logger.info("the network changed: syncing \(reset) peer\(reset == 1 ? "" : "s") that failed before, backoff reset")
+        guard reset > 0 else {
+            if held > 0 {
+                logger.debug(
+                    "the network changed: \(held) failing peer\(held == 1 ? " was" : "s were") synced after the last change already; they wait for their backoff")
+            }
+            return
+        }
+        logger.info(
+            "the network changed: syncing \(reset) peer\(reset == 1 ? "" : "s") that failed before, backoff reset"
+                + (held > 0 ? " (\(held) more synced after a recent change wait for their backoff)" : ""))
         wake.signal()
     }
 

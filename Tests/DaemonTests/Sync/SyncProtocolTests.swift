@@ -228,7 +228,8 @@ struct SyncProtocolTests {
         #expect(PeerSchedule.backoff(failures: 1000, base: 2, cap: 600, jitter: 0.5) == 600)
 
         // The network came back: tried now, the backoff starts over, the failures still count.
-        schedule.networkReturned(at: clock - 100_000)
+        let cut = schedule.networkReturned(at: clock - 100_000, base: 2, cap: 600)
+        #expect(cut)
         #expect(schedule.nextAttempt == clock - 100_000)
         #expect(schedule.state == .failing)
         schedule.failed(refused, at: clock, base: 2, cap: 600, jitter: 0.5)
