@@ -39,6 +39,9 @@ struct Configuration: Equatable, Sendable {
     /// Sessions this node starts that run at once (background and `sync`); the other due
     /// peers wait for one to end, so one silent peer never holds the rest back.
     var maxOutgoingSessions = 4
+    /// Peers of the config file and of `peers.add` together; `peers.add` past it is
+    /// refused, and a config file with more does not load.
+    var maxPeers = 64
     /// What one sync session may cost, whatever the peer does (see `SyncLimits`).
     var syncSessionMaxSeconds = 600
     var syncReconcileMaxRounds = 1000
@@ -72,9 +75,6 @@ struct Configuration: Equatable, Sendable {
     /// Requests one connection may have read and not yet answered while its answers go
     /// unread; past it the client is sent an error line and cut off.
     var maxUnansweredBytes = 64 << 20
-    /// Threads that wait on the sockets (each owns its share of the connections).
-    var eventLoops = 1
-    /// Threads that run requests, shared by every connection.
     /// What all connections together may make the daemon hold: partial lines, requests
     /// unanswered, answers and notifications queued (see `BufferBudget`).
     var maxBufferedBytes = 256 << 20
@@ -85,6 +85,9 @@ struct Configuration: Equatable, Sendable {
     /// than this many bytes a second of them is cut off; 0: only one that takes none.
     var minReadBytesPerSecond = 16 << 10
     var slowReadWindowSeconds = 30
+    /// Threads that wait on the sockets (each owns its share of the connections).
+    var eventLoops = 1
+    /// Threads that run requests, shared by every connection.
     var requestThreads = 8
     /// Requests one batch line may hold.
     var maxBatchRequests = 1000
@@ -142,6 +145,7 @@ struct Configuration: Equatable, Sendable {
         Option(key: "sync_timeout_s", help: "a peer silent this long ends the session, seconds (30)"),
         Option(key: "max_incoming_sessions", help: "sync sessions from other nodes answered at once (8)"),
         Option(key: "max_outgoing_sessions", help: "sync sessions with peers this node runs at once (4)"),
+        Option(key: "max_peers", help: "peers of the config file and peers.add together (64)"),
         Option(key: "sync_session_max_s", help: "the longest a sync session may last, seconds (600)"),
         Option(key: "sync_reconcile_max_rounds", help: "reconcile frames a peer may send in one session (1000)"),
         Option(
@@ -176,10 +180,6 @@ struct Configuration: Equatable, Sendable {
         Option(
             key: "max_unanswered_bytes",
             help: "requests read and not answered while a client leaves its answers unread, bytes; past it the client is cut off (64 MiB)"),
-        Option(key: "event_loops", help: "threads that wait on the clients' sockets (1)"),
-        Option(key: "request_threads", help: "threads that run the clients' requests (8)"),
-        Option(key: "max_batch_requests", help: "most requests in one batch line (1000)"),
-        Option(key: "max_batch_response_bytes", help: "most response bytes one batch gathers (16 MiB)"),
         Option(
             key: "max_buffered_bytes",
             help:
@@ -194,6 +194,10 @@ struct Configuration: Equatable, Sendable {
                 "a client whose answers wait slow_read_window_s while it reads fewer bytes a second than this is cut off; 0: only one that reads nothing (16384)"
         ),
         Option(key: "slow_read_window_s", help: "how long a slow reader is measured before it is cut off, seconds (30)"),
+        Option(key: "event_loops", help: "threads that wait on the clients' sockets (1)"),
+        Option(key: "request_threads", help: "threads that run the clients' requests (8)"),
+        Option(key: "max_batch_requests", help: "most requests in one batch line (1000)"),
+        Option(key: "max_batch_response_bytes", help: "most response bytes one batch gathers (16 MiB)"),
         Option(key: "max_page_bytes", help: "a page of log or dead letters ends early past this many bytes (8 MiB)"),
         Option(key: "max_consumers", help: "durable consumers the store keeps; a new one past it is refused (64)"),
         Option(key: "log_level", help: "debug, info, notice, warning or error (info)"),
@@ -244,6 +248,12 @@ struct Configuration: Equatable, Sendable {
         }
         for (key, value) in commandLine.values.sorted(by: { $0.key < $1.key }) {
             try configuration.set(key, text: value, source: "--" + key.replacing("_", with: "-"))
+        }
+        guard configuration.peers.count <= configuration.maxPeers else {
+            throw Invalid(
+                message:
+                    "the config file lists \(configuration.peers.count) peers; max_peers allows \(configuration.maxPeers): raise max_peers or list fewer"
+            )
         }
         configuration.access = try configuration.resolveAccess()
         return configuration
@@ -424,6 +434,7 @@ struct Configuration: Equatable, Sendable {
         case "sync_timeout_s": syncTimeoutSeconds = try integer(1...86_400)
         case "max_incoming_sessions": maxIncomingSessions = try integer(1...1024)
         case "max_outgoing_sessions": maxOutgoingSessions = try integer(1...256)
+        case "max_peers": maxPeers = try integer(1...4096)
         case "sync_session_max_s": syncSessionMaxSeconds = try integer(1...604_800)
         case "sync_reconcile_max_rounds": syncReconcileMaxRounds = try integer(1...1_000_000)
         case "sync_reconcile_max_bytes": syncReconcileMaxBytes = try integer((1 << 20)...(1 << 40))
@@ -454,6 +465,10 @@ struct Configuration: Equatable, Sendable {
         case "line_timeout_s": lineTimeoutSeconds = try integer(1...86_400)
         case "max_queued_response_bytes": maxQueuedResponseBytes = try integer((64 << 10)...(1 << 40))
         case "max_unanswered_bytes": maxUnansweredBytes = try integer((1 << 20)...(1 << 40))
+        case "max_buffered_bytes": maxBufferedBytes = try integer((1 << 20)...(1 << 42))
+        case "watch_queue_bytes": watchQueueBytes = try integer((64 << 10)...(1 << 40))
+        case "min_read_bytes_per_s": minReadBytesPerSecond = try integer(0...(1 << 30))
+        case "slow_read_window_s": slowReadWindowSeconds = try integer(1...86_400)
         case "event_loops": eventLoops = try integer(1...64)
         case "request_threads": requestThreads = try integer(1...256)
         case "max_batch_requests": maxBatchRequests = try integer(1...1_000_000)
@@ -465,10 +480,6 @@ struct Configuration: Equatable, Sendable {
             guard !text.isEmpty else {
                 backupDirectory = nil
                 return
-        case "max_buffered_bytes": maxBufferedBytes = try integer((1 << 20)...(1 << 42))
-        case "watch_queue_bytes": watchQueueBytes = try integer((64 << 10)...(1 << 40))
-        case "min_read_bytes_per_s": minReadBytesPerSecond = try integer(0...(1 << 30))
-        case "slow_read_window_s": slowReadWindowSeconds = try integer(1...86_400)
             }
             let components = text.split(separator: "/")
             guard text.hasPrefix("/"), !components.contains(where: { $0 == "." || $0 == ".." }) else {

@@ -2,26 +2,34 @@ import FoundationEssentials
 import UnixSocket
 
 /// The sync sessions this node starts, in progress: at most `max_outgoing_sessions` run at
-/// once, a peer has at most one, and a stop can cut every one of them.
+/// once, a target (`PeerURL.target`: a socket file, an ssh host and path, a command) has
+/// at most one, and a stop can cut every one of them.
 ///
 /// Sessions run on threads of their own, so one silent peer (a hung gateway, a captive
 /// portal that accepts and says nothing) holds a slot for `sync_timeout_s` and nothing else:
-/// the other peers go on in the other slots.
+/// the other peers go on in the other slots. A caller that finds its target's session
+/// running joins it and gets its outcome; one that finds every slot taken waits for a slot
+/// until its deadline, then gives up (`timedOut`) rather than wait on.
 final class OutgoingSessions: @unchecked Sendable {
-    /// One session, which later callers for the same peer join instead of starting their own.
+    /// One session, which later callers for the same target join instead of starting their own.
     final class Attempt: @unchecked Sendable {
-        /// Set once, under the condition's lock, when the session is over.
+        /// Set once, under the condition's lock, when the session is over (or gave up
+        /// waiting for a slot, when it is nil in `outcome(of:)`'s answer).
         fileprivate var outcome: SyncService.Outcome?
+        fileprivate var gaveUp = false
     }
 
     enum Claim {
         /// The caller runs the session (a slot is held) and ends it with `finish`.
         case owner(Attempt)
-        /// The peer's session is already running: `outcome(of:)` waits for its end.
+        /// The target's session is already running or waiting for a slot: `outcome(of:)`
+        /// waits for its end.
         case joined(Attempt)
-        /// Not waiting (the background schedule): no slot is free, or the peer has a
+        /// Not waiting (the background schedule): no slot is free, or the target has a
         /// session; try again when one ends.
         case busy
+        /// Every slot stayed taken until the deadline.
+        case timedOut
     }
 
     /// Guards everything below, and is signalled whenever a session ends or the limit
@@ -49,17 +57,31 @@ final class OutgoingSessions: @unchecked Sendable {
         condition.unlock()
     }
 
-    /// Claims the session of `key` (a peer name). With `wait`, blocks until a slot is free
-    /// unless the peer's session is running already (then joins it); without, answers
-    /// `busy` at once rather than wait.
-    func claim(_ key: String, wait: Bool) -> Claim {
+    /// Claims the session of `key` (a target). With a `deadline`, blocks until a slot is
+    /// free, at most until then, unless the target's session is claimed already (then joins
+    /// it); without one, answers `busy` at once rather than wait.
+    func claim(_ key: String, until deadline: ContinuousClock.Instant?) -> Claim {
         condition.lock()
         defer { condition.unlock() }
-        if let attempt = attempts[key] { return wait ? .joined(attempt) : .busy }
-        if !wait, running >= limit { return .busy }
+        if let attempt = attempts[key] { return deadline == nil ? .busy : .joined(attempt) }
+        guard let deadline else {
+            if running >= limit { return .busy }
+            let attempt = Attempt()
+            attempts[key] = attempt
+            running += 1
+            return .owner(attempt)
+        }
         let attempt = Attempt()
         attempts[key] = attempt
-        while running >= limit, !stopping { condition.wait() }
+        while running >= limit, !stopping {
+            if !condition.wait(until: deadline), running >= limit, !stopping {
+                // Those who joined give up with it.
+                attempt.gaveUp = true
+                attempts.removeValue(forKey: key)
+                condition.broadcast()
+                return .timedOut
+            }
+        }
         running += 1
         return .owner(attempt)
     }
@@ -74,12 +96,19 @@ final class OutgoingSessions: @unchecked Sendable {
         condition.unlock()
     }
 
-    /// Waits for the end of a session that was joined.
-    func outcome(of attempt: Attempt) -> SyncService.Outcome {
+    /// Waits for the end of a session that was joined; nil when it never got a slot.
+    func outcome(of attempt: Attempt) -> SyncService.Outcome? {
         condition.lock()
         defer { condition.unlock() }
-        while attempt.outcome == nil { condition.wait() }
-        return attempt.outcome!
+        while attempt.outcome == nil, !attempt.gaveUp { condition.wait() }
+        return attempt.outcome
+    }
+
+    /// The slots: `max_outgoing_sessions`.
+    var slots: Int {
+        condition.lock()
+        defer { condition.unlock() }
+        return limit
     }
 
     /// Whether `key` has a session claimed or running.

@@ -171,3 +171,42 @@ enum PeerURL: Equatable, Sendable, CustomStringConvertible {
         return plain ? word : "'" + word.replacing("'", with: #"'\''"#) + "'"
     }
 }
+
+extension PeerURL {
+    /// What the URL reaches, for telling one peer from another however its URL is spelled:
+    /// the outgoing sessions are keyed by it (one session per target at a time), and a URL
+    /// given through the API names a configured peer when their targets are the same.
+    ///
+    /// A socket that exists is its file (device and inode, so `/run/peer/./s.sock`,
+    /// `//run/peer/s.sock` and a symbolic link to it are one target); one that does not is
+    /// its path with `.`, `..` and repeated slashes resolved. An ssh peer is its user, its
+    /// host in lower case, its port (22 when none is given) and its socket path; an exec
+    /// peer its command's words.
+    var target: String {
+        switch self {
+        case .unix(let path):
+            var info = stat()
+            if stat(path, &info) == 0 { return "unix inode \(info.st_dev):\(info.st_ino)" }
+            return "unix path " + PeerURL.normalized(path: path)
+        case .exec(let arguments):
+            return "exec " + arguments.joined(separator: "\u{0}")
+        case .ssh(let user, let host, let port, let socket):
+            return "ssh \(user ?? "")@\(host.lowercased()):\(port ?? 22)"
+                + (socket.map { PeerURL.normalized(path: $0) } ?? "")
+        }
+    }
+
+    /// An absolute path with `.`, `..` and repeated slashes resolved as the kernel resolves
+    /// them, symbolic links aside.
+    static func normalized(path: String) -> String {
+        var parts: [Substring] = []
+        for part in path.split(separator: "/", omittingEmptySubsequences: true) {
+            switch part {
+            case ".": continue
+            case "..": _ = parts.popLast()
+            default: parts.append(part)
+            }
+        }
+        return "/" + parts.joined(separator: "/")
+    }
+}

@@ -39,6 +39,11 @@ enum NodeName {
     }
 }
 
+extension EventStoreError.Reason {
+    /// `max_peers` peers are configured already: `peers.add` is refused.
+    static let tooManyPeers = EventStoreError.Reason(rawValue: "too_many_peers")
+}
+
 /// Replication in the daemon: the peers (from the config file and from `peers.add`, kept
 /// in the store), a background thread that syncs each one on its schedule, `sync` on
 /// demand, and the responder side of sessions other nodes start.
@@ -50,6 +55,9 @@ final class SyncService: Sendable {
         var timeout: Double
         var maxIncomingSessions: Int
         var maxOutgoingSessions: Int
+        var maxPeers: Int
+        /// The request threads of the socket: `sync` calls may hold half of them at most.
+        var requestThreads: Int
         var configPeers: [Configuration.Peer]
         var sshCommand: [String]
         var limits: SyncLimits
@@ -61,6 +69,8 @@ final class SyncService: Sendable {
             timeout = Double(configuration.syncTimeoutSeconds)
             maxIncomingSessions = configuration.maxIncomingSessions
             maxOutgoingSessions = configuration.maxOutgoingSessions
+            maxPeers = configuration.maxPeers
+            requestThreads = configuration.requestThreads
             configPeers = configuration.peers
             sshCommand = (try? ShellWords.split(configuration.sshCommand)) ?? ["ssh"]
             limits = SyncLimits(
@@ -102,11 +112,17 @@ final class SyncService: Sendable {
     private let schedules = Mutex<[String: PeerSchedule]>([:])
     /// Per peer name: the peer's node id and, merged over the sessions, what it holds.
     private let known = Mutex<[String: Known]>([:])
-    /// The outgoing sessions in progress: several at once, one per peer.
+    /// The outgoing sessions in progress: several at once, one per target.
     private let outgoing: OutgoingSessions
+    /// The `sync` calls in progress, each holding a request thread while its sessions run:
+    /// at most half the request threads, so the other clients' requests always have some.
+    private let syncCalls = Atomic<Int>(0)
     /// Held while a `state/<name>` record is built and stored, so two sessions' records of
     /// one peer (an outgoing and an incoming one) are stored in the order they were built.
     private let persisting = Mutex<Void>(())
+    /// Held while `peers.add` checks the peers and stores one, so two adds at once cannot
+    /// take the peers past `max_peers`.
+    private let adding = Mutex<Void>(())
     private let wake = DispatchSemaphore(value: 0)
     private let stopping = Atomic<Bool>(false)
     private let finished = DispatchSemaphore(value: 0)
@@ -166,13 +182,25 @@ final class SyncService: Sendable {
         } catch {
             throw RPCError.invalidParams(error.message)
         }
-        if let existing = peers().first(where: { $0.name == name }) {
-            guard existing.url != url else { return peers() }
+        return try adding.withLock { _ throws(RPCError) in try store(name: name, url: url) }
+    }
+
+    private func store(name: String, url: String) throws(RPCError) -> [Peer] {
+        let current = peers()
+        if let existing = current.first(where: { $0.name == name }) {
+            guard existing.url != url else { return current }
             throw RPCError.application(
                 .conflict,
                 existing.fromConfig
                     ? "peer \(name) is defined in the config file; change it there and reload (SIGHUP)"
                     : "peer \(name) exists with URL \(existing.url); remove it first")
+        }
+        let limit = settings.withLock { $0.maxPeers }
+        guard current.count < limit else {
+            throw RPCError.application(
+                .tooManyPeers,
+                "this node has \(current.count) peers, the most max_peers allows (\(limit)): remove one with "
+                    + "peers.remove, or raise max_peers in the daemon's configuration and reload it")
         }
         do {
             try node.storePeerEntries([PeerEntry(key: "peer/\(name)", value: Array(url.utf8))])
@@ -287,7 +315,7 @@ final class SyncService: Sendable {
                     let schedule = schedules[peer.name] ?? PeerSchedule(nextAttempt: current)
                     schedules[peer.name] = schedule
                     if schedule.nextAttempt <= current {
-                        if !outgoing.isActive(peer.name) { due.append(peer) }
+                        if !outgoing.isActive(SyncService.target(of: peer.url)) { due.append(peer) }
                     } else {
                         earliest = min(earliest, schedule.nextAttempt)
                     }
@@ -300,9 +328,10 @@ final class SyncService: Sendable {
             // wait for a session to end.
             for peer in due {
                 if stopping.load(ordering: .relaxed) { return }
-                guard case .owner(let attempt) = outgoing.claim(peer.name, wait: false) else { break }
+                let key = SyncService.target(of: peer.url)
+                guard case .owner(let attempt) = outgoing.claim(key, until: nil) else { continue }
                 runOnThread(name: "evstored-sync-out") { [self] in
-                    _ = finishSession(of: peer, attempt)
+                    _ = finishSession(of: peer, key, attempt)
                     wake.signal()
                 }
             }
@@ -313,48 +342,114 @@ final class SyncService: Sendable {
 
     // MARK: Sessions
 
-    /// Syncs now with the peer named `target`, with a URL, or (nil) with every peer.
-    func syncNow(_ target: String?) throws(RPCError) -> [Outcome] {
-        let peers = peers()
-        guard let target else { return syncConcurrently(peers) }
-        if let peer = peers.first(where: { $0.name == target }) { return [sync(peer)] }
-        if let peer = peers.first(where: { $0.url == target }) { return [sync(peer)] }
-        guard target.contains(":") else {
-            throw RPCError.application(.notFound, "no peer is named \(target); `evctl peers list` shows them")
-        }
+    /// What a peer URL reaches (`PeerURL.target`), the key of its outgoing sessions. A URL
+    /// that does not parse (none should: config and API URLs are checked when given) is its
+    /// own target, and its session fails with the reason.
+    static func target(of url: String) -> String {
         do {
-            _ = try PeerURL(target)
+            return try PeerURL(url).target
         } catch {
-            throw RPCError.invalidParams(error.message)
-        }
-        // A URL given once: one session for it at a time, like a peer's.
-        let key = "url " + target
-        while true {
-            switch outgoing.claim(key, wait: true) {
-            case .owner(let attempt):
-                let outcome = run(url: target, name: nil)
-                outgoing.finish(key, attempt, with: outcome)
-                return [outcome]
-            case .joined(let attempt):
-                _ = outgoing.outcome(of: attempt)
-            case .busy:
-                continue
-            }
+            return "url " + url
         }
     }
 
-    /// Every peer's session at once (at most `max_outgoing_sessions` running), the outcomes
-    /// in the peers' order.
+    /// The peer whose URL reaches what `url` reaches, however either is spelled.
+    func peer(reaching url: String) -> Peer? {
+        let peers = peers()
+        if let peer = peers.first(where: { $0.url == url }) { return peer }
+        let key = SyncService.target(of: url)
+        return peers.first { SyncService.target(of: $0.url) == key }
+    }
+
+    /// Syncs now with the peer named `target`, with a URL, or (nil) with every peer.
+    ///
+    /// The caller's request thread waits for the sessions, so at most half the request
+    /// threads wait in `sync` at once: past that the call is `unavailable` at once. A
+    /// target whose session is running already is joined, not started twice; when every
+    /// outgoing session is busy, a call waits `sync_timeout_s` for one, then answers
+    /// `unavailable`.
+    func syncNow(_ target: String?) throws(RPCError) -> [Outcome] {
+        let settings = settings.withLock { $0 }
+        let callers = max(1, settings.requestThreads / 2)
+        guard syncCalls.add(1, ordering: .relaxed).newValue <= callers else {
+            syncCalls.subtract(1, ordering: .relaxed)
+            throw RPCError.application(
+                .unavailable,
+                "\(callers) sync calls are in progress already, the most that may wait at once (half of request_threads); retry when one has answered"
+            )
+        }
+        defer { syncCalls.subtract(1, ordering: .relaxed) }
+        guard let target else { return syncConcurrently(peers()) }
+        if let peer = peers().first(where: { $0.name == target }) { return [try answer(sync(peer))] }
+        guard target.contains(":") else {
+            throw RPCError.application(.notFound, "no peer is named \(target); `evctl peers list` shows them")
+        }
+        let url: PeerURL
+        do {
+            url = try PeerURL(target)
+        } catch {
+            throw RPCError.invalidParams(error.message)
+        }
+        if let peer = peer(reaching: target) { return [try answer(sync(peer))] }
+        // A URL given once: one session for its target at a time, like a peer's.
+        let key = url.target
+        switch outgoing.claim(key, until: slotDeadline(settings)) {
+        case .owner(let attempt):
+            let outcome = run(url: target, name: nil)
+            outgoing.finish(key, attempt, with: outcome)
+            return [outcome]
+        case .joined(let attempt):
+            guard let outcome = outgoing.outcome(of: attempt) else { throw allBusy(settings) }
+            return [Outcome(name: nil, url: target, report: outcome.report, error: outcome.error, milliseconds: outcome.milliseconds)]
+        case .busy, .timedOut:
+            throw allBusy(settings)
+        }
+    }
+
+    /// A single sync's outcome, or `unavailable` when it never got a session.
+    private func answer(_ outcome: Outcome?) throws(RPCError) -> Outcome {
+        guard let outcome else { throw allBusy(settings.withLock { $0 }) }
+        return outcome
+    }
+
+    private func slotDeadline(_ settings: Settings) -> ContinuousClock.Instant {
+        .now + .milliseconds(Int64(clamping: Int((settings.timeout * 1000).rounded())))
+    }
+
+    private func allBusy(_ settings: Settings) -> RPCError {
+        RPCError.application(
+            .unavailable,
+            "all \(outgoing.slots) outgoing sync sessions stayed busy for \(Int(settings.timeout)) s (max_outgoing_sessions, sync_timeout_s); retry"
+        )
+    }
+
+    /// Every peer's session (at most `max_outgoing_sessions` running), the outcomes in the
+    /// peers' order. As many threads as there are slots take the peers in turn: never a
+    /// thread per peer. A peer that gets no slot within `sync_timeout_s` is answered `busy`.
     private func syncConcurrently(_ peers: [Peer]) -> [Outcome] {
+        guard !peers.isEmpty else { return [] }
         // Threads, not the dispatch pool: it runs as many blocks as there are cores, and a
         // session mostly waits on its peer.
         let outcomes = Mutex<[Outcome?]>(Array(repeating: nil, count: peers.count))
+        let next = Atomic<Int>(0)
         let done = DispatchGroup()
-        for (index, peer) in peers.enumerated() {
+        for _ in 0..<min(peers.count, outgoing.slots) {
             done.enter()
             runOnThread(name: "evstored-sync-now") { [self] in
-                let outcome = sync(peer)
-                outcomes.withLock { $0[index] = outcome }
+                while true {
+                    let index = next.add(1, ordering: .relaxed).oldValue
+                    guard index < peers.count else { break }
+                    let peer = peers[index]
+                    let outcome =
+                        sync(peer)
+                        ?? Outcome(
+                            name: peer.name, url: peer.url, report: SyncReport(),
+                            error: SyncError(
+                                .busy,
+                                "no outgoing session became free within \(Int(settings.withLock { $0.timeout })) s (max_outgoing_sessions); the peer syncs on its schedule"
+                            ), milliseconds: 0)
+                    outcomes.withLock { $0[index] = outcome }
+                }
                 done.leave()
             }
         }
@@ -362,32 +457,40 @@ final class SyncService: Sendable {
         return outcomes.withLock { $0.map { $0! } }
     }
 
-    /// A sync with a known peer now: its schedule and what it holds are updated.
+    /// A sync with a known peer now: its schedule and what it holds are updated; nil when
+    /// no outgoing session became free within `sync_timeout_s`.
     ///
-    /// When the peer's session is running already (the background one), waits for it: a
-    /// failure is the answer (a silent peer costs `sync_timeout_s` once, not twice); after a
-    /// success a new session starts, so that everything appended before the call is sent.
-    private func sync(_ peer: Peer) -> Outcome {
+    /// When the session of the peer's target is running already (the background one),
+    /// waits for it: a failure is the answer (a silent peer costs `sync_timeout_s` once, not
+    /// twice); after a success a new session starts, so that everything appended before the
+    /// call is sent.
+    private func sync(_ peer: Peer) -> Outcome? {
+        let key = SyncService.target(of: peer.url)
+        let deadline = slotDeadline(settings.withLock { $0 })
         var joined = 0
         while true {
-            switch outgoing.claim(peer.name, wait: true) {
+            switch outgoing.claim(key, until: deadline) {
             case .owner(let attempt):
-                return finishSession(of: peer, attempt)
+                return finishSession(of: peer, key, attempt)
             case .joined(let attempt):
-                let outcome = outgoing.outcome(of: attempt)
+                guard let outcome = outgoing.outcome(of: attempt) else { return nil }
                 joined += 1
-                if outcome.error != nil || joined > 2 { return outcome }
-            case .busy:
-                continue
+                if outcome.error != nil || joined > 2 {
+                    return Outcome(
+                        name: peer.name, url: peer.url, report: outcome.report, error: outcome.error,
+                        milliseconds: outcome.milliseconds)
+                }
+            case .busy, .timedOut:
+                return nil
             }
         }
     }
 
     /// Runs the session `claim` gave to the caller, updates the peer's schedule and what it
-    /// holds, stores them, and frees the slot.
-    private func finishSession(of peer: Peer, _ attempt: OutgoingSessions.Attempt) -> Outcome {
+    /// holds, stores them, and frees the slot of `key`.
+    private func finishSession(of peer: Peer, _ key: String, _ attempt: OutgoingSessions.Attempt) -> Outcome {
         let outcome = run(url: peer.url, name: peer.name)
-        defer { outgoing.finish(peer.name, attempt, with: outcome) }
+        defer { outgoing.finish(key, attempt, with: outcome) }
         let settings = settings.withLock { $0 }
         let at = now()
         // A session the stop cut is no failure of the peer's: its schedule stays as it was
