@@ -15,9 +15,15 @@ import UnixSocket
 ///
 /// One session is one connection to each side. Any failure ends the session; the next one
 /// starts after a backoff (doubling from `backoff_base_s` to `backoff_cap_s`, with jitter).
+/// A stream that takes the events' subjects but is not the configured one is such a
+/// failure too: its acknowledgement is not taken, so the bridge waits until the server is
+/// set right, then goes on from where it stopped.
+///
+/// Passwords and tokens never reach the log: the URLs it names are redacted, and every line
+/// is scrubbed of the configured secrets before it is written.
 public final class Bridge: Sendable {
     let configuration: BridgeConfiguration
-    let logger: Logger
+    let logger: RedactingLogger
     private let stopping = Atomic<Bool>(false)
     /// Wakes a backoff wait, and guards nothing else.
     private let wake = Condition()
@@ -30,7 +36,7 @@ public final class Bridge: Sendable {
 
     public init(configuration: BridgeConfiguration, logger: Logger) {
         self.configuration = configuration
-        self.logger = logger
+        self.logger = RedactingLogger(logger: logger, redactor: Redactor(configuration.server))
     }
 
     /// Runs sessions until `stop()`; the exit status.
@@ -115,6 +121,7 @@ public final class Bridge: Sendable {
         } catch {
             throw .nats(error.description)
         }
+        let streamName = configuration.stream
         var ended: BridgeError?
         let acker = Acknowledger(bridge: self, control: control, confirmations: confirmations, from: cursor)
         do throws(BridgeError) {
@@ -130,11 +137,25 @@ public final class Bridge: Sendable {
         }
         // What was sent is acknowledged (or refused, or timed out) before the connection
         // closes, so the last acknowledgement to the daemon covers all that JetStream holds.
-        try? nats.waitForPublishes(timeout: .seconds(configuration.timeoutSeconds))
+        do {
+            try nats.waitForPublishes(timeout: .seconds(configuration.timeoutSeconds))
+        } catch {
+            // Each one left is reported as failed when the connection closes, below.
+            logger.warning("closing the session: \(error)")
+        }
+        var takers = ""
+        if confirmations.failure?.code == .streamMismatch {
+            takers = streamsTakingTheSubjects(nats)
+        }
         nats.close()
         acker.finish()
         remembered.withLock { $0 = (nodeID, confirmations.confirmed) }
         if let failure = confirmations.failure {
+            if failure.code == .streamMismatch {
+                throw .nats(
+                    "publishing to stream \(streamName) at \(nats.connectedURL) failed after seq \(confirmations.confirmed): another stream takes the events' subjects\(takers), and stream \(streamName) does not: nothing after seq \(confirmations.confirmed) is acknowledged to evstored until stream \(streamName) takes \(configuration.prefix).> (or the bridge is set to the stream that does); \(failure)"
+                )
+            }
             throw .nats("publishing to \(nats.connectedURL) failed after seq \(confirmations.confirmed): \(failure)")
         }
         if let ended { throw ended }
@@ -168,6 +189,22 @@ public final class Bridge: Sendable {
         return kept.map(UInt64.init) ?? seq
     }
 
+    /// " (stream OTHER takes subjects of evstore.>)": the other streams that take the
+    /// bridge's subjects, for an error; "" when the server cannot say.
+    private func streamsTakingTheSubjects(_ nats: JetStreamConnection) -> String {
+        let subjects = configuration.prefix + ".>"
+        do {
+            let others = try nats.streamNames(subject: subjects).filter { $0 != configuration.stream }
+            guard !others.isEmpty else { return "" }
+            let named =
+                others.count == 1 ? "stream \(others[0]) takes" : "streams \(others.joined(separator: ", ")) take"
+            return " (\(named) subjects of \(subjects))"
+        } catch {
+            logger.warning("cannot list the streams that take \(subjects): \(error)")
+            return ""
+        }
+    }
+
     /// Finds the stream, or creates it; warns when one found may not take every event.
     private func ensureStream(_ nats: JetStreamConnection) throws(BridgeError) {
         let name = configuration.stream
@@ -182,7 +219,7 @@ public final class Bridge: Sendable {
             let subjects = info.config.subjects
             if !subjects.contains(wanted) && !subjects.contains(">") {
                 logger.warning(
-                    "stream \(name) takes \(subjects.joined(separator: ", ")), not \(wanted): an event whose subject it does not take fails to publish, and the bridge stops there"
+                    "stream \(name) takes \(subjects.joined(separator: ", ")), not \(wanted): an event whose subject it does not take fails to publish\(streamsTakingTheSubjects(nats)), and the bridge stops there"
                 )
             }
             if info.config.duplicateWindow < configuration.streamConfig.duplicateWindow {
@@ -274,9 +311,10 @@ public final class Bridge: Sendable {
         // Registered first: its acknowledgement may come before publishAsync returns.
         confirmations.published(event.seq)
         do {
+            // For the configured stream only: another stream that takes the subject refuses it.
             try nats.publishAsync(
                 subject: configuration.prefix + "." + event.type, messageID: event.id, headers: headers,
-                body: event.body, tag: event.seq)
+                body: event.body, tag: event.seq, stream: configuration.stream)
         } catch .messageTooLarge {
             throw .nats(
                 "event \(event.id) (seq \(event.seq)) is \(event.body.count) bytes, more than the NATS server's max_payload (\(nats.maxPayload) bytes with the headers): raise max_payload in the server's configuration (events replicated from peers may be up to 16 MiB); the bridge waits here, nothing after it is published"

@@ -3,6 +3,10 @@ import JetStream
 import Logging
 import Projections
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// evstore-nats's settings, from (strongest first) flags, `EVSTORE_NATS_*` environment
 /// variables, the JSON config file and the defaults, as evstored takes its own.
 public struct BridgeConfiguration: Sendable {
@@ -15,6 +19,10 @@ public struct BridgeConfiguration: Sendable {
     }
 
     public var configFile: String?
+    /// The secrets the config file holds, by key (`password`, `token`, `url` with userinfo).
+    public var secretsInConfigFile: [String] = []
+    /// The secrets given as flags, by flag (`--password`), which every user sees in `ps`.
+    public var secretsOnCommandLine: [String] = []
     /// evstored's socket.
     public var socketPath: String
     /// Where the NATS server is and how to authenticate to it (urls, credentials, TLS); the
@@ -115,7 +123,9 @@ public struct BridgeConfiguration: Sendable {
             }
         }
         for (key, value) in values.sorted(by: { $0.key < $1.key }) {
-            try configuration.set(key, text: value, source: "--" + key.replacing("_", with: "-"))
+            let flag = "--" + key.replacing("_", with: "-")
+            try configuration.set(key, text: value, source: flag)
+            if isSecret(key, value) { configuration.secretsOnCommandLine.append(flag) }
         }
         try configuration.check()
         return configuration
@@ -160,6 +170,7 @@ public struct BridgeConfiguration: Sendable {
             default: throw Invalid(message: "\(source) must be a string or a number")
             }
             try set(key, text: text, source: source)
+            if BridgeConfiguration.isSecret(key, text) { secretsInConfigFile.append(key) }
         }
     }
 
@@ -235,6 +246,50 @@ public struct BridgeConfiguration: Sendable {
         default:
             throw Invalid(message: "unknown setting \(source)")
         }
+    }
+
+    /// Whether the setting `key` with `text` holds a password or token: `password`, `token`,
+    /// or a URL with userinfo.
+    static func isSecret(_ key: String, _ text: String) -> Bool {
+        switch key {
+        case "password", "token": !text.isEmpty
+        case "url": text.split(separator: ",").contains { Redactor.redact(url: String($0)) != String($0) }
+        default: false
+        }
+    }
+
+    /// A warning for each secret others than the bridge's user can read: a file holding a
+    /// secret (the config file with a password, token or URL with credentials; the
+    /// credentials, NKey seed and TLS key files) whose group or others may read it
+    /// (mode & 0o044), and a secret given as a flag. Each names the file and the fix, never
+    /// the secret. A file that cannot be examined is left to the read that will fail on it.
+    public func exposedSecretWarnings() -> [String] {
+        var files: [(path: String, holds: String)] = []
+        if let configFile, !secretsInConfigFile.isEmpty {
+            let keys = secretsInConfigFile.map { $0 == "url" ? "a URL with credentials" : "the \($0)" }
+            files.append((configFile, keys.joined(separator: " and ")))
+        }
+        if let path = server.credentialsFile { files.append((path, "NATS credentials (a user JWT and its NKey seed)")) }
+        if let path = server.nkeySeedFile { files.append((path, "an NKey seed")) }
+        if let path = server.tlsKeyFile { files.append((path, "a TLS private key")) }
+        var warnings: [String] = []
+        for (path, holds) in files {
+            var info = stat()
+            guard stat(path, &info) == 0 else { continue }
+            let mode = info.st_mode & 0o7777
+            guard mode & 0o044 != 0 else { continue }
+            let readers =
+                mode & 0o004 != 0 ? (mode & 0o040 != 0 ? "its group and every user" : "every user") : "its group"
+            warnings.append(
+                "\(path) holds \(holds) and is readable by \(readers) (mode \(String(mode, radix: 8))): whoever reads it can connect to NATS as this bridge; make it readable by the bridge's user only: chmod 600 \(path) (under systemd, pass it with LoadCredential= rather than through a group)"
+            )
+        }
+        for flag in secretsOnCommandLine {
+            warnings.append(
+                "\(flag) gives a password or token on the command line, which every user of this machine can read (ps, /proc/PID/cmdline): put it in the config file (mode 600) or the environment instead"
+            )
+        }
+        return warnings
     }
 
     /// Settings that only go wrong together.

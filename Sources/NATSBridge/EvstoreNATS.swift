@@ -1,6 +1,7 @@
 import Arguments
 import Dispatch
 import FoundationEssentials
+import JetStream
 import Logging
 
 #if canImport(Glibc)
@@ -99,10 +100,12 @@ public struct EvstoreNATS: Command {
             configuration = try BridgeConfiguration.resolve(
                 values: values, configFile: configFile, environment: ProcessInfo.processInfo.environment)
         } catch {
-            throw CommandFailure(exitCode: 78, "configuration: \(error)")
+            // A URL quoted in the message shows no password or token.
+            throw CommandFailure(exitCode: 78, "configuration: \(Redactor.redactURLs(in: error.message))")
         }
         let logger = Logger(label: "evstore-nats", level: configuration.logLevel)
         let bridge = Bridge(configuration: configuration, logger: logger)
+        for warning in configuration.exposedSecretWarnings() { bridge.logger.warning(warning) }
         signal(SIGPIPE, SIG_IGN)
         var sources: [DispatchSourceSignal] = []
         let queue = DispatchQueue(label: "evstore-nats.signals")

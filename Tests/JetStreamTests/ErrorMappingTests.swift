@@ -87,7 +87,8 @@ import Testing
 
     @Test func aURLInLibnatsTextLosesItsCredentials() {
         let failure = NATSFailure(
-            status: NATS_NO_SERVER, jetStreamCode: 0, detail: "nats://evstore:pw-9731@10.0.0.1:4222 and nats://tok-55@h",
+            status: NATS_NO_SERVER, jetStreamCode: 0,
+            detail: "nats://evstore:pw-9731@10.0.0.1:4222 and nats://tok-55@h",
             operation: "natsConnection_Connect")
         let error = NATSError(failure, in: Self.connect)
         #expect(!error.message.contains("pw-9731") && !error.message.contains("tok-55"), "\(error.message)")

@@ -416,7 +416,9 @@ struct JetStreamConnectionTests {
             ["nats://evstore:wrong-\(password)@\(address)"], ["nats://evstore:\(password)@\(unused)"],
             ["nats://evstore:\(password)@\(unused)", "nats://\(password)@\(unused)"],
         ] {
-            let refused = #expect(throws: NATSError.self) { try JetStreamConnection(options: NATSOptions(urls: urls)) { _ in } }
+            let refused = #expect(throws: NATSError.self) {
+                try JetStreamConnection(options: NATSOptions(urls: urls)) { _ in }
+            }
             let message = refused?.description ?? ""
             #expect(!message.contains(password), "\(message)")
             #expect(message.contains("nats://evstore:***@"), "\(message)")
@@ -425,13 +427,12 @@ struct JetStreamConnectionTests {
         let token = "tok-S3cr3t-4412"
         let tokenServer = try NATSServer(configuration: "authorization { token: \"\(token)\" }\n")
         defer { tokenServer.remove() }
-        let byToken = try JetStreamConnection(options: NATSOptions(url: "nats://\(token)@127.0.0.1:\(tokenServer.port)")) {
-            _ in
-        }
-        #expect(byToken.connectedURL == "nats://***@127.0.0.1:\(tokenServer.port)")
+        let tokenAddress = "127.0.0.1:\(tokenServer.port)"
+        let byToken = try JetStreamConnection(options: NATSOptions(url: "nats://\(token)@\(tokenAddress)")) { _ in }
+        #expect(byToken.connectedURL == "nats://***@\(tokenAddress)")
         byToken.close()
         let wrongToken = #expect(throws: NATSError.self) {
-            try JetStreamConnection(options: NATSOptions(url: "nats://x\(token)@127.0.0.1:\(tokenServer.port)")) { _ in }
+            try JetStreamConnection(options: NATSOptions(url: "nats://x\(token)@\(tokenAddress)")) { _ in }
         }
         #expect(wrongToken?.code == .authenticationFailed)
         #expect(wrongToken.map { !$0.description.contains(token) } == true, "\(String(describing: wrongToken))")
@@ -458,7 +459,9 @@ struct JetStreamConnectionTests {
             return nil
         }
         #expect(refused?.code == .streamMismatch, "\(String(describing: results.all[1]))")
-        #expect(refused?.message.contains("stream MINE does not take evstore.job") == true, "\(String(describing: refused))")
+        #expect(
+            refused?.message.contains("stream MINE does not take evstore.job") == true, "\(String(describing: refused))"
+        )
         #expect(results.ack(2)?.stream == "MINE")
         // Without an expected stream, whichever takes the subject stores it.
         #expect(results.ack(3)?.stream == "OTHER")

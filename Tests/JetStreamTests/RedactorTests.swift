@@ -26,7 +26,8 @@ import Testing
         let shown = Redactor.redactURLs(in: text)
         #expect(
             shown
-                == "cannot connect to nats://a:***@h1:4222, nats://***@h2:4222,nats://h3:4222 (libnats: 'nats://b:***@h4')")
+                == "cannot connect to nats://a:***@h1:4222, nats://***@h2:4222,nats://h3:4222 (libnats: 'nats://b:***@h4')"
+        )
         #expect(Redactor.redactURLs(in: "no URL here: a@b, c://") == "no URL here: a@b, c://")
     }
 

@@ -37,8 +37,9 @@ final class BridgeProcess: @unchecked Sendable {
         process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("EVSTORE_") }
         let log = FileHandle(forWritingAtPath: logPath)
         log?.seekToEndOfFile()
+        // Both outputs, so a test can assert what never reaches either.
         process.standardError = log
-        process.standardOutput = FileHandle.nullDevice
+        process.standardOutput = log
         try process.run()
         self.process = process
         starts += 1
@@ -60,11 +61,11 @@ final class BridgeProcess: @unchecked Sendable {
 
     var log: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
 
-    /// Waits until the log holds `text`.
-    func waitForLog(_ text: String, timeout: Double = 30) -> Bool {
+    /// Waits until the log holds `text`, `count` times when given.
+    func waitForLog(_ text: String, count: Int = 1, timeout: Double = 30) -> Bool {
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {
-            if log.contains(text) { return true }
+            if log.components(separatedBy: text).count > count { return true }
             Thread.sleep(forTimeInterval: 0.05)
         }
         return false
