@@ -95,4 +95,67 @@ struct FlappingLinkTests {
         let cutAfterSuccess = schedule.networkReturned(at: now + 9100, base: 2, cap: 600)
         #expect(cutAfterSuccess)
     }
+
+    /// The lines of the daemon's log that report a network change, and the peers each cut.
+    func resets(_ log: String) -> [Int] {
+        log.split(separator: "\n").compactMap { line -> Int? in
+            guard let range = line.range(of: "the network changed: syncing ") else { return nil }
+            return Int(line[range.upperBound...].prefix { $0.isNumber })
+        }
+    }
+
+    func failedSessions(_ log: String) -> Int {
+        log.split(separator: "\n").filter { $0.contains("sync with p") && $0.contains(" failed after ") }.count
+    }
+
+    @Test(
+        "an address added and removed every 1.2 s for 12 s: ten failing peers' waits are cut at most four times each",
+        .enabled(if: NetworkNamespace.usable, NetworkNamespace.unusableReason), .timeLimit(.minutes(10)))
+    func flappingAddress() throws {
+        let namespace = try NetworkNamespace()
+        defer { namespace.delete() }
+        try namespace.run(["link", "add", "v0", "type", "veth", "peer", "name", "v1"])
+        try namespace.run(["link", "set", "v1", "up"])
+        try namespace.run(["link", "set", "v0", "up"])
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("evflap-\(UUID().uuidString.prefix(8))")
+            .path
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let peers = (0..<10).map { #"{"name":"p\#($0)","url":"unix://\#(root)/nowhere/p\#($0).sock"}"# }
+        try #"{"peers":[\#(peers.joined(separator: ","))],"sync_interval_s":3600,"backoff_base_s":2,"backoff_cap_s":600}"#
+            .write(toFile: root + "/evstored.json", atomically: true, encoding: .utf8)
+        let node = try DaemonProcess(
+            root: root, arguments: ["--config", root + "/evstored.json"], launcher: namespace.launcher)
+        defer { node.removeFiles() }
+        // Every peer has failed once before the link starts flapping.
+        let deadline = Date().addingTimeInterval(20)
+        func failing() throws -> Int {
+            (try node.client().call("status")["peers"] as? [[String: Any]] ?? []).filter {
+                ($0["failures"] as? Int ?? 0) > 0
+            }.count
+        }
+        while Date() < deadline, try failing() < 10 { Thread.sleep(forTimeInterval: 0.05) }
+        #expect(try failing() == 10)
+        #expect(!node.stderr.contains("cannot watch the network"), "\(node.stderr)")
+        let before = failedSessions(node.stderr)
+
+        let flapping = Date()
+        while Date().timeIntervalSince(flapping) < 12 {
+            try namespace.run(["addr", "add", "10.9.9.1/24", "dev", "v0"])
+            Thread.sleep(forTimeInterval: 0.1)
+            try namespace.run(["addr", "del", "10.9.9.1/24", "dev", "v0"])
+            Thread.sleep(forTimeInterval: 1.1)
+        }
+        Thread.sleep(forTimeInterval: 1.5)
+        let log = node.stderr
+        let cuts = resets(log).reduce(0, +)
+        let sessions = failedSessions(log) - before
+        print("12 s of flapping: \(resets(log).count) network changes acted on, \(cuts) waits cut, \(sessions) sessions")
+        // A change every 1.2 s cut every wait before: about ten times each, 100 in all. Now
+        // at once, then 2, 4 and 8 s after the cut before: four at most in 12 s.
+        #expect(cuts >= 10, "the first change cuts every failing peer's wait: \(log)")
+        #expect(cuts <= 40, "\(cuts) waits cut")
+        #expect(sessions <= 100, "\(sessions) sessions in 12 s for ten peers")
+        _ = try node.client().call("status")
+    }
 }
