@@ -540,7 +540,10 @@ final class Connection: @unchecked Sendable {
             queue(.lineTimeout, bytes: 0)
             return
         }
-        if !reader.isMidLine && now - active > 1 { reader.shrinkIfEmpty() }
+        if !reader.isMidLine && now - active > 1 {
+            reader.shrinkIfEmpty()
+            readerCharge.set(reader.capacity)
+        }
         let idle = Double(limits.idleTimeoutSeconds)
         guard idle > 0, !reader.isMidLine else { return }
         let quiet =
