@@ -111,7 +111,8 @@ enum Messages {
         func member(_ context: DecodingError.Context) -> String {
             guard let first = context.codingPath.first else { return "it" }
             if let index = first.intValue { return "item \(index)" }
-            return context.codingPath.count == 1 ? "\"\(first.stringValue)\"" : "a value within \"\(first.stringValue)\""
+            return context.codingPath.count == 1
+                ? "\"\(first.stringValue)\"" : "a value within \"\(first.stringValue)\""
         }
         switch error {
         case .typeMismatch(let type, let context): return "\(member(context)) is not of type \(type)"
@@ -190,7 +191,9 @@ extension Messages.Hello {
         var out = Set<ULID>()
         for text in deadLetters {
             guard let id = ULID(text) else {
-                throw SyncError(.protocolError, "the peer's dead-lettered ids hold something that is not an id (\(SyncError.size(of: text)))")
+                throw SyncError(
+                    .protocolError,
+                    "the peer's dead-lettered ids hold something that is not an id (\(SyncError.size(of: text)))")
             }
             out.insert(id)
         }

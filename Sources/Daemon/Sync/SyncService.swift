@@ -266,7 +266,8 @@ final class SyncService: Sendable {
         guard reset > 0 else {
             if held > 0 {
                 logger.debug(
-                    "the network changed: \(held) failing peer\(held == 1 ? " was" : "s were") synced after the last change already; they wait for their backoff")
+                    "the network changed: \(held) failing peer\(held == 1 ? " was" : "s were") synced after the last "
+                        + "change already; they wait for their backoff")
             }
             return
         }
@@ -400,7 +401,11 @@ final class SyncService: Sendable {
             return [outcome]
         case .joined(let attempt):
             guard let outcome = outgoing.outcome(of: attempt) else { throw allBusy(settings) }
-            return [Outcome(name: nil, url: target, report: outcome.report, error: outcome.error, milliseconds: outcome.milliseconds)]
+            return [
+                Outcome(
+                    name: nil, url: target, report: outcome.report, error: outcome.error,
+                    milliseconds: outcome.milliseconds)
+            ]
         case .busy, .timedOut:
             throw allBusy(settings)
         }

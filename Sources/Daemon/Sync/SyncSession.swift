@@ -331,7 +331,8 @@ final class SyncSession {
         var out: [ULID] = []
         for text in texts {
             guard let id = ULID(text) else {
-                throw SyncError(.protocolError, "the peer listed something that is not an id (\(SyncError.size(of: text)))")
+                throw SyncError(
+                    .protocolError, "the peer listed something that is not an id (\(SyncError.size(of: text)))")
             }
             out.append(id)
         }

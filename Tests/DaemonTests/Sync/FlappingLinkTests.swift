@@ -117,12 +117,15 @@ struct FlappingLinkTests {
         try namespace.run(["link", "add", "v0", "type", "veth", "peer", "name", "v1"])
         try namespace.run(["link", "set", "v1", "up"])
         try namespace.run(["link", "set", "v0", "up"])
-        let root = FileManager.default.temporaryDirectory.appendingPathComponent("evflap-\(UUID().uuidString.prefix(8))")
-            .path
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "evflap-\(UUID().uuidString.prefix(8))"
+        )
+        .path
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: root) }
         let peers = (0..<10).map { #"{"name":"p\#($0)","url":"unix://\#(root)/nowhere/p\#($0).sock"}"# }
-        try #"{"peers":[\#(peers.joined(separator: ","))],"sync_interval_s":3600,"backoff_base_s":2,"backoff_cap_s":600}"#
+        try
+            #"{"peers":[\#(peers.joined(separator: ","))],"sync_interval_s":3600,"backoff_base_s":2,"backoff_cap_s":600}"#
             .write(toFile: root + "/evstored.json", atomically: true, encoding: .utf8)
         let node = try DaemonProcess(
             root: root, arguments: ["--config", root + "/evstored.json"], launcher: namespace.launcher)
@@ -150,7 +153,8 @@ struct FlappingLinkTests {
         let log = node.stderr
         let cuts = resets(log).reduce(0, +)
         let sessions = failedSessions(log) - before
-        print("12 s of flapping: \(resets(log).count) network changes acted on, \(cuts) waits cut, \(sessions) sessions")
+        print(
+            "12 s of flapping: \(resets(log).count) network changes acted on, \(cuts) waits cut, \(sessions) sessions")
         // A change every 1.2 s cut every wait before: about ten times each, 100 in all. Now
         // at once, then 2, 4 and 8 s after the cut before: four at most in 12 s.
         #expect(cuts >= 10, "the first change cuts every failing peer's wait: \(log)")

@@ -70,7 +70,9 @@ struct PeerCapTests {
         #expect(targets.count == 1, "\(targets)")
         #expect(try PeerURL("unix:///nowhere/x/../s.sock").target == PeerURL("unix:////nowhere/./s.sock").target)
         #expect(try PeerURL("unix:///nowhere/a.sock").target != PeerURL("unix:///nowhere/b.sock").target)
-        #expect(try PeerURL("ssh://ev@HQ.example:22/run/s.sock").target == PeerURL("ssh://ev@hq.example/run/./s.sock").target)
+        #expect(
+            try PeerURL("ssh://ev@HQ.example:22/run/s.sock").target
+                == PeerURL("ssh://ev@hq.example/run/./s.sock").target)
         #expect(try PeerURL("ssh://ev@hq.example:2222").target != PeerURL("ssh://ev@hq.example").target)
         #expect(try PeerURL("exec:evctl  sync-serve").target == PeerURL("exec:'evctl' sync-serve").target)
     }
