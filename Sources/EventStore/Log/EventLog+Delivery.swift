@@ -30,6 +30,24 @@ public enum Delivery: Equatable, Sendable {
     case deadLettered
 }
 
+/// How far one page of `list` with `pending_for` may read, whatever the store holds.
+public struct PendingScanBudget: Equatable, Sendable {
+    /// At most this many events a peer lacks are decoded to find their entities; a peer
+    /// lacking more is answered by walking the entities instead.
+    public var decodedEvents: Int
+    /// At most this many entities are checked by one page of the walk.
+    public var entities: Int
+    /// At most this many entity index entries (event ids) are read by one page of the walk;
+    /// an entity is checked whole once begun.
+    public var indexEntries: Int
+
+    public init(decodedEvents: Int = 1_000, entities: Int = 10_000, indexEntries: Int = 100_000) {
+        self.decodedEvents = decodedEvents
+        self.entities = entities
+        self.indexEntries = indexEntries
+    }
+}
+
 extension EventLog {
     /// The state as `canonicalState(of:)` gives it, and for each of `peers` whether it
     /// holds every event of the entity, from one read transaction; nil when no event of
@@ -66,37 +84,33 @@ extension EventLog {
 
     /// The entities a peer holding `holdings` lacks an event of, in entity order after
     /// `after`, at most `limit`, filtered as `entities(type:status:includeDeleted:)`
-    /// filters; the cursor for the next page is the last entity returned, nil at the end.
+    /// filters; `next` is where the next page goes on (after it, exclusive), nil at the end.
     ///
-    /// The events it lacks are found from the origin index (those after its vector's entry
-    /// of each origin, every one of an origin it has none of) and its dead letters. When
-    /// they are fewer than the entities held, only they are decoded, for their entity: a
-    /// peer that is nearly up to date costs little. Otherwise (a peer far behind, or never
+    /// A page costs what a page of `list` costs, give or take a bounded scan; no page reads
+    /// the whole store. When the peer lacks at most `budget.decodedEvents` events (those
+    /// after its vector's entry of each origin, every one of an origin it has none of, and
+    /// its dead letters), only those are decoded, for their entity: a peer that is nearly up
+    /// to date costs little, and the page is exact. Otherwise (a peer far behind, or never
     /// synced) the entities are walked in order from `after` and each is checked as `get`
-    /// with `sync` checks it, from the indices alone, until the page is full: no event is
-    /// decoded, and most entities are pending, so the walk ends soon.
+    /// with `sync` checks it, from the entity and origin indices alone, without decoding an
+    /// event: the walk ends once the page is full, or once it has checked `budget.entities`
+    /// entities or read `budget.indexEntries` of their index entries. A page cut short by
+    /// the budget holds fewer than `limit` entities, possibly none, and its `next` is the
+    /// last entity checked: the client goes on from there.
     public func entitiesLacking(
         _ holdings: PeerHoldings, type: String? = nil, status: String? = nil, includeDeleted: Bool = false,
-        after: EntityKey? = nil, limit: Int = 100
+        after: EntityKey? = nil, limit: Int = 100, budget: PendingScanBudget = PendingScanBudget()
     ) throws(EventStoreError) -> (entities: [EntitySummary], next: EntityKey?) {
         try reading { txn in
             let prefix = type.map { Array($0.utf8) + [UInt8(ascii: "/")] } ?? []
             let keep = { (summary: EntitySummary) in
                 (includeDeleted || !summary.deleted) && (status == nil || summary.status == status)
             }
-            var ids: [ULID] = []
-            for origin in try localVector(txn: txn).keys {
-                try forEachID(origin: origin, after: holdings.vector[origin], through: nil, txn: txn) { ids.append($0) }
-            }
-            // One the vector does not cover is listed twice: decoded twice, counted once.
-            ids += holdings.deadLettered
-            var found: [EntitySummary] = []
-            var more = false
-            if ids.count > (try txn.stat(tables.projections).entries) {
-                (found, more) = try projectionPage(prefix: prefix, after: after, limit: limit, txn: txn) { summary in
-                    try keep(summary) && delivery(of: summary.entity, to: [holdings], txn: txn) != [.held]
-                }
-                return (found, more ? found.last?.entity : nil)
+            let origins = try localVector(txn: txn).sorted { $0.key < $1.key }
+            guard let ids = try lackingIDs(holdings, origins: origins, atMost: budget.decodedEvents, txn: txn) else {
+                return try walkLacking(
+                    holdings, origins: origins, prefix: prefix, after: after, limit: limit, budget: budget, txn: txn,
+                    keep: keep)
             }
             var lacking = Set<EntityKey>()
             for id in ids {
@@ -106,6 +120,8 @@ extension EventLog {
                 if let after, !(after < entity) { continue }
                 lacking.insert(entity)
             }
+            var found: [EntitySummary] = []
+            var more = false
             for entity in lacking.sorted() {
                 guard let record = try txn.get(tables.projections, entity.bytes) else {
                     throw CorruptDataError("an event of \(entity) is held but the entity has no projection")
@@ -192,5 +208,78 @@ extension EventLog {
             if let found = try cursor.seekBoth(candidate.bytes, id.bytes), found.value == id.bytes { return candidate }
         }
         return nil
+    }
+
+    /// The ids of the events a peer holding `holdings` lacks (after its vector's entry of
+    /// each of `origins`, and its dead letters), or nil when they are more than `atMost`:
+    /// the origin index is read no further than that.
+    func lackingIDs(
+        _ holdings: PeerHoldings, origins: [(key: ULID, value: ULID)], atMost: Int,
+        txn: borrowing some TransactionReading & ~Copyable
+    ) throws -> Set<ULID>? {
+        guard holdings.deadLettered.count <= atMost else { return nil }
+        var ids = holdings.deadLettered
+        for (origin, _) in origins {
+            let (page, more) = try eventIDs(
+                in: tables.originIndex, key: origin.bytes, after: holdings.vector[origin], limit: atMost + 1, txn: txn)
+            ids.formUnion(page)
+            if more || ids.count > atMost { return nil }
+        }
+        return ids
+    }
+
+    /// One page of `entitiesLacking` by walking the entities from `after` (see there): the
+    /// entities found, and where the next page goes on.
+    func walkLacking(
+        _ holdings: PeerHoldings, origins: [(key: ULID, value: ULID)], prefix: [UInt8], after: EntityKey?,
+        limit: Int, budget: PendingScanBudget, txn: borrowing some TransactionReading & ~Copyable,
+        keep: (EntitySummary) -> Bool
+    ) throws -> (entities: [EntitySummary], next: EntityKey?) {
+        // No id above the greatest the peer's vector names can be held by it.
+        let covered = holdings.vector.values.max()
+        return try txn.withCursor(tables.projections) { projections in
+            try txn.withCursor(tables.entityIndex) { entityIDs in
+                try txn.withCursor(tables.originIndex) { originIDs in
+                    var found: [EntitySummary] = []
+                    var checked = 0
+                    var entries = 0
+                    var last: EntityKey?
+                    var item = try EventLog.firstEntry(after: after, prefix: prefix, cursor: &projections)
+                    while let current = item, current.key.starts(with: prefix) {
+                        if checked >= budget.entities || entries >= budget.indexEntries { return (found, last) }
+                        let entity = EntityKey(validated: current.key)
+                        checked += 1
+                        // Whether one of the entity's events is not held by the peer.
+                        var lacks = false
+                        var entry = try entityIDs.seekExact(entity.bytes)
+                        while let index = entry {
+                            entries += 1
+                            guard let id = ULID(bytes: index.value) else {
+                                throw CorruptDataError("the entity index of \(entity) holds a value that is not an id")
+                            }
+                            if let covered, id <= covered, !holdings.deadLettered.contains(id),
+                                let origin = try EventLog.origin(of: id, among: origins, cursor: &originIDs),
+                                holdings.holds(id, origin: origin)
+                            {
+                                entry = try entityIDs.nextDup()
+                                continue
+                            }
+                            lacks = true
+                            break
+                        }
+                        if lacks {
+                            let summary = EventLog.summary(try EventLog.decodeProjection(current.value, entity: entity))
+                            if keep(summary) {
+                                if found.count == limit { return (found, found.last?.entity) }
+                                found.append(summary)
+                            }
+                        }
+                        last = entity
+                        item = try projections.next()
+                    }
+                    return (found, nil)
+                }
+            }
+        }
     }
 }

@@ -67,7 +67,12 @@ struct List: Command {
         if global.json {
             output.line(bytes: collected.json)
         } else if rows.isEmpty {
-            output.line(pendingFor.map { "nothing pending for \($0)" } ?? "no entities")
+            // A page of `pending_for` may hold none while more follow: it checked a bounded
+            // number of entities.
+            let more = collected.next != nil
+            output.line(
+                pendingFor.map { more ? "none pending for \($0) on this page" : "nothing pending for \($0)" }
+                    ?? "no entities")
         } else {
             for line in Format.table([["ENTITY", "STATUS", "VERSION", "REV", "DELETED"]] + rows) { output.line(line) }
         }
