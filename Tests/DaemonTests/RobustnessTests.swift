@@ -54,20 +54,46 @@ struct RobustnessTests {
         try daemon.stop()
     }
 
-    @Test("a client that disconnects mid-line or mid-pipeline leaves the daemon serving")
+    @Test(
+        "a client that disconnects mid-line or mid-pipeline leaves the daemon serving: the appends it sent whole are stored, the cut line changes nothing"
+    )
     func abruptDisconnects() throws {
         let daemon = try DaemonProcess()
         defer { daemon.removeFiles() }
-        for _ in 0..<20 {
+        func append(_ id: Int, _ entity: String) -> [UInt8] {
+            Array(
+                #"{"jsonrpc":"2.0","id":\#(id),"method":"append","params":{"events":[{"entity":"\#(entity)","kind":"status","status":"a"}]}}"#
+                    .utf8) + [0x0A]
+        }
+        let rounds = 20
+        for round in 0..<rounds {
             let connection = try UnixConnection.connect(to: daemon.socketPath)
-            try connection.write(
-                Array(
-                    #"{"jsonrpc":"2.0","id":1,"method":"append","params":{"events":[{"entity":"job/1","kind":"status","status":"a"}]}}"#
-                        .utf8) + [0x0A] + Array(#"{"jsonrpc":"2.0","id":2,"meth"#.utf8))
+            // Two whole appends pipelined, then a third cut mid-line, then a hang-up
+            // without reading an answer.
+            let cut = append(3, "cut/\(round)").dropLast(30)
+            try connection.write(append(1, "job/\(round)") + append(2, "site/\(round)") + cut)
             connection.close()
         }
+        // A departed client's appends still run: wait for them, then check nothing more came.
         let client = try daemon.client()
-        _ = try client.call("status")
+        let deadline = Date().addingTimeInterval(20)
+        var events = 0
+        while Date() < deadline {
+            events = try client.call("status")["events"] as? Int ?? -1
+            if events >= 2 * rounds { break }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        #expect(events == 2 * rounds, "every append sent whole is stored, and nothing else")
+        for round in 0..<rounds {
+            let job = try client.call("get", #"{"entity":"job/\#(round)"}"#)
+            #expect((job["status"] as? [String: Any])?["current"] as? String == "a")
+            #expect(try client.call("get", #"{"entity":"site/\#(round)"}"#)["entity"] as? String == "site/\(round)")
+        }
+        #expect((try client.call("list", #"{"type":"cut"}"#)["entities"] as? [[String: Any]])?.isEmpty == true)
+        // The daemon serves on: a new client appends and reads.
+        let after = try daemon.client()
+        _ = try after.call("append", eventsParams([#"{"entity":"job/after","kind":"status","status":"b"}"#]))
+        #expect(try after.call("status")["events"] as? Int == 2 * rounds + 1)
         try daemon.stop()
     }
 
