@@ -77,19 +77,44 @@ struct ExecPeerTests {
         #expect(byFlag.status == 0, "a numeric id, from the flag: \(byFlag.output)")
     }
 
-    @Test("exec: peers of the config file still work: the administrator wrote them")
+    @Test("exec: peers of the config file still work, the administrator wrote them: a sync runs the command and moves events both ways")
     func configFilePeers() throws {
+        let hq = try DaemonProcess(arguments: ["--node", "hq"])
+        defer { hq.removeFiles() }
         let root = FileManager.default.temporaryDirectory.appendingPathComponent(
             "evexec-\(UUID().uuidString.prefix(8))"
         )
         .path
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
         let config = root + "/evstored.json"
-        try #"{"peers":[{"name":"relay","url":"exec:/bin/true"}]}"#.write(
+        let evctl = try builtBinary("evctl").path
+        let url = "exec:\(evctl) --socket '\(hq.socketPath)' sync-serve"
+        let peers = #"{"name":"relay","url":"\#(url)"}"#
+        try #"{"peers":[\#(peers)],"sync_interval_s":3600,"backoff_base_s":3600,"backoff_cap_s":3600}"#.write(
             toFile: config, atomically: true, encoding: .utf8)
-        let daemon = try DaemonProcess(root: root, arguments: ["--config", config])
+        let daemon = try DaemonProcess(root: root, arguments: ["--config", config, "--node", "van"])
         defer { daemon.removeFiles() }
-        let peers = try daemon.client().call("peers.list")["peers"] as? [[String: Any]] ?? []
-        #expect(peers.count == 1 && peers.first?["source"] as? String == "config", "\(peers)")
+        let client = try daemon.client()
+        let listed = try client.call("peers.list")["peers"] as? [[String: Any]] ?? []
+        #expect(listed.count == 1 && listed.first?["source"] as? String == "config", "\(listed)")
+
+        _ = try client.call("append", eventsParams([#"{"entity":"job/van","kind":"status","status":"en_route"}"#]))
+        _ = try hq.client().call("append", eventsParams([#"{"entity":"job/hq","kind":"status","status":"assigned"}"#]))
+        // The first call may join the session the daemon began at start, before the appends;
+        // the second begins after them.
+        for _ in 0..<2 {
+            let outcome = try #require(
+                (try client.call("sync", #"{"peer":"relay"}"#)["peers"] as? [[String: Any]])?.first)
+            #expect(outcome["error"] is NSNull, "\(outcome)")
+            #expect(outcome["name"] as? String == "relay")
+        }
+        // The command ran and the session went both ways: each side now holds the other's job.
+        let there = try hq.client().call("get", #"{"entity":"job/van"}"#)
+        #expect((there["status"] as? [String: Any])?["current"] as? String == "en_route")
+        let here = try client.call("get", #"{"entity":"job/hq"}"#)
+        #expect((here["status"] as? [String: Any])?["current"] as? String == "assigned")
+        #expect(try client.call("status")["digest"] as? String == hq.client().call("status")["digest"] as? String)
+        let peer = (try client.call("status")["peers"] as? [[String: Any]])?.first { $0["name"] as? String == "relay" }
+        #expect(peer?["state"] as? String == "ok" && peer?["pending"] as? Int == 0, "\(peer ?? [:])")
     }
 }
