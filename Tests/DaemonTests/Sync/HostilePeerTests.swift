@@ -125,16 +125,38 @@ struct HostilePeerTests {
         #expect(try events(daemon) == 0)
     }
 
-    @Test("a peer speaking another protocol version is a terminal failure")
+    @Test("a peer speaking another protocol version is a terminal failure: status shows it terminal, with the reason")
     func wrongVersion() throws {
-        let daemon = try DaemonProcess()
+        let daemon = try DaemonProcess(arguments: [
+            "--sync-interval-s", "3600", "--backoff-base-s", "3600", "--backoff-cap-s", "3600",
+        ])
         defer { daemon.removeFiles() }
         let peer = try ScriptedPeer(handshake: true) { _, channel in
             try channel.connection.write(Array("EVSYNC/2\n".utf8))
             Thread.sleep(forTimeInterval: 0.2)
         }
-        let outcome = try sync(daemon, peer)
-        #expect(reason(outcome) == "protocol_mismatch")
+        // Adding the peer starts its first session at once, in the background.
+        let client = try daemon.client()
+        _ = try client.call("peers.add", #"{"name":"newer","url":"\#(peer.url)"}"#)
+        peer.finish()
+        let deadline = Date().addingTimeInterval(20)
+        while Date() < deadline {
+            let peers = try client.call("status")["peers"] as? [[String: Any]] ?? []
+            if peers.first?["failures"] as? Int ?? 0 > 0 { break }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        // One failure is enough: a mismatch does not mend itself by retrying.
+        let status = try client.call("status")
+        let shown = try #require((status["peers"] as? [[String: Any]])?.first { $0["name"] as? String == "newer" })
+        #expect(shown["state"] as? String == "terminal", "\(shown)")
+        #expect(shown["failures"] as? Int == 1, "\(shown)")
+        let error = shown["last_error"] as? [String: Any]
+        #expect(error?["reason"] as? String == "protocol_mismatch", "\(shown)")
+        #expect((error?["message"] as? String)?.isEmpty == false, "\(shown)")
+        #expect((status["needs_attention"] as? [String: Any])?["failing_peers"] as? Int == 1)
+        let attention = try client.call("attention")["peers"] as? [[String: Any]] ?? []
+        #expect(attention.map { $0["name"] as? String } == ["newer"])
+        #expect(attention.first?["state"] as? String == "terminal")
     }
 
     @Test("a batch cut short commits nothing of it; batches acknowledged before it stay")
