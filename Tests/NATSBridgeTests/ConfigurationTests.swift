@@ -67,6 +67,45 @@ struct ConfigurationTests {
         }
     }
 
+    @Test(
+        "a config file holding a secret is named when its group or others may read it",
+        arguments: [
+            (#"{"token":"t0ken-1"}"#, 0o644, "the token and is readable by its group and every user (mode 644)"),
+            (
+                #"{"url":"nats://u:pw-2@h:4222"}"#, 0o604,
+                "a URL with credentials and is readable by every user (mode 604)"
+            ),
+            (#"{"user":"u","password":"pw-3"}"#, 0o640, "the password and is readable by its group (mode 640)"),
+            (#"{"url":"nats://u:pw-4@h:4222"}"#, 0o600, nil),
+            (#"{"url":"nats://h:4222","user":"u"}"#, 0o644, nil),
+        ] as [(String, Int, String?)])
+    func readableSecrets(text: String, mode: Int, warning: String?) throws {
+        let path = try file(text)
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        #expect(chmod(path, mode_t(mode)) == 0)
+        let configuration = try BridgeConfiguration.resolve(values: [:], configFile: path, environment: [:])
+        let warnings = configuration.exposedSecretWarnings()
+        if let warning {
+            #expect(warnings.count == 1 && warnings[0].contains("\(path) holds \(warning)"), "\(warnings)")
+            #expect(warnings[0].contains("chmod 600 \(path)"))
+            #expect(!warnings[0].contains("pw-") && !warnings[0].contains("t0ken"))
+        } else {
+            #expect(warnings.isEmpty, "\(warnings)")
+        }
+    }
+
+    @Test("a password, token or credentialed URL given as a flag is named, never shown")
+    func secretsOnTheCommandLine() throws {
+        let configuration = try BridgeConfiguration.resolve(
+            values: ["url": "nats://u:pw-5@h:4222", "token": "t0ken-6", "stream": "S"], configFile: nil,
+            environment: ["EVSTORE_NATS_PASSWORD": "pw-7"])
+        let warnings = configuration.exposedSecretWarnings()
+        #expect(warnings.count == 2, "\(warnings)")
+        #expect(warnings.contains { $0.hasPrefix("--url gives a password or token on the command line") })
+        #expect(warnings.contains { $0.hasPrefix("--token gives a password or token on the command line") })
+        #expect(!warnings.joined().contains("pw-") && !warnings.joined().contains("t0ken"))
+    }
+
     @Test("a backoff doubles from the base with jitter and never passes the cap", arguments: [1, 2, 3, 6, 12, 40, 200])
     func backoffStaysWithinItsBounds(failures: Int) throws {
         var configuration = BridgeConfiguration(socketPath: "/x")
