@@ -7,6 +7,7 @@
 #   make test-tsan / make test-asan   the suite under the thread / address sanitizer
 #   make fuzz    build the libFuzzer fuzzers (Fuzz/) and run each for FUZZ_SECONDS
 #   make fuzz-short   the same, each for FUZZ_SHORT_SECONDS (what CI runs)
+#   make fuzz-seeds   write the fuzzers' seed corpora (Fuzz/Corpus) afresh and replay them
 #   make torture / make soak   kill -9 the daemon 1000 times / 30 minutes of load on three
 #                syncing nodes (release); torture-short / soak-short: the CI versions (debug);
 #                torture also syncs 20,000 events over the degraded link (as root)
@@ -51,7 +52,7 @@ HARNESS_ARGS  ?=
 HARNESS_PRODUCTS := evstored
 
 .PHONY: all deps bench-deps deb-deps build release run test test-tsan test-asan bench clean format \
-	torture torture-short degraded-link soak soak-short fuzz-build fuzz fuzz-short deb test-deb man man-sources test-python
+	torture torture-short degraded-link soak soak-short fuzz-build fuzz fuzz-short fuzz-seeds deb test-deb man man-sources test-python
 
 all: build
 
@@ -143,6 +144,14 @@ fuzz: fuzz-build
 
 fuzz-short: fuzz-build
 	Fuzz/run.sh $(FUZZ_SHORT_SECONDS) $(FUZZ_SCRATCH)/release $(FUZZ_SCRATCH)/runs $(FUZZERS)
+
+# The seeds: request and event from the field workload (Fuzz/seeds.py); stored-value and
+# sync-stream from what the store and the sync session encode, written by the corpus tests
+# before they replay them when EVSTORE_WRITE_FUZZ_SEEDS is set (docs/fuzzing.md).
+fuzz-seeds: deps
+	python3 Fuzz/seeds.py
+	$(SWIFT) build --build-tests
+	EVSTORE_WRITE_FUZZ_SEEDS=1 $(SWIFT) test --skip-build --filter 'FuzzCorpusTests'
 
 # Benchmarks/suite.py builds the C baselines, generates the workloads when missing, runs
 # everything (the daemon and redis-server on CPU 0, their clients on CPU 1), prints the

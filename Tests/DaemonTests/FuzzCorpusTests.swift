@@ -33,7 +33,9 @@ import Testing
         #expect(status.contains("\"events\":") && !status.contains("\"events\":0,"), "\(status)")
     }
 
-    @Test func syncStreamSeedsAndRegressions() {
+    @Test func syncStreamSeedsAndRegressions() throws {
+        // `make fuzz-seeds` sets it: the seeds are written afresh, then replayed as always.
+        if ProcessInfo.processInfo.environment["EVSTORE_WRITE_FUZZ_SEEDS"] != nil { try writeSyncStreamSeeds() }
         let seeds = FuzzInputs.files("Corpus", "sync-stream")
         #expect(seeds.count >= 6)
         for (name, bytes) in seeds + FuzzInputs.files("Regressions", "sync-stream") {
@@ -58,8 +60,9 @@ import Testing
         "bad-batch-record-too-long": "over the 16777216 of the largest event",
     ]
 
-    /// Writes the sync-stream seeds when EVSTORE_WRITE_FUZZ_SEEDS is set (see docs/fuzzing.md).
-    @Test(.enabled(if: ProcessInfo.processInfo.environment["EVSTORE_WRITE_FUZZ_SEEDS"] != nil))
+    /// Writes the sync-stream seeds into Fuzz/Corpus/sync-stream: not a test of its own, run
+    /// by `syncStreamSeedsAndRegressions` when EVSTORE_WRITE_FUZZ_SEEDS is set (`make
+    /// fuzz-seeds`, docs/fuzzing.md).
     func writeSyncStreamSeeds() throws {
         let directory = FuzzInputs.directory.appendingPathComponent("Corpus/sync-stream")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)

@@ -37,6 +37,8 @@ import Testing
     }
 
     @Test func storedValueSeedsAndRegressions() throws {
+        // `make fuzz-seeds` sets it: the seeds are written afresh, then replayed as always.
+        if ProcessInfo.processInfo.environment["EVSTORE_WRITE_FUZZ_SEEDS"] != nil { try writeStoredValueSeeds() }
         let dictionaries: [UInt32: CompressionDictionary] = [1: try FuzzEntry.sampleDictionary()]
         let decompressor = Decompressor()
         let seeds = FuzzInputs.files("Corpus", "stored-value")
@@ -52,8 +54,9 @@ import Testing
         }
     }
 
-    /// Writes the stored-value seeds when EVSTORE_WRITE_FUZZ_SEEDS is set (see docs/fuzzing.md).
-    @Test(.enabled(if: ProcessInfo.processInfo.environment["EVSTORE_WRITE_FUZZ_SEEDS"] != nil))
+    /// Writes the stored-value seeds into Fuzz/Corpus/stored-value: not a test of its own,
+    /// run by `storedValueSeedsAndRegressions` when EVSTORE_WRITE_FUZZ_SEEDS is set (`make
+    /// fuzz-seeds`, docs/fuzzing.md).
     func writeStoredValueSeeds() throws {
         let directory = FuzzInputs.directory.appendingPathComponent("Corpus/stored-value")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
