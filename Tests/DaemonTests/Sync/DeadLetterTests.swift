@@ -51,6 +51,89 @@ struct DeadLetterTests {
         #expect(second["skipped"] as? Int == 0)
     }
 
+    /// `count` letters and digits in a pseudo-random order (xorshift, 6 bits a letter), so
+    /// that zstd leaves megabytes of them, as of a real document.
+    static func letters(_ count: Int) -> [UInt8] {
+        let alphabet = Array("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_".utf8)
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(count + 10)
+        var state: UInt64 = 0x9E37_79B9_7F4A_7C15
+        while bytes.count < count {
+            state ^= state << 13
+            state ^= state >> 7
+            state ^= state << 17
+            var word = state
+            for _ in 0..<10 {
+                bytes.append(alphabet[Int(word & 63)])
+                word >>= 6
+            }
+        }
+        return Array(bytes.prefix(count))
+    }
+
+    @Test(
+        "near the protocol's 16 MiB limit: an event just under it crosses from a node allowing it to one with the default and converges; one just over is refused whole; both nodes serve on"
+    )
+    func nearTheReplicatedLimit() throws {
+        let limit = StoreOptions.absoluteMaxEventBytes
+        let a = try DaemonProcess(arguments: [
+            "--node", "big", "--max-event-bytes", "\(limit)", "--max-line-bytes", "\(limit + (1 << 20))",
+        ])
+        let b = try DaemonProcess(arguments: ["--node", "small"])
+        defer {
+            a.removeFiles()
+            b.removeFiles()
+        }
+        // The stored event is the blob and about 150 bytes around it: under the limit by a
+        // few hundred bytes.
+        let letters = DeadLetterTests.letters(limit)
+        let blob = String(decoding: letters.prefix(limit - 512), as: UTF8.self)
+        let appended = try a.client().call(
+            "append", eventsParams([#"{"entity":"doc/big","kind":"edit","fields":{"blob":"\#(blob)"}}"#]))
+        #expect((appended["ids"] as? [String])?.count == 1)
+        let first = try sync(a, "unix://\(b.socketPath)")
+        #expect(first["error"] is NSNull, "\(first)")
+        #expect(first["sent"] as? Int == 1)
+        #expect(first["dead_letters"] as? Int == 0)
+        #expect(try deadLetterCount(b) == 0)
+        let got = try b.client().call("get", #"{"entity":"doc/big"}"#)
+        // Its length here, its bytes by the digest (comparing 16 MiB strings bridged from
+        // Foundation would take seconds).
+        #expect((got["fields"] as? [String: String])?["blob"]?.utf8.count == limit - 512)
+        #expect(try status(a)["digest"] as? String == status(b)["digest"] as? String)
+
+        // One byte over the limit, from a peer: the batch is refused whole, nothing of it is
+        // stored, and no dead letter stands for it (a record that long is not an event).
+        let peer = try ScriptedPeer(handshake: true) { peer, channel in
+            try peer.answerHello(channel)
+            let head = Array(#"{"entity":"doc/over","kind":"edit","origin":"\#(peer.node)","fields":{"blob":""#.utf8)
+            let tail = Array(#""}}"#.utf8)
+            let json = head + letters.prefix(limit + 1 - head.count - tail.count) + tail
+            #expect(json.count == limit + 1)
+            let small = peer.event(peer.id(1), "doc/small", status: "ok")
+            let events = [
+                ReplicatedEvent(id: small.0, json: Array(small.1.utf8)), ReplicatedEvent(id: peer.id(2), json: json),
+            ]
+            try channel.write(Frame(kind: .batch, payload: try BatchCodec.encode(events, compressor: Compressor())))
+            _ = try? channel.read()
+        }
+        let result = try b.client().call("sync", #"{"peer":"\#(peer.url)"}"#)
+        peer.finish()
+        let over = try #require((result["peers"] as? [[String: Any]])?.first)
+        #expect((over["error"] as? [String: Any])?["reason"] as? String == "corrupt_batch", "\(over)")
+        #expect(try status(b)["events"] as? Int == 1)
+        #expect(try deadLetterCount(b) == 0)
+        #expect(try b.client().failure("get", #"{"entity":"doc/small"}"#).reason == "not_found")
+        // Both serve on: appends and reads on each.
+        for daemon in [a, b] {
+            _ = try daemon.client().call(
+                "append", eventsParams([#"{"entity":"job/after","kind":"status","status":"assigned"}"#]))
+            #expect(try status(daemon)["events"] as? Int == 2)
+        }
+        #expect(try sync(a, "unix://\(b.socketPath)")["error"] is NSNull)
+        #expect(try status(a)["digest"] as? String == status(b)["digest"] as? String)
+    }
+
     /// A scripted peer that sends `events` (id, JSON) in one batch and says done.
     func send(_ daemon: DaemonProcess, _ events: [(ULID, String)]) throws -> [String: Any] {
         let peer = try ScriptedPeer(handshake: true) { peer, channel in
