@@ -121,7 +121,6 @@ public final class Bridge: Sendable {
         } catch {
             throw .nats(error.description)
         }
-        let streamName = configuration.stream
         var ended: BridgeError?
         let acker = Acknowledger(bridge: self, control: control, confirmations: confirmations, from: cursor)
         do throws(BridgeError) {
@@ -152,8 +151,9 @@ public final class Bridge: Sendable {
         remembered.withLock { $0 = (nodeID, confirmations.confirmed) }
         if let failure = confirmations.failure {
             if failure.code == .streamMismatch {
+                let stream = configuration.stream
                 throw .nats(
-                    "publishing to stream \(streamName) at \(nats.connectedURL) failed after seq \(confirmations.confirmed): another stream takes the events' subjects\(takers), and stream \(streamName) does not: nothing after seq \(confirmations.confirmed) is acknowledged to evstored until stream \(streamName) takes \(configuration.prefix).> (or the bridge is set to the stream that does); \(failure)"
+                    "publishing to stream \(stream) at \(nats.connectedURL) failed after seq \(confirmations.confirmed): another stream takes the events' subjects\(takers), and stream \(stream) does not: nothing after seq \(confirmations.confirmed) is acknowledged to evstored until stream \(stream) takes \(configuration.prefix).> (or the bridge is set to the stream that does); \(failure)"
                 )
             }
             throw .nats("publishing to \(nats.connectedURL) failed after seq \(confirmations.confirmed): \(failure)")
