@@ -61,8 +61,14 @@ struct DeputyTests {
         defer { node.removeFiles() }
         try append(node, "job/node")
         // The first background sync with hq, at start, is over before the counts are taken.
+        func hqSynced() throws -> Bool {
+            let peers = try node.client().call("status")["peers"] as? [[String: Any]] ?? []
+            guard peers.first?["last_success"] is String else { return false }
+            return try events(node) == 2
+        }
         let synced = Date().addingTimeInterval(20)
-        while Date() < synced, try events(node) < 2 || (try events(hq)) < 2 { Thread.sleep(forTimeInterval: 0.05) }
+        while Date() < synced, try !hqSynced() { Thread.sleep(forTimeInterval: 0.05) }
+        #expect(try hqSynced())
         let before = (node: try events(node), other: try events(other))
 
         // nobody has read-write access to the node, none to the other daemon.
