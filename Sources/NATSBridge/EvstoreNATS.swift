@@ -26,6 +26,13 @@ public struct EvstoreNATS: Command {
                 drops what it already holds, and skips nothing. Its progress shows as the \
                 consumer's lag in `evctl status`.
 
+                Each publish is for the configured stream only (Nats-Expected-Stream): when \
+                another stream takes the subjects, it refuses them, nothing is acknowledged to \
+                the daemon, and the session fails naming both streams, to go on by itself once \
+                the streams are set right. No password or token appears in its output (URLs \
+                show as nats://user:***@host); at start it warns about a file holding a secret \
+                that its group or others may read.
+
                 Each setting comes from, strongest first: its flag, its EVSTORE_NATS_* environment \
                 variable, the JSON config file (--config FILE or EVSTORE_NATS_CONFIG; under \
                 systemd also \(BridgeConfiguration.systemConfigFile) when it exists), then the \
