@@ -52,12 +52,13 @@ struct ExecPeerTests {
         #expect(refused.output.contains("(forbidden)") && refused.output.contains("exec_users"), "\(refused.output)")
         let once = try evctl(user, daemon.socketPath, ["sync", "exec:/bin/true"])
         #expect(once.status == 77, "\(once.output)")
-        // Everything else stays open to it.
+        // A unix:// socket the daemon would open with its own rights falls under the same rule.
         let unix = try evctl(user, daemon.socketPath, ["peers", "add", "other", "unix:///nowhere/evstored.sock"])
-        #expect(unix.status == 0, "\(unix.output)")
+        #expect(unix.status == 77, "\(unix.output)")
+        // Everything else stays open to it.
         #expect(try evctl(user, daemon.socketPath, ["append", "job/1", "status", "new"]).status == 0)
         let peers = try daemon.client().call("peers.list")["peers"] as? [[String: Any]] ?? []
-        #expect(peers.compactMap { $0["name"] as? String } == ["other"])
+        #expect(peers.isEmpty, "\(peers)")
         // Root (the test) may.
         _ = try daemon.client().call("peers.add", #"{"name":"mine","url":"exec:/bin/true"}"#)
 
@@ -77,7 +78,9 @@ struct ExecPeerTests {
         #expect(byFlag.status == 0, "a numeric id, from the flag: \(byFlag.output)")
     }
 
-    @Test("exec: peers of the config file still work, the administrator wrote them: a sync runs the command and moves events both ways")
+    @Test(
+        "exec: peers of the config file still work, the administrator wrote them: a sync runs the command and moves events both ways"
+    )
     func configFilePeers() throws {
         let hq = try DaemonProcess(arguments: ["--node", "hq"])
         defer { hq.removeFiles() }

@@ -22,8 +22,10 @@ struct PendingPageTests {
     /// shape that made every page decode every event. The store is written in process
     /// before the daemon opens it.
     static func largeStore() throws -> DaemonProcess {
-        let root = FileManager.default.temporaryDirectory.appendingPathComponent("evpend-\(UUID().uuidString.prefix(8))")
-            .path
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "evpend-\(UUID().uuidString.prefix(8))"
+        )
+        .path
         do {
             var options = StoreOptions()
             options.environment.durable = false
@@ -36,7 +38,8 @@ struct PendingPageTests {
                         try EventCodec.decodeInput(
                             Array(#"{"entity":"\#(name(index))","kind":"status","status":"\#(status)"}"#.utf8)))
                     if isDeleted(index) {
-                        batch.append(try EventCodec.decodeInput(Array(#"{"entity":"\#(name(index))","kind":"delete"}"#.utf8)))
+                        batch.append(
+                            try EventCodec.decodeInput(Array(#"{"entity":"\#(name(index))","kind":"delete"}"#.utf8)))
                     }
                 }
                 _ = try log.append(batch)
@@ -45,7 +48,9 @@ struct PendingPageTests {
         }
         return try DaemonProcess(
             root: root,
-            arguments: ["--node", "field", "--sync-interval-s", "3600", "--backoff-base-s", "3600", "--backoff-cap-s", "3600"])
+            arguments: [
+                "--node", "field", "--sync-interval-s", "3600", "--backoff-base-s", "3600", "--backoff-cap-s", "3600",
+            ])
     }
 
     /// The CPU time the process has used (user and system), in seconds, from /proc/PID/stat.
@@ -122,7 +127,8 @@ struct PendingPageTests {
         after = nil
         pages = 0
         repeat {
-            let page = try PendingPageTests.page(daemon, #""limit":10000"# + (after.map { #","after":"\#($0)""# } ?? ""))
+            let page = try PendingPageTests.page(
+                daemon, #""limit":10000"# + (after.map { #","after":"\#($0)""# } ?? ""))
             all += page.entities
             slowest = (max(slowest.seconds, page.seconds), max(slowest.cpu, page.cpu))
             after = page.next
@@ -131,6 +137,7 @@ struct PendingPageTests {
         #expect(all == live.map(PendingPageTests.name))
         #expect(slowest.seconds < 5 && slowest.cpu < 2, "slowest page: \(slowest)")
         // The daemon still serves.
-        #expect(try client.call("status")["events"] as? Int == PendingPageTests.entities + PendingPageTests.entities / 1000)
+        #expect(
+            try client.call("status")["events"] as? Int == PendingPageTests.entities + PendingPageTests.entities / 1000)
     }
 }
