@@ -115,6 +115,16 @@ struct PendingListingTests {
             }
         }
         #expect(cutShort, "some page of the tiny budget ended short of its limit with a next")
+
+        // An `after` that sorts before the type's first entity starts at that type.
+        let sites = try b.log.entitiesLacking(PeerHoldings(), type: "site", limit: 10_000, budget: decodeAll)
+        #expect(sites.entities.count == 80)
+        let walkedFromEarlier = try b.log.entitiesLacking(
+            PeerHoldings(), type: "site", after: entity("job/a1"), limit: 5, budget: PendingScanBudget(decodedEvents: 0)
+        )
+        #expect(walkedFromEarlier.entities == Array(sites.entities.prefix(5)))
+        let listedFromEarlier = try b.log.entities(type: "site", after: entity("job/a1"), limit: 5)
+        #expect(listedFromEarlier.entities == Array(sites.entities.prefix(5)))
         #expect(try b.log.entities(limit: 10_000).entities.count > 200)
     }
 }

@@ -107,9 +107,12 @@ extension EventLog {
     }
 
     /// Where a page of a table keyed by entity starts: the first key after `after`, or the
-    /// first with `prefix` (the caller stops once keys leave it).
+    /// first with `prefix` when `after` is nil or sorts before it (the caller stops once keys
+    /// leave it).
     static func firstEntry(after: EntityKey?, prefix: [UInt8], cursor: inout Cursor) throws -> Cursor.Entry? {
-        guard let after else { return prefix.isEmpty ? try cursor.first() : try cursor.seek(prefix) }
+        guard let after, !after.bytes.lexicographicallyPrecedes(prefix) else {
+            return prefix.isEmpty ? try cursor.first() : try cursor.seek(prefix)
+        }
         let found = try cursor.seek(after.bytes)
         return found?.key == after.bytes ? try cursor.next() : found
     }
