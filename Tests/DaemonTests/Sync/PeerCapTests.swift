@@ -78,6 +78,48 @@ struct PeerCapTests {
     }
 
     @Test(
+        "a claim joins its target's session; past the slots it waits until its deadline, then gives up, and so do those who joined it"
+    )
+    func claims() throws {
+        let sessions = OutgoingSessions(limit: 1)
+        let outcome = SyncService.Outcome(
+            name: "a", url: "unix:///a", report: SyncReport(), error: nil, milliseconds: 1)
+        guard case .owner(let first) = sessions.claim("a", until: .now + .seconds(1)) else {
+            Issue.record("the first claim runs the session")
+            return
+        }
+        guard case .joined(let joined) = sessions.claim("a", until: .now + .seconds(1)) else {
+            Issue.record("a second claim of the target joins it")
+            return
+        }
+        #expect(sessions.claim("a", until: nil).isBusy, "the background schedule does not join")
+        #expect(sessions.claim("b", until: nil).isBusy, "no slot is free")
+        // Another target waits for the one slot: it gives up at its deadline, with a claim
+        // that joined it meanwhile.
+        let gaveUp = Atomic<Bool>(false)
+        let waiter = Thread {
+            let started = ContinuousClock.now
+            if case .timedOut = sessions.claim("b", until: .now + .milliseconds(300)) {
+                gaveUp.store(ContinuousClock.now - started >= .milliseconds(300), ordering: .relaxed)
+            }
+        }
+        waiter.start()
+        Thread.sleep(forTimeInterval: 0.1)
+        guard case .joined(let joinedWaiting) = sessions.claim("b", until: .now + .seconds(5)) else {
+            Issue.record("a claim of a waiting target joins it")
+            return
+        }
+        #expect(sessions.outcome(of: joinedWaiting) == nil, "it never got a slot")
+        Thread.sleep(forTimeInterval: 0.1)
+        let waitedItsDeadline = gaveUp.load(ordering: .relaxed)
+        #expect(waitedItsDeadline)
+        #expect(!sessions.isActive("b"))
+        sessions.finish("a", first, with: outcome)
+        #expect(sessions.outcome(of: joined)?.milliseconds == 1)
+        #expect(sessions.waitUntilIdle(timeout: 1))
+    }
+
+    @Test(
         "eight syncs with spellings of one silent socket: one session, at most half the request threads held, another client's status within 1 s"
     )
     func spellingsOfOneSilentSocket() throws {
@@ -202,5 +244,12 @@ struct PeerCapTests {
         #expect(peak.load(ordering: .relaxed) <= idle + 12, "\(peak.load(ordering: .relaxed)) threads, \(idle) idle")
         #expect(silent.allSatisfy { $0.sessions >= 1 })
         _ = try client.call("status")
+    }
+}
+
+extension OutgoingSessions.Claim {
+    var isBusy: Bool {
+        if case .busy = self { return true }
+        return false
     }
 }
