@@ -190,8 +190,18 @@ struct PeerCapTests {
         defer { daemon.removeFiles() }
         #expect(try daemon.waitForExit() == 78)
         #expect(daemon.stderr.contains("3 peers") && daemon.stderr.contains("max_peers allows 2"), "\(daemon.stderr)")
-        let raised = try DaemonProcess(root: root, arguments: ["--config", config, "--max-peers", "3"])
+        try #"{"max_peers":3,"peers":[\#(peers)]}"#.write(toFile: config, atomically: true, encoding: .utf8)
+        let raised = try DaemonProcess(root: root, arguments: ["--config", config])
         defer { raised.removeFiles() }
+        #expect((try raised.client().call("peers.list")["peers"] as? [[String: Any]])?.count == 3)
+        // A reload that lowers the limit below the file's peers changes nothing.
+        try #"{"max_peers":2,"peers":[\#(peers)]}"#.write(toFile: config, atomically: true, encoding: .utf8)
+        raised.signal(SIGHUP)
+        let deadline = Date().addingTimeInterval(10)
+        while !raised.stderr.contains("was not reloaded"), Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
+        #expect(
+            raised.stderr.contains("was not reloaded") && raised.stderr.contains("max_peers allows 2"),
+            "\(raised.stderr)")
         #expect((try raised.client().call("peers.list")["peers"] as? [[String: Any]])?.count == 3)
     }
 
