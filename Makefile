@@ -17,6 +17,8 @@
 #                fresh debootstrap root
 #   make man     the manual pages (.build/man); man-sources regenerates man/*.scd from --help
 #   make test-python   the Python client's tests against the built daemon
+#   make previous-release   evstored and evctl of the previous release, built from the repository's
+#                history into .build/previous/<hash> (cached), for the sync tests against it
 
 SWIFT        ?= swift
 # libnats-dev is the NATS C client evstore-nats links; libssl-dev the libcrypto headers it
@@ -51,8 +53,15 @@ HARNESS_OUT   ?= .build/harness
 HARNESS_ARGS  ?=
 HARNESS_PRODUCTS := evstored
 
+# The previous release, whose commit Tests/Interop/previous-release pins: PreviousReleaseTests
+# syncs this release with its evstored and evctl, read from EVSTORE_PREVIOUS_BIN_DIR.
+PREVIOUS_RELEASE := $(shell grep -E -m 1 '^[0-9a-f]{40}$$' Tests/Interop/previous-release)
+EVSTORE_PREVIOUS_BIN_DIR ?= $(CURDIR)/.build/previous/$(PREVIOUS_RELEASE)
+export EVSTORE_PREVIOUS_BIN_DIR
+
 .PHONY: all deps bench-deps deb-deps build release run test test-tsan test-asan bench clean format \
-	torture torture-short degraded-link soak soak-short fuzz-build fuzz fuzz-short fuzz-seeds deb test-deb man man-sources test-python
+	torture torture-short degraded-link soak soak-short fuzz-build fuzz fuzz-short fuzz-seeds deb test-deb man man-sources test-python \
+	previous-release
 
 all: build
 
@@ -102,10 +111,18 @@ run: release
 
 # Every test: the Swift suite, then the short modes of the crash and soak harnesses and of
 # the fuzzers (docs/testing.md, docs/fuzzing.md).
-test: deps
+test: deps previous-release
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
 	$(MAKE) --no-print-directory test-python torture-short soak-short fuzz-short test-deb
+
+# evstored and evctl of the previous release, built from its commit in the repository's
+# history (Tests/Interop/build-previous.sh: a tree of its own under .build/previous, a debug
+# build with its own scratch path, nothing of the current tree or .build/debug). Cached: does
+# nothing when both binaries are there. Where the clone lacks the commit (a shallow clone) it
+# fails, saying how to fetch it.
+previous-release: deps
+	SWIFT=$(SWIFT) Tests/Interop/build-previous.sh $(EVSTORE_PREVIOUS_BIN_DIR)
 
 # The Python client (clients/python) against the daemon of the debug build.
 test-python: deps
@@ -113,12 +130,12 @@ test-python: deps
 	EVSTORE_BIN_DIR=$(CURDIR)/.build/debug clients/python/run-tests.sh
 
 # The whole suite under the thread and the address sanitizer (separate build directories).
-test-tsan: deps
+test-tsan: deps previous-release
 	$(SWIFT) build --build-tests --sanitize=thread --scratch-path .build/tsan
 	TSAN_OPTIONS=suppressions=$(CURDIR)/Tests/Sanitizers/tsan.supp EVSTORE_BIN_DIR=.build/tsan/debug \
 		$(SWIFT) test --skip-build --sanitize=thread --scratch-path .build/tsan
 
-test-asan: deps
+test-asan: deps previous-release
 	$(SWIFT) build --build-tests --sanitize=address --scratch-path .build/asan
 	ASAN_OPTIONS=detect_leaks=0:suppressions=$(CURDIR)/Tests/Sanitizers/asan.supp EVSTORE_BIN_DIR=.build/asan/debug \
 		$(SWIFT) test --skip-build --sanitize=address --scratch-path .build/asan
