@@ -192,7 +192,7 @@ extension ClientAccess {
             .forbidden,
             "an exec: peer runs its command as the daemon's user, so only root, the daemon's own user "
                 + "and the users of exec_users may give one: add the user to exec_users in the daemon's "
-                + "configuration, add the peer to the peers of the config file instead, or use a unix:// or ssh:// URL")
+                + "configuration, add the peer to the peers of the config file instead, or use an ssh:// URL")
     }
 
     /// The sentence of a refusal: who, what they have and why, and what would allow it.

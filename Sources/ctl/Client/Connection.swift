@@ -100,8 +100,20 @@ final class Connection: @unchecked Sendable {
         do {
             try socket.write(bytes)
         } catch {
+            // The daemon may have answered and closed before reading a byte (a client with
+            // no access is told so as it connects): its line says why.
+            if let refusal = refusalLeft() { throw refusal }
             throw lost(error)
         }
+    }
+
+    /// The error line the daemon sent before it closed the connection, as a failure; nil
+    /// when it left none.
+    private func refusalLeft() -> CommandFailure? {
+        guard let line = try? receiveLineOrEnd(), case .reply(let reply) = try? Connection.decode(line),
+            let error = reply.error
+        else { return nil }
+        return CommandFailure(exitCode: error.exitStatus, error.description)
     }
 
     /// Sends a request and waits for its reply; an error reply becomes a failure with the

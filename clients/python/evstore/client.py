@@ -115,8 +115,22 @@ class _Line:
             raise Timeout(f"could not send to the evstore daemon at {self.path} within {timeout} s",
                           socket_path=self.path) from error
         except OSError as error:
+            refusal = self._refusal_left()
+            if refusal is not None:
+                raise refusal from error
             raise ConnectionLost(f"the evstore daemon at {self.path} closed the connection: {error.strerror or error}",
                                  socket_path=self.path) from error
+
+    def _refusal_left(self) -> Optional[EvstoreError]:
+        """The error the daemon sent before it closed the connection unread (a client with
+        no access is told so as it connects), or None when it left none."""
+        try:
+            message = self.receive(1.0)
+        except EvstoreError:
+            return None
+        if isinstance(message, dict) and message.get("id") is None and isinstance(message.get("error"), dict):
+            return error_from_response(message["error"])
+        return None
 
     def receive(self, timeout: Optional[float]) -> Any:
         """The next message, parsed. Raises `Timeout` when none is complete in time."""
