@@ -373,7 +373,7 @@ struct AccessTests {
     }
 
     @Test(
-        "sync-serve runs with its user's rights: read-only is refused (auth, forbidden), the write group converges",
+        "sync-serve runs with its user's rights: read-only is refused (auth, forbidden), no access too (auth), the write group converges",
         .enabled(if: canSwitchUsers, "needs root to run clients as other users"), .timeLimit(.minutes(10)))
     func syncServeAsOtherUsers() throws {
         let remote = try restrictedDaemon(["--node", "remote"])
@@ -401,6 +401,14 @@ struct AccessTests {
         #expect(message.contains("write_groups"), "\(message)")
         #expect(refused["received"] as? Int == 0 && refused["sent"] as? Int == 0)
         #expect(remote.stderr.contains("refused a sync session"), "\(remote.stderr)")
+
+        // A user with no access is refused as it connects, with a JSON-RPC line rather than
+        // an error frame: still `auth`, described, not quoted.
+        let outsider = try sync(url(asUser(nobody, gid: 65533)))
+        let outsiderError = outsider["error"] as? [String: Any]
+        #expect(outsiderError?["reason"] as? String == "auth", "\(outsider)")
+        #expect((outsiderError?["message"] as? String ?? "").contains("no access"), "\(outsider)")
+        #expect(outsider["received"] as? Int == 0 && outsider["sent"] as? Int == 0)
 
         let converged = try sync(url(asUser(nobody, gid: nobody, groups: [writeGroup])))
         #expect(converged["error"] is NSNull, "\(converged)")

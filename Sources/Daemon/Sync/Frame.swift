@@ -150,6 +150,7 @@ final class FrameChannel {
             let available = buffer[start...]
             if let newline = available.firstIndex(of: 0x0A) {
                 guard let version = Frame.preambleVersion(buffer[start..<newline]) else {
+                    if let refusal = Self.refusalLine(buffer[start..<newline]) { throw refusal }
                     throw notEvstore(Array(available))
                 }
                 start = newline + 1
@@ -165,6 +166,20 @@ final class FrameChannel {
                     : notEvstore(Array(available), closed: true)
             }
         }
+    }
+
+    /// An evstored that refuses a client with no access answers at connect with one
+    /// JSON-RPC error line (`forbidden`), before it reads a preamble: that is `auth` for
+    /// the session, described, not quoted.
+    private static func refusalLine(_ line: ArraySlice<UInt8>) -> SyncError? {
+        let start = Array(#"{"jsonrpc":"2.0","id":null,"error":{"#.utf8)
+        guard line.count < 4096, line.starts(with: start) else { return nil }
+        let text = String(decoding: line, as: UTF8.self)
+        guard text.contains(#""reason":"forbidden""#) else { return nil }
+        return SyncError(
+            .authentication,
+            "the peer's daemon refused the connection before the session began: the user this node reaches it as has no access there (its read_groups, write_groups, read_users or write_users)"
+        )
     }
 
     /// What a peer that does not speak the protocol sent, described by its size alone: the
