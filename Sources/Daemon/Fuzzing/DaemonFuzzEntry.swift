@@ -28,7 +28,7 @@ public enum DaemonFuzzEntry {
         defer { mine.close() }
         let channel = FrameChannel(connection: mine, timeoutSeconds: 5, buffered: stream)
         let version = try channel.readPreamble()
-        guard version == Frame.protocolVersion else {
+        guard Frame.protocolVersions.contains(version) else {
             throw SyncError(.protocolMismatch, "the peer speaks protocol \(version)")
         }
         let decompressor = Decompressor(windowLogMax: SyncSession.windowLogMax)

@@ -46,6 +46,9 @@ extension Methods {
             out.member("bytes_sent", outcome.report.bytesSent)
             out.member("bytes_received", outcome.report.bytesReceived)
             out.member("duration_ms", outcome.milliseconds)
+            // The sync protocol the session ran, once the hellos agreed on one.
+            out.key("protocol")
+            if let version = outcome.report.protocolVersion { out.int(version) } else { out.null() }
             out.key("error")
             Methods.write(outcome.error, to: &out)
             out.endObject()

@@ -14,18 +14,45 @@ struct Frame: Equatable, Sendable {
         case done = 0x44  // "D"
         case error = 0x45  // "E"
 
-        /// The largest payload a frame of this kind may announce. The reader checks it
-        /// against the header before it reads (or makes room for) a byte of the payload, so
-        /// a peer cannot make this node buffer 64 MiB to learn that a control frame is over
-        /// its 8 MiB.
-        var maxPayloadBytes: Int {
+        /// What a session must have agreed to before either side sends a frame of a kind:
+        /// the protocol version that added it, or a capability both hellos named.
+        enum Requirement: Equatable, Sendable {
+            case version(Int)
+            case capability(String)
+        }
+
+        /// Every kind's requirement and the largest payload it may announce, in one table:
+        /// a kind a capability adds is a case and a row here, and a peer that has not
+        /// agreed to it never sees one. The reader checks the size against the header
+        /// before it reads (or makes room for) a byte of the payload, so a peer cannot make
+        /// this node buffer 64 MiB to learn that a control frame is over its 8 MiB.
+        var rule: (requires: Requirement, maxPayloadBytes: Int) {
             switch self {
-            case .batch: Frame.maxPayloadBytes
+            case .batch: (.version(1), Frame.maxPayloadBytes)
             // A hello carries the version vector and the opening ranges; a reconcile round
             // at most a few thousand ranges and ids.
-            case .hello, .reconcile: Messages.maxBytes
+            case .hello, .reconcile: (.version(1), Messages.maxBytes)
             // A few counters, or a reason and a sentence.
-            case .ack, .done, .error: Frame.maxSmallPayloadBytes
+            case .ack, .done, .error: (.version(1), Frame.maxSmallPayloadBytes)
+            }
+        }
+
+        var maxPayloadBytes: Int { rule.maxPayloadBytes }
+    }
+
+    /// What one session runs, as the two hellos agreed it: the protocol version and the
+    /// capabilities both sides speak.
+    struct Agreement: Equatable, Sendable {
+        var version: Int
+        var capabilities: Set<String>
+
+        /// Before the hellos (and with a node that speaks only protocol 1, as 0.4 does).
+        static let first = Agreement(version: 1, capabilities: [])
+
+        func allows(_ kind: Kind) -> Bool {
+            switch kind.rule.requires {
+            case .version(let version): version <= self.version
+            case .capability(let name): capabilities.contains(name)
             }
         }
     }
@@ -39,8 +66,17 @@ struct Frame: Equatable, Sendable {
     /// The largest ack, done or error frame.
     static let maxSmallPayloadBytes = 64 << 10
 
-    /// The protocol this version speaks.
+    /// The versions of the protocol this node speaks. A session runs the highest that both
+    /// sides speak: protocol 2 is protocol 1 with the versions and capabilities of each side
+    /// in its hello, so the frame kinds later capabilities add can be agreed.
+    static let protocolVersions = 1...2
+    /// The version the preamble names, and the initiator's hello: the oldest this node
+    /// speaks, so that a node that speaks only protocol 1 (0.4) takes the session; the
+    /// hellos agree on the rest.
     static let protocolVersion = 1
+    /// The capabilities this node speaks; each names the frame kinds it adds in
+    /// `Kind.rule`. None yet.
+    static let capabilities: [String] = []
     /// Each side's first bytes: "EVSYNC/" and the version in decimal, then a newline.
     static func preamble(version: Int = protocolVersion) -> [UInt8] { Array("EVSYNC/\(version)\n".utf8) }
     static let preamblePrefix = Array("EVSYNC/".utf8)
@@ -84,6 +120,8 @@ final class FrameChannel {
     private var start = 0
     private(set) var bytesReceived = 0
     private(set) var bytesSent = 0
+    /// What the session agreed to: a frame of a kind it did not is refused as it is read.
+    var agreement = Frame.Agreement.first
     /// The timeout the connection was given, for messages.
     let timeoutSeconds: Double
     /// When the session must be over, and how long that was from its start (for messages).
@@ -233,6 +271,11 @@ final class FrameChannel {
         let checksum = readBigEndian32(buffer, at: start + 5)
         guard let kind = Frame.Kind(rawValue: typeByte) else {
             throw SyncError(.protocolError, "the peer sent a frame of unknown type 0x\(String(typeByte, radix: 16))")
+        }
+        guard agreement.allows(kind) else {
+            throw SyncError(
+                .protocolError,
+                "the peer sent a \(kind) frame, which this session (protocol \(agreement.version)) did not agree to")
         }
         // Before a byte of the payload is read: a header may announce anything.
         guard length <= kind.maxPayloadBytes else {

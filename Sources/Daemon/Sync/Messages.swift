@@ -24,12 +24,20 @@ enum Messages {
         var deadLetters: [String]? = nil
         /// True when the sender holds more dead letters than `deadLetters` lists.
         var deadLettersCut: Bool? = nil
+        /// Every protocol version the sender speaks, from protocol 2 on; nil from a node
+        /// that speaks only protocol 1 (0.4), which ignores it. In the initiator's hello
+        /// `protocolVersion` is then the preamble's; in the responder's, the one the session
+        /// runs.
+        var protocols: [Int]? = nil
+        /// The capabilities the sender speaks (with `protocols`).
+        var capabilities: [String]? = nil
 
         enum CodingKeys: String, CodingKey {
             case protocolVersion = "protocol"
             case node, name, vector, ranges, clock
             case deadLetters = "dead_letters"
             case deadLettersCut = "dead_letters_cut"
+            case protocols, capabilities
         }
 
         /// Dead-lettered ids one hello lists at most: 100,000 ids take under 3 MB, well

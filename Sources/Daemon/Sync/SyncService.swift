@@ -560,7 +560,7 @@ final class SyncService: Sendable {
             logger.warning("sync with \(label) failed after \(milliseconds) ms: \(failure)")
         } else {
             logger.info(
-                "sync with \(label): sent \(report.sent), received \(report.received) in \(milliseconds) ms (\(report.bytesSent) bytes out, \(report.bytesReceived) in)"
+                "sync with \(label): sent \(report.sent), received \(report.received) in \(milliseconds) ms (\(report.bytesSent) bytes out, \(report.bytesReceived) in, protocol \(report.protocolVersion ?? 1))"
             )
         }
         return Outcome(name: name, url: url, report: report, error: failure, milliseconds: milliseconds)
@@ -624,7 +624,7 @@ final class SyncService: Sendable {
             let report = try session.respond(initiatorVersion: version)
             if report.received > 0 { try? node.log.refreshFingerprints() }
             logger.info(
-                "sync from \(session.peerLabel): received \(report.received), sent \(report.sent) (\(report.bytesReceived) bytes in, \(report.bytesSent) out)"
+                "sync from \(session.peerLabel): received \(report.received), sent \(report.sent) (\(report.bytesReceived) bytes in, \(report.bytesSent) out, protocol \(report.protocolVersion ?? 1))"
             )
             // A configured peer that syncs with us: what it holds is known now too.
             let at = now()

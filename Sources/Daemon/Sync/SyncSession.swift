@@ -86,6 +86,10 @@ struct SyncReport: Sendable, Equatable {
     /// What the peer said it holds only as dead letters: its hello's list (nil when it
     /// gave none, as older peers do), whether that was cut, and the ids its acks named.
     var peerDeadLetters = PeerDeadLetters()
+    /// The protocol version the session ran and the capabilities it agreed to, once the
+    /// hellos were exchanged (nil before).
+    var protocolVersion: Int?
+    var capabilities: [String] = []
 }
 
 /// One sync session over a frame channel, from either end.
@@ -138,6 +142,8 @@ final class SyncSession {
                 var hello = Messages.Hello(
                     protocolVersion: Frame.protocolVersion, node: node.log.nodeID.description, name: node.name,
                     vector: mine.wire, ranges: nil, clock: sentAt)
+                hello.protocols = Array(Frame.protocolVersions)
+                hello.capabilities = Frame.capabilities
                 try listDeadLetters(in: &hello)
                 try send(.hello, hello)
             } catch {
@@ -147,6 +153,7 @@ final class SyncSession {
                 throw error
             }
             let (hello, theirs) = try readHello(peerVersion: try channel.readPreamble(), sentAt: sentAt)
+            try agree(hello, initiating: true)
             var reconciler = Reconciler(source: node.log, maxIDs: limits.reconcileIDs)
             var incoming = try (hello.ranges ?? []).map { (range) throws(SyncError) in try range.decoded() }
             while !incoming.isEmpty {
@@ -170,15 +177,21 @@ final class SyncSession {
     func respond(initiatorVersion version: Int) throws(SyncError) -> SyncReport {
         try failing { () throws(SyncError) in
             try channel.writePreamble()
-            let (_, theirs) = try readHello(peerVersion: version, sentAt: nil)
+            let (theirHello, theirs) = try readHello(peerVersion: version, sentAt: nil)
+            try agree(theirHello, initiating: false)
             let mine = try vector()
             var reconciler = Reconciler(source: node.log, maxIDs: limits.reconcileIDs)
             let opening = try storage { () throws(EventStoreError) in try reconciler.opening(mine: mine, theirs: theirs)
             }
             var hello = Messages.Hello(
-                protocolVersion: Frame.protocolVersion, node: node.log.nodeID.description, name: node.name,
+                protocolVersion: channel.agreement.version, node: node.log.nodeID.description, name: node.name,
                 vector: mine.wire, ranges: opening.map(Messages.WireRange.init),
                 clock: node.log.options.wallClock())
+            // A node of protocol 1 gets the hello 0.4 sent; a newer one our versions too.
+            if theirHello.protocols != nil {
+                hello.protocols = Array(Frame.protocolVersions)
+                hello.capabilities = Frame.capabilities
+            }
             try listDeadLetters(in: &hello)
             try send(.hello, hello)
             if !opening.isEmpty {
@@ -247,10 +260,10 @@ final class SyncSession {
     private func readHello(peerVersion version: Int, sentAt: UInt64?) throws(SyncError) -> (
         Messages.Hello, [ULID: ULID]
     ) {
-        guard version == Frame.protocolVersion else {
+        guard Frame.protocolVersions.contains(version) else {
             throw SyncError(
                 .protocolMismatch,
-                "the peer speaks sync protocol \(version) and this node \(Frame.protocolVersion): run the same evstore version on both"
+                "the peer's preamble names sync protocol \(version), and this node speaks \(SyncSession.describe(Frame.protocolVersions)): no version in common; upgrade the older node"
             )
         }
         let hello = try Messages.decode(Messages.Hello.self, try expect(.hello).payload, frame: "hello")
@@ -265,11 +278,45 @@ final class SyncSession {
         return (hello, vector)
     }
 
+    /// Agrees on the protocol version and the capabilities from the peer's hello. The
+    /// responder picks the highest version both speak (a hello without `protocols` is a node
+    /// of protocol 1 only, served as 0.4 served it); the initiator takes the version the
+    /// responder's hello names, which must be one it speaks.
+    private func agree(_ hello: Messages.Hello, initiating: Bool) throws(SyncError) {
+        let ours = Frame.protocolVersions
+        let theirs = hello.protocols ?? [hello.protocolVersion]
+        let version: Int
+        if initiating {
+            version = hello.protocolVersion
+            guard ours.contains(version), theirs.contains(version), hello.protocols != nil || version == 1 else {
+                throw SyncError(
+                    .protocolMismatch,
+                    "the peer answered with sync protocol \(version), and this node speaks \(SyncSession.describe(ours)): upgrade the older node"
+                )
+            }
+        } else {
+            guard let common = theirs.filter(ours.contains).max() else {
+                throw SyncError(
+                    .protocolMismatch,
+                    "the peer speaks sync protocol \(SyncSession.describe(theirs)) and this node \(SyncSession.describe(ours)): no version in common; upgrade the older node"
+                )
+            }
+            version = common
+        }
+        let capabilities = version >= 2 ? Set(Frame.capabilities).intersection(hello.capabilities ?? []) : []
+        channel.agreement = Frame.Agreement(version: version, capabilities: capabilities)
+        report.protocolVersion = version
+        report.capabilities = capabilities.sorted()
+    }
+
+    /// Versions for a message: `1`, `1 to 3`; a peer's list by its bounds alone.
+    static func describe(_ versions: some Sequence<Int>) -> String {
+        guard let low = versions.min(), let high = versions.max() else { return "none" }
+        return low == high ? "\(low)" : "\(low) to \(high)"
+    }
+
     /// Checks the peer's hello; its version vector.
     private func accept(_ hello: Messages.Hello) throws(SyncError) -> [ULID: ULID] {
-        guard hello.protocolVersion == Frame.protocolVersion else {
-            throw SyncError(.protocolMismatch, "the peer's hello says protocol \(hello.protocolVersion)")
-        }
         guard let peer = ULID(hello.node) else { throw SyncError(.protocolError, "the peer's node id is not an id") }
         guard peer != node.log.nodeID else {
             throw SyncError(.sameNode, "the peer is this very node (\(peer)): check the peer's URL")
