@@ -139,7 +139,8 @@ struct HostilePeerTests {
         ])
         defer { daemon.removeFiles() }
         let peer = try ScriptedPeer(handshake: true) { _, channel in
-            try channel.connection.write(Array("EVSYNC/2\n".utf8))
+            // A version past every one this node speaks (1 to 2): no version in common.
+            try channel.connection.write(Array("EVSYNC/3\n".utf8))
             Thread.sleep(forTimeInterval: 0.2)
         }
         // Adding the peer starts its first session at once, in the background.

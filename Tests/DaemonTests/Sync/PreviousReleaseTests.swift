@@ -39,6 +39,8 @@ struct PreviousReleaseTests {
         let first = try call(new.socketPath, "sync", #"{"peer":"unix://\#(old.socketPath)"}"#)
         let firstSession = try #require((first["peers"] as? [[String: Any]])?.first)
         #expect(firstSession["error"] is NSNull, "this release's session with the previous one failed: \(first)")
+        // The previous release speaks protocol 1 only: the session ran it.
+        #expect(firstSession["protocol"] as? Int == 1, "\(firstSession)")
         #expect(firstSession["sent"] as? Int == newHeld)
         #expect(firstSession["received"] as? Int == oldHeld)
         try expectConverged(old: old.socketPath, new: new.socketPath, when: "after this release's sync")
@@ -56,6 +58,8 @@ struct PreviousReleaseTests {
         let second = try JSONSerialization.jsonObject(with: Data(output.utf8)) as? [String: Any]
         let secondSession = try #require((second?["peers"] as? [[String: Any]])?.first, "evctl printed \(output)")
         #expect(secondSession["error"] is NSNull)
+        // As responder, this release served the previous one protocol 1 (its log says so).
+        #expect(new.stderr.contains("protocol 1)"), "\(new.stderr.suffix(600))")
         let converged = try expectConverged(
             old: old.socketPath, new: new.socketPath, when: "after the previous release's sync")
         // Only what the other side lacked moved.

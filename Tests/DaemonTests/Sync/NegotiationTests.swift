@@ -1,0 +1,114 @@
+import EventStore
+import Foundation
+import Projections
+import TestSupport
+import Testing
+import UnixSocket
+
+@testable import Daemon
+
+/// Sync protocol 2: the hellos carry the versions and capabilities each side speaks, the
+/// session runs the highest both have, and a node of protocol 1 only is served as 0.4
+/// served it (PreviousReleaseTests runs the real 0.4.0 against this release).
+@Suite("Protocol negotiation")
+struct NegotiationTests {
+    /// Sends `hello` after the preamble `version`; the daemon's preamble and first frame.
+    static func open(_ daemon: DaemonProcess, preamble version: Int = 1, hello: Messages.Hello) throws -> (
+        peer: IncomingPeer, frame: Frame
+    ) {
+        let peer = try IncomingPeer(daemon)
+        try peer.channel.connection.write(Frame.preamble(version: version))
+        try peer.channel.write(Frame(kind: .hello, payload: Messages.encode(hello)))
+        _ = try peer.channel.readPreamble()
+        return (peer, try peer.channel.read())
+    }
+
+    static func hello(protocol version: Int = 1, protocols: [Int]?, capabilities: [String]? = nil) -> Messages.Hello {
+        var hello = Messages.Hello(
+            protocolVersion: version, node: IncomingPeer.node.description, name: "negotiating", vector: [:],
+            ranges: nil)
+        hello.protocols = protocols
+        hello.capabilities = capabilities
+        return hello
+    }
+
+    @Test("two nodes of this release run protocol 2, and say so in sync's answer and the log")
+    func currentNodes() throws {
+        let a = try DaemonProcess(arguments: ["--node", "a"])
+        let b = try DaemonProcess(arguments: ["--node", "b"])
+        defer {
+            a.removeFiles()
+            b.removeFiles()
+        }
+        _ = try a.client().call("append", eventsParams([#"{"entity":"job/1","kind":"status","status":"new"}"#]))
+        let result = try a.client().call("sync", #"{"peer":"unix://\#(b.socketPath)"}"#)
+        let peer = (result["peers"] as? [[String: Any]])?.first ?? [:]
+        #expect(peer["error"] is NSNull, "\(peer)")
+        #expect(peer["protocol"] as? Int == 2, "\(peer)")
+        #expect(peer["sent"] as? Int == 1)
+        #expect(a.stderr.contains("protocol 2"), "\(a.stderr.suffix(800))")
+        #expect(b.stderr.contains("protocol 2"), "\(b.stderr.suffix(800))")
+    }
+
+    @Test("a hello without versions (a node of protocol 1) gets protocol 1 and the hello 0.4 sent, without the new members")
+    func protocolOneOnly() throws {
+        let daemon = try DaemonProcess()
+        defer { daemon.removeFiles() }
+        let (peer, frame) = try NegotiationTests.open(daemon, hello: NegotiationTests.hello(protocols: nil))
+        defer { peer.close() }
+        #expect(frame.kind == .hello)
+        let hello = try Messages.decode(Messages.Hello.self, frame.payload, frame: "hello")
+        #expect(hello.protocolVersion == 1)
+        let text = String(decoding: frame.payload, as: UTF8.self)
+        #expect(!text.contains("protocols") && !text.contains("capabilities"), "\(text)")
+    }
+
+    @Test("a peer speaking 1 to 3 with a capability this node lacks: the session runs 2, with no capability")
+    func highestInCommon() throws {
+        let daemon = try DaemonProcess()
+        defer { daemon.removeFiles() }
+        let (peer, frame) = try NegotiationTests.open(
+            daemon, hello: NegotiationTests.hello(protocols: [1, 2, 3], capabilities: ["teleport"]))
+        defer { peer.close() }
+        let hello = try Messages.decode(Messages.Hello.self, frame.payload, frame: "hello")
+        #expect(hello.protocolVersion == 2)
+        #expect(hello.protocols == Array(Frame.protocolVersions))
+        #expect(hello.capabilities == Frame.capabilities)
+    }
+
+    @Test(
+        "no version in common: a preamble of protocol 3, or a hello of 3 and 4 only, ends with protocol_mismatch naming both sides' versions"
+    )
+    func noVersionInCommon() throws {
+        let daemon = try DaemonProcess()
+        defer { daemon.removeFiles() }
+        // A preamble of 3: refused once the hello is read.
+        let third = try IncomingPeer(daemon)
+        defer { third.close() }
+        try third.channel.connection.write(Frame.preamble(version: 3))
+        try third.channel.write(
+            Frame(kind: .hello, payload: Messages.encode(NegotiationTests.hello(protocol: 3, protocols: [3]))))
+        _ = try third.channel.readPreamble()
+        let refused = try third.failure()
+        #expect(refused.reason == "protocol_mismatch", "\(refused)")
+        #expect(refused.message.contains("1 to 2"), "\(refused.message)")
+
+        let (later, frame) = try NegotiationTests.open(
+            daemon, hello: NegotiationTests.hello(protocol: 1, protocols: [3, 4]))
+        defer { later.close() }
+        #expect(frame.kind == .error)
+        let failure = try Messages.decode(Messages.Failure.self, frame.payload, frame: "error")
+        #expect(failure.reason == "protocol_mismatch", "\(failure)")
+        #expect(failure.message.contains("3 to 4") && failure.message.contains("1 to 2"), "\(failure.message)")
+        _ = try daemon.client().call("status")
+    }
+
+    @Test("every frame kind of protocol 1 is allowed from the start; the table names a limit for each")
+    func frameTable() {
+        for kind in [Frame.Kind.hello, .reconcile, .batch, .ack, .done, .error] {
+            #expect(Frame.Agreement.first.allows(kind))
+            #expect(kind.maxPayloadBytes > 0 && kind.maxPayloadBytes <= Frame.maxPayloadBytes)
+        }
+        #expect(Frame.Agreement(version: 2, capabilities: []).allows(.batch))
+    }
+}
