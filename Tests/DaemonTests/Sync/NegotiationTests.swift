@@ -47,6 +47,10 @@ struct NegotiationTests {
         #expect(peer["protocol"] as? Int == 2, "\(peer)")
         #expect(peer["sent"] as? Int == 1)
         #expect(a.stderr.contains("protocol 2"), "\(a.stderr.suffix(800))")
+        // The responder logs its side once its session thread is done, maybe after the
+        // initiator's answer.
+        let deadline = Date().addingTimeInterval(10)
+        while !b.stderr.contains("protocol 2"), Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
         #expect(b.stderr.contains("protocol 2"), "\(b.stderr.suffix(800))")
     }
 

@@ -59,6 +59,9 @@ struct PreviousReleaseTests {
         let secondSession = try #require((second?["peers"] as? [[String: Any]])?.first, "evctl printed \(output)")
         #expect(secondSession["error"] is NSNull)
         // As responder, this release served the previous one protocol 1 (its log says so).
+        // (logged once the session's thread is done, maybe after the initiator's answer)
+        let logged = Date().addingTimeInterval(10)
+        while !new.stderr.contains("protocol 1)"), Date() < logged { Thread.sleep(forTimeInterval: 0.05) }
         #expect(new.stderr.contains("protocol 1)"), "\(new.stderr.suffix(600))")
         let converged = try expectConverged(
             old: old.socketPath, new: new.socketPath, when: "after the previous release's sync")
