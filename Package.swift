@@ -33,8 +33,9 @@ let package = Package(
             pkgConfig: "libnats",
             providers: [.apt(["libnats-dev"])]
         ),
-        // libcrypto's Ed25519, to derive an NKey's public key from its seed (libnats links
-        // libcrypto already, so this adds no library at run time).
+        // libcrypto: Ed25519, to derive an NKey's public key from its seed (libnats links
+        // libcrypto already), and SHA-256 for the store's content hashes, which sync
+        // compares to find events held with other content under one id.
         .systemLibrary(
             name: "CCrypto",
             pkgConfig: "libcrypto",
@@ -43,7 +44,7 @@ let package = Package(
         .target(name: "Projections"),
         .target(
             name: "EventStore",
-            dependencies: ["CLMDB", "CZstd", "Projections"]
+            dependencies: ["CLMDB", "CZstd", "CCrypto", "Projections"]
         ),
         // Unix stream sockets (and the route netlink socket): the only place the daemon and
         // the CLI touch socket syscalls.

@@ -1,5 +1,6 @@
 #ifndef EVSTORE_CCRYPTO_SHIM_H
 #define EVSTORE_CCRYPTO_SHIM_H
-/* Only Ed25519 from raw keys is used (deriving an NKey's public key from its seed). */
+/* Ed25519 from raw keys (deriving an NKey's public key from its seed) and the one-shot
+   SHA-256 digest (the store's content hashes). */
 #include <openssl/evp.h>
 #endif

@@ -170,6 +170,26 @@ extension EventLog {
         }
     }
 
+    /// The content hash of each held event among `ids`, in the order given (ids not held
+    /// are left out): the first 16 bytes of the SHA-256 of its canonical JSON without the
+    /// id, as it is stored and replicated, in lowercase hex. Two nodes holding the same event
+    /// hold the same bytes, so a different hash under one id is a different event.
+    public func contentHashes(ids: [ULID]) throws(EventStoreError) -> [(id: ULID, hash: String)] {
+        try reading { txn in
+            var out: [(id: ULID, hash: String)] = []
+            for id in ids {
+                guard let value = try txn.get(tables.events, id.bytes) else { continue }
+                out.append((id, EventLog.contentHash(try payload(of: value, txn: txn))))
+            }
+            return out
+        }
+    }
+
+    /// The content hash of an event's stored form (see `contentHashes(ids:)`).
+    public static func contentHash(_ storedJSON: [UInt8]) -> String {
+        SHA256.hexString(Array(SHA256.digest(storedJSON).prefix(16)))
+    }
+
     // MARK: Peers
 
     /// Every entry of the peers table (replication's own records), by key.
