@@ -402,6 +402,7 @@ final class Daemon: Sendable {
                 old.syncReconcileMaxBytes = fresh.syncReconcileMaxBytes
                 old.syncReconcileMaxIDs = fresh.syncReconcileMaxIDs
                 old.syncSessionMaxDeadLetters = fresh.syncSessionMaxDeadLetters
+                old.syncVerifyEvents = fresh.syncVerifyEvents
                 old.sshCommand = fresh.sshCommand
                 old.maxLineBytes = fresh.maxLineBytes
                 old.watchQueueEvents = fresh.watchQueueEvents

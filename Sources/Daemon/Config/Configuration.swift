@@ -48,6 +48,8 @@ struct Configuration: Equatable, Sendable {
     var syncReconcileMaxBytes = 256 << 20
     var syncReconcileMaxIDs = 1_000_000
     var syncSessionMaxDeadLetters = 1000
+    /// Events whose content each session checks with the peer (`SyncLimits.verifyEvents`).
+    var syncVerifyEvents = 1024
     /// The ssh client for ssh:// peers, split as a shell splits words.
     var sshCommand = "ssh"
     var maxClockSkewSeconds = 3600
@@ -156,6 +158,9 @@ struct Configuration: Equatable, Sendable {
         Option(
             key: "sync_session_max_dead_letters",
             help: "invalid events one session may add to the dead letters; then it ends (1000)"),
+        Option(
+            key: "sync_verify_events",
+            help: "events of both nodes whose content each session answered here compares; 0: none (1024)"),
         Option(key: "ssh_command", help: "the ssh client for ssh:// peers, with its options (ssh)"),
         Option(key: "max_clock_skew_s", help: "how far ahead a stored id may be and still move the clock (3600)"),
         Option(
@@ -440,6 +445,7 @@ struct Configuration: Equatable, Sendable {
         case "sync_reconcile_max_bytes": syncReconcileMaxBytes = try integer((1 << 20)...(1 << 40))
         case "sync_reconcile_max_ids": syncReconcileMaxIDs = try integer(1000...1_000_000_000)
         case "sync_session_max_dead_letters": syncSessionMaxDeadLetters = try integer(1...100_000_000)
+        case "sync_verify_events": syncVerifyEvents = try integer(0...Messages.Hello.maxChecks)
         case "ssh_command":
             guard (try? ShellWords.split(text))?.isEmpty == false else {
                 throw Invalid(

@@ -75,8 +75,12 @@ struct Frame: Equatable, Sendable {
     /// hellos agree on the rest.
     static let protocolVersion = 1
     /// The capabilities this node speaks; each names the frame kinds it adds in
-    /// `Kind.rule`. None yet.
-    static let capabilities: [String] = []
+    /// `Kind.rule`, or the members it adds to frames of protocol 2.
+    static let capabilities: [String] = [verifyCapability]
+    /// Content checks: the responder's hello carries a window of the events both sides
+    /// hold with its content hashes, the initiator's done the ones it holds otherwise
+    /// (`DivergenceLedger`). No frame kind of its own.
+    static let verifyCapability = "verify"
     /// Each side's first bytes: "EVSYNC/" and the version in decimal, then a newline.
     static func preamble(version: Int = protocolVersion) -> [UInt8] { Array("EVSYNC/\(version)\n".utf8) }
     static let preamblePrefix = Array("EVSYNC/".utf8)

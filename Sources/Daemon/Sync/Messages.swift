@@ -31,14 +31,21 @@ enum Messages {
         var protocols: [Int]? = nil
         /// The capabilities the sender speaks (with `protocols`).
         var capabilities: [String]? = nil
+        /// In the responder's hello, when the session agreed to `verify`: a window of the
+        /// events both hold, each with the responder's content hash, for the initiator to
+        /// compare with its own (the answer comes in its `done`).
+        var checks: [Check]? = nil
 
         enum CodingKeys: String, CodingKey {
             case protocolVersion = "protocol"
             case node, name, vector, ranges, clock
             case deadLetters = "dead_letters"
             case deadLettersCut = "dead_letters_cut"
-            case protocols, capabilities
+            case protocols, capabilities, checks
         }
+
+        /// Checks one hello may carry at most (about 4.5 MB).
+        static let maxChecks = 65_536
 
         /// Dead-lettered ids one hello lists at most: 100,000 ids take under 3 MB, well
         /// within the 8 MiB of a control frame.
@@ -80,6 +87,18 @@ enum Messages {
         var sent: Int
         /// Of those, the events found by reconciliation beyond the version vector.
         var reconciled: Int
+        /// In the initiator's done, when the session agreed to `verify`: the checked events
+        /// it holds with another content hash, each with its own hash (at most
+        /// `maxDivergent`; `[]` when none differ).
+        var divergent: [Check]? = nil
+
+        static let maxDivergent = 256
+    }
+
+    /// An event id and a content hash (`EventLog.contentHash`: 32 lowercase hex digits).
+    struct Check: Codable, Equatable {
+        var id: String
+        var hash: String
     }
 
     struct Failure: Codable, Equatable {

@@ -78,7 +78,8 @@ final class SyncService: Sendable {
                 reconcileRounds: configuration.syncReconcileMaxRounds,
                 reconcileBytes: configuration.syncReconcileMaxBytes,
                 reconcileIDs: configuration.syncReconcileMaxIDs,
-                deadLetters: configuration.syncSessionMaxDeadLetters)
+                deadLetters: configuration.syncSessionMaxDeadLetters,
+                verifyEvents: configuration.syncVerifyEvents)
         }
     }
 
@@ -563,7 +564,19 @@ final class SyncService: Sendable {
                 "sync with \(label): sent \(report.sent), received \(report.received) in \(milliseconds) ms (\(report.bytesSent) bytes out, \(report.bytesReceived) in, protocol \(report.protocolVersion ?? 1))"
             )
         }
+        logDivergence(report, peer: label)
         return Outcome(name: name, url: url, report: report, error: failure, milliseconds: milliseconds)
+    }
+
+    /// Events a session found held with other content on the peer: one of the two nodes
+    /// holds a forgery or a damaged event under that id.
+    private func logDivergence(_ report: SyncReport, peer: String) {
+        guard report.divergent > 0 else { return }
+        logger.warning(
+            "sync with \(peer): \(report.divergent) of the \(report.verified) events compared are held there with other content under the same id (divergent; see `evctl attention`)"
+                + (report.divergentUnkept > 0
+                    ? "; \(report.divergentUnkept) of them were not recorded: \(DivergentEvent.maxRecords) records are held already"
+                    : ""))
     }
 
     /// Refuses a session another node started on this daemon's socket: answers the
@@ -584,11 +597,19 @@ final class SyncService: Sendable {
         } catch {
             return
         }
+        drain(connection, seconds: timeout, bytes: 64 << 20)
+    }
+
+    /// Once this side has said its last (a refusal, or the error frame of a failed
+    /// session): stops writing and reads what the peer still sends until it hangs up, for
+    /// `seconds` and `bytes` at most, so the peer reads the error frame rather than a reset
+    /// (closing a socket with unread bytes in it resets the connection).
+    private func drain(_ connection: UnixConnection, seconds: Double, bytes: Int) {
         connection.shutdownWriting()
         var discard: [UInt8] = []
         var total = 0
-        let deadline = ContinuousClock.now + .seconds(timeout)
-        while total < 64 << 20, ContinuousClock.now < deadline,
+        let deadline = ContinuousClock.now + .seconds(seconds)
+        while total < bytes, ContinuousClock.now < deadline,
             let count = try? connection.read(into: &discard, count: 64 * 1024), count > 0
         {
             total += count
@@ -626,6 +647,7 @@ final class SyncService: Sendable {
             logger.info(
                 "sync from \(session.peerLabel): received \(report.received), sent \(report.sent) (\(report.bytesReceived) bytes in, \(report.bytesSent) out, protocol \(report.protocolVersion ?? 1))"
             )
+            logDivergence(report, peer: session.peerLabel)
             // A configured peer that syncs with us: what it holds is known now too.
             let at = now()
             let names = known.withLock { known in known.filter { $0.value.node == report.peerNode }.map(\.key) }
@@ -634,6 +656,11 @@ final class SyncService: Sendable {
             }
         } catch {
             logger.warning("sync from \(session.peerLabel.isEmpty ? "a peer" : session.peerLabel) failed: \(error)")
+            // A peer of another version may still be sending its hello; one that goes on
+            // with a refused frame is not read for long.
+            if error.reason != .closed && error.reason != .timeout {
+                drain(connection, seconds: min(settings.timeout, 5), bytes: 1 << 20)
+            }
         }
     }
 

@@ -12,6 +12,8 @@ struct SyncNode: Sendable {
     let ingest: @Sendable ([ReplicatedEvent], IngestPeer, Int) throws(EventStoreError) -> IngestResult
     /// Stores (nil: deletes) entries of the peers table: peer records and sync state.
     let storePeerEntries: @Sendable ([PeerEntry]) throws(EventStoreError) -> Void
+    /// The windows of content checks per peer, shared by the node's sessions.
+    let divergence = DivergenceLedger()
 
     init(
         log: EventLog, name: String?,
@@ -64,6 +66,9 @@ struct SyncLimits: Equatable, Sendable {
     var reconcileIDs = 1_000_000
     /// Dead letters one session may add (`sync_session_max_dead_letters`).
     var deadLetters = 1000
+    /// Events whose content the responder checks with the initiator per session
+    /// (`sync_verify_events`; 0: none).
+    var verifyEvents = 1024
 }
 
 /// What one session moved.
@@ -90,6 +95,12 @@ struct SyncReport: Sendable, Equatable {
     /// hellos were exchanged (nil before).
     var protocolVersion: Int?
     var capabilities: [String] = []
+    /// Events whose content was compared with the peer's (`verify`), and those found held
+    /// with other content there (recorded or recorded already).
+    var verified = 0
+    var divergent = 0
+    /// Divergent events found that could not be recorded: the records were full.
+    var divergentUnkept = 0
 }
 
 /// One sync session over a frame channel, from either end.
@@ -122,6 +133,11 @@ final class SyncSession {
     /// The peer's reconcile frames so far, and their bytes.
     private var reconcileRounds = 0
     private var reconcileBytes = 0
+    /// The responder's content checks in its hello, by id (with the origin and this node's
+    /// hash), and the window to keep once the initiator has answered in its done.
+    private var checksSent: (events: [ULID: (origin: ULID, hash: String)], next: DivergenceLedger.Window)?
+    /// The initiator's answer to the responder's checks, for its done.
+    private var divergentReply: [Messages.Check]?
 
     /// The session's clock starts now: it must be over `limits.sessionSeconds` later.
     init(node: SyncNode, channel: FrameChannel, peerLabel: String, limits: SyncLimits = SyncLimits()) {
@@ -154,6 +170,7 @@ final class SyncSession {
             }
             let (hello, theirs) = try readHello(peerVersion: try channel.readPreamble(), sentAt: sentAt)
             try agree(hello, initiating: true)
+            if channel.agreement.capabilities.contains(Frame.verifyCapability) { try answerChecks(hello.checks) }
             var reconciler = Reconciler(source: node.log, maxIDs: limits.reconcileIDs)
             var incoming = try (hello.ranges ?? []).map { (range) throws(SyncError) in try range.decoded() }
             while !incoming.isEmpty {
@@ -191,6 +208,9 @@ final class SyncSession {
             if theirHello.protocols != nil {
                 hello.protocols = Array(Frame.protocolVersions)
                 hello.capabilities = Frame.capabilities
+            }
+            if channel.agreement.capabilities.contains(Frame.verifyCapability) {
+                hello.checks = try checks(mine: mine, theirs: theirs)
             }
             try listDeadLetters(in: &hello)
             try send(.hello, hello)
@@ -436,7 +456,99 @@ final class SyncSession {
             try readAck()
             inFlight -= 1
         }
-        try send(.done, Messages.Done(sent: report.sent, reconciled: report.reconciledSent))
+        try send(
+            .done, Messages.Done(sent: report.sent, reconciled: report.reconciledSent, divergent: divergentReply))
+    }
+
+    // MARK: Content checks (`verify`)
+
+    /// The responder's checks for its hello: a window of the events both nodes hold, with
+    /// this node's content hashes (`DivergenceLedger.window`).
+    private func checks(mine: [ULID: ULID], theirs: [ULID: ULID]) throws(SyncError) -> [Messages.Check] {
+        guard let peer = report.peerNode else { return [] }
+        let (window, next) = try storage { () throws(EventStoreError) in
+            try node.divergence.window(
+                for: peer, mine: mine, theirs: theirs, budget: limits.verifyEvents, log: node.log)
+        }
+        var events: [ULID: (origin: ULID, hash: String)] = [:]
+        var out: [Messages.Check] = []
+        for (origin, ids) in window {
+            for (id, hash) in try storage({ () throws(EventStoreError) in try node.log.contentHashes(ids: ids) }) {
+                events[id] = (origin, hash)
+                out.append(Messages.Check(id: id.description, hash: hash))
+            }
+        }
+        checksSent = (events, next)
+        report.verified = out.count
+        return out
+    }
+
+    /// The initiator compares the responder's checks with what it holds: each event held
+    /// here with another hash is recorded, and listed in this side's done for the peer.
+    private func answerChecks(_ checks: [Messages.Check]?) throws(SyncError) {
+        guard let checks else { return }
+        guard checks.count <= Messages.Hello.maxChecks else {
+            throw SyncError(
+                .protocolError,
+                "the peer's hello carries \(checks.count) content checks; at most \(Messages.Hello.maxChecks) are allowed"
+            )
+        }
+        var theirs: [ULID: String] = [:]
+        for check in checks {
+            guard let id = ULID(check.id), DivergentEvent.isHash(check.hash) else {
+                throw SyncError(.protocolError, "the peer's content checks hold something that is not an id and a hash")
+            }
+            theirs[id] = check.hash
+        }
+        let ours = try storage { () throws(EventStoreError) in try node.log.contentHashes(ids: Array(theirs.keys)) }
+        report.verified = ours.count
+        var found: [DivergentEvent] = []
+        var reply: [Messages.Check] = []
+        for (id, hash) in ours.sorted(by: { $0.id < $1.id }) where theirs[id] != hash {
+            guard let event = try storage({ () throws(EventStoreError) in try node.log.event(id) }) else { continue }
+            found.append(divergent(id, origin: event.origin, here: hash, there: theirs[id]!))
+            if reply.count < Messages.Done.maxDivergent { reply.append(Messages.Check(id: id.description, hash: hash)) }
+        }
+        divergentReply = reply
+        try keep(found)
+    }
+
+    /// The responder takes the initiator's answer to its checks: the events listed that it
+    /// checked with another hash are recorded; the next session checks the next window.
+    private func takeDivergent(_ listed: [Messages.Check]?) throws(SyncError) {
+        guard let (events, next) = checksSent else { return }
+        let listed = listed ?? []
+        guard listed.count <= Messages.Done.maxDivergent else {
+            throw SyncError(
+                .protocolError,
+                "the peer's done lists \(listed.count) divergent events; at most \(Messages.Done.maxDivergent) are allowed"
+            )
+        }
+        var found: [DivergentEvent] = []
+        for check in listed {
+            guard let id = ULID(check.id), DivergentEvent.isHash(check.hash) else {
+                throw SyncError(
+                    .protocolError, "the peer's divergent events hold something that is not an id and a hash")
+            }
+            // Only what this side asked about, and truly different.
+            guard let ours = events[id], ours.hash != check.hash else { continue }
+            found.append(divergent(id, origin: ours.origin, here: ours.hash, there: check.hash))
+        }
+        try keep(found)
+        if let peer = report.peerNode { node.divergence.advance(peer, to: next) }
+    }
+
+    private func divergent(_ id: ULID, origin: ULID, here: String, there: String) -> DivergentEvent {
+        DivergentEvent(
+            id: id, origin: origin, peer: peerLabel, peerNode: report.peerNode, here: here, there: there,
+            detectedAt: node.log.options.wallClock())
+    }
+
+    private func keep(_ found: [DivergentEvent]) throws(SyncError) {
+        guard !found.isEmpty else { return }
+        report.divergent += found.count
+        let (_, unkept) = try storage { () throws(EventStoreError) in try DivergenceLedger.record(found, node: node) }
+        report.divergentUnkept += unkept
     }
 
     private func readAck() throws(SyncError) {
@@ -490,6 +602,7 @@ final class SyncSession {
             case .done:
                 let done = try Messages.decode(Messages.Done.self, frame.payload, frame: "done")
                 report.reconciledReceived = done.reconciled
+                try takeDivergent(done.divergent)
                 return
             default:
                 throw SyncError(.protocolError, "the peer sent a \(frame.kind) frame where a batch or done belongs")

@@ -1,0 +1,155 @@
+import EventStore
+import FoundationEssentials
+import Projections
+import Synchronization
+
+/// An event this node holds with other content than a peer holds under the same id: one of
+/// the two is a forgery (a hostile node handed it on under a real event's id) or damaged.
+/// Range fingerprints cover ids only, so two such nodes would never notice; the `verify`
+/// capability of sync protocol 2 compares content hashes of a window of the events both
+/// hold each session, and each side keeps what it finds as a record in the peers table,
+/// listed by `attention` and counted in `status`, until `divergent.dismiss` removes it.
+///
+/// JSON of a record (key `divergent/<id>/<peer node>`): `{"id":…,"origin":…,"peer":…,
+/// "peer_node":…,"here":hash,"there":hash,"detected_at":ms}`.
+struct DivergentEvent: Equatable, Sendable {
+    var id: ULID
+    var origin: ULID
+    /// The peer, as named in dead letters and logs, and its node id.
+    var peer: String
+    var peerNode: ULID?
+    /// The content hashes of the event here and on the peer (`EventLog.contentHash`).
+    var here: String
+    var there: String
+    var detectedAt: UInt64
+
+    static let keyPrefix = "divergent/"
+    var key: String { "\(DivergentEvent.keyPrefix)\(id)/\(peerNode?.description ?? "-")" }
+
+    /// Records kept at most: a peer that claims every event differs fills them, and no
+    /// more; the daemon logs what it could not keep.
+    static let maxRecords = 256
+
+    func encoded() -> [UInt8] {
+        var record: [String: Any] = [
+            "id": id.description, "origin": origin.description, "peer": peer, "here": here, "there": there,
+            "detected_at": Int(clamping: detectedAt),
+        ]
+        if let peerNode { record["peer_node"] = peerNode.description }
+        return JSONTree.encode(record) ?? []
+    }
+
+    init(id: ULID, origin: ULID, peer: String, peerNode: ULID?, here: String, there: String, detectedAt: UInt64) {
+        self.id = id
+        self.origin = origin
+        self.peer = peer
+        self.peerNode = peerNode
+        self.here = here
+        self.there = there
+        self.detectedAt = detectedAt
+    }
+
+    /// nil for a record that does not decode.
+    init?(decoding bytes: [UInt8]) {
+        guard let object = try? JSONTree.parse(bytes) as? [String: Any],
+            let id = (object["id"] as? String).flatMap(ULID.init),
+            let origin = (object["origin"] as? String).flatMap(ULID.init),
+            let here = object["here"] as? String, let there = object["there"] as? String
+        else { return nil }
+        self.init(
+            id: id, origin: origin, peer: object["peer"] as? String ?? "",
+            peerNode: (object["peer_node"] as? String).flatMap(ULID.init),
+            here: here, there: there, detectedAt: UInt64(max(0, object["detected_at"] as? Int ?? 0)))
+    }
+
+    /// Whether `text` is a content hash as the wire carries it: 32 lowercase hex digits.
+    static func isHash(_ text: String) -> Bool {
+        text.utf8.count == 32 && text.utf8.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }
+    }
+}
+
+/// What this node verifies with each peer and what it found: the window of events the next
+/// session with a peer checks, per origin, and the divergent events recorded.
+final class DivergenceLedger: Sendable {
+    /// Per peer node, per origin, the last id the previous window checked; the next window
+    /// starts after it and wraps to the origin's first id at the end of what both hold.
+    /// In memory: after a restart the windows start from the first ids again.
+    private let cursors = Mutex<[ULID: Window]>([:])
+    /// Peers whose windows are kept at most (more, and all start again).
+    static let maxPeers = 1024
+
+    struct Window: Sendable {
+        var after: [ULID: ULID] = [:]
+        /// The origin, in order, the next window begins with, so that with more origins than
+        /// the budget covers each gets its turn.
+        var firstOrigin = 0
+    }
+
+    /// The events to check with `peer` this session: per origin both vectors hold, up to
+    /// about `budget` ids in all of the ids both cover (through the smaller vector entry),
+    /// after the previous window's. Returns them and the window to keep once the peer has
+    /// answered.
+    func window(
+        for peer: ULID, mine: [ULID: ULID], theirs: [ULID: ULID], budget: Int, log: EventLog
+    ) throws(EventStoreError) -> (ids: [(origin: ULID, ids: [ULID])], next: Window) {
+        let origins = mine.keys.filter { theirs[$0] != nil }.sorted()
+        var window = cursors.withLock { $0[peer] } ?? Window()
+        guard budget > 0, !origins.isEmpty else { return ([], window) }
+        let share = max(16, budget / origins.count)
+        var out: [(origin: ULID, ids: [ULID])] = []
+        var total = 0
+        var index = window.firstOrigin % origins.count
+        for _ in 0..<origins.count where total < budget {
+            let origin = origins[index]
+            index = (index + 1) % origins.count
+            let through = min(mine[origin]!, theirs[origin]!)
+            let after = window.after[origin]
+            let limit = min(share, budget - total)
+            var ids = try log.eventIDs(ofOrigin: origin, after: after, limit: limit)
+            let reachedEnd = ids.count < limit || ids.last.map { $0 >= through } == true
+            ids = ids.filter { $0 <= through }
+            if reachedEnd {
+                window.after[origin] = nil
+            } else if let last = ids.last {
+                window.after[origin] = last
+            }
+            total += ids.count
+            if !ids.isEmpty { out.append((origin, ids)) }
+        }
+        window.firstOrigin = index
+        return (out, window)
+    }
+
+    /// Keeps the window the session with `peer` checked, for the next one.
+    func advance(_ peer: ULID, to window: Window) {
+        cursors.withLock { cursors in
+            if cursors[peer] == nil, cursors.count >= DivergenceLedger.maxPeers { cursors.removeAll() }
+            cursors[peer] = window
+        }
+    }
+
+    /// Every divergent event recorded, in key order.
+    static func records(_ log: EventLog) throws(EventStoreError) -> [DivergentEvent] {
+        try log.peerEntries().filter { $0.key.hasPrefix(DivergentEvent.keyPrefix) }.compactMap {
+            DivergentEvent(decoding: $0.value)
+        }
+    }
+
+    /// Stores the records of `found` not stored already, while fewer than `maxRecords` are;
+    /// returns how many were new and how many could not be kept.
+    static func record(_ found: [DivergentEvent], node: SyncNode) throws(EventStoreError) -> (new: Int, unkept: Int) {
+        guard !found.isEmpty else { return (0, 0) }
+        let held = Set(try node.log.peerEntries().map(\.key).filter { $0.hasPrefix(DivergentEvent.keyPrefix) })
+        var entries: [PeerEntry] = []
+        var unkept = 0
+        for record in found where !held.contains(record.key) && !entries.contains(where: { $0.key == record.key }) {
+            if held.count + entries.count >= DivergentEvent.maxRecords {
+                unkept += 1
+            } else {
+                entries.append(PeerEntry(key: record.key, value: record.encoded()))
+            }
+        }
+        if !entries.isEmpty { try node.storePeerEntries(entries) }
+        return (entries.count, unkept)
+    }
+}
