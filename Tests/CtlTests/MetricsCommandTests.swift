@@ -118,6 +118,7 @@ struct MetricsCommandTests {
             ("evstore_received_events_total", number(appends, "received_total")),
             ("evstore_conflicted_entities", number(attention, "conflicts")),
             ("evstore_dead_letters", number(attention, "dead_letters")),
+            ("evstore_divergent_events", number(attention, "divergent")),
             ("evstore_failing_peers", number(attention, "failing_peers")),
             ("evstore_peers", 0),
             ("evstore_max_clock_skew_seconds", number(clock, "max_skew_ms").map { $0 / 1000 }),

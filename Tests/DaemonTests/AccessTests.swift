@@ -407,7 +407,8 @@ struct AccessTests {
         let outsider = try sync(url(asUser(nobody, gid: 65533)))
         let outsiderError = outsider["error"] as? [String: Any]
         #expect(outsiderError?["reason"] as? String == "auth", "\(outsider)")
-        #expect((outsiderError?["message"] as? String ?? "").contains("no access"), "\(outsider)")
+        let outsiderMessage = outsiderError?["message"] as? String ?? ""
+        #expect(outsiderMessage.contains("no access"), "\(outsider)")
         #expect(outsider["received"] as? Int == 0 && outsider["sent"] as? Int == 0)
 
         let converged = try sync(url(asUser(nobody, gid: nobody, groups: [writeGroup])))

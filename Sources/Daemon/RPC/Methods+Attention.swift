@@ -109,7 +109,7 @@ extension Methods {
     /// One cursor pages through the conflicted entities, then the dead letters (`c:ENTITY`
     /// or `d:KEY`, opaque to clients): at most `limit` of them together, and the page ends
     /// early, with `next`, once its items reach `max_page_bytes` (one item at least). The
-    /// failing and terminal peers, few, are on every page whole.
+    /// divergent events and the failing and terminal peers, few, are on every page whole.
     func attention(_ request: Request) throws -> [UInt8] {
         let params = try Params(request.params, method: "attention", accepts: ["limit", "after"])
         let limit = try params.int("limit", in: 1...10_000) ?? 100
@@ -165,6 +165,11 @@ extension Methods {
         out.beginArray()
         for letter in letters { Methods.write(letter, to: &out) }
         out.endArray()
+        // Few (at most `DivergentEvent.maxRecords`): on every page whole, as the peers.
+        out.key("divergent")
+        out.beginArray()
+        for record in try DivergenceLedger.records(log) { Methods.write(record, to: &out) }
+        out.endArray()
         out.key("peers")
         out.beginArray()
         for standing in sync.standings() where standing.schedule.needsAttention {
@@ -195,6 +200,49 @@ extension Methods {
         out.endArray()
         out.member("status", summary.status)
         out.endObject()
+    }
+
+    /// A divergent event as `attention` lists it.
+    static func write(_ record: DivergentEvent, to out: inout JSONWriter) {
+        out.beginObject()
+        out.member("id", record.id.description)
+        out.member("origin", record.origin.description)
+        out.member("peer", record.peer)
+        out.member("peer_node", record.peerNode?.description)
+        out.member("here", record.here)
+        out.member("there", record.there)
+        out.member("detected_at", Int(clamping: record.detectedAt))
+        out.endObject()
+    }
+
+    /// `divergent.dismiss`: removes the records of the divergent events named (every peer's),
+    /// once a person has dealt with them; answers how many records went. A later session
+    /// that finds the same difference records it again.
+    func dismissDivergent(_ request: Request) throws -> [UInt8] {
+        let params = try Params(request.params, method: "divergent.dismiss", accepts: ["ids"])
+        guard let elements = try params.array("ids"), !elements.isEmpty, elements.count <= DivergentEvent.maxRecords
+        else {
+            throw RPCError.invalidParams(
+                "divergent.dismiss takes \"ids\": 1 to \(DivergentEvent.maxRecords) event ids, as `attention` lists them"
+            )
+        }
+        var ids = Set<ULID>()
+        for element in elements {
+            var scanner = JSONScanner(element)
+            guard element.first == UInt8(ascii: "\""), let text = try? scanner.readString(), let id = ULID(text) else {
+                throw RPCError.invalidParams(
+                    "\"ids\" holds \(String(decoding: element.prefix(40), as: UTF8.self)), which is not an event id (26 characters of Crockford base32)"
+                )
+            }
+            ids.insert(id)
+        }
+        let gone = try DivergenceLedger.records(log).filter { ids.contains($0.id) }
+        if !gone.isEmpty { try writer.storePeerEntries(gone.map { PeerEntry(key: $0.key, value: nil) }) }
+        var out = JSONWriter()
+        out.beginObject()
+        out.member("dismissed", gone.count)
+        out.endObject()
+        return out.bytes
     }
 
     /// A dead letter as `dead_letters` and `attention` list it.

@@ -43,6 +43,9 @@ extension Methods {
             out.member("skipped", outcome.report.skipped)
             out.member("dead_letters", outcome.report.deadLettered)
             out.member("reconciled", outcome.report.reconciledSent + outcome.report.reconciledReceived)
+            // Events whose content was compared with the peer's, and those it holds otherwise.
+            out.member("verified", outcome.report.verified)
+            out.member("divergent", outcome.report.divergent)
             out.member("bytes_sent", outcome.report.bytesSent)
             out.member("bytes_received", outcome.report.bytesReceived)
             out.member("duration_ms", outcome.milliseconds)

@@ -8,7 +8,7 @@ struct Methods: Sendable {
     static let names = [
         "append", "get", "list", "log", "watch", "status", "types", "conflicts", "dead_letters", "rebuild", "backup",
         "sync", "peers.add", "peers.remove", "peers.list", "import", "dead_letters.retry", "dead_letters.drop",
-        "attention", "peers.show", "consumers.list", "consumers.ack", "consumers.remove",
+        "divergent.dismiss", "attention", "peers.show", "consumers.list", "consumers.ack", "consumers.remove",
     ]
 
     /// The most events one `import` request may carry (`evctl import` sends 1000).
@@ -48,6 +48,7 @@ struct Methods: Sendable {
             case "dead_letters": return try deadLetters(request)
             case "dead_letters.retry": return try retryDeadLetters(request)
             case "dead_letters.drop": return try dropDeadLetters(request)
+            case "divergent.dismiss": return try dismissDivergent(request)
             case "rebuild": return try rebuild(request)
             case "backup": return try backup(request)
             case "sync": return try syncNow(request, level: level)
@@ -247,6 +248,7 @@ struct Methods: Sendable {
         out.beginObject()
         out.member("conflicts", statistics.conflicts)
         out.member("dead_letters", statistics.deadLetters)
+        out.member("divergent", try DivergenceLedger.records(log).count)
         let peers = sync.status()
         out.member("failing_peers", peers.filter(\.schedule.needsAttention).count)
         out.endObject()

@@ -55,6 +55,7 @@ enum MethodAccess {
         // Store or remove what peers sent, as a sync session does.
         "dead_letters.retry": .write,
         "dead_letters.drop": .write,
+        "divergent.dismiss": .write,
         // Moving a consumer another process reads would make it skip events.
         "consumers.ack": .write,
         "consumers.remove": .write,

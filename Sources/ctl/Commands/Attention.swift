@@ -1,22 +1,33 @@
 import Arguments
 
-/// `evctl attention`: everything `evctl status` counts under "needs attention", listed.
+/// `evctl attention [dismiss ID...]`: everything `evctl status` counts under "needs
+/// attention", listed; divergent events dismissed once dealt with.
 struct Attention: Command {
     static var configuration: CommandConfiguration {
         CommandConfiguration(
             name: "attention",
-            abstract: "List what needs attention: conflicts, dead letters, failing and terminal peers.",
+            abstract:
+                "List what needs attention: conflicts, dead letters, divergent events, failing and terminal peers.",
             discussion: """
                 The entities in conflict (settle them with `evctl resolve`), the events from \
-                peers that failed validation (`evctl dead-letters` shows them whole), and the \
-                peers whose syncs keep failing or cannot succeed, with their last error and \
-                since when. These are what `evctl status` counts under needs attention.
+                peers that failed validation (`evctl dead-letters` shows them whole), the \
+                events a peer holds with other content under the same id (divergent: one of \
+                the two nodes holds a forgery or a damaged event), and the peers whose syncs \
+                keep failing or cannot succeed, with their last error and since when. These are \
+                what `evctl status` counts under needs attention.
+
+                dismiss ID... removes the records of divergent events once you have dealt with \
+                them (a later sync that finds the same difference records it again).
 
                 Exits with 0 when nothing needs attention and 1 when something does, so a \
                 script or a monitoring check can act on it; --json prints the daemon's \
                 answer (every page merged with --all).
                 """,
             arguments: [
+                .positional(
+                    "ACTION", optional: true, completion: .words(["dismiss"]),
+                    help: "dismiss: remove the records of the divergent events named; none: list."),
+                .positional("ID", optional: true, repeating: true, help: "The event ID of a divergent event."),
                 .option("limit", value: "N", help: "At most N conflicts and dead letters per page (1-10000)."),
                 .option("after", value: "CURSOR", help: "Start after this cursor (the `next` of a previous page)."),
                 .flag("all", help: "Read every page, not only the first."),
@@ -27,21 +38,58 @@ struct Attention: Command {
     var limit: Int?
     var after: String?
     var all: Bool
+    var dismiss: Bool
+    var ids: [String]
 
     init(_ arguments: ParsedArguments) throws {
         global = GlobalOptions(arguments)
         limit = try arguments.integer("limit", in: 1...10000)
         after = arguments["after"]
         all = arguments.flag("all")
+        ids = arguments.values("ID")
+        dismiss = false
+        if let word = arguments["ACTION"] {
+            guard word == "dismiss" else {
+                throw UsageError("'\(word)' is not an action: dismiss (or nothing, to list)")
+            }
+            dismiss = true
+        }
+    }
+
+    func validate() throws {
+        if dismiss {
+            if ids.isEmpty { throw UsageError("dismiss takes the event ids of divergent events") }
+            if limit != nil || after != nil || all {
+                throw UsageError("--limit, --after and --all go with the listing")
+            }
+        } else if !ids.isEmpty {
+            throw UsageError("ids go after dismiss")
+        }
     }
 
     func run() throws {
         let connection = try global.connect()
+        if dismiss {
+            var params = JSONObjectWriter()
+            params.add("ids", json: RawJSON.array(ids.map { DeadLetters.quoted($0) }))
+            let reply = try connection.call("divergent.dismiss", params)
+            var output = StandardOutput()
+            if global.json {
+                output.line(bytes: reply.resultBytes)
+            } else {
+                let count = (reply.result as? [String: Any])?["dismissed"] as? Int ?? 0
+                output.line("dismissed \(count) divergent-event record" + (count == 1 ? "" : "s"))
+            }
+            output.flush()
+            return
+        }
         var conflicts: [[String: Any]] = []
         var letters: [[String: Any]] = []
+        var divergent: [[String: Any]] = []
         var peers: [[String: Any]] = []
         var rawConflicts: [[UInt8]] = []
         var rawLetters: [[UInt8]] = []
+        var rawDivergent: [UInt8] = Array("[]".utf8)
         var rawPeers: [UInt8] = Array("[]".utf8)
         var cursor = after
         var next: String?
@@ -54,6 +102,8 @@ struct Attention: Command {
             conflicts += result["conflicts"] as? [[String: Any]] ?? []
             letters += result["dead_letters"] as? [[String: Any]] ?? []
             peers = result["peers"] as? [[String: Any]] ?? []
+            divergent = result["divergent"] as? [[String: Any]] ?? []
+            rawDivergent = RawJSON.member("divergent", of: reply.resultBytes) ?? rawDivergent
             rawConflicts += RawJSON.member("conflicts", of: reply.resultBytes).flatMap(RawJSON.elements(of:)) ?? []
             rawLetters += RawJSON.member("dead_letters", of: reply.resultBytes).flatMap(RawJSON.elements(of:)) ?? []
             rawPeers = RawJSON.member("peers", of: reply.resultBytes) ?? rawPeers
@@ -66,21 +116,28 @@ struct Attention: Command {
             var object = JSONObjectWriter()
             object.add("conflicts", json: RawJSON.array(rawConflicts))
             object.add("dead_letters", json: RawJSON.array(rawLetters))
+            object.add("divergent", json: rawDivergent)
             object.add("peers", json: rawPeers)
             if let next { object.add("next", next) } else { object.add("next", json: Array("null".utf8)) }
             output.line(bytes: object.bytes)
         } else {
-            for line in Attention.lines(conflicts: conflicts, letters: letters, peers: peers) { output.line(line) }
+            for line in Attention.lines(conflicts: conflicts, letters: letters, divergent: divergent, peers: peers) {
+                output.line(line)
+            }
         }
         output.flush()
         if !global.json { Pages.hintMore(next) }
-        if !(conflicts.isEmpty && letters.isEmpty && peers.isEmpty) {
+        if !(conflicts.isEmpty && letters.isEmpty && divergent.isEmpty && peers.isEmpty) {
             throw CommandFailure(exitCode: ExitStatus.failed, nil)
         }
     }
 
-    static func lines(conflicts: [[String: Any]], letters: [[String: Any]], peers: [[String: Any]]) -> [String] {
-        guard !(conflicts.isEmpty && letters.isEmpty && peers.isEmpty) else { return ["nothing needs attention"] }
+    static func lines(
+        conflicts: [[String: Any]], letters: [[String: Any]], divergent: [[String: Any]] = [], peers: [[String: Any]]
+    ) -> [String] {
+        guard !(conflicts.isEmpty && letters.isEmpty && divergent.isEmpty && peers.isEmpty) else {
+            return ["nothing needs attention"]
+        }
         var lines: [String] = []
         if !conflicts.isEmpty {
             lines.append("conflicts (settle with `evctl resolve ENTITY NAME=VALUE`; `evctl get ENTITY` shows them):")
@@ -99,6 +156,19 @@ struct Attention: Command {
                         "  " + (item["id"].map(RawJSON.display) ?? "-"),
                         "from " + (item["peer"].map(RawJSON.display) ?? "-"),
                         item["reason"].map(RawJSON.display) ?? "-",
+                    ]
+                })
+        }
+        if !divergent.isEmpty {
+            lines.append(
+                "divergent events (a peer holds other content under the same id: a forgery or a damaged event; `evctl attention dismiss ID` once dealt with):"
+            )
+            lines += Format.table(
+                divergent.map { item in
+                    [
+                        "  " + (item["id"] as? String ?? "?"), "origin " + (item["origin"] as? String ?? "?"),
+                        "peer " + (item["peer"] as? String ?? "?"),
+                        "here \((item["here"] as? String ?? "?").prefix(12)), there \((item["there"] as? String ?? "?").prefix(12))",
                     ]
                 })
         }

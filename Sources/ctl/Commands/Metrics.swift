@@ -126,6 +126,9 @@ struct Metrics: Command {
         gauge(
             "evstore_dead_letters", "Events received from peers that failed validation.", int(attention, "dead_letters")
         )
+        gauge(
+            "evstore_divergent_events", "Events a peer holds with other content under the same id.",
+            int(attention, "divergent"))
         gauge("evstore_failing_peers", "Peers in state failing or terminal.", int(attention, "failing_peers"))
 
         let peers = status["peers"] as? [[String: Any]] ?? []

@@ -43,6 +43,8 @@ struct Status: Command {
         var attentionWords: [String] = []
         if conflicts > 0 { attentionWords.append(Format.count(conflicts, "entity", "entities") + " in conflict") }
         if deadLetters > 0 { attentionWords.append(Format.count(deadLetters, "dead letter")) }
+        let divergent = attention["divergent"] as? Int ?? 0
+        if divergent > 0 { attentionWords.append(Format.count(divergent, "divergent event")) }
         // Failing and terminal peers count under needs attention; name them.
         let failingNames = peers.filter { ["failing", "terminal"].contains($0["state"] as? String) }
             .compactMap { $0["name"] as? String }

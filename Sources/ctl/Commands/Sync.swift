@@ -111,6 +111,10 @@ struct Sync: Command {
         if deadLetters > 0 { words.append(Format.count(deadLetters, "dead letter") + " (evctl dead-letters)") }
         let reconciled = result["reconciled"] as? Int ?? 0
         if reconciled > 0 { words.append("\(reconciled) found by reconciliation") }
+        let divergent = result["divergent"] as? Int ?? 0
+        if divergent > 0 {
+            words.append(Format.count(divergent, "event") + " held with other content there (evctl attention)")
+        }
         return [name, words.joined(separator: ", ")]
     }
 }

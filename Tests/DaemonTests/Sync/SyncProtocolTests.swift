@@ -28,6 +28,39 @@ struct SyncProtocolTests {
         #expect(Fingerprint(ids) != Fingerprint(ids.dropLast()))
     }
 
+    @Test("the byte-by-byte example in docs/sync.md: its hellos and done encode to the lengths and CRCs given")
+    func byteByByteExample() {
+        func frame(_ message: some Encodable) -> (Int, String) {
+            let payload = Messages.encode(message)
+            return (payload.count, String(CRC32C.checksum(payload), radix: 16))
+        }
+        let hq = "01M8KW1D5YHQ2P7S0C3R9T4V6B"
+        let van = "01M8KX60XQ9QZ6TBERPGCC148Z"
+        let b1 = Array(
+            #"{"by":"dispatch","entity":"job/42","fields":{"address":"12 Main St"},"kind":"edit","origin":"01M8KW1D5YHQ2P7S0C3R9T4V6B"}"#
+                .utf8)
+        var initiator = Messages.Hello(
+            protocolVersion: 1, node: van, name: "van-7",
+            vector: [hq: "01M8PFPD3QH4QX4FR84G98PBSK", van: "01M8PG52BB2R00K6AGV0VFCXEC"], ranges: nil,
+            clock: 1_796_051_831_433, deadLetters: [])
+        initiator.protocols = [1, 2]
+        initiator.capabilities = Frame.capabilities
+        #expect(frame(initiator) == (276, "12867c75"))
+        var responder = Messages.Hello(
+            protocolVersion: 2, node: hq, name: "hq", vector: [hq: "01M8PGE6TQJMRNV7E9Z0C1HT0H"],
+            ranges: [
+                Messages.WireRange(
+                    origin: hq, through: "01M8PFPD3QH4QX4FR84G98PBSK", count: 1, hash: "bf8ae7f23857c634ac7659c0fca36b24")
+            ], clock: 1_796_051_831_438, deadLetters: [])
+        responder.protocols = [1, 2]
+        responder.capabilities = Frame.capabilities
+        responder.checks = [Messages.Check(id: "01M8PFJRWZ4TFF59TDWH9EDD1R", hash: EventLog.contentHash(b1))]
+        #expect(EventLog.contentHash(b1) == "780fb6938c7b1c18cd70decc6a97e2b1")
+        #expect(frame(responder) == (446, "f4506371"))
+        #expect(frame(Messages.Done(sent: 4, reconciled: 2, divergent: [])) == (40, "a250945c"))
+        #expect(frame(Messages.Done(sent: 1, reconciled: 0)) == (25, "d9a05f5e"))
+    }
+
     /// A channel pair: what one side writes, the other reads.
     func channels(timeout: Double = 5) throws -> (FrameChannel, FrameChannel, UnixConnection) {
         let (a, b) = try UnixConnection.pair()

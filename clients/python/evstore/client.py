@@ -613,6 +613,17 @@ class Client:
         ids that name no dead letter are not counted."""
         return sum(int(self.call("dead_letters.drop", {"ids": chunk})["dropped"]) for chunk in self._id_chunks(ids))
 
+    def dismiss_divergent(self, ids: Iterable[str]) -> int:
+        """Removes the records of the named divergent events (events a peer holds with
+        other content under the same id, as ``attention`` lists them) once dealt with.
+        Returns how many records went; a later sync that finds the same difference
+        records it again."""
+        if isinstance(ids, str):
+            raise TypeError("ids is a list of event ids, not one string")
+        ids = list(ids)
+        return sum(int(self.call("divergent.dismiss", {"ids": ids[start:start + 256]})["dismissed"])
+                   for start in range(0, len(ids), 256))
+
     def _id_chunks(self, ids: Iterable[str]) -> Iterator[List[str]]:
         if isinstance(ids, str):
             raise TypeError("ids is a list of dead letter keys or event ids, not one string")
@@ -628,17 +639,19 @@ class Client:
     def attention(self, *, page_size: int = 1000) -> JSONObject:
         """Everything `status` counts under ``needs_attention``, every page read:
         ``{"conflicts": [{"entity", "fields", "status"}], "dead_letters": [as
-        dead_letters gives them], "peers": [{"name", "url", "state", "failures",
-        "last_error", "since"}]}``. Nothing needs attention when all three are empty."""
+        dead_letters gives them], "divergent": [{"id", "origin", "peer", "peer_node",
+        "here", "there", "detected_at"}], "peers": [{"name", "url", "state", "failures",
+        "last_error", "since"}]}``. Nothing needs attention when all four are empty."""
         if page_size < 1:
             raise ValueError("page_size must be at least 1")
-        merged: JSONObject = {"conflicts": [], "dead_letters": [], "peers": []}
+        merged: JSONObject = {"conflicts": [], "dead_letters": [], "divergent": [], "peers": []}
         cursor: Optional[str] = None
         while True:
             page = self.call("attention", {"limit": page_size, "after": cursor})
             merged["conflicts"] += page.get("conflicts") or []
             merged["dead_letters"] += page.get("dead_letters") or []
             merged["peers"] = page.get("peers") or []
+            merged["divergent"] = page.get("divergent") or []
             following = page.get("next")
             if not isinstance(following, str) or following == cursor:
                 return merged

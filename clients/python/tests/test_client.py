@@ -275,7 +275,7 @@ class ClientTests(DaemonTestCase):
             self.assertIsInstance(status[member], int)
         self.assertGreaterEqual(status["events"], 1)
         self.assertIsInstance(status["digest"], str)
-        self.assertEqual(set(status["needs_attention"]), {"conflicts", "dead_letters", "failing_peers"})
+        self.assertEqual(set(status["needs_attention"]), {"conflicts", "dead_letters", "divergent", "failing_peers"})
         self.assertIn("max_skew_ms", status["clock"])
         self.assertEqual(status["peers"], [])
 
@@ -463,7 +463,7 @@ class ItemSyncTests(unittest.TestCase):
 
     def test_get_sync_list_pending_for_and_attention(self) -> None:
         with evstore.connect(self.field.socket_path, timeout=TIMEOUT) as db:
-            self.assertEqual(db.attention(), {"conflicts": [], "dead_letters": [], "peers": []})
+            self.assertEqual(db.attention(), {"conflicts": [], "dead_letters": [], "divergent": [], "peers": []})
             db.add_peer("hq", "unix://" + self.hq.socket_path)
             db.add_peer("down", "unix://" + os.path.join(self.field.root, "nobody.sock"))
             db.append(Event.status("job/1", "assigned"))
@@ -492,13 +492,31 @@ class ItemSyncTests(unittest.TestCase):
             self.assertEqual(db.get("job/2", sync=True)["sync"], {"hq": "synced", "down": "failed"})
             attention = db.attention(page_size=1)
             counts = db.status()["needs_attention"]
-            self.assertEqual(counts, {"conflicts": 1, "dead_letters": 0, "failing_peers": 1})
+            self.assertEqual(counts, {"conflicts": 1, "dead_letters": 0, "divergent": 0, "failing_peers": 1})
             self.assertEqual(attention["conflicts"], [{"entity": "job/1", "fields": ["address"], "status": False}])
             self.assertEqual(len(attention["conflicts"]), counts["conflicts"])
             self.assertEqual(len(attention["dead_letters"]), counts["dead_letters"])
             self.assertEqual([p["name"] for p in attention["peers"]], ["down"])
             self.assertEqual(attention["peers"][0]["state"], "failing")
             self.assertTrue(attention["peers"][0]["since"].endswith("Z"))
+
+            # An event of this node that hq holds with other content: forged there.
+            real = db.append(Event.status("job/9", "assigned")).ids[0]
+            node = db.status()["node"]["id"]
+            with evstore.connect(self.hq.socket_path, timeout=TIMEOUT) as hq:
+                forged = {"entity": "job/9", "id": real, "kind": "status", "origin": node, "status": "done"}
+                self.assertEqual(hq.call("import", {"events": [forged]})["imported"], 1)
+            session = db.sync("hq")[0]
+            self.assertIsNone(session["error"])
+            self.assertEqual(session["divergent"], 1)
+            divergent = db.attention()["divergent"]
+            self.assertEqual([(d["id"], d["origin"]) for d in divergent], [(real, node)])
+            self.assertNotEqual(divergent[0]["here"], divergent[0]["there"])
+            self.assertEqual(db.status()["needs_attention"]["divergent"], 1)
+            with self.assertRaises(TypeError):
+                db.dismiss_divergent(real)
+            self.assertEqual(db.dismiss_divergent([real]), 1)
+            self.assertEqual(db.attention()["divergent"], [])
 
 
 class DaemonGoneTests(unittest.TestCase):
