@@ -296,9 +296,10 @@ final class Daemon: Sendable {
         let hub = WatchHub(logger: logger, limits: WatchLimits(configuration))
         let writer = Writer(log: log, hub: hub, logger: logger)
         writer.start()
+        let health = Health()
         let sync = SyncService(
             node: SyncNode(log: log, name: configuration.nodeName, writer: writer),
-            settings: SyncService.Settings(configuration), logger: logger)
+            settings: SyncService.Settings(configuration), logger: logger, health: health)
         let methods = Methods(
             log: log, node: Methods.NodeInfo(name: configuration.nodeName, dataDirectory: configuration.dataDirectory),
             startedAt: Date(), writer: writer, sync: sync, backupDirectory: configuration.backupDirectory,
@@ -320,7 +321,8 @@ final class Daemon: Sendable {
 
         servingContext.withLock { $0 = context }
         let maintenance = Maintenance(
-            log: log, writer: writer, logger: logger, systemd: systemd, durability: configuration.durability)
+            log: log, writer: writer, logger: logger, systemd: systemd, durability: configuration.durability,
+            health: health)
         maintenance.start()
         sync.start()
         #if os(Linux)
@@ -329,8 +331,14 @@ final class Daemon: Sendable {
         #endif
 
         logger.info("access: \(configuration.accessSummary)")
-        let statistics = try? log.statistics()
-        let summary = "serving \(statistics?.events ?? 0) events on \(listener.path ?? "the activated socket")"
+        let events: String
+        do {
+            events = "\(try log.statistics().events)"
+        } catch {
+            logger.error("cannot read the store's statistics: \(error)")
+            events = "an unknown number of"
+        }
+        let summary = "serving \(events) events on \(listener.path ?? "the activated socket")"
         logger.info(
             "node \(log.nodeID)\(configuration.nodeName.map { " (\($0))" } ?? ""): \(summary), data in \(configuration.dataDirectory)"
         )
@@ -346,7 +354,15 @@ final class Daemon: Sendable {
         // Maintenance stores dictionaries through the writer: it stops first.
         maintenance.stop()
         writer.stop()
-        if configuration.durability == .relaxed { try? log.sync() }
+        if configuration.durability == .relaxed {
+            do {
+                try log.sync()
+            } catch {
+                logger.error("cannot flush the store to disk at stop: \(error); the last second of appends may be lost")
+                servingContext.withLock { $0 = nil }
+                return (Evstored.Exit.ioError, WeakLog(log))
+            }
+        }
         servingContext.withLock { $0 = nil }
         return (0, WeakLog(log))
     }
@@ -486,11 +502,16 @@ final class Maintenance: Sendable {
     let logger: Logger
     let systemd: Systemd
     let durability: Configuration.Durability
+    let health: Health
     private let stopped = DispatchSemaphore(value: 0)
     private let done = DispatchSemaphore(value: 0)
 
-    init(log: EventLog, writer: Writer, logger: Logger, systemd: Systemd, durability: Configuration.Durability) {
+    init(
+        log: EventLog, writer: Writer, logger: Logger, systemd: Systemd, durability: Configuration.Durability,
+        health: Health
+    ) {
         self.log = log
+        self.health = health
         self.writer = writer
         self.logger = logger
         self.systemd = systemd
@@ -509,11 +530,28 @@ final class Maintenance: Sendable {
         done.wait()
     }
 
+    /// Whether a read of the store succeeds.
+    private func storeAnswers() -> Bool {
+        do {
+            _ = try log.statistics()
+            return true
+        } catch {
+            return false
+        }
+    }
+
     private func run() {
         let tick = min(1.0, (systemd.watchdogInterval ?? 2) / 2)
         var lastTraining = Date.distantPast
         while stopped.wait(timeout: .now() + tick) == .timedOut {
-            if durability == .relaxed { try? log.sync() }
+            if durability == .relaxed {
+                do {
+                    try log.sync()
+                } catch {
+                    logger.error("cannot flush the store to disk: \(error)")
+                    health.raise(.fsync, "cannot flush the store to disk: \(error)")
+                }
+            }
             if Date().timeIntervalSince(lastTraining) >= 5 {
                 lastTraining = Date()
                 do {
@@ -524,8 +562,8 @@ final class Maintenance: Sendable {
                     logger.warning("dictionary training failed: \(error)")
                 }
             }
-            // The watchdog hears from us only while the store answers.
-            if systemd.watchdogInterval != nil, (try? log.statistics()) != nil { systemd.watchdogPing() }
+            // The watchdog hears from us only while the store answers and its writes succeed.
+            if systemd.watchdogInterval != nil, health.isHealthy, storeAnswers() { systemd.watchdogPing() }
         }
     }
 }

@@ -252,6 +252,8 @@ struct Methods: Sendable {
         let peers = sync.status()
         out.member("failing_peers", peers.filter(\.schedule.needsAttention).count)
         out.endObject()
+        out.key("health")
+        Methods.write(sync.health.reports, to: &out)
         out.key("peers")
         out.beginArray()
         for peer in peers {
@@ -260,7 +262,7 @@ struct Methods: Sendable {
             out.member("url", peer.peer.url)
             out.member("state", peer.schedule.state.rawValue)
             out.member("last_success", peer.schedule.lastSuccess.map { EventLog.timestamp(milliseconds: $0) })
-            out.member("pending", peer.pending)
+            if let pending = peer.pending { out.member("pending", pending) } else { out.key("pending"); out.null() }
             out.member("failures", peer.schedule.failures)
             out.member("next_attempt", EventLog.timestamp(milliseconds: peer.schedule.nextAttempt))
             out.key("last_error")
@@ -291,6 +293,25 @@ struct Methods: Sendable {
         out.endObject()
         out.endObject()
         return out.bytes
+    }
+
+    /// `{"ok":bool,"problems":[{"problem","message","since","failures"}]}`: the storage
+    /// writes that failed with no client to tell (see `Health`).
+    static func write(_ reports: [Health.Report], to out: inout JSONWriter) {
+        out.beginObject()
+        out.member("ok", reports.isEmpty)
+        out.key("problems")
+        out.beginArray()
+        for report in reports {
+            out.beginObject()
+            out.member("problem", report.problem.rawValue)
+            out.member("message", report.message)
+            out.member("since", EventLog.timestamp(milliseconds: report.since))
+            out.member("failures", report.count)
+            out.endObject()
+        }
+        out.endArray()
+        out.endObject()
     }
 
     func types(_ request: Request) throws -> [UInt8] {

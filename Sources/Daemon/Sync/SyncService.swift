@@ -102,11 +102,14 @@ final class SyncService: Sendable {
     struct PeerStatus: Sendable {
         var peer: Peer
         var schedule: PeerSchedule
-        var pending: Int
+        /// Nil when it could not be counted (the read failed): never 0 for "unknown".
+        var pending: Int?
     }
 
     let node: SyncNode
     let logger: Logger
+    /// Where a failed write of peer state or fingerprints is raised, for `status` and the watchdog.
+    let health: Health
     /// Milliseconds since the epoch.
     let now: @Sendable () -> UInt64
     private let settings: Mutex<Settings>
@@ -145,10 +148,11 @@ final class SyncService: Sendable {
     }
 
     init(
-        node: SyncNode, settings: Settings, logger: Logger,
+        node: SyncNode, settings: Settings, logger: Logger, health: Health = Health(),
         now: @escaping @Sendable () -> UInt64 = SyncService.wallClock
     ) {
         self.node = node
+        self.health = health
         self.settings = Mutex(settings)
         self.logger = logger
         self.now = now
@@ -165,13 +169,37 @@ final class SyncService: Sendable {
         let fromConfig = settings.withLock { $0.configPeers }.map { Peer(name: $0.name, url: $0.url, fromConfig: true) }
         var seen = Set(fromConfig.map(\.name))
         var all = fromConfig
-        for entry in (try? node.log.peerEntries()) ?? [] where entry.key.hasPrefix("peer/") {
+        for entry in storedPeerEntries() where entry.key.hasPrefix("peer/") {
             let name = String(entry.key.dropFirst("peer/".count))
             guard !seen.contains(name) else { continue }
             seen.insert(name)
             all.append(Peer(name: name, url: String(decoding: entry.value, as: UTF8.self), fromConfig: false))
         }
         return all
+    }
+
+    /// The peers table's records; none when it cannot be read, which is logged and raised
+    /// as `peer_state` until a peer's state is stored again.
+    private func storedPeerEntries() -> [(key: String, value: [UInt8])] {
+        do {
+            return try node.log.peerEntries()
+        } catch {
+            logger.error("cannot read the peers table: \(error)")
+            health.raise(.peerState, "cannot read the peers table: \(error)")
+            return []
+        }
+    }
+
+    /// Recomputes the range fingerprints after a session stored events; a failure is logged
+    /// and raised as `fingerprints` (sessions then compare stale ones and send more).
+    private func refreshFingerprints() {
+        do {
+            try node.log.refreshFingerprints()
+            health.lower(.fingerprints)
+        } catch {
+            logger.error("cannot refresh the range fingerprints: \(error)")
+            health.raise(.fingerprints, "cannot refresh the range fingerprints: \(error)")
+        }
     }
 
     func add(name: String, url: String) throws(RPCError) -> [Peer] {
@@ -304,7 +332,7 @@ final class SyncService: Sendable {
     }
 
     private func schedule() {
-        try? node.log.refreshFingerprints()
+        refreshFingerprints()
         while !stopping.load(ordering: .relaxed) {
             let peers = peers()
             let current = now()
@@ -556,7 +584,7 @@ final class SyncService: Sendable {
         let milliseconds = Int(
             elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000)
         let label = name ?? url
-        if report.received > 0 { try? node.log.refreshFingerprints() }
+        if report.received > 0 { refreshFingerprints() }
         if let failure {
             logger.warning("sync with \(label) failed after \(milliseconds) ms: \(failure)")
         } else {
@@ -643,7 +671,7 @@ final class SyncService: Sendable {
             peerLabel: "", limits: settings.limits)
         do {
             let report = try session.respond(initiatorVersion: version)
-            if report.received > 0 { try? node.log.refreshFingerprints() }
+            if report.received > 0 { refreshFingerprints() }
             logger.info(
                 "sync from \(session.peerLabel): received \(report.received), sent \(report.sent) (\(report.bytesReceived) bytes in, \(report.bytesSent) out, protocol \(report.protocolVersion ?? 1))"
             )
@@ -722,8 +750,10 @@ final class SyncService: Sendable {
             guard let bytes = state.encoded() else { return }
             do {
                 try node.storePeerEntries([PeerEntry(key: "state/\(name)", value: bytes)])
+                health.lower(.peerState)
             } catch {
-                logger.warning("cannot store the sync state of peer \(name): \(error)")
+                logger.error("cannot store the sync state of peer \(name): \(error)")
+                health.raise(.peerState, "cannot store the sync state of peer \(name): \(error)")
             }
         }
     }
@@ -733,7 +763,7 @@ final class SyncService: Sendable {
         var loaded: [String: Known] = [:]
         var restored: [String: PeerSchedule] = [:]
         let urls = Dictionary(peers().map { ($0.name, $0.url) }, uniquingKeysWith: { first, _ in first })
-        for entry in (try? node.log.peerEntries()) ?? [] where entry.key.hasPrefix("state/") {
+        for entry in storedPeerEntries() where entry.key.hasPrefix("state/") {
             guard let state = PeerState(decoding: entry.value) else { continue }
             let name = String(entry.key.dropFirst("state/".count))
             loaded[name] = state.known
@@ -755,9 +785,14 @@ final class SyncService: Sendable {
             var schedule = schedules.withLock { $0[peer.name] } ?? PeerSchedule(nextAttempt: current)
             if schedule.lastSuccess == nil { schedule.lastSuccess = known.lastSuccess }
             // Events after its vector, and those it holds only as dead letters.
-            let pending =
-                ((try? node.log.countAfter(known.vector)) ?? 0)
-                + ((try? node.log.countHeld(known.deadLettered, within: known.vector)) ?? 0)
+            let pending: Int?
+            do {
+                pending =
+                    try node.log.countAfter(known.vector)
+                    + node.log.countHeld(known.deadLettered, within: known.vector)
+            } catch {
+                pending = nil
+            }
             return PeerStatus(peer: peer, schedule: schedule, pending: pending)
         }
     }

@@ -214,6 +214,9 @@ extension EventLog {
     }
 
     func storePeerEntries(_ entries: [(key: String, value: [UInt8]?)], txn: inout WriteTransaction) throws {
+        #if DEBUG
+            try FaultSwitches.check(FaultSwitches.peerEntriesWrite)
+        #endif
         for (key, value) in entries {
             if let value {
                 try txn.put(tables.peers, Array(key.utf8), value)

@@ -115,6 +115,10 @@ public final class EventLog: Sendable {
         /// The commit sequence's head: the greatest seq ever assigned (8 bytes, big-endian).
         /// Kept apart from the sequence table so the head never goes back, whatever it holds.
         static let sequenceHead = Array("seq".utf8)
+        /// The raw bytes all dead letters keep (8 bytes, big-endian), for
+        /// `StoreOptions.deadLetterRawBudget`. Absent in stores of earlier releases: counted
+        /// from the dead letters at the first write that needs it.
+        static let deadLetterRawBytes = Array("dead_letter_raw_bytes".utf8)
     }
 
     /// The store format this version writes and reads. Format 1 hashed each entity's
@@ -371,6 +375,9 @@ public final class EventLog: Sendable {
 
     /// Flushes buffered commits to disk (only needed with `durable: false`).
     public func sync() throws(EventStoreError) {
+        #if DEBUG
+            try FaultSwitches.check(FaultSwitches.fsync)
+        #endif
         do { try environment.sync(force: true) } catch { throw EventStoreError.from(error) }
     }
 

@@ -130,6 +130,12 @@ struct Metrics: Command {
             "evstore_divergent_events", "Events a peer holds with other content under the same id.",
             int(attention, "divergent"))
         gauge("evstore_failing_peers", "Peers in state failing or terminal.", int(attention, "failing_peers"))
+        if let health = status["health"] as? [String: Any] {
+            let problems = health["problems"] as? [[String: Any]] ?? []
+            gauge(
+                "evstore_storage_problems", "Kinds of storage write failing with no client to tell (status health).",
+                .int(problems.count))
+        }
 
         let peers = status["peers"] as? [[String: Any]] ?? []
         gauge("evstore_peers", "Replication peers configured.", .int(peers.count))

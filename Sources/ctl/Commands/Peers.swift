@@ -159,7 +159,9 @@ struct PeersShow: Command {
             let message = error["message"] as? String ?? "no message"
             rows.append(["last error:", "\(error["reason"] as? String ?? "error"): \(message)"])
         }
-        rows.append(["pending:", Format.count(peer["pending"] as? Int ?? 0, "event") + " it lacks"])
+        rows.append([
+            "pending:", (peer["pending"] as? Int).map { Format.count($0, "event") + " it lacks" } ?? "unknown",
+        ])
         if let dead = peer["dead_lettered"] as? Int, dead > 0 {
             rows.append(["dead letters:", Format.count(dead, "event") + " it refused"])
         }

@@ -53,6 +53,7 @@ struct Status: Command {
             + (failingNames.isEmpty ? "" : " (\(failingNames.joined(separator: ", ")))")
         if failingPeers > 0 { attentionWords.append(failingText) }
         let attentionText = attentionWords.isEmpty ? "nothing" : attentionWords.joined(separator: ", ")
+        let problems = (status["health"] as? [String: Any])?["problems"] as? [[String: Any]] ?? []
 
         let pendingText: String
         if peers.isEmpty {
@@ -60,13 +61,17 @@ struct Status: Command {
         } else {
             pendingText =
                 peers.map { peer in
-                    "\(peer["pending"] as? Int ?? 0) pending for \(peer["name"] as? String ?? "?")"
+                    "\(pendingCount(peer)) pending for \(peer["name"] as? String ?? "?")"
                 }.joined(separator: ", ")
         }
         var lines = [
             "saved locally: \(Format.count(events, "event")) in \(Format.count(entities, "entity", "entities")); "
                 + "\(pendingText); needs attention: \(attentionText)"
         ]
+        if !problems.isEmpty {
+            let names = problems.compactMap { $0["problem"] as? String }.joined(separator: ", ")
+            lines.append("storage writes failing (\(names)): see the daemon's log; the watchdog is not answered")
+        }
 
         let node = status["node"] as? [String: Any] ?? [:]
         var nodeText = node["id"] as? String ?? "?"
@@ -103,6 +108,14 @@ struct Status: Command {
         if attentionRows.isEmpty { attentionRows = ["nothing"] }
         for (index, row) in attentionRows.enumerated() { rows.append([index == 0 ? "needs attention:" : "", row]) }
         if peers.isEmpty { rows.append(["peers:", "no peers (add one with `evctl peers add NAME URL`)"]) }
+        for (index, problem) in problems.enumerated() {
+            let since = problem["since"] as? String ?? "?"
+            let failures = Format.count(problem["failures"] as? Int ?? 0, "failure")
+            rows.append([
+                index == 0 ? "storage:" : "",
+                "\(problem["problem"] as? String ?? "?"): \(problem["message"] as? String ?? "") (\(failures) since \(since))",
+            ])
+        }
         lines += Format.table(rows)
 
         if !peers.isEmpty {
@@ -125,6 +138,11 @@ struct Status: Command {
         return lines
     }
 
+    /// A peer's `pending`, or `unknown` where the daemon could not count it (null).
+    static func pendingCount(_ peer: [String: Any]) -> String {
+        (peer["pending"] as? Int).map(String.init) ?? "unknown"
+    }
+
     /// `ok, last sync 2 min ago, 0 pending`, or
     /// `retrying (3 failures, next in 14 s), last sync 2 h ago, 5 pending; timeout: ...`.
     static func peerText(_ peer: [String: Any], now: WallTime) -> String {
@@ -145,7 +163,7 @@ struct Status: Command {
         } else {
             words.append("never synced")
         }
-        words.append("\(peer["pending"] as? Int ?? 0) pending")
+        words.append("\(pendingCount(peer)) pending")
         var text = words.joined(separator: ", ")
         if let error = peer["last_error"] as? [String: Any] {
             text += "; \(error["reason"] as? String ?? "error"): \(error["message"] as? String ?? "no message")"
