@@ -256,6 +256,7 @@ extension Methods {
         out.member("reason", letter.reason)
         out.member("received_at", Int(clamping: letter.receivedAt))
         out.member("raw", String(decoding: letter.raw, as: UTF8.self))
+        out.member("truncated", letter.isCut)
         out.endObject()
     }
 }

@@ -32,23 +32,23 @@ extension EventLog {
             let eventID = letter.id.flatMap { ULID($0) }
             switch try judge(ReplicatedEvent(id: eventID, json: letter.raw), seen: seen, batch: &batch, txn: &txn) {
             case .invalid(let error):
-                if letter.raw.count >= DeadLetter.maxRawBytes, error.reason != .foreignOwnOrigin {
+                if letter.isCut, error.reason != .foreignOwnOrigin {
                     result.stillInvalid.append(
                         .init(
                             id: given, reason: "truncated",
                             message:
-                                "only the first \(DeadLetter.maxRawBytes) bytes of this event were kept, so it cannot be stored from here; drop it, and have the peer send it again (it does so once the dead letter is gone)"
+                                "only the first \(DeadLetter.prefixBytes) bytes of this event were kept (it was larger than \(DeadLetter.maxRawBytes) bytes, the dead letters already held \(options.deadLetterRawBudget) bytes of raw events, or a release before 0.5 kept it), so it cannot be stored from here; the peer does not send it again while it is a dead letter, nor after a drop, which is final"
                         ))
                 } else {
                     result.stillInvalid.append(.init(id: given, reason: error.reason.rawValue, message: error.message))
                 }
             case .held:
-                try removeDeadLetter(key: key, eventID: eventID, txn: &txn)
+                try removeDeadLetter(key: key, letter: letter, eventID: eventID, txn: &txn)
                 result.stored.append(given)
             case .new(let event, let payload):
                 seen.insert(event.id)
                 try store(event, payload: payload, batch: &batch, txn: &txn, writer: &writer)
-                try removeDeadLetter(key: key, eventID: eventID, txn: &txn)
+                try removeDeadLetter(key: key, letter: letter, eventID: eventID, txn: &txn)
                 result.stored.append(given)
             }
         }
@@ -62,12 +62,38 @@ extension EventLog {
         for given in ids {
             guard let (key, letter) = try deadLetter(named: given, txn: txn) else { continue }
             _ = try txn.delete(tables.deadLetters, key.bytes)
+            try releaseRawBytes(of: letter, txn: &txn)
             if let eventID = letter.id.flatMap({ ULID($0) }) {
                 try txn.put(tables.deadLetterIDs, eventID.bytes, EventLog.droppedMarker)
             }
             dropped += 1
         }
         return dropped
+    }
+
+    /// The raw bytes the dead letters keep in all (`Meta.deadLetterRawBytes`); counted from
+    /// the dead letters when a store of an earlier release does not have it.
+    func deadLetterRawBytes(txn: borrowing WriteTransaction) throws -> Int {
+        if let stored = try txn.get(tables.meta, Meta.deadLetterRawBytes), stored.count == 8 {
+            return Int(clamping: uint64(bigEndian: stored))
+        }
+        return try txn.withCursor(tables.deadLetters) { cursor in
+            var total = 0
+            var item = try cursor.first()
+            while let (key, value) = item {
+                if let key = ULID(bytes: key) { total += try DeadLetter(key: key, decoding: value).raw.count }
+                item = try cursor.next()
+            }
+            return total
+        }
+    }
+
+    func setDeadLetterRawBytes(_ total: Int, txn: inout WriteTransaction) throws {
+        try txn.put(tables.meta, Meta.deadLetterRawBytes, bigEndian(UInt64(max(0, total))))
+    }
+
+    private func releaseRawBytes(of letter: DeadLetter, txn: inout WriteTransaction) throws {
+        try setDeadLetterRawBytes(try deadLetterRawBytes(txn: txn) - letter.raw.count, txn: &txn)
     }
 
     /// The dead letter whose key, or else whose event id, is `id`.
@@ -82,8 +108,9 @@ extension EventLog {
         return (key, try DeadLetter(key: key, decoding: record))
     }
 
-    private func removeDeadLetter(key: ULID, eventID: ULID?, txn: inout WriteTransaction) throws {
+    private func removeDeadLetter(key: ULID, letter: DeadLetter, eventID: ULID?, txn: inout WriteTransaction) throws {
         _ = try txn.delete(tables.deadLetters, key.bytes)
+        try releaseRawBytes(of: letter, txn: &txn)
         if let eventID, try txn.get(tables.deadLetterIDs, eventID.bytes) == key.bytes {
             _ = try txn.delete(tables.deadLetterIDs, eventID.bytes)
         }

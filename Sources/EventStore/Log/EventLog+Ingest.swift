@@ -176,11 +176,18 @@ extension WriteBatch {
         if let eventID, try txn.get(log.tables.deadLetterIDs, eventID.bytes) != nil { return nil }
         // From the hybrid clock, so dead letters keep the order they arrived in.
         let key = try clock.next(now: now)
-        let kept = Array(raw.prefix(DeadLetter.maxRawBytes))
+        // Kept whole up to the replicated limit while the dead letters' raw bytes stay within
+        // their budget, so it can be retried after an upgrade or a change of settings.
+        let held = try log.deadLetterRawBytes(txn: txn)
+        let whole =
+            raw.count <= DeadLetter.prefixBytes
+            || (raw.count <= DeadLetter.maxRawBytes && held + raw.count <= log.options.deadLetterRawBudget)
+        let kept = whole ? raw : Array(raw.prefix(DeadLetter.prefixBytes))
         let letter = DeadLetter(
             key: key, id: id, origin: origin, peer: peer.name, reason: "\(reason.reason): \(reason.message)",
             receivedAt: now,
-            raw: kept, peerNode: peer.node?.description)
+            raw: kept, peerNode: peer.node?.description, truncated: !whole)
+        try log.setDeadLetterRawBytes(held + kept.count, txn: &txn)
         try txn.put(log.tables.deadLetters, key.bytes, letter.canonicalJSON(), flags: .noOverwrite)
         if let eventID { try txn.put(log.tables.deadLetterIDs, eventID.bytes, key.bytes) }
         return letter
@@ -188,11 +195,20 @@ extension WriteBatch {
 }
 
 extension DeadLetter {
-    /// Raw bytes kept per dead letter; the rest is cut (the reason says what was wrong).
-    public static let maxRawBytes = 64 * 1024
+    /// Raw bytes kept of one dead letter at most: the replicated limit, so every event a
+    /// peer may send can be kept whole.
+    public static let maxRawBytes = StoreOptions.absoluteMaxEventBytes
+    /// What is kept of a larger one, or of any once the dead letters hold
+    /// `StoreOptions.deadLetterRawBudget` of raw bytes (and what releases up to 0.5 kept of
+    /// every one).
+    public static let prefixBytes = 64 * 1024
 
-    /// `{"id","key","origin","peer","peer_node","raw","reason","received_at"}` as canonical
-    /// JSON; `peer_node` is left out when not known, as in the records of older releases.
+    /// Whether `raw` is only a prefix of the event, so it cannot be retried.
+    public var isCut: Bool { truncated ?? (raw.count == DeadLetter.prefixBytes) }
+
+    /// `{"id","key","origin","peer","peer_node","raw","reason","received_at","truncated"}`
+    /// as canonical JSON; `peer_node` and `truncated` are left out when not known, as in the
+    /// records of older releases.
     public func canonicalJSON() -> [UInt8] {
         var out = Array("{".utf8)
         func optional(_ key: StaticString, _ value: String?) {
@@ -214,6 +230,11 @@ extension DeadLetter {
         optional("reason", reason)
         CanonicalWriter.appendKey("received_at", to: &out)
         CanonicalWriter.appendString(EventLog.timestamp(milliseconds: receivedAt), to: &out)
+        if let truncated {
+            out.append(UInt8(ascii: ","))
+            CanonicalWriter.appendKey("truncated", to: &out)
+            out += Array((truncated ? "true" : "false").utf8)
+        }
         out.append(UInt8(ascii: "}"))
         return out
     }
@@ -222,8 +243,13 @@ extension DeadLetter {
         var scanner = JSONScanner(record)
         var letter = DeadLetter(key: key, id: nil, origin: nil, peer: nil, reason: "", receivedAt: 0, raw: [])
         try scanner.readObject { (name, s) throws(JSONError) in
+            let member = String(decoding: name, as: UTF8.self)
+            if member == "truncated" {
+                letter.truncated = try s.readBool()
+                return
+            }
             let value: String? = s.readNull() ? nil : try s.readString()
-            switch String(decoding: name, as: UTF8.self) {
+            switch member {
             case "id": letter.id = value
             case "origin": letter.origin = value
             case "peer": letter.peer = value

@@ -5,6 +5,9 @@ import Projections
 public struct StoreOptions: Sendable {
     /// Largest stored event, as canonical JSON before compression (`max_event_bytes`).
     public var maxEventBytes: Int = 65_536
+    /// Raw bytes the dead letters keep in all: past it, a new dead letter larger than
+    /// `DeadLetter.prefixBytes` keeps only that much (`truncated`), so it cannot be retried.
+    public var deadLetterRawBudget: Int = 256 << 20
     /// How far ahead of the local wall clock an id may be and still move the clock.
     public var maxClockSkewMilliseconds: UInt64 = 3_600_000
     /// Train the first compression dictionary once the store holds this many events; train
@@ -101,6 +104,10 @@ public struct DeadLetter: Equatable, Sendable {
     public var raw: [UInt8]
     /// The node id of the peer that sent it. Dead letters kept before it was recorded have none.
     public var peerNode: String? = nil
+    /// Whether `raw` is only the first `DeadLetter.prefixBytes` of the event. Nil in the
+    /// records of releases that cut every raw event at 64 KiB and did not say: those of
+    /// exactly that length may be cut.
+    public var truncated: Bool? = nil
 }
 
 /// Counts and fingerprints of a store: what `status` shows.
