@@ -17,6 +17,8 @@
 #                fresh debootstrap root
 #   make man     the manual pages (.build/man); man-sources regenerates man/*.scd from --help
 #   make test-python   the Python client's tests against the built daemon
+#   make version VERSION=x.y.z   sets the one version (Sources/Version/Version.swift) and
+#                its copies in the Python client, the docs' examples and the manual pages
 #   make previous-release   evstored and evctl of the previous release, built from the repository's
 #                history into .build/previous/<hash> (cached), for the sync tests against it
 
@@ -59,7 +61,7 @@ PREVIOUS_RELEASE := $(shell grep -E -m 1 '^[0-9a-f]{40}$$' Tests/Interop/previou
 EVSTORE_PREVIOUS_BIN_DIR ?= $(CURDIR)/.build/previous/$(PREVIOUS_RELEASE)
 export EVSTORE_PREVIOUS_BIN_DIR
 
-.PHONY: all deps bench-deps deb-deps build release run test test-tsan test-asan bench clean format \
+.PHONY: version all deps bench-deps deb-deps build release run test test-tsan test-asan bench clean format \
 	torture torture-short degraded-link soak soak-short fuzz-build fuzz fuzz-short fuzz-seeds deb test-deb man man-sources test-python \
 	previous-release
 
@@ -242,6 +244,17 @@ man-sources: deps
 	.build/debug/evctl --generate-manual >man/evctl.1.scd
 	.build/debug/evstored --generate-manual >man/evstored.8.scd
 	.build/debug/evstore-nats --generate-manual >man/evstore-nats.8.scd
+
+# The programs read the version from Sources/Version/Version.swift and the Debian packages
+# from the programs; the Python client needs its own copies (VersionTests holds them equal).
+version:
+	@echo "$(VERSION)" | grep -Eqx '[0-9]+\.[0-9]+\.[0-9]+' || { echo "usage: make version VERSION=x.y.z" >&2; exit 2; }
+	sed -i -E 's/(current = ")[^"]*"/\1$(VERSION)"/' Sources/Version/Version.swift
+	sed -i -E 's/^version = "[^"]*"/version = "$(VERSION)"/' clients/python/pyproject.toml
+	sed -i -E 's/^__version__ = "[^"]*"/__version__ = "$(VERSION)"/' clients/python/evstore/__init__.py
+	sed -i -E 's/("started_at":[0-9]+,"version":")[^"]*"/\1$(VERSION)"/' docs/api.md
+	sed -i -E 's|(apt install \./evstore_)[0-9.]+-|\1$(VERSION)-|' docs/operations.md
+	$(MAKE) man-sources
 
 format:
 	$(SWIFT) format --in-place --recursive Sources Tests Benchmarks

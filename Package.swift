@@ -42,6 +42,8 @@ let package = Package(
             providers: [.apt(["libssl-dev"])]
         ),
         .target(name: "Projections"),
+        // The one version of every program and package.
+        .target(name: "Version"),
         .target(
             name: "EventStore",
             dependencies: ["CLMDB", "CZstd", "CCrypto", "Projections"]
@@ -56,20 +58,20 @@ let package = Package(
         .target(name: "Logging", dependencies: ["UnixSocket"]),
         .target(
             name: "Daemon",
-            dependencies: ["EventStore", "Projections", "UnixSocket", "Arguments", "Logging"]
+            dependencies: ["EventStore", "Projections", "UnixSocket", "Arguments", "Logging", "Version"]
         ),
         // A NATS JetStream client over libnats: connect, streams, asynchronous publishes.
         .target(name: "JetStream", dependencies: ["CNats", "CCrypto"]),
         // evstore-nats: the daemon's events into a JetStream stream, as a durable consumer.
         .target(
             name: "NATSBridge",
-            dependencies: ["JetStream", "UnixSocket", "Projections", "Arguments", "Logging"]
+            dependencies: ["JetStream", "UnixSocket", "Projections", "Arguments", "Logging", "Version"]
         ),
         .executableTarget(name: "evstore-nats", dependencies: ["NATSBridge"], path: "Sources/evstore-nats"),
         .executableTarget(name: "evstored", dependencies: ["Daemon"], path: "Sources/evstored"),
         .executableTarget(
             name: "evctl",
-            dependencies: ["Arguments", "UnixSocket", "Projections"],
+            dependencies: ["Arguments", "UnixSocket", "Projections", "Version"],
             path: "Sources/ctl"
         ),
         .executableTarget(
@@ -102,7 +104,7 @@ let package = Package(
                 "JetStream",
             ]
         ),
-        .testTarget(name: "CtlTests", dependencies: ["Projections", "UnixSocket", "TestSupport"]),
+        .testTarget(name: "CtlTests", dependencies: ["Projections", "UnixSocket", "TestSupport", "Version"]),
         .testTarget(name: "JetStreamTests", dependencies: ["JetStream", "TestSupport"]),
         .testTarget(name: "NATSBridgeTests", dependencies: ["NATSBridge", "JetStream", "Projections", "TestSupport"]),
     ],

@@ -5,6 +5,7 @@ import FoundationEssentials
 import Logging
 import Synchronization
 import UnixSocket
+import Version
 
 #if canImport(Glibc)
     import Glibc
@@ -12,7 +13,7 @@ import UnixSocket
 
 /// `evstored`: reads the configuration, opens the store, serves the socket until SIGTERM.
 public struct Evstored: Command {
-    public static let version = "0.4.0"
+    public static let version = EvstoreVersion.current
 
     /// sysexits(3) codes, as the help text lists them.
     enum Exit {

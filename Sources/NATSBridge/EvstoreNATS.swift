@@ -3,6 +3,7 @@ import Dispatch
 import FoundationEssentials
 import JetStream
 import Logging
+import Version
 
 #if canImport(Glibc)
     import Glibc
@@ -10,7 +11,7 @@ import Logging
 
 /// `evstore-nats`: publishes the events of the local evstored into a NATS JetStream stream.
 public struct EvstoreNATS: Command {
-    public static let version = "0.4.0"
+    public static let version = EvstoreVersion.current
 
     public static var configuration: CommandConfiguration {
         CommandConfiguration(

@@ -1,8 +1,9 @@
 import Arguments
+import Version
 
 /// `evctl`: the command line of an evstore daemon.
 struct Evctl: Command {
-    static let version = "0.4.0"
+    static let version = EvstoreVersion.current
 
     static var configuration: CommandConfiguration {
         CommandConfiguration(

@@ -54,7 +54,7 @@ from .errors import (
 )
 from .events import Event, new_entity_id, new_ulid
 
-__version__ = "0.4.0"
+__version__ = "0.5.0"
 """The version of the client (that of the evstore release it comes with)."""
 
 __all__ = [
