@@ -296,7 +296,6 @@ final class Daemon: Sendable {
 
         let hub = WatchHub(logger: logger, limits: WatchLimits(configuration))
         let writer = Writer(log: log, hub: hub, logger: logger)
-        writer.start()
         let health = Health()
         let sync = SyncService(
             node: SyncNode(log: log, name: configuration.nodeName, writer: writer),
@@ -313,23 +312,35 @@ final class Daemon: Sendable {
         let server: Server
         do {
             server = try Server(listener: listener, context: context, eventLoops: configuration.eventLoops)
-            if let error = server.start() { throw error }
         } catch {
             logger.error("cannot start serving the socket: \(error)")
-            writer.stop()
             return (Evstored.Exit.unavailable, WeakLog(nil))
         }
-
-        servingContext.withLock { $0 = context }
         let maintenance = Maintenance(
             log: log, writer: writer, logger: logger, systemd: systemd, durability: configuration.durability,
             health: health)
-        maintenance.start()
-        sync.start()
+        // Each may use those before it: the writer first, as everything writes through it;
+        // maintenance stores dictionaries through the writer; the server and the sessions
+        // write through it.
+        var services = [
+            Service("writer", start: writer.start, stop: writer.stop),
+            Service("maintenance thread", start: maintenance.start, stop: maintenance.stop),
+            Service(
+                "server", start: { if let error = server.start() { throw error } }, stop: { server.stop(timeout: 20) }),
+            Service("sync scheduler", start: sync.start, stop: sync.stop),
+        ]
         #if os(Linux)
             let network = NetworkWatch(sync: sync, logger: logger)
-            network.start()
+            services.append(Service("network watch", start: network.start, stop: network.stop))
         #endif
+        let group = ServiceGroup(services)
+        do {
+            try group.start()
+        } catch {
+            logger.error("\(error)")
+            return (Evstored.Exit.unavailable, WeakLog(nil))
+        }
+        servingContext.withLock { $0 = context }
 
         logger.info("access: \(configuration.accessSummary)")
         let events: String
@@ -347,14 +358,8 @@ final class Daemon: Sendable {
 
         stopRequested.wait()
         systemd.stopping(status: "draining \(server.connectionCount) connections")
-        #if os(Linux)
-            network.stop()
-        #endif
-        sync.stop()
-        server.stop(timeout: 20)
-        // Maintenance stores dictionaries through the writer: it stops first.
-        maintenance.stop()
-        writer.stop()
+        // The network watch and the sessions first, then the clients, the writer last.
+        group.stop()
         if configuration.durability == .relaxed {
             do {
                 try log.sync()
@@ -405,74 +410,26 @@ final class Daemon: Sendable {
     private func reload(context: ServerContext) {
         do {
             let fresh = try Configuration.resolve(commandLine: commandLine, environment: environment)
-            let old = configuration.withLock { old in
-                let previous = old
-                old.peers = fresh.peers
-                old.syncIntervalSeconds = fresh.syncIntervalSeconds
-                old.backoffBaseSeconds = fresh.backoffBaseSeconds
-                old.backoffCapSeconds = fresh.backoffCapSeconds
-                old.syncTimeoutSeconds = fresh.syncTimeoutSeconds
-                old.maxIncomingSessions = fresh.maxIncomingSessions
-                old.maxOutgoingSessions = fresh.maxOutgoingSessions
-                old.syncSessionMaxSeconds = fresh.syncSessionMaxSeconds
-                old.syncReconcileMaxRounds = fresh.syncReconcileMaxRounds
-                old.syncReconcileMaxBytes = fresh.syncReconcileMaxBytes
-                old.syncReconcileMaxIDs = fresh.syncReconcileMaxIDs
-                old.syncSessionMaxDeadLetters = fresh.syncSessionMaxDeadLetters
-                old.syncVerifyEvents = fresh.syncVerifyEvents
-                old.sshCommand = fresh.sshCommand
-                old.maxLineBytes = fresh.maxLineBytes
-                old.watchQueueEvents = fresh.watchQueueEvents
-                old.maxWatchesPerConnection = fresh.maxWatchesPerConnection
-                old.maxWatches = fresh.maxWatches
-                old.maxConnections = fresh.maxConnections
-                old.idleTimeoutSeconds = fresh.idleTimeoutSeconds
-                old.lineTimeoutSeconds = fresh.lineTimeoutSeconds
-                old.maxQueuedResponseBytes = fresh.maxQueuedResponseBytes
-                old.maxUnansweredBytes = fresh.maxUnansweredBytes
-                old.maxBufferedBytes = fresh.maxBufferedBytes
-                old.watchQueueBytes = fresh.watchQueueBytes
-                old.minReadBytesPerSecond = fresh.minReadBytesPerSecond
-                old.slowReadWindowSeconds = fresh.slowReadWindowSeconds
-                old.maxBatchRequests = fresh.maxBatchRequests
-                old.maxBatchResponseBytes = fresh.maxBatchResponseBytes
-                old.logLevel = fresh.logLevel
-                old.mapMaxBytes = fresh.mapMaxBytes
-                old.maxClockSkewSeconds = fresh.maxClockSkewSeconds
-                old.readGroups = fresh.readGroups
-                old.writeGroups = fresh.writeGroups
-                old.readUsers = fresh.readUsers
-                old.writeUsers = fresh.writeUsers
-                old.execUsers = fresh.execUsers
-                old.accessSources = fresh.accessSources
-                old.access = fresh.access
-                return previous
+            // What the option table marks as reloading is applied; the rest waits for a restart.
+            // The settings in force from now: the running ones with what reloads replaced.
+            let (old, current, restartNeeded) = configuration.withLock { running in
+                let previous = running
+                let restartNeeded = running.reload(fresh)
+                return (previous, running, restartNeeded)
             }
-            logger.level = fresh.logLevel
-            context.limits = Limits(fresh)
-            context.budget.limit = fresh.maxBufferedBytes
-            context.access = fresh.access
-            context.hub.limits = WatchLimits(fresh)
-            if fresh.access != old.access { logger.info("SIGHUP: access for new connections: \(fresh.accessSummary)") }
-            context.sync.update(SyncService.Settings(fresh))
-            if fresh.mapMaxBytes != old.mapMaxBytes { context.methods.log.setMaxStorageBytes(fresh.mapMaxBytes) }
+            logger.level = current.logLevel
+            context.limits = Limits(current)
+            context.budget.limit = current.maxBufferedBytes
+            context.access = current.access
+            context.hub.limits = WatchLimits(current)
+            if current.access != old.access {
+                logger.info("SIGHUP: access for new connections: \(current.accessSummary)")
+            }
+            context.sync.update(SyncService.Settings(current))
+            if current.mapMaxBytes != old.mapMaxBytes { context.methods.log.setMaxStorageBytes(current.mapMaxBytes) }
             // The writer's clock takes it at its next write: a dead letter refused for its
             // lead can be retried under the new bound.
-            context.methods.log.setMaxClockSkew(milliseconds: UInt64(fresh.maxClockSkewSeconds) * 1000)
-            var restartNeeded: [String] = []
-            if fresh.dataDirectory != old.dataDirectory { restartNeeded.append("data_dir") }
-            if fresh.socketPath != old.socketPath { restartNeeded.append("socket") }
-            if fresh.durability != old.durability { restartNeeded.append("durability") }
-            if fresh.maxEventBytes != old.maxEventBytes { restartNeeded.append("max_event_bytes") }
-            if fresh.mapInitialBytes != old.mapInitialBytes { restartNeeded.append("map_initial_bytes") }
-            if fresh.dictionaryTrainingEvents != old.dictionaryTrainingEvents {
-                restartNeeded.append("dictionary_training_events")
-            }
-            if fresh.backupDirectory != old.backupDirectory { restartNeeded.append("backup_dir") }
-            if fresh.maxPageBytes != old.maxPageBytes { restartNeeded.append("max_page_bytes") }
-            if fresh.maxConsumers != old.maxConsumers { restartNeeded.append("max_consumers") }
-            if fresh.eventLoops != old.eventLoops { restartNeeded.append("event_loops") }
-            if fresh.requestThreads != old.requestThreads { restartNeeded.append("request_threads") }
+            context.methods.log.setMaxClockSkew(milliseconds: UInt64(current.maxClockSkewSeconds) * 1000)
             logger.info(
                 "SIGHUP: configuration reloaded\(restartNeeded.isEmpty ? "" : "; a restart applies \(restartNeeded.joined(separator: ", "))")"
             )

@@ -203,6 +203,41 @@ struct LifecycleTests {
         try daemon.stop()
     }
 
+    @Test("SIGHUP applies what the option table marks as reloading and names the rest, which a restart applies")
+    func reloadNamesWhatNeedsARestart() throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("evd-\(UUID().uuidString.prefix(8))")
+            .path
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        let config = root + "/evstored.json"
+        try #"{"node": "gateway-1", "max_page_bytes": 1048576, "max_peers": 64}"#.write(
+            toFile: config, atomically: true, encoding: .utf8)
+        let daemon = try DaemonProcess(root: root, arguments: ["--config", config])
+        defer { daemon.removeFiles() }
+        let client = try daemon.client()
+        _ = try client.call("peers.add", #"{"name":"one","url":"unix://\#(root)/one.sock"}"#)
+        try #"""
+        {"node": "gateway-2", "max_page_bytes": 2097152, "max_peers": 1, "durability": "relaxed",
+         "socket_mode": "0600", "request_threads": 4}
+        """#.write(toFile: config, atomically: true, encoding: .utf8)
+        daemon.signal(SIGHUP)
+        let deadline = Date().addingTimeInterval(10)
+        while !daemon.stderr.contains("configuration reloaded"), Date() < deadline {
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        // In the order of the option table.
+        #expect(
+            daemon.stderr.contains(
+                "configuration reloaded; a restart applies socket_mode, node, durability, request_threads, max_page_bytes"
+            ),
+            "\(daemon.stderr)")
+        // Those wait for the restart: the node keeps its name.
+        #expect(((try client.call("status"))["node"] as? [String: Any])?["name"] as? String == "gateway-1")
+        // max_peers reloads: a second peer is refused now.
+        let added = try client.request("peers.add", #"{"name":"two","url":"unix://\#(root)/two.sock"}"#)
+        #expect(((added["error"] as? [String: Any])?["message"] as? String)?.contains("max_peers") == true, "\(added)")
+        _ = try daemon.stop()
+    }
+
     @Test("evstored --help, --version, bad flags and bad config files")
     func commandLine() throws {
         func run(_ arguments: [String], environment: [String: String] = [:]) throws -> (Int32, String, String) {

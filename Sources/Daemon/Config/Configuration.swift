@@ -132,91 +132,226 @@ struct Configuration: Equatable, Sendable {
         var variable: String { "EVSTORE_" + key.uppercased() }
         /// Settable from the config file only (a list).
         var fileOnly = false
+        /// The setting it sets.
+        let field: Field
+        /// Whether SIGHUP applies a new value to the running daemon; else a restart does,
+        /// and the reload's log line says so.
+        let reloads: Bool
+
+        init(key: String, help: String, fileOnly: Bool = false, field: Field, reloads: Bool) {
+            self.key = key
+            self.help = help
+            self.fileOnly = fileOnly
+            self.field = field
+            self.reloads = reloads
+        }
+    }
+
+    /// One member of a configuration, to copy or compare without naming it.
+    struct Field: Sendable {
+        /// Sets the member of the first to the second's.
+        let copy: @Sendable (inout Configuration, Configuration) -> Void
+        /// Whether the two differ in it.
+        let differs: @Sendable (Configuration, Configuration) -> Bool
+
+        static func at<Value: Equatable & Sendable>(_ path: WritableKeyPath<Configuration, Value> & Sendable) -> Field {
+            Field(copy: { $0[keyPath: path] = $1[keyPath: path] }, differs: { $0[keyPath: path] != $1[keyPath: path] })
+        }
+    }
+
+    /// Applies to `self` what SIGHUP reloads of `fresh` (and the access policy made of
+    /// those); the keys of the others that differ, which a restart applies.
+    mutating func reload(_ fresh: Configuration) -> [String] {
+        var restartNeeded: [String] = []
+        for option in Configuration.options {
+            if option.reloads {
+                option.field.copy(&self, fresh)
+            } else if option.field.differs(self, fresh) {
+                restartNeeded.append(option.key)
+            }
+        }
+        access = fresh.access
+        accessSources = fresh.accessSources
+        return restartNeeded
     }
 
     static let options: [Option] = [
-        Option(key: "data_dir", help: "directory of the store (created if missing)"),
-        Option(key: "socket", help: "path of the Unix socket to serve"),
-        Option(key: "socket_mode", help: "file mode of the socket, octal (default 0660)"),
-        Option(key: "socket_group", help: "group owning the socket (default: the daemon's)"),
-        Option(key: "node", help: "a human name for this node (the node id is generated)"),
-        Option(key: "peers", help: "peers to sync with: [{\"name\",\"url\"}]", fileOnly: true),
-        Option(key: "sync_interval_s", help: "seconds between background syncs with each peer (30)"),
-        Option(key: "backoff_base_s", help: "first retry delay after a failed sync, seconds (2)"),
-        Option(key: "backoff_cap_s", help: "longest retry delay, seconds (600)"),
-        Option(key: "sync_timeout_s", help: "a peer silent this long ends the session, seconds (30)"),
-        Option(key: "max_incoming_sessions", help: "sync sessions from other nodes answered at once (8)"),
-        Option(key: "max_outgoing_sessions", help: "sync sessions with peers this node runs at once (4)"),
-        Option(key: "max_peers", help: "peers of the config file and peers.add together (64)"),
-        Option(key: "sync_session_max_s", help: "the longest a sync session may last, seconds (600)"),
-        Option(key: "sync_reconcile_max_rounds", help: "reconcile frames a peer may send in one session (1000)"),
         Option(
-            key: "sync_reconcile_max_bytes", help: "bytes of reconcile frames a peer may send in one session (256 MiB)"),
+            key: "data_dir", help: "directory of the store (created if missing)", field: .at(\.dataDirectory),
+            reloads: false),
+        Option(key: "socket", help: "path of the Unix socket to serve", field: .at(\.socketPath), reloads: false),
+        Option(
+            key: "socket_mode", help: "file mode of the socket, octal (default 0660)", field: .at(\.socketMode),
+            reloads: false),
+        Option(
+            key: "socket_group", help: "group owning the socket (default: the daemon's)", field: .at(\.socketGroup),
+            reloads: false),
+        Option(
+            key: "node", help: "a human name for this node (the node id is generated)", field: .at(\.nodeName),
+            reloads: false),
+        Option(
+            key: "peers", help: "peers to sync with: [{\"name\",\"url\"}]", fileOnly: true, field: .at(\.peers),
+            reloads: true),
+        Option(
+            key: "sync_interval_s", help: "seconds between background syncs with each peer (30)",
+            field: .at(\.syncIntervalSeconds), reloads: true),
+        Option(
+            key: "backoff_base_s", help: "first retry delay after a failed sync, seconds (2)",
+            field: .at(\.backoffBaseSeconds), reloads: true),
+        Option(
+            key: "backoff_cap_s", help: "longest retry delay, seconds (600)", field: .at(\.backoffCapSeconds),
+            reloads: true),
+        Option(
+            key: "sync_timeout_s", help: "a peer silent this long ends the session, seconds (30)",
+            field: .at(\.syncTimeoutSeconds), reloads: true),
+        Option(
+            key: "max_incoming_sessions", help: "sync sessions from other nodes answered at once (8)",
+            field: .at(\.maxIncomingSessions), reloads: true),
+        Option(
+            key: "max_outgoing_sessions", help: "sync sessions with peers this node runs at once (4)",
+            field: .at(\.maxOutgoingSessions), reloads: true),
+        Option(
+            key: "max_peers", help: "peers of the config file and peers.add together (64)", field: .at(\.maxPeers),
+            reloads: true),
+        Option(
+            key: "sync_session_max_s", help: "the longest a sync session may last, seconds (600)",
+            field: .at(\.syncSessionMaxSeconds), reloads: true),
+        Option(
+            key: "sync_reconcile_max_rounds", help: "reconcile frames a peer may send in one session (1000)",
+            field: .at(\.syncReconcileMaxRounds), reloads: true),
+        Option(
+            key: "sync_reconcile_max_bytes", help: "bytes of reconcile frames a peer may send in one session (256 MiB)",
+            field: .at(\.syncReconcileMaxBytes), reloads: true),
         Option(
             key: "sync_reconcile_max_ids",
-            help: "events reconciliation may find a peer lacks in one session; more wait for the next (1000000)"),
+            help: "events reconciliation may find a peer lacks in one session; more wait for the next (1000000)",
+            field: .at(\.syncReconcileMaxIDs), reloads: true),
         Option(
             key: "sync_session_max_dead_letters",
-            help: "invalid events one session may add to the dead letters; then it ends (1000)"),
+            help: "invalid events one session may add to the dead letters; then it ends (1000)",
+            field: .at(\.syncSessionMaxDeadLetters), reloads: true),
         Option(
             key: "sync_verify_events",
-            help: "events of both nodes whose content each session answered here compares; 0: none (1024)"),
-        Option(key: "ssh_command", help: "the ssh client for ssh:// peers, with its options (ssh)"),
-        Option(key: "max_clock_skew_s", help: "how far ahead a stored id may be and still move the clock (3600)"),
+            help: "events of both nodes whose content each session answered here compares; 0: none (1024)",
+            field: .at(\.syncVerifyEvents), reloads: true),
+        Option(
+            key: "ssh_command", help: "the ssh client for ssh:// peers, with its options (ssh)",
+            field: .at(\.sshCommand), reloads: true),
+        Option(
+            key: "max_clock_skew_s", help: "how far ahead a stored id may be and still move the clock (3600)",
+            field: .at(\.maxClockSkewSeconds), reloads: true),
         Option(
             key: "max_event_bytes",
-            help: "largest event appended or imported here, canonical JSON bytes (65536); peers' events may be up to 16 MiB"),
-        Option(key: "map_max_bytes", help: "largest size the store may grow to, bytes (64 GiB)"),
-        Option(key: "map_initial_bytes", help: "size of the map at open, and its least growth step, bytes (64 MiB)"),
+            help:
+                "largest event appended or imported here, canonical JSON bytes (65536); peers' events may be up to 16 MiB",
+            field: .at(\.maxEventBytes), reloads: false),
+        Option(
+            key: "map_max_bytes", help: "largest size the store may grow to, bytes (64 GiB)", field: .at(\.mapMaxBytes),
+            reloads: true),
+        Option(
+            key: "map_initial_bytes", help: "size of the map at open, and its least growth step, bytes (64 MiB)",
+            field: .at(\.mapInitialBytes), reloads: false),
         Option(
             key: "dictionary_training_events",
-            help: "events a store holds before its first compression dictionary is trained (10000)"),
-        Option(key: "durability", help: "full: every commit reaches the disk; relaxed: flushed each second"),
-        Option(key: "max_line_bytes", help: "longest request line, bytes (16 MiB)"),
-        Option(key: "watch_queue_events", help: "notifications a watcher may fall behind before it is dropped (10000)"),
-        Option(key: "max_watches_per_connection", help: "watches one connection may hold at once (64)"),
-        Option(key: "max_watches", help: "watches all connections together may hold at once (4096)"),
-        Option(key: "max_connections", help: "local clients served at once; more are refused (1024)"),
-        Option(key: "idle_timeout_s", help: "an idle connection is closed after this long, seconds; 0: never (300)"),
-        Option(key: "line_timeout_s", help: "a request line must be finished within this long, seconds (30)"),
+            help: "events a store holds before its first compression dictionary is trained (10000)",
+            field: .at(\.dictionaryTrainingEvents), reloads: false),
+        Option(
+            key: "durability", help: "full: every commit reaches the disk; relaxed: flushed each second",
+            field: .at(\.durability), reloads: false),
+        Option(
+            key: "max_line_bytes", help: "longest request line, bytes (16 MiB)", field: .at(\.maxLineBytes),
+            reloads: true),
+        Option(
+            key: "watch_queue_events", help: "notifications a watcher may fall behind before it is dropped (10000)",
+            field: .at(\.watchQueueEvents), reloads: true),
+        Option(
+            key: "max_watches_per_connection", help: "watches one connection may hold at once (64)",
+            field: .at(\.maxWatchesPerConnection), reloads: true),
+        Option(
+            key: "max_watches", help: "watches all connections together may hold at once (4096)",
+            field: .at(\.maxWatches), reloads: true),
+        Option(
+            key: "max_connections", help: "local clients served at once; more are refused (1024)",
+            field: .at(\.maxConnections), reloads: true),
+        Option(
+            key: "idle_timeout_s", help: "an idle connection is closed after this long, seconds; 0: never (300)",
+            field: .at(\.idleTimeoutSeconds), reloads: true),
+        Option(
+            key: "line_timeout_s", help: "a request line must be finished within this long, seconds (30)",
+            field: .at(\.lineTimeoutSeconds), reloads: true),
         Option(
             key: "max_queued_response_bytes",
-            help: "responses waiting for a slow client before its requests wait, bytes (64 MiB)"),
+            help: "responses waiting for a slow client before its requests wait, bytes (64 MiB)",
+            field: .at(\.maxQueuedResponseBytes), reloads: true),
         Option(
             key: "max_unanswered_bytes",
-            help: "requests read and not answered while a client leaves its answers unread, bytes; past it the client is cut off (64 MiB)"),
+            help:
+                "requests read and not answered while a client leaves its answers unread, bytes; past it the client is cut off (64 MiB)",
+            field: .at(\.maxUnansweredBytes), reloads: true),
         Option(
             key: "max_buffered_bytes",
             help:
-                "what all clients together may make the daemon hold in partial lines, unanswered requests and queued answers, bytes (256 MiB)"
+                "what all clients together may make the daemon hold in partial lines, unanswered requests and queued answers, bytes (256 MiB)",
+            field: .at(\.maxBufferedBytes), reloads: true
         ),
         Option(
             key: "watch_queue_bytes",
-            help: "notification bytes one connection's watches may fall behind before a watch is ended (16 MiB)"),
+            help: "notification bytes one connection's watches may fall behind before a watch is ended (16 MiB)",
+            field: .at(\.watchQueueBytes), reloads: true),
         Option(
             key: "min_read_bytes_per_s",
             help:
-                "a client whose answers wait slow_read_window_s while it reads fewer bytes a second than this is cut off; 0: only one that reads nothing (16384)"
+                "a client whose answers wait slow_read_window_s while it reads fewer bytes a second than this is cut off; 0: only one that reads nothing (16384)",
+            field: .at(\.minReadBytesPerSecond), reloads: true
         ),
-        Option(key: "slow_read_window_s", help: "how long a slow reader is measured before it is cut off, seconds (30)"),
-        Option(key: "event_loops", help: "threads that wait on the clients' sockets (1)"),
-        Option(key: "request_threads", help: "threads that run the clients' requests (8)"),
-        Option(key: "max_batch_requests", help: "most requests in one batch line (1000)"),
-        Option(key: "max_batch_response_bytes", help: "most response bytes one batch gathers (16 MiB)"),
-        Option(key: "max_page_bytes", help: "a page of log or dead letters ends early past this many bytes (8 MiB)"),
-        Option(key: "max_consumers", help: "durable consumers the store keeps; a new one past it is refused (64)"),
-        Option(key: "log_level", help: "debug, info, notice, warning or error (info)"),
-        Option(key: "machine_id_file", help: "this host's identity, compared at start (/etc/machine-id)"),
-        Option(key: "read_groups", help: "groups whose members may only read, names or gids, comma-separated"),
-        Option(key: "write_groups", help: "groups whose members may read and write, names or gids, comma-separated"),
-        Option(key: "read_users", help: "users who may only read, names or uids, comma-separated"),
-        Option(key: "write_users", help: "users who may read and write, names or uids, comma-separated"),
+        Option(
+            key: "slow_read_window_s", help: "how long a slow reader is measured before it is cut off, seconds (30)",
+            field: .at(\.slowReadWindowSeconds), reloads: true),
+        Option(
+            key: "event_loops", help: "threads that wait on the clients' sockets (1)", field: .at(\.eventLoops),
+            reloads: false),
+        Option(
+            key: "request_threads", help: "threads that run the clients' requests (8)", field: .at(\.requestThreads),
+            reloads: false),
+        Option(
+            key: "max_batch_requests", help: "most requests in one batch line (1000)", field: .at(\.maxBatchRequests),
+            reloads: true),
+        Option(
+            key: "max_batch_response_bytes", help: "most response bytes one batch gathers (16 MiB)",
+            field: .at(\.maxBatchResponseBytes), reloads: true),
+        Option(
+            key: "max_page_bytes", help: "a page of log or dead letters ends early past this many bytes (8 MiB)",
+            field: .at(\.maxPageBytes), reloads: false),
+        Option(
+            key: "max_consumers", help: "durable consumers the store keeps; a new one past it is refused (64)",
+            field: .at(\.maxConsumers), reloads: false),
+        Option(
+            key: "log_level", help: "debug, info, notice, warning or error (info)", field: .at(\.logLevel),
+            reloads: true),
+        Option(
+            key: "machine_id_file", help: "this host's identity, compared at start (/etc/machine-id)",
+            field: .at(\.machineIDFile), reloads: false),
+        Option(
+            key: "read_groups", help: "groups whose members may only read, names or gids, comma-separated",
+            field: .at(\.readGroups), reloads: true),
+        Option(
+            key: "write_groups", help: "groups whose members may read and write, names or gids, comma-separated",
+            field: .at(\.writeGroups), reloads: true),
+        Option(
+            key: "read_users", help: "users who may only read, names or uids, comma-separated", field: .at(\.readUsers),
+            reloads: true),
+        Option(
+            key: "write_users", help: "users who may read and write, names or uids, comma-separated",
+            field: .at(\.writeUsers), reloads: true),
         Option(
             key: "exec_users",
             help:
-                "users who, besides root and the daemon's user, may give exec: peer URLs (run as the daemon's user), names or uids, comma-separated"
+                "users who, besides root and the daemon's user, may give exec: peer URLs (run as the daemon's user), names or uids, comma-separated",
+            field: .at(\.execUsers), reloads: true
         ),
-        Option(key: "backup_dir", help: "when set, backups are written only under this directory (unset: anywhere)"),
+        Option(
+            key: "backup_dir", help: "when set, backups are written only under this directory (unset: anywhere)",
+            field: .at(\.backupDirectory), reloads: false),
     ]
 
     /// The keys that list users or groups: who may read, who may write, who may give `exec:` URLs.
