@@ -250,7 +250,7 @@ do {
         var index = 0
         while index < inputs.count {
             let end = min(index + 16, inputs.count)
-            _ = try grouped.append(groups: inputs[index..<end].map { [$0] })
+            _ = try grouped.commit(inputs[index..<end].map { AppendJob([$0]) })
             index = end
         }
     }

@@ -32,14 +32,14 @@ struct NotificationJSONTests {
         // One request per input: a later one builds on the state an earlier one made.
         var stored: [SequencedEvent] = []
         for input in inputs {
-            let result = try log.commit([.append([input])], keepStored: true)
+            let result = try log.commit([AppendJob([input])], keepStored: true)
             if case .failure(let error) = result.outcomes[0] { Issue.record("\(error)") }
             stored += result.stored
         }
         #expect(stored.count == inputs.count)
         // Two more events in the same entity, so bases (heads) show up in the payload.
         let more = try log.commit(
-            [.append([try EventCodec.decodeInput(Array(NotificationJSONTests.inputs[0].utf8))])], keepStored: true)
+            [AppendJob([try EventCodec.decodeInput(Array(NotificationJSONTests.inputs[0].utf8))])], keepStored: true)
         stored += more.stored
         let page = try log.feed(after: 0, limit: 100)
         for item in stored + page.events {

@@ -49,27 +49,32 @@ import UnixSocket
         let replicated = try WriterTests.foreignEvents(30, prefix: "r")
         let imported = try WriterTests.foreignEvents(20, prefix: "i")
         let writer = WriterTests.writer(store)
-        let outcomes = Mutex<[Result<Writer.Outcome, EventStoreError>]>([])
+        let outcomes = Mutex<[Bool]>([])
         let finished = DispatchSemaphore(value: 0)
-        let record: @Sendable (Result<Writer.Outcome, EventStoreError>) -> Void = { result in
-            outcomes.withLock { $0.append(result) }
+        let record: @Sendable (Bool) -> Void = { succeeded in
+            outcomes.withLock { $0.append(succeeded) }
             finished.signal()
         }
         // Queued before the thread starts, so the writer finds them all waiting at once.
         for number in 0..<5 {
-            writer.submit(.write(.append([try WriterTests.edit("job/local\(number)", number)])), from: number, completion: record)
+            writer.submit(AppendJob([try WriterTests.edit("job/local\(number)", number)]), from: number) {
+                record((try? $0.get()) != nil)
+            }
         }
         writer.submit(
-            .write(.ingest(replicated.map { ReplicatedEvent(id: nil, json: $0) }, from: IngestPeer(name: "b"), maxDeadLetters: 10)),
-            from: -1, completion: record)
-        writer.submit(.write(.importEvents(imported)), from: -2, completion: record)
-        writer.submit(.write(.peerEntries([PeerEntry(key: "peer/b", value: Array("unix:/b".utf8))])), from: -3, completion: record)
+            IngestJob(replicated.map { ReplicatedEvent(id: nil, json: $0) }, from: IngestPeer(name: "b"), maxDeadLetters: 10),
+            from: -1
+        ) { record((try? $0.get()) != nil) }
+        writer.submit(ImportJob(imported), from: -2) { record((try? $0.get()) != nil) }
+        writer.submit(PeerEntriesJob([PeerEntry(key: "peer/b", value: Array("unix:/b".utf8))]), from: -3) {
+            record((try? $0.get()) != nil)
+        }
         writer.start()
         for _ in 0..<8 { finished.wait() }
         writer.stop()
         let results = outcomes.withLock { $0 }
         #expect(results.count == 8)
-        #expect(results.allSatisfy { if case .success = $0 { true } else { false } })
+        #expect(results.allSatisfy { $0 })
         #expect(writer.commits.load(ordering: .relaxed) == 1)
         #expect(writer.requests.load(ordering: .relaxed) == 8)
         #expect(store.log.sequenceHead == 55)
@@ -100,7 +105,7 @@ import UnixSocket
         Thread {
             for start in stride(from: 0, to: replicated.count, by: 10) {
                 let batch = replicated[start..<start + 10].map { ReplicatedEvent(id: nil, json: $0) }
-                if (try? writer.ingest(batch, from: IngestPeer(name: "b"))) == nil { failures.add(1, ordering: .relaxed) }
+                if (try? writer.perform(IngestJob(batch, from: IngestPeer(name: "b")), from: -1)) == nil { failures.add(1, ordering: .relaxed) }
             }
             group.leave()
         }.start()
@@ -139,9 +144,11 @@ import UnixSocket
         #expect(store.log.sequenceHead == 0)
 
         #expect(try writer.appendAndWait([try WriterTests.edit("job/1", 1)], from: 1).get().appended == 1)
-        #expect(try writer.ingest([ReplicatedEvent(id: nil, json: foreign[0])], from: IngestPeer(name: "b")).ingested.count == 1)
-        #expect(try writer.importEvents([foreign[1]], dryRun: false).imported.count == 1)
-        try writer.storePeerEntries([PeerEntry(key: "peer/b", value: Array("unix:/b".utf8))])
+        #expect(
+            try writer.perform(IngestJob([ReplicatedEvent(id: nil, json: foreign[0])], from: IngestPeer(name: "b")), from: -1)
+                .ingested.count == 1)
+        #expect(try writer.perform(ImportJob([foreign[1]]), from: -2).imported.count == 1)
+        try writer.perform(PeerEntriesJob([PeerEntry(key: "peer/b", value: Array("unix:/b".utf8))]), from: -3)
         #expect(try writer.rebuild(verify: true).mismatched.isEmpty)
         #expect(store.log.sequenceHead == 3)
         writer.stop()
@@ -194,10 +201,10 @@ import UnixSocket
         Thread {
             for start in stride(from: 0, to: replicated.count, by: 20) {
                 let batch = replicated[start..<start + 20].map { ReplicatedEvent(id: nil, json: $0) }
-                _ = try? writer.ingest(batch, from: IngestPeer(name: "b"))
+                _ = try? writer.perform(IngestJob(batch, from: IngestPeer(name: "b")), from: -1)
             }
             for start in stride(from: 0, to: imported.count, by: 25) {
-                _ = try? writer.importEvents(Array(imported[start..<start + 25]), dryRun: false)
+                _ = try? writer.perform(ImportJob(Array(imported[start..<start + 25])), from: -2)
             }
             group.leave()
         }.start()
@@ -225,5 +232,12 @@ import UnixSocket
         let page = try store.log.feed(after: 0, limit: 10_000)
         #expect(ids == page.events.map { $0.event.id.description })
         hub.remove(subscription)
+    }
+}
+
+extension Writer {
+    /// An append through the writer, waited for, as a batch request makes it.
+    func appendAndWait(_ events: [InputEvent], from source: Int) -> Result<AppendResult, EventStoreError> {
+        Result { () throws(EventStoreError) in try perform(AppendJob(events), from: source) }
     }
 }

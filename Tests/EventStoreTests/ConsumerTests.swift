@@ -75,10 +75,10 @@ struct ConsumerTests {
     func acksGroupCommittedWithAppendsAndKept() throws {
         let store = try TempStore()
         let result = try store.log.commit([
-            .append(workload(seed: 3, count: 5)), .ackConsumer(name: "late", seq: 5, maxConsumers: 8),
-            .ackConsumer(name: "early", seq: 6, maxConsumers: 8),
+            AppendJob(workload(seed: 3, count: 5)), AckConsumerJob("late", seq: 5, maxConsumers: 8),
+            AckConsumerJob("early", seq: 6, maxConsumers: 8),
         ])
-        guard case .success(.consumerAcked(let late)) = result.outcomes[1] else {
+        guard let late = result.outcomes[1].output(as: Consumer.self) else {
             Issue.record("\(result.outcomes[1])")
             return
         }
@@ -91,6 +91,18 @@ struct ConsumerTests {
         try store.reopen()
         #expect(try store.log.consumers() == [late])
         #expect(store.log.sequenceHead == 5)
+        try store.check()
+    }
+
+    @Test("the storage breakdown lists every table of the store, consumers included")
+    func breakdownListsEveryTable() throws {
+        let store = try TempStore()
+        _ = try store.log.append(workload(seed: 4, count: 3))
+        _ = try store.log.ackConsumer("bridge", seq: 2)
+        let tables = try store.log.storageBreakdown().tables
+        #expect(tables.map(\.name) == EventLog.tableLayout.map(\.name))
+        #expect(Set(tables.map(\.name)).count == EventLog.Table.allCases.count)
+        #expect(tables.first { $0.name == "consumers" }?.entries == 1)
         try store.check()
     }
 }

@@ -21,14 +21,8 @@ struct DeadLetterRawTests {
     }
 
     func retry(_ store: TempStore, _ letter: DeadLetter) throws -> DeadLetterRetry {
-        let result = try store.log.commit([.retryDeadLetters([letter.key])])
-        guard case .success(.deadLettersRetried(let retried)) = result.outcomes[0] else {
-            throw DaemonlessError("retry failed: \(result.outcomes)")
-        }
-        return retried
+        try store.log.perform(RetryDeadLettersJob([letter.key]))
     }
-
-    struct DaemonlessError: Error { var text: String; init(_ text: String) { self.text = text } }
 
     @Test("a 1 MiB invalid event is kept whole and retried as itself; past the budget one keeps 64 KiB, marked, and a drop frees its share")
     func keptWholeWithinTheBudget() throws {
@@ -55,8 +49,7 @@ struct DeadLetterRawTests {
         #expect(held.map(\.isCut) == [false, false, true])
 
         // Dropping the first frees its megabyte: the next big one is kept whole again.
-        let dropped = try store.log.commit([.dropDeadLetters([first.key])])
-        #expect(dropped.outcomes.first.flatMap { try? $0.get() } == .deadLettersDropped(1))
+        #expect(try store.log.perform(DropDeadLettersJob([first.key])) == 1)
         result = try store.log.ingest([invalid(4, bytes: 1 << 20)], from: "peer")
         #expect(result.deadLettered.first?.isCut == false)
         // The running total survives a reopen.

@@ -288,7 +288,7 @@ struct GroupCommitTests {
     @Test func eachBatchOfAGroupIsAllOrNothingOnItsOwn() throws {
         let store = try TempStore()
         _ = try store.log.append(inputs(#"{"entity":"job/gone","kind":"delete"}"#))
-        let results = try store.log.append(groups: [
+        let results = try store.log.appendGroups([
             try inputs(
                 #"{"entity":"job/1","kind":"edit","fields":{"a":1},"key":"first"}"#,
                 #"{"entity":"job/2","kind":"status","status":"assigned"}"#),
@@ -321,7 +321,7 @@ struct GroupCommitTests {
         let store = try TempStore()
         let created = try store.log.append(inputs(#"{"entity":"job/1","kind":"edit","fields":{"a":1}}"#))
         let v0 = try #require(created.revs[entity("job/1")])
-        let results = try store.log.append(groups: [
+        let results = try store.log.appendGroups([
             try inputs(#"{"entity":"job/1","kind":"edit","fields":{"a":2},"if_match":\#(v0)}"#),
             // Read before the first batch: job/1 has changed since, so this one conflicts.
             try inputs(#"{"entity":"job/1","kind":"edit","fields":{"a":3},"if_match":\#(v0)}"#),
@@ -332,7 +332,7 @@ struct GroupCommitTests {
         case .success: Issue.record("a stale if_match was accepted")
         case .failure(let error): #expect(error.reason == .conflict)
         }
-        let again = try store.log.append(groups: [
+        let again = try store.log.appendGroups([
             try inputs(#"{"entity":"job/1","kind":"edit","fields":{"a":4},"if_match":\#(v1)}"#)
         ])
         #expect(try again[0].get().appended == 1)
@@ -366,7 +366,7 @@ struct GroupCommitTests {
                 groups.append(group)
                 fails.append(failing)
             }
-            let results = try store.log.append(groups: groups)
+            let results = try store.log.appendGroups(groups)
             #expect(results.count == groups.count)
             for (index, result) in results.enumerated() {
                 switch result {
@@ -395,7 +395,7 @@ struct GroupCommitTests {
         var failure: EventStoreError?
         for round in 0..<100 {
             do {
-                let results = try store.log.append(groups: [
+                let results = try store.log.appendGroups([
                     workload(seed: UInt64(round), count: 100, jobs: 100),
                     workload(seed: UInt64(round + 1000), count: 100, jobs: 100),
                 ])

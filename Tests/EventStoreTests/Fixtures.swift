@@ -216,3 +216,23 @@ func allStoredEvents(_ log: EventLog) throws -> [[UInt8]] {
         after = next
     }
 }
+
+extension EventLog {
+    /// Client batches group-committed as the daemon's writer commits them: one result each.
+    func appendGroups(_ groups: [[InputEvent]]) throws(EventStoreError) -> [Result<AppendResult, EventStoreError>] {
+        try commit(groups.map { AppendJob($0) }).outcomes.map { outcome in
+            outcome.flatMap { committed in
+                guard let appended = committed.output as? AppendResult else { return .failure(EventLog.noOutcome) }
+                return .success(appended)
+            }
+        }
+    }
+}
+
+extension Result where Success == Committed, Failure == EventStoreError {
+    /// The output of a committed job, as `type`; nil on failure or another type.
+    func output<T>(as type: T.Type) -> T? {
+        guard case .success(let committed) = self else { return nil }
+        return committed.output as? T
+    }
+}

@@ -82,7 +82,7 @@ struct SequenceTests {
     @Test("a failed group gives back no seq, and seqs are never reused after a reopen")
     func seqsStayDenseAndMonotonic() throws {
         let store = try TempStore()
-        let results = try store.log.append(groups: [
+        let results = try store.log.appendGroups([
             try inputs(#"{"entity":"job/1","kind":"edit","fields":{"a":1}}"#),
             try inputs(#"{"entity":"job/2","kind":"restore"}"#),  // not deleted: fails
             try inputs(#"{"entity":"job/3","kind":"delete"}"#),

@@ -252,7 +252,7 @@ public final class FuzzDispatcher: Sendable {
         switch request.method {
         case "append":
             if case .events(let events) = request.params {
-                let appended = parts.writer.appendAndWait(events, from: 1)
+                let appended = Result { () throws(EventStoreError) in try parts.writer.perform(AppendJob(events), from: 1) }
                 return request.id.map { Connection.response(id: $0, append: appended) } ?? []
             }
             if case .invalid(let error) = request.params {

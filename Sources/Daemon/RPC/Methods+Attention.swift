@@ -237,7 +237,7 @@ extension Methods {
             ids.insert(id)
         }
         let gone = try DivergenceLedger.records(log).filter { ids.contains($0.id) }
-        if !gone.isEmpty { try writer.storePeerEntries(gone.map { PeerEntry(key: $0.key, value: nil) }) }
+        if !gone.isEmpty { try writer.perform(PeerEntriesJob(gone.map { PeerEntry(key: $0.key, value: nil) }), from: -3) }
         var out = JSONWriter()
         out.beginObject()
         out.member("dismissed", gone.count)

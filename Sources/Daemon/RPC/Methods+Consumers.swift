@@ -33,7 +33,7 @@ extension Methods {
                 "consumers.ack takes \"name\" and \"seq\": the seq of the last event the consumer has processed (0 to create it at the start)"
             )
         }
-        _ = try writer.ackConsumer(name, seq: seq, maxConsumers: maxConsumers)
+        _ = try writer.perform(AckConsumerJob(name, seq: seq, maxConsumers: maxConsumers), from: -8)
         return try consumersAnswer()
     }
 
@@ -44,7 +44,7 @@ extension Methods {
         guard let name = try params.string("name") else {
             throw RPCError.invalidParams("consumers.remove takes \"name\"")
         }
-        guard try writer.removeConsumer(name) else { throw Methods.unknownConsumer(name) }
+        guard try writer.perform(RemoveConsumerJob(name), from: -9) else { throw Methods.unknownConsumer(name) }
         return try consumersAnswer()
     }
 

@@ -6,7 +6,7 @@ extension Methods {
     /// `{"ids":[...]}` → `{"stored":[ids],"still_invalid":[{"id","reason","message"}]}`.
     func retryDeadLetters(_ request: Request) throws -> [UInt8] {
         let ids = try deadLetterIDs(request, method: "dead_letters.retry")
-        let result = try writer.retryDeadLetters(ids)
+        let result = try writer.perform(RetryDeadLettersJob(ids), from: -6)
         var out = JSONWriter()
         out.beginObject()
         out.key("stored")
@@ -32,7 +32,7 @@ extension Methods {
         let ids = try deadLetterIDs(request, method: "dead_letters.drop")
         var out = JSONWriter()
         out.beginObject()
-        out.member("dropped", try writer.dropDeadLetters(ids))
+        out.member("dropped", try writer.perform(DropDeadLettersJob(ids), from: -7))
         out.endObject()
         return out.bytes
     }

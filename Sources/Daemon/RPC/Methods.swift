@@ -392,7 +392,10 @@ struct Methods: Sendable {
                 "\"events\" holds \(events.count) events; import takes at most \(Methods.maxImportEvents) per request: "
                     + "split them")
         }
-        let result = try writer.importEvents(events, dryRun: try params.bool("dry_run") ?? false)
+        // A dry run only reads, on this thread.
+        let result =
+            try params.bool("dry_run") == true || events.isEmpty
+            ? try log.importEvents(events, dryRun: true) : try writer.perform(ImportJob(events), from: -2)
         var out = JSONWriter()
         out.beginObject()
         out.member("imported", result.imported.count)

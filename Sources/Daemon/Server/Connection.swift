@@ -744,7 +744,7 @@ final class Connection: @unchecked Sendable {
             guard case .single(.request(let request)) = parsed, request.method == "append",
                 case .events(let events) = request.params, refusal(of: request) == nil
             else { continue }
-            context.writer.submit(events, from: identifier) { _ in }
+            context.writer.submit(AppendJob(events), from: identifier) { _ in }
         }
     }
 
@@ -808,7 +808,7 @@ final class Connection: @unchecked Sendable {
             let slot = outbox.reserve(isAppend: true)
             let id = request.id
             let outbox = self.outbox
-            context.writer.submit(events, from: identifier) { [self] result in
+            context.writer.submit(AppendJob(events), from: identifier) { [self] result in
                 outbox.fill(slot, with: id.map { Connection.response(id: $0, append: result) } ?? [])
                 answered(bytes)
             }
@@ -936,7 +936,9 @@ final class Connection: @unchecked Sendable {
                 } else if let error = refusal(of: request) {
                     line = request.id.map { Connection.response(id: $0, error: error) } ?? []
                 } else if request.method == "append", case .events(let events) = request.params {
-                    let result = context.writer.appendAndWait(events, from: identifier)
+                    let result = Result { () throws(EventStoreError) in
+                        try context.writer.perform(AppendJob(events), from: identifier)
+                    }
                     line = request.id.map { Connection.response(id: $0, append: result) } ?? []
                 } else if request.method == "watch" {
                     line =

@@ -19,38 +19,21 @@ import UnixSocket
 final class Writer: Sendable {
     /// What a requester asks of the writer.
     enum Work: Sendable {
-        /// Group-committed with the other requests waiting.
-        case write(WriteRequest)
-        /// Folds every entity again (`EventLog.rebuild(verify:)`), alone.
-        case rebuild(verify: Bool)
-        /// Stores a trained dictionary and makes it current, alone.
-        case installDictionary(PreparedDictionary)
-    }
-
-    /// What the writer hands back: values, never a reply.
-    enum Outcome: Sendable {
-        case written(WriteOutcome)
-        case rebuilt(RebuildReport)
-        case dictionaryInstalled(version: UInt32)
+        /// Group-committed with the other jobs waiting; `completion` gets its output.
+        case write(any WriteJob, completion: @Sendable (Result<any Sendable, EventStoreError>) -> Void)
+        /// Run on the writer thread alone, between groups: rebuilds and dictionary installs.
+        case alone(@Sendable () -> Void)
     }
 
     struct Job: Sendable {
         /// The connection that sent it (sessions and tools use negative numbers).
         let source: Int
         let work: Work
-        let completion: @Sendable (Result<Outcome, EventStoreError>) -> Void
 
         /// How many events it stores at most, to bound a group.
         var weight: Int {
-            guard case .write(let request) = work else { return 0 }
-            switch request {
-            case .append(let events): return events.count
-            case .ingest(let events, _, _): return events.count
-            case .importEvents(let events): return events.count
-            case .peerEntries(let entries): return entries.count
-            case .retryDeadLetters(let ids), .dropDeadLetters(let ids): return ids.count
-            case .ackConsumer, .removeConsumer: return 1
-            }
+            guard case .write(let job, _) = work else { return 0 }
+            return job.weight
         }
     }
 
@@ -84,117 +67,52 @@ final class Writer: Sendable {
         started.wait()
     }
 
-    /// Queues work; `completion` runs on the writer thread once it is committed or failed.
-    /// After `stop()` it fails at once with `unavailable`.
-    func submit(
-        _ work: Work, from source: Int, completion: @escaping @Sendable (Result<Outcome, EventStoreError>) -> Void
+    /// Queues a job; `completion` runs on the writer thread once its group is committed or
+    /// failed. After `stop()` it fails at once with `unavailable`.
+    func submit<Job: WriteJob>(
+        _ job: Job, from source: Int, completion: @escaping @Sendable (Result<Job.Output, EventStoreError>) -> Void
     ) {
-        if !queue.push(Job(source: source, work: work, completion: completion)) {
-            completion(.failure(EventStoreError(.unavailable, "the daemon is stopping; retry when it is back")))
+        let work = Work.write(job) { result in
+            completion(
+                result.flatMap { output in
+                    guard let output = output as? Job.Output else { return .failure(Writer.mismatch) }
+                    return .success(output)
+                })
         }
+        if !queue.push(Writer.Job(source: source, work: work)) { completion(.failure(Writer.stopping)) }
     }
 
-    /// Queues work and waits for its outcome (a sync session, a batch request, a method).
-    func perform(_ work: Work, from source: Int) -> Result<Outcome, EventStoreError> {
-        let box = Mutex<Result<Outcome, EventStoreError>?>(nil)
+    /// Queues a job and waits for its output (a sync session, a batch request, a method).
+    func perform<Job: WriteJob>(_ job: Job, from source: Int) throws(EventStoreError) -> Job.Output {
+        let box = Mutex<Result<Job.Output, EventStoreError>?>(nil)
         let signal = DispatchSemaphore(value: 0)
-        submit(work, from: source) { result in
+        submit(job, from: source) { result in
             box.withLock { $0 = result }
             signal.signal()
         }
         signal.wait()
-        return box.withLock { $0! }
+        return try box.withLock { $0! }.get()
     }
 
-    /// Queues a client batch; `completion` runs on the writer thread once it is committed.
-    func submit(
-        _ events: [InputEvent], from source: Int,
-        completion: @escaping @Sendable (Result<AppendResult, EventStoreError>) -> Void
-    ) {
-        submit(.write(.append(events)), from: source) { result in
-            completion(
-                result.flatMap { outcome in
-                    guard case .written(.appended(let appended)) = outcome else { return .failure(Writer.mismatch) }
-                    return .success(appended)
-                })
-        }
-    }
-
-    /// Appends and waits (for batch requests, which answer as a whole).
-    func appendAndWait(_ events: [InputEvent], from source: Int) -> Result<AppendResult, EventStoreError> {
-        perform(.write(.append(events)), from: source).flatMap { outcome in
-            guard case .written(.appended(let appended)) = outcome else { return .failure(Writer.mismatch) }
-            return .success(appended)
-        }
-    }
-
-    /// Commits events received from a peer, group-committed with the appends waiting, and
-    /// waits for the commit. `maxDeadLetters`: as `EventLog.ingest(_:from:maxDeadLetters:)`.
-    func ingest(_ events: [ReplicatedEvent], from peer: IngestPeer, maxDeadLetters: Int = .max)
-        throws(EventStoreError) -> IngestResult
+    /// Runs `body` on the writer thread alone, between groups, and waits for it.
+    private func performAlone<R: Sendable>(from source: Int, _ body: @escaping @Sendable () throws(EventStoreError) -> R)
+        throws(EventStoreError) -> R
     {
-        guard !events.isEmpty else { return try log.ingest(events, from: peer) }  // nothing to write
-        let outcome = try perform(.write(.ingest(events, from: peer, maxDeadLetters: maxDeadLetters)), from: -1).get()
-        guard case .written(.ingested(let result)) = outcome else { throw Writer.mismatch }
-        return result
-    }
-
-    /// Imports stored events (the `import` method), group-committed with the appends
-    /// waiting. A dry run only reads, on the calling thread.
-    func importEvents(_ events: [[UInt8]], dryRun: Bool) throws(EventStoreError) -> ImportResult {
-        if dryRun { return try log.importEvents(events, dryRun: true) }
-        guard !events.isEmpty else { return try log.importEvents(events) }  // nothing to write
-        let outcome = try perform(.write(.importEvents(events)), from: -2).get()
-        guard case .written(.imported(let result)) = outcome else { throw Writer.mismatch }
-        return result
-    }
-
-    /// Stores (or with nil, deletes) entries of the peers table.
-    func storePeerEntries(_ entries: [PeerEntry]) throws(EventStoreError) {
-        _ = try perform(.write(.peerEntries(entries)), from: -3).get()
-    }
-
-    /// Validates dead letters again and stores those that pass, group-committed with the
-    /// appends waiting (what is stored is published to watchers like any receipt).
-    func retryDeadLetters(_ ids: [ULID]) throws(EventStoreError) -> DeadLetterRetry {
-        guard
-            case .written(.deadLettersRetried(let result)) = try perform(.write(.retryDeadLetters(ids)), from: -6).get()
-        else { throw Writer.mismatch }
-        return result
-    }
-
-    /// Removes dead letters; how many were.
-    func dropDeadLetters(_ ids: [ULID]) throws(EventStoreError) -> Int {
-        guard case .written(.deadLettersDropped(let count)) = try perform(.write(.dropDeadLetters(ids)), from: -7).get()
-        else { throw Writer.mismatch }
-        return count
-    }
-
-    /// Acknowledges `seq` for a consumer, creating it when new (`consumers.ack`),
-    /// group-committed with the appends waiting.
-    func ackConsumer(_ name: String, seq: UInt64, maxConsumers: Int) throws(EventStoreError) -> Consumer {
-        let work = Work.write(.ackConsumer(name: name, seq: seq, maxConsumers: maxConsumers))
-        guard case .written(.consumerAcked(let consumer)) = try perform(work, from: -8).get() else {
-            throw Writer.mismatch
+        let box = Mutex<Result<R, EventStoreError>?>(nil)
+        let signal = DispatchSemaphore(value: 0)
+        let work = Work.alone {
+            box.withLock { $0 = Result { () throws(EventStoreError) in try body() } }
+            signal.signal()
         }
-        return consumer
-    }
-
-    /// Removes a consumer; whether there was one.
-    func removeConsumer(_ name: String) throws(EventStoreError) -> Bool {
-        guard
-            case .written(.consumerRemoved(let removed)) = try perform(.write(.removeConsumer(name: name)), from: -9)
-                .get()
-        else { throw Writer.mismatch }
-        return removed
+        guard queue.push(Writer.Job(source: source, work: work)) else { throw Writer.stopping }
+        signal.wait()
+        return try box.withLock { $0! }.get()
     }
 
     /// `EventLog.rebuild(verify:)` on the writer.
     func rebuild(verify: Bool) throws(EventStoreError) -> RebuildReport {
-        guard case .rebuilt(let report) = try perform(.rebuild(verify: verify), from: -4).get() else {
-            throw Writer.mismatch
-        }
-        return report
+        // Changes projections only: no event is stored, so nothing is published.
+        try performAlone(from: -4) { [log] () throws(EventStoreError) in try log.rebuild(verify: verify) }
     }
 
     /// Trains a dictionary when one is due (sampling and training on the calling thread),
@@ -202,13 +120,11 @@ final class Writer: Sendable {
     func trainDictionaryIfDue() throws(EventStoreError) -> UInt32? {
         guard try log.dictionaryTrainingDue() else { return nil }
         let prepared = try log.prepareDictionary()
-        guard case .dictionaryInstalled(let version) = try perform(.installDictionary(prepared), from: -5).get() else {
-            throw Writer.mismatch
-        }
-        return version
+        return try performAlone(from: -5) { [log] () throws(EventStoreError) in try log.install(prepared) }
     }
 
-    private static let mismatch = EventStoreError(.corrupt, "the writer answered a request with another's outcome")
+    private static let mismatch = EventStoreError(.corrupt, "the writer answered a job with another's output")
+    private static let stopping = EventStoreError(.unavailable, "the daemon is stopping; retry when it is back")
 
     /// Commits what is queued, then ends the thread and waits for it.
     func stop() {
@@ -237,7 +153,7 @@ final class Writer: Sendable {
             // in check under a flood), anything else alone.
             while start < jobs.count {
                 guard case .write = jobs[start].work else {
-                    runAlone(jobs[start])
+                    if case .alone(let body) = jobs[start].work { body() }
                     start += 1
                     continue
                 }
@@ -260,11 +176,12 @@ final class Writer: Sendable {
     static let activeWindow = Duration.milliseconds(20)
 
     private func commit(_ jobs: [Job]) {
-        let requests: [WriteRequest] = jobs.map {
-            guard case .write(let request) = $0.work else { preconditionFailure("only writes are grouped") }
-            return request
-        }
-        var outcomes: [Result<WriteOutcome, EventStoreError>]
+        let writes: [(job: any WriteJob, completion: @Sendable (Result<any Sendable, EventStoreError>) -> Void)] =
+            jobs.map {
+                guard case .write(let job, let completion) = $0.work else { preconditionFailure("only writes are grouped") }
+                return (job, completion)
+            }
+        var outcomes: [Result<Committed, EventStoreError>]
         // Held from before the commit until its events are published: a watch switching
         // from its catch-up read to live takes it, so it reads either before this commit
         // (and is published to) or after it.
@@ -272,7 +189,7 @@ final class Writer: Sendable {
         let publishing = hub.hasSubscribers
         var stored: [SequencedEvent] = []
         do {
-            let result = try log.commit(requests, keepStored: publishing)
+            let result = try log.commit(writes.map(\.job), keepStored: publishing)
             outcomes = result.outcomes
             stored = result.stored
         } catch {
@@ -285,37 +202,16 @@ final class Writer: Sendable {
         hub.publishLock.unlock()
         commits.add(1, ordering: .relaxed)
         self.requests.add(jobs.count, ordering: .relaxed)
-        var appended = 0
-        var appendRequests = 0
-        var received = 0
-        for case .success(let outcome) in outcomes {
-            switch outcome {
-            case .appended(let result):
-                appended += result.appended
-                appendRequests += 1
-            case .ingested(let result): received += result.ingested.count
-            case .imported(let result): received += result.imported.count
-            case .deadLettersRetried(let result): received += result.stored.count
-            case .peerEntriesStored, .deadLettersDropped, .consumerAcked, .consumerRemoved: break
-            }
+        var counts = WriteCounts()
+        for case .success(let committed) in outcomes {
+            counts.appended += committed.counts.appended
+            counts.appendRequests += committed.counts.appendRequests
+            counts.received += committed.counts.received
         }
-        eventsWritten.add(appended + received, ordering: .relaxed)
-        if appendRequests > 0 { appends.recordAppended(events: appended, requests: appendRequests) }
-        if received > 0 { appends.recordReceived(events: received) }
-        for (job, outcome) in zip(jobs, outcomes) { job.completion(outcome.map { .written($0) }) }
-    }
-
-    private func runAlone(_ job: Job) {
-        let result: Result<Outcome, EventStoreError>
-        switch job.work {
-        case .write: preconditionFailure("writes are group-committed")
-        case .rebuild(let verify):
-            // Changes projections only: no event is stored, so nothing is published.
-            result = Result { () throws(EventStoreError) in .rebuilt(try log.rebuild(verify: verify)) }
-        case .installDictionary(let prepared):
-            result = Result { () throws(EventStoreError) in .dictionaryInstalled(version: try log.install(prepared)) }
-        }
-        job.completion(result)
+        eventsWritten.add(counts.appended + counts.received, ordering: .relaxed)
+        if counts.appendRequests > 0 { appends.recordAppended(events: counts.appended, requests: counts.appendRequests) }
+        if counts.received > 0 { appends.recordReceived(events: counts.received) }
+        for (write, outcome) in zip(writes, outcomes) { write.completion(outcome.map(\.output)) }
     }
 }
 

@@ -32,9 +32,12 @@ struct SyncNode: Sendable {
         self.init(
             log: log, name: name,
             ingest: { (events, peer, maxDeadLetters) throws(EventStoreError) in
-                try writer.ingest(events, from: peer, maxDeadLetters: maxDeadLetters)
+                guard !events.isEmpty else { return try log.ingest(events, from: peer) }  // nothing to write
+                return try writer.perform(IngestJob(events, from: peer, maxDeadLetters: maxDeadLetters), from: -1)
             },
-            storePeerEntries: { (entries) throws(EventStoreError) in try writer.storePeerEntries(entries) })
+            storePeerEntries: { (entries) throws(EventStoreError) in
+                try writer.perform(PeerEntriesJob(entries), from: -3)
+            })
     }
 
     /// Writes straight into the log (tools and tests).

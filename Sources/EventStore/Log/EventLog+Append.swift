@@ -7,73 +7,7 @@ extension EventLog {
     /// `if_match` mismatch or a deleted entity aborts the whole batch and writes nothing.
     public func append(_ inputs: [InputEvent]) throws(EventStoreError) -> AppendResult {
         guard !inputs.isEmpty else { return AppendResult(ids: [], versions: [:], written: []) }
-        return try write { batch, txn, writer in
-            let (ids, written) = try batch.append(inputs, txn: &txn, writer: &writer)
-            try batch.finish(txn: &txn)
-            return batch.result(ids: ids, written: written)
-        }
-    }
-
-    /// Appends several independent batches in ONE write transaction and one commit (group
-    /// commit): each batch stays all or nothing on its own — one that fails is rolled back
-    /// (a nested transaction) and reported, and the others are written.
-    ///
-    /// - Returns: one result per batch, in order. `versions` are each entity's version after
-    ///   that batch's own events.
-    /// - Throws: only what fails them all: storage full, an unusable store.
-    public func append(groups: [[InputEvent]]) throws(EventStoreError) -> [Result<AppendResult, EventStoreError>] {
-        guard !groups.isEmpty else { return [] }
-        // Groups almost always succeed: first all of them in the one transaction, without a
-        // nested transaction each (LMDB copies into a child every page its parent has
-        // dirtied, and merges them back at its commit). When one fails, nothing of that
-        // attempt is kept, and the groups are written again each in a nested transaction.
-        var groupFailed = false
-        do {
-            return try write { batch, txn, writer in
-                groupFailed = false
-                var results: [Result<AppendResult, EventStoreError>] = []
-                results.reserveCapacity(groups.count)
-                for inputs in groups {
-                    let ids: [ULID]
-                    let written: [ULID]
-                    do {
-                        (ids, written) = try batch.append(inputs, txn: &txn, writer: &writer)
-                    } catch let error as EventStoreError {
-                        groupFailed = true
-                        throw error
-                    }
-                    results.append(.success(batch.result(ids: ids, written: written)))
-                }
-                try batch.finish(txn: &txn)
-                return results
-            }
-        } catch {
-            if !groupFailed { throw error }
-        }
-        return try appendNested(groups: groups)
-    }
-
-    /// `append(groups:)` with each group in a nested transaction, rolled back on its own.
-    func appendNested(groups: [[InputEvent]]) throws(EventStoreError) -> [Result<AppendResult, EventStoreError>] {
-        let results = try write { batch, txn, writer in
-            var results: [Result<AppendResult, EventStoreError>] = []
-            results.reserveCapacity(groups.count)
-            for inputs in groups {
-                let before = batch
-                do {
-                    let (ids, written) = try txn.nested { child in
-                        try batch.append(inputs, txn: &child, writer: &writer)
-                    }
-                    results.append(.success(batch.result(ids: ids, written: written)))
-                } catch let error as EventStoreError {
-                    batch = before
-                    results.append(.failure(error))
-                }
-            }
-            try batch.finish(txn: &txn)
-            return results
-        }
-        return results
+        return try perform(AppendJob(inputs))
     }
 
     /// Runs `body` as the writer, in one write transaction with a fresh batch, and keeps the

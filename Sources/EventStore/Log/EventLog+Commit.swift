@@ -1,24 +1,63 @@
 import Projections
 
-/// One request to the writer: what a client, a sync session or a person asked to store.
-public enum WriteRequest: Sendable {
-    /// A client batch (the `append` method).
-    case append([InputEvent])
-    /// Events replicated from a peer: as `EventLog.ingest(_:from:maxDeadLetters:)`.
-    case ingest([ReplicatedEvent], from: IngestPeer, maxDeadLetters: Int)
-    /// Stored events to take as they are (the `import` method), all or nothing.
-    case importEvents([[UInt8]])
-    /// Entries of the peers table to store (or with nil, delete).
-    case peerEntries([PeerEntry])
-    /// Dead letters to validate again and store when they pass (`dead_letters.retry`).
-    case retryDeadLetters([ULID])
-    /// Dead letters to remove (`dead_letters.drop`).
-    case dropDeadLetters([ULID])
-    /// A consumer's acknowledgement (`consumers.ack`), creating it when new: as
-    /// `EventLog.ackConsumer(_:seq:maxConsumers:)`.
-    case ackConsumer(name: String, seq: UInt64, maxConsumers: Int)
-    /// A consumer to remove (`consumers.remove`).
-    case removeConsumer(name: String)
+/// A kind of write the one writer group-commits: what it does inside the group's write
+/// transaction and what it returns. A new kind is one type conforming to this (and, when
+/// it stores events, one function of the store it calls); the writer, the group commit and
+/// every caller take it as they are.
+///
+/// In the manner of a unit of work: `run` sees the transaction through `WriteScope`, is all
+/// or nothing (a throw leaves the transaction as it was before it), and its output reaches
+/// the caller only once the whole group has committed.
+public protocol WriteJob: Sendable {
+    associatedtype Output: Sendable
+    /// How many events or records it writes at most: the writer bounds a group by their sum.
+    var weight: Int { get }
+    /// Its work, in the group's transaction.
+    func run(in scope: inout WriteScope) throws -> Output
+    /// What its output adds to the store's write counters (`status`'s `appends`).
+    func counts(_ output: Output) -> WriteCounts
+}
+
+extension WriteJob {
+    public func counts(_ output: Output) -> WriteCounts { WriteCounts() }
+}
+
+/// Events a commit added: for `status`'s counters.
+public struct WriteCounts: Sendable, Equatable {
+    /// Events appended by clients, and the append requests that did.
+    public var appended = 0
+    public var appendRequests = 0
+    /// Events received from peers, imported or retried from the dead letters, and stored.
+    public var received = 0
+
+    public init(appended: Int = 0, appendRequests: Int = 0, received: Int = 0) {
+        self.appended = appended
+        self.appendRequests = appendRequests
+        self.received = received
+    }
+}
+
+/// What a job sees of the write in progress: the transaction, the events stored so far in
+/// it (their seqs, the projections they changed) and the writer's clock and compressor.
+public struct WriteScope: ~Copyable {
+    let log: EventLog
+    var batch: WriteBatch
+    var txn: WriteTransaction
+    var writer: EventLog.Writer
+}
+
+/// What became of one job of a commit: its output and what it adds to the counters.
+public struct Committed: Sendable {
+    public var output: any Sendable
+    public var counts: WriteCounts
+}
+
+/// What one commit of the writer did.
+public struct CommitResult: Sendable {
+    /// One per job, in order.
+    public var outcomes: [Result<Committed, EventStoreError>]
+    /// The events the commit stored, with their seqs, in seq order (empty unless asked for).
+    public var stored: [SequencedEvent]
 }
 
 /// An entry of the peers table: its key and value (nil: delete it).
@@ -32,53 +71,33 @@ public struct PeerEntry: Sendable {
     }
 }
 
-/// What became of one `WriteRequest`.
-public enum WriteOutcome: Sendable, Equatable {
-    case appended(AppendResult)
-    case ingested(IngestResult)
-    case imported(ImportResult)
-    case peerEntriesStored
-    case deadLettersRetried(DeadLetterRetry)
-    case deadLettersDropped(Int)
-    case consumerAcked(Consumer)
-    /// Whether there was such a consumer.
-    case consumerRemoved(Bool)
-}
-
-/// What one commit of the writer did.
-public struct CommitResult: Sendable {
-    /// One per request, in order.
-    public var outcomes: [Result<WriteOutcome, EventStoreError>]
-    /// The events the commit stored, with their seqs, in seq order (empty unless asked for).
-    public var stored: [SequencedEvent]
-}
-
 extension EventLog {
-    /// Runs several independent requests in ONE write transaction and one commit (group
-    /// commit): appends, replicated batches, imports, peer records and consumers' acknowledgements alike. Each request
-    /// stays all or nothing on its own — one that fails is rolled back (a nested
-    /// transaction) and reported, and the others are written.
+    /// Runs several independent jobs in ONE write transaction and one commit (group
+    /// commit): appends, replicated batches, imports, peer records and consumers'
+    /// acknowledgements alike. Each job stays all or nothing on its own — one that fails is
+    /// rolled back (a nested transaction) and reported, and the others are written.
     ///
     /// - Parameter keepStored: whether to return the events stored, for publishing them to
     ///   watchers from memory.
     /// - Throws: only what fails them all: storage full, an unusable store.
-    public func commit(_ requests: [WriteRequest], keepStored: Bool = false) throws(EventStoreError) -> CommitResult {
-        guard !requests.isEmpty else { return CommitResult(outcomes: [], stored: []) }
-        // As `append(groups:)`: first all of them in the one transaction without a nested
-        // transaction each; when one fails, nothing of that attempt is kept, and the requests
-        // are run again each in a nested transaction.
-        var requestFailed = false
+    public func commit(_ jobs: [any WriteJob], keepStored: Bool = false) throws(EventStoreError) -> CommitResult {
+        guard !jobs.isEmpty else { return CommitResult(outcomes: [], stored: []) }
+        // Jobs almost always succeed: first all of them in the one transaction, without a
+        // nested transaction each (LMDB copies into a child every page its parent has
+        // dirtied, and merges them back at its commit). When one fails, nothing of that
+        // attempt is kept, and the jobs run again each in a nested transaction.
+        var failed: EventStoreError?
         do {
             return try write { batch, txn, writer in
-                requestFailed = false
+                failed = nil
                 if keepStored { batch.stored = [] }
-                var outcomes: [Result<WriteOutcome, EventStoreError>] = []
-                outcomes.reserveCapacity(requests.count)
-                for request in requests {
+                var outcomes: [Result<Committed, EventStoreError>] = []
+                outcomes.reserveCapacity(jobs.count)
+                for job in jobs {
                     do {
-                        outcomes.append(.success(try run(request, batch: &batch, txn: &txn, writer: &writer)))
+                        outcomes.append(.success(try run(job, batch: &batch, txn: &txn, writer: &writer)))
                     } catch let error as EventStoreError {
-                        requestFailed = true
+                        failed = error
                         throw error
                     }
                 }
@@ -86,17 +105,19 @@ extension EventLog {
                 return CommitResult(outcomes: outcomes, stored: batch.stored ?? [])
             }
         } catch {
-            if !requestFailed { throw error }
+            guard let failed else { throw error }
+            // Alone, it is the only one to report: nothing else needs writing again.
+            if jobs.count == 1 { return CommitResult(outcomes: [.failure(failed)], stored: []) }
         }
         return try write { batch, txn, writer in
             if keepStored { batch.stored = [] }
-            var outcomes: [Result<WriteOutcome, EventStoreError>] = []
-            outcomes.reserveCapacity(requests.count)
-            for request in requests {
+            var outcomes: [Result<Committed, EventStoreError>] = []
+            outcomes.reserveCapacity(jobs.count)
+            for job in jobs {
                 let before = batch
                 do {
                     let outcome = try txn.nested { child in
-                        try run(request, batch: &batch, txn: &child, writer: &writer)
+                        try run(job, batch: &batch, txn: &child, writer: &writer)
                     }
                     outcomes.append(.success(outcome))
                 } catch let error as EventStoreError {
@@ -109,30 +130,27 @@ extension EventLog {
         }
     }
 
-    private func run(
-        _ request: WriteRequest, batch: inout WriteBatch, txn: inout WriteTransaction, writer: inout EventLog.Writer
-    ) throws -> WriteOutcome {
-        switch request {
-        case .append(let inputs):
-            let (ids, written) = try batch.append(inputs, txn: &txn, writer: &writer)
-            return .appended(batch.result(ids: ids, written: written))
-        case .ingest(let events, let peer, let maxDeadLetters):
-            return .ingested(
-                try ingest(
-                    events, from: peer, maxDeadLetters: maxDeadLetters, batch: &batch, txn: &txn, writer: &writer))
-        case .importEvents(let events):
-            return .imported(try importEvents(events, batch: &batch, txn: &txn, writer: &writer))
-        case .peerEntries(let entries):
-            try storePeerEntries(entries.map { ($0.key, $0.value) }, txn: &txn)
-            return .peerEntriesStored
-        case .retryDeadLetters(let ids):
-            return .deadLettersRetried(try retryDeadLetters(ids, batch: &batch, txn: &txn, writer: &writer))
-        case .dropDeadLetters(let ids):
-            return .deadLettersDropped(try dropDeadLetters(ids, txn: &txn))
-        case .ackConsumer(let name, let seq, let maxConsumers):
-            return .consumerAcked(try ackConsumer(name, seq: seq, maxConsumers: maxConsumers, batch: batch, txn: &txn))
-        case .removeConsumer(let name):
-            return .consumerRemoved(try removeConsumer(name, txn: &txn))
-        }
+    /// Runs one job in a transaction of its own, as the writer does: for tools, tests and
+    /// the benchmark, which so write by the daemon's path.
+    public func perform<Job: WriteJob>(_ job: Job) throws(EventStoreError) -> Job.Output {
+        guard let outcome = try commit([job]).outcomes.first else { throw EventLog.noOutcome }
+        let committed = try outcome.get()
+        guard let output = committed.output as? Job.Output else { throw EventLog.noOutcome }
+        return output
+    }
+
+    static let noOutcome = EventStoreError(.corrupt, "a write job's outcome was missing or of another kind")
+
+    /// One job in the write in progress.
+    private func run<Job: WriteJob>(
+        _ job: Job, batch: inout WriteBatch, txn: inout WriteTransaction, writer: inout EventLog.Writer
+    ) throws -> Committed {
+        var scope = WriteScope(log: self, batch: batch, txn: txn, writer: writer)
+        let result = Result { () throws -> Job.Output in try job.run(in: &scope) }
+        batch = scope.batch
+        txn = scope.txn
+        writer = scope.writer
+        let output = try result.get()
+        return Committed(output: output, counts: job.counts(output))
     }
 }

@@ -82,14 +82,12 @@ extension EventLog {
     /// (`conflict`), the same seq again is a no-op (a retried ack), and a seq beyond the
     /// head (no event has it yet) is refused (`invalidParams`). Through the writer.
     public func ackConsumer(_ name: String, seq: UInt64, maxConsumers: Int = .max) throws(EventStoreError) -> Consumer {
-        try write { batch, txn, _ in
-            try ackConsumer(name, seq: seq, maxConsumers: maxConsumers, batch: batch, txn: &txn)
-        }
+        try perform(AckConsumerJob(name, seq: seq, maxConsumers: maxConsumers))
     }
 
     /// Removes the consumer `name`; false when there was none. Through the writer.
     public func removeConsumer(_ name: String) throws(EventStoreError) -> Bool {
-        try write { _, txn, _ in try removeConsumer(name, txn: &txn) }
+        try perform(RemoveConsumerJob(name))
     }
 
     func ackConsumer(

@@ -39,11 +39,7 @@ extension EventLog {
                 return result
             }
         }
-        return try write { batch, txn, writer in
-            let result = try importEvents(rawEvents, batch: &batch, txn: &txn, writer: &writer)
-            try batch.finish(txn: &txn)
-            return result
-        }
+        return try perform(ImportJob(rawEvents))
     }
 
     /// The work of `importEvents(_:)` inside a write in progress (the writer's group commit

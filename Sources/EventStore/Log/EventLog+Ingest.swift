@@ -27,11 +27,7 @@ extension EventLog {
         throws(EventStoreError) -> IngestResult
     {
         guard !replicated.isEmpty else { return IngestResult() }
-        return try write { batch, txn, writer in
-            let result = try ingest(replicated, from: peer, maxDeadLetters: maxDeadLetters, batch: &batch, txn: &txn, writer: &writer)
-            try batch.finish(txn: &txn)
-            return result
-        }
+        return try perform(IngestJob(replicated, from: peer, maxDeadLetters: maxDeadLetters))
     }
 
     /// The work of `ingest(_:from:maxDeadLetters:)` inside a write in progress (the writer's

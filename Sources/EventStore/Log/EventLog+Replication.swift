@@ -209,8 +209,7 @@ extension EventLog {
 
     /// Stores (or with nil, deletes) entries of the peers table in one transaction.
     public func setPeerEntries(_ entries: [(key: String, value: [UInt8]?)]) throws(EventStoreError) {
-        // Through the writer, which owns the write transaction.
-        try write { _, txn, _ in try storePeerEntries(entries, txn: &txn) }
+        try perform(PeerEntriesJob(entries.map { PeerEntry(key: $0.key, value: $0.value) }))
     }
 
     func storePeerEntries(_ entries: [(key: String, value: [UInt8]?)], txn: inout WriteTransaction) throws {

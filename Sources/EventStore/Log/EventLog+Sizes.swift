@@ -27,32 +27,18 @@ extension EventLog {
     /// Every named database of the store with the flags it is opened with, in the order
     /// `storageBreakdown()` lists them: for tools that open a copy of a store's file
     /// directly (a `dupSort` table must be opened with its flags).
-    public static let tableLayout: [(name: String, flags: DatabaseFlags)] = [
-        ("events", []), ("entity_index", [.dupSort, .dupFixed]), ("origin_index", [.dupSort, .dupFixed]),
-        ("projections", []), ("idempotency_keys", []), ("status_index", [.dupSort]),
-        ("status_history", [.dupSort]), ("conflicts", []), ("dead_letters", []), ("dead_letter_ids", []),
-        ("peers", []), ("dictionaries", []), ("clock_skew", []), ("seq_blocks", []), ("meta", []),
-    ]
+    public static let tableLayout: [(name: String, flags: DatabaseFlags)] = Table.allCases.map { ($0.name, $0.flags) }
 
     /// Measures the store table by table and, reading every event, the size of event
     /// values against their canonical JSON. O(events): for benchmarks and diagnostics.
     public func storageBreakdown() throws(EventStoreError) -> StorageBreakdown {
         try reading { txn in
-            let named: [(String, Database)] = [
-                ("events", tables.events), ("entity_index", tables.entityIndex), ("origin_index", tables.originIndex),
-                ("projections", tables.projections), ("idempotency_keys", tables.keys),
-                ("status_index", tables.statusIndex), ("status_history", tables.statusHistory),
-                ("conflicts", tables.conflicts), ("dead_letters", tables.deadLetters),
-                ("dead_letter_ids", tables.deadLetterIDs), ("peers", tables.peers),
-                ("dictionaries", tables.dictionaries), ("clock_skew", tables.skew), ("seq_blocks", tables.sequence),
-                ("meta", tables.meta),
-            ]
             var result = StorageBreakdown(tables: [], eventValueBytes: 0, canonicalJSONBytes: 0, events: 0)
-            for (name, db) in named {
-                let stat = try txn.stat(db)
+            for table in Table.allCases {
+                let stat = try txn.stat(tables[table])
                 result.tables.append(
                     .init(
-                        name: name, entries: stat.entries,
+                        name: table.name, entries: stat.entries,
                         bytes: (stat.branchPages + stat.leafPages + stat.overflowPages) * stat.pageSize,
                         depth: stat.depth, branchPages: stat.branchPages, leafPages: stat.leafPages,
                         overflowPages: stat.overflowPages))

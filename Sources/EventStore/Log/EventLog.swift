@@ -61,45 +61,104 @@ public final class EventLog: Sendable {
         var nextTrainingAt: Int
     }
 
-    /// The named databases of the environment.
-    struct Tables: Sendable {
+    /// Every named database of the store, in one list: its name, the flags it is opened
+    /// with, and its place in `Tables` (the order `storageBreakdown()` lists them in).
+    enum Table: Int, CaseIterable, Sendable {
         /// ULID (16 bytes) → stored value (header + zstd frame).
-        let events: Database
+        case events
         /// entity bytes → event ids (dupsort, 16-byte values).
-        let entityIndex: Database
+        case entityIndex
         /// origin (16 bytes) → event ids (dupsort, 16-byte values).
-        let originIndex: Database
+        case originIndex
         /// entity bytes → state hash (16 bytes), rev, compact state and a short status
         /// history (`projectionRecord`).
-        let projections: Database
+        case projections
         /// idempotency key → event id.
-        let keys: Database
+        case keys
+        /// TYPE 0x00 STATUS → entity bytes (dupsort).
+        case statusIndex
         /// entity bytes → its status events, for an entity whose history grew past
         /// `inlineHistoryLimit`: id (16) + origin (16) + status (dupsort, in id order).
-        let statusHistory: Database
-        /// TYPE 0x00 STATUS → entity bytes (dupsort).
-        let statusIndex: Database
+        case statusHistory
         /// entity bytes → {"fields":[...],"status":bool} for entities with conflicts.
-        let conflicts: Database
+        case conflicts
         /// local ULID → dead letter as canonical JSON.
-        let deadLetters: Database
+        case deadLetters
         /// event id → the key of its dead letter, so an invalid event a peer sends again
         /// is not kept twice.
-        let deadLetterIDs: Database
+        case deadLetterIDs
         /// peer name → peer record (used by replication).
-        let peers: Database
+        case peers
         /// version (4 bytes, big-endian) → zstd dictionary.
-        let dictionaries: Database
+        case dictionaries
         /// origin (16 bytes) → largest lead over our clock seen, ms (8 bytes, big-endian).
-        let skew: Database
+        case skew
         /// seq (8 bytes, big-endian) → event id (16 bytes): every stored event in the order
         /// this node stored it (the commit sequence). Node-local, never replicated.
-        let sequence: Database
+        case sequence
         /// consumer name → its record (`Consumer.record`): durable cursors over the commit
         /// sequence. Node-local, never replicated.
-        let consumers: Database
+        case consumers
         /// small named values: format, node id, digest, dictionary version, sequence head.
-        let meta: Database
+        case meta
+
+        var name: String {
+            switch self {
+            case .events: "events"
+            case .entityIndex: "entity_index"
+            case .originIndex: "origin_index"
+            case .projections: "projections"
+            case .keys: "idempotency_keys"
+            case .statusIndex: "status_index"
+            case .statusHistory: "status_history"
+            case .conflicts: "conflicts"
+            case .deadLetters: "dead_letters"
+            case .deadLetterIDs: "dead_letter_ids"
+            case .peers: "peers"
+            case .dictionaries: "dictionaries"
+            case .skew: "clock_skew"
+            case .sequence: "seq_blocks"
+            case .consumers: "consumers"
+            case .meta: "meta"
+            }
+        }
+
+        var flags: DatabaseFlags {
+            switch self {
+            case .events, .projections, .keys, .conflicts, .deadLetters, .deadLetterIDs, .peers, .dictionaries, .skew, .sequence, .consumers, .meta: []
+            case .entityIndex, .originIndex: [.dupSort, .dupFixed]
+            case .statusIndex, .statusHistory: [.dupSort]
+            }
+        }
+    }
+
+    /// The store's open databases, one per `Table`.
+    struct Tables: Sendable {
+        private let databases: [Database]
+
+        /// Opens (or creates) every table of `Table`.
+        init(_ open: (Table) throws -> Database) rethrows {
+            databases = try Table.allCases.map(open)
+        }
+
+        subscript(table: Table) -> Database { databases[table.rawValue] }
+
+        var events: Database { self[.events] }
+        var entityIndex: Database { self[.entityIndex] }
+        var originIndex: Database { self[.originIndex] }
+        var projections: Database { self[.projections] }
+        var keys: Database { self[.keys] }
+        var statusIndex: Database { self[.statusIndex] }
+        var statusHistory: Database { self[.statusHistory] }
+        var conflicts: Database { self[.conflicts] }
+        var deadLetters: Database { self[.deadLetters] }
+        var deadLetterIDs: Database { self[.deadLetterIDs] }
+        var peers: Database { self[.peers] }
+        var dictionaries: Database { self[.dictionaries] }
+        var skew: Database { self[.skew] }
+        var sequence: Database { self[.sequence] }
+        var consumers: Database { self[.consumers] }
+        var meta: Database { self[.meta] }
     }
 
     enum Meta {
@@ -164,24 +223,7 @@ public final class EventLog: Sendable {
         self.options = options
         let environment = try Environment(directory: directory, options: options.environment)
         self.environment = environment
-        self.tables = Tables(
-            events: try environment.openDatabase("events", flags: [.create]),
-            entityIndex: try environment.openDatabase("entity_index", flags: [.create, .dupSort, .dupFixed]),
-            originIndex: try environment.openDatabase("origin_index", flags: [.create, .dupSort, .dupFixed]),
-            projections: try environment.openDatabase("projections", flags: [.create]),
-            keys: try environment.openDatabase("idempotency_keys", flags: [.create]),
-            statusHistory: try environment.openDatabase("status_history", flags: [.create, .dupSort]),
-            statusIndex: try environment.openDatabase("status_index", flags: [.create, .dupSort]),
-            conflicts: try environment.openDatabase("conflicts", flags: [.create]),
-            deadLetters: try environment.openDatabase("dead_letters", flags: [.create]),
-            deadLetterIDs: try environment.openDatabase("dead_letter_ids", flags: [.create]),
-            peers: try environment.openDatabase("peers", flags: [.create]),
-            dictionaries: try environment.openDatabase("dictionaries", flags: [.create]),
-            skew: try environment.openDatabase("clock_skew", flags: [.create]),
-            sequence: try environment.openDatabase("seq_blocks", flags: [.create]),
-            consumers: try environment.openDatabase("consumers", flags: [.create]),
-            meta: try environment.openDatabase("meta", flags: [.create])
-        )
+        self.tables = try Tables { try environment.openDatabase($0.name, flags: $0.flags.union(.create)) }
         let tables = self.tables
         let now = options.wallClock()
         let (nodeID, previousNodeID, dictionaryVersion, dictionaryBytes, clock, nextTrainingAt, storedFormat, head) =
