@@ -250,7 +250,7 @@ public final class FuzzDispatcher: Sendable {
     private func respond(_ request: Request, parts: Parts) -> [UInt8] {
         let result: Result<[UInt8], RPCError>
         switch request.method {
-        case "append":
+        case MethodTable.append:
             if case .events(let events) = request.params {
                 let appended = Result { () throws(EventStoreError) in try parts.writer.perform(AppendJob(events), from: 1) }
                 return request.id.map { Connection.response(id: $0, append: appended) } ?? []
@@ -260,21 +260,21 @@ public final class FuzzDispatcher: Sendable {
             } else {
                 result = .failure(.invalidParams("append takes \"events\": an array of events"))
             }
-        case "watch":
+        case MethodTable.watch:
             result = Result { () throws(RPCError) in
-                let params = try Params(request.params, method: "watch", accepts: ["after", "entity", "type"])
+                let params = try Params(request)
                 _ = (try params.seq("after"), try params.entity("entity"), try params.type("type"))
                 return Array(#"{"watching":true}"#.utf8)
             }
         case "backup":
             result = Result { () throws(RPCError) in
-                let params = try Params(request.params, method: "backup", accepts: ["path"])
+                let params = try Params(request)
                 _ = try params.string("path")
                 throw RPCError.application(.forbidden, "backup is not run by the fuzzer")
             }
         case "sync":
             result = Result { () throws(RPCError) in
-                let params = try Params(request.params, method: "sync", accepts: ["peer"])
+                let params = try Params(request)
                 _ = try params.string("peer")
                 throw RPCError.application(.unavailable, "sync is not run by the fuzzer")
             }

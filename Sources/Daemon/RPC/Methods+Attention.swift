@@ -60,7 +60,7 @@ extension Methods {
     /// `peers.show`: one peer, its schedule, its last known vector, and per origin this
     /// node holds events of, how many of them it lacks.
     func peerShow(_ request: Request) throws -> [UInt8] {
-        let params = try Params(request.params, method: "peers.show", accepts: ["name"])
+        let params = try Params(request)
         guard let name = try params.string("name") else { throw RPCError.invalidParams("peers.show takes \"name\"") }
         guard let standing = sync.standings().first(where: { $0.peer.name == name }) else {
             throw RPCError.application(.notFound, "no peer is named \(name); `evctl peers list` shows them")
@@ -111,7 +111,7 @@ extension Methods {
     /// early, with `next`, once its items reach `max_page_bytes` (one item at least). The
     /// divergent events and the failing and terminal peers, few, are on every page whole.
     func attention(_ request: Request) throws -> [UInt8] {
-        let params = try Params(request.params, method: "attention", accepts: ["limit", "after"])
+        let params = try Params(request)
         let limit = try params.int("limit", in: 1...10_000) ?? 100
         var conflictsAfter: EntityKey?
         var lettersAfter: ULID?
@@ -219,7 +219,7 @@ extension Methods {
     /// once a person has dealt with them; answers how many records went. A later session
     /// that finds the same difference records it again.
     func dismissDivergent(_ request: Request) throws -> [UInt8] {
-        let params = try Params(request.params, method: "divergent.dismiss", accepts: ["ids"])
+        let params = try Params(request)
         guard let elements = try params.array("ids"), !elements.isEmpty, elements.count <= DivergentEvent.maxRecords
         else {
             throw RPCError.invalidParams(

@@ -6,7 +6,7 @@ import EventStore
 extension Methods {
     /// `consumers.list`: every consumer, its acknowledged seq and its lag (head − seq).
     func consumersList(_ request: Request) throws -> [UInt8] {
-        _ = try Params(request.params, method: "consumers.list", accepts: [])
+        _ = try Params(request)
         return try consumersAnswer()
     }
 
@@ -27,7 +27,7 @@ extension Methods {
     /// `consumers.ack {name, seq}`: the consumer has processed every event up to `seq`;
     /// creates it when new (`seq` 0: it reads from the start). Answers every consumer.
     func consumersAck(_ request: Request) throws -> [UInt8] {
-        let params = try Params(request.params, method: "consumers.ack", accepts: ["name", "seq"])
+        let params = try Params(request)
         guard let name = try params.string("name"), let seq = try params.seq("seq") else {
             throw RPCError.invalidParams(
                 "consumers.ack takes \"name\" and \"seq\": the seq of the last event the consumer has processed (0 to create it at the start)"
@@ -40,7 +40,7 @@ extension Methods {
     /// `consumers.remove {name}`: forgets a consumer (`not_found` when there is none);
     /// answers those left.
     func consumersRemove(_ request: Request) throws -> [UInt8] {
-        let params = try Params(request.params, method: "consumers.remove", accepts: ["name"])
+        let params = try Params(request)
         guard let name = try params.string("name") else {
             throw RPCError.invalidParams("consumers.remove takes \"name\"")
         }

@@ -39,7 +39,7 @@ extension Methods {
 
     /// The `ids` parameter: 1 to `EventLog.maxDeadLetterIDsPerCall` keys or event ids.
     private func deadLetterIDs(_ request: Request, method: String) throws(RPCError) -> [ULID] {
-        let params = try Params(request.params, method: method, accepts: ["ids"])
+        let params = try Params(request)
         guard let elements = try params.array("ids"), !elements.isEmpty else {
             throw RPCError.invalidParams("\(method) takes \"ids\": the keys or event ids of dead letters (dead_letters lists them)")
         }

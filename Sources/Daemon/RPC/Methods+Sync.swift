@@ -22,7 +22,7 @@ extension Methods {
     /// `sync`: with a peer by name or URL, or with every peer. A URL that reaches no
     /// configured peer is the client's own: `exec:` and `unix://` ones need full access.
     func syncNow(_ request: Request, level: AccessLevel) throws -> [UInt8] {
-        let params = try Params(request.params, method: "sync", accepts: ["peer"])
+        let params = try Params(request)
         let peer = try params.string("peer")
         // A peer's name holds no colon: this is a URL.
         if let peer, level < .full, peer.contains(":"), sync.peer(reaching: peer) == nil {
@@ -65,7 +65,7 @@ extension Methods {
         let list: [SyncService.Peer]
         switch request.method {
         case "peers.add":
-            let params = try Params(request.params, method: "peers.add", accepts: ["name", "url"])
+            let params = try Params(request)
             guard let name = try params.string("name"), let url = try params.string("url") else {
                 throw RPCError.invalidParams("peers.add takes \"name\" and \"url\"")
             }
@@ -73,13 +73,13 @@ extension Methods {
             if let refusal = Methods.refusal(ofSocketURL: url, level: level) { throw refusal }
             list = try sync.add(name: name, url: url)
         case "peers.remove":
-            let params = try Params(request.params, method: "peers.remove", accepts: ["name"])
+            let params = try Params(request)
             guard let name = try params.string("name") else {
                 throw RPCError.invalidParams("peers.remove takes \"name\"")
             }
             list = try sync.remove(name: name)
         default:
-            _ = try Params(request.params, method: "peers.list", accepts: [])
+            _ = try Params(request)
             list = sync.peers()
         }
         return JSONWriter.page("peers", list, next: nil) { out, peer in

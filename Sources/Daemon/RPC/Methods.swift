@@ -5,11 +5,8 @@ import Projections
 /// The socket API's methods that answer at once (reads and maintenance); `append` and
 /// `watch` go through the connection, which owns their ordering.
 struct Methods: Sendable {
-    static let names = [
-        "append", "get", "list", "log", "watch", "status", "types", "conflicts", "dead_letters", "rebuild", "backup",
-        "sync", "peers.add", "peers.remove", "peers.list", "import", "dead_letters.retry", "dead_letters.drop",
-        "divergent.dismiss", "attention", "peers.show", "consumers.list", "consumers.ack", "consumers.remove",
-    ]
+    /// Every method's name, from the table.
+    static var names: [String] { MethodTable.names }
 
     /// The most events one `import` request may carry (`evctl import` sends 1000).
     static let maxImportEvents = 10_000
@@ -38,29 +35,10 @@ struct Methods: Sendable {
     /// which peer URLs the client may give.
     func call(_ request: Request, level: AccessLevel = .full) throws(RPCError) -> [UInt8] {
         do {
-            switch request.method {
-            case "get": return try get(request)
-            case "list": return try list(request)
-            case "log": return try logPage(request)
-            case "status": return try status(request)
-            case "types": return try types(request)
-            case "conflicts": return try conflicts(request)
-            case "dead_letters": return try deadLetters(request)
-            case "dead_letters.retry": return try retryDeadLetters(request)
-            case "dead_letters.drop": return try dropDeadLetters(request)
-            case "divergent.dismiss": return try dismissDivergent(request)
-            case "rebuild": return try rebuild(request)
-            case "backup": return try backup(request)
-            case "sync": return try syncNow(request, level: level)
-            case "peers.add", "peers.remove", "peers.list": return try peers(request, level: level)
-            case "import": return try importEvents(request)
-            case "attention": return try attention(request)
-            case "peers.show": return try peerShow(request)
-            case "consumers.list": return try consumersList(request)
-            case "consumers.ack": return try consumersAck(request)
-            case "consumers.remove": return try consumersRemove(request)
-            default: throw RPCError.methodNotFound(request.method)
+            guard let method = MethodTable[request.method], case .methods(let handler) = method.handler else {
+                throw RPCError.methodNotFound(request.method)
             }
+            return try handler(self, request, level)
         } catch let error as RPCError {
             throw error
         } catch let error as EventStoreError {
@@ -71,7 +49,7 @@ struct Methods: Sendable {
     }
 
     func get(_ request: Request) throws -> [UInt8] {
-        let params = try Params(request.params, method: "get", accepts: ["entity", "sync"])
+        let params = try Params(request)
         guard let entity = try params.entity("entity") else { throw RPCError.invalidParams("get takes \"entity\"") }
         if try params.bool("sync") == true { return try getWithSync(entity) }
         guard let state = try log.canonicalState(of: entity) else {
@@ -81,9 +59,7 @@ struct Methods: Sendable {
     }
 
     func list(_ request: Request) throws -> [UInt8] {
-        let params = try Params(
-            request.params, method: "list",
-            accepts: ["type", "status", "include_deleted", "limit", "after", "pending_for"])
+        let params = try Params(request)
         let type = try params.type("type")
         let status = try params.string("status")
         let includeDeleted = try params.bool("include_deleted") ?? false
@@ -117,8 +93,7 @@ struct Methods: Sendable {
     /// in id order), the events come in id order instead, without `seq`, `after` and `next`
     /// being event ids, as 0.4 gave them.
     func logPage(_ request: Request) throws -> [UInt8] {
-        let params = try Params(
-            request.params, method: "log", accepts: ["after", "limit", "entity", "origin", "type", "order", "consumer"])
+        let params = try Params(request)
         switch try params.string("order") ?? "seq" {
         case "seq": break
         case "id":
@@ -210,7 +185,7 @@ struct Methods: Sendable {
     }
 
     func status(_ request: Request) throws -> [UInt8] {
-        _ = try Params(request.params, method: "status", accepts: [])
+        _ = try Params(request)
         let statistics = try log.statistics()
         var out = JSONWriter()
         out.beginObject()
@@ -315,7 +290,7 @@ struct Methods: Sendable {
     }
 
     func types(_ request: Request) throws -> [UInt8] {
-        _ = try Params(request.params, method: "types", accepts: [])
+        _ = try Params(request)
         var out = JSONWriter()
         out.beginObject()
         out.key("types")
@@ -327,7 +302,7 @@ struct Methods: Sendable {
     }
 
     func conflicts(_ request: Request) throws -> [UInt8] {
-        let params = try Params(request.params, method: "conflicts", accepts: ["type", "limit", "after"])
+        let params = try Params(request)
         let (entities, next) = try log.conflicts(
             type: try params.type("type"), after: try params.entity("after"),
             limit: try params.int("limit", in: 1...10_000) ?? 100)
@@ -337,7 +312,7 @@ struct Methods: Sendable {
     }
 
     func deadLetters(_ request: Request) throws -> [UInt8] {
-        let params = try Params(request.params, method: "dead_letters", accepts: ["limit", "after"])
+        let params = try Params(request)
         let limit = try params.int("limit", in: 1...10_000) ?? 100
         let (letters, more) = try log.deadLetterPage(
             after: try params.id("after"), limit: limit, maxBytes: maxPageBytes)
@@ -346,7 +321,7 @@ struct Methods: Sendable {
     }
 
     func rebuild(_ request: Request) throws -> [UInt8] {
-        let params = try Params(request.params, method: "rebuild", accepts: ["verify"])
+        let params = try Params(request)
         let report = try writer.rebuild(verify: try params.bool("verify") ?? false)
         var out = JSONWriter()
         out.beginObject()
@@ -365,7 +340,7 @@ struct Methods: Sendable {
     /// `backup`: a consistent copy of the store in a new (or empty) directory of the
     /// daemon's own, its `data.mdb` mode 0600 from creation (see `BackupDestination`).
     func backup(_ request: Request) throws -> [UInt8] {
-        let params = try Params(request.params, method: "backup", accepts: ["path"])
+        let params = try Params(request)
         guard let path = try params.string("path") else {
             throw RPCError.invalidParams("backup takes \"path\": an absolute directory path the daemon can write")
         }
@@ -382,8 +357,7 @@ struct Methods: Sendable {
     /// `import`: stored events (as `log` returns them), taken as replication takes them, all
     /// or nothing; `dry_run` checks them and writes nothing.
     func importEvents(_ request: Request) throws -> [UInt8] {
-        let params = try Params(
-            request.params, method: "import", accepts: ["events", "dry_run"], verbatim: ["events"])
+        let params = try Params(request)
         guard let events = try params.array("events") else {
             throw RPCError.invalidParams("import takes \"events\": an array of stored events, as `log` returns them")
         }

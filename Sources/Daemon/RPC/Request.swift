@@ -150,7 +150,7 @@ enum RequestParser {
             return .invalid(id: nullID, .parseError(error.description))
         }
         // The method may come after params: decode append's events now if so.
-        if method == "append", case .raw(_, let offset) = params {
+        if method == MethodTable.append, case .raw(_, let offset) = params {
             var again = JSONScanner(line, from: offset)
             params = decodeEvents(&again, line: line)
         }
@@ -172,7 +172,7 @@ enum RequestParser {
         let start = scanner.offset
         switch scanner.peek() {
         case UInt8(ascii: "{"):
-            if method == "append" {
+            if method == MethodTable.append {
                 let decoded = decodeEvents(&scanner, line: line)
                 // After a failed decode the scanner is mid-value: skip the value from its start.
                 if case .invalid = decoded {

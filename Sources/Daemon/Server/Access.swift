@@ -30,43 +30,15 @@ enum AccessLevel: Int, Comparable, Sendable, CustomStringConvertible {
 /// The level each method needs. Every method of `Methods.names` is here (a test checks),
 /// and a sync session, which ingests events, needs `.write`.
 enum MethodAccess {
-    static let required: [String: AccessLevel] = [
-        "get": .read,
-        "list": .read,
-        "log": .read,
-        "watch": .read,
-        "status": .read,
-        "types": .read,
-        "conflicts": .read,
-        "dead_letters": .read,
-        "peers.list": .read,
-        "peers.show": .read,
-        "attention": .read,
-        "consumers.list": .read,
-        "append": .write,
-        // Stores events as a sync session does.
-        "import": .write,
-        "sync": .write,
-        "peers.add": .write,
-        "peers.remove": .write,
-        "rebuild": .write,
-        // Writes a copy of the whole store wherever the daemon's user may write.
-        "backup": .write,
-        // Store or remove what peers sent, as a sync session does.
-        "dead_letters.retry": .write,
-        "dead_letters.drop": .write,
-        "divergent.dismiss": .write,
-        // Moving a consumer another process reads would make it skip events.
-        "consumers.ack": .write,
-        "consumers.remove": .write,
-    ]
+    /// Each method's level, from the method table.
+    static var required: [String: AccessLevel] { MethodTable.byName.mapValues(\.access) }
 
     /// A session another node starts on the socket: it stores the events it receives.
     static let syncSession = AccessLevel.write
 
     /// The level `method` needs; an unknown method needs `.read`, so a reader learns it does
     /// not exist and a client with no access learns nothing.
-    static func level(for method: String) -> AccessLevel { required[method] ?? .read }
+    static func level(for method: String) -> AccessLevel { MethodTable[method]?.access ?? .read }
 }
 
 /// Who may do what: the `read_groups`, `write_groups`, `read_users` and `write_users`

@@ -692,7 +692,7 @@ final class Connection: @unchecked Sendable {
 
     /// Whether a request must wait for this connection's appends: all but an append.
     private static func readsAfterAppends(_ parsed: ParsedLine) -> Bool {
-        if case .single(.request(let request)) = parsed, request.method == "append", case .events = request.params {
+        if case .single(.request(let request)) = parsed, request.method == MethodTable.append, case .events = request.params {
             return false
         }
         if case .single(.invalid) = parsed { return false }
@@ -741,7 +741,7 @@ final class Connection: @unchecked Sendable {
             }
         }
         for parsed in lines {
-            guard case .single(.request(let request)) = parsed, request.method == "append",
+            guard case .single(.request(let request)) = parsed, request.method == MethodTable.append,
                 case .events(let events) = request.params, refusal(of: request) == nil
             else { continue }
             context.writer.submit(AppendJob(events), from: identifier) { _ in }
@@ -804,7 +804,7 @@ final class Connection: @unchecked Sendable {
             if let id = request.id { outbox.push(Connection.response(id: id, error: error)) }
             return true
         }
-        if request.method == "append", case .events(let events) = request.params {
+        if request.method == MethodTable.append, case .events(let events) = request.params {
             let slot = outbox.reserve(isAppend: true)
             let id = request.id
             let outbox = self.outbox
@@ -816,7 +816,7 @@ final class Connection: @unchecked Sendable {
         }
         // Admitted once this connection's appends were answered: this returns at once.
         outbox.waitForAppends()
-        if request.method == "watch" {
+        if request.method == MethodTable.watch {
             watch(request)
             return true
         }
@@ -828,7 +828,7 @@ final class Connection: @unchecked Sendable {
     /// The response line for a request that is not `append` (empty for a notification).
     private func respond(_ request: Request) -> [UInt8] {
         let result: Result<[UInt8], RPCError>
-        if request.method == "append" {
+        if request.method == MethodTable.append {
             // Only reached when the params did not decode.
             if case .invalid(let error) = request.params {
                 result = .failure(error)
@@ -858,7 +858,7 @@ final class Connection: @unchecked Sendable {
         let subscription: Subscription
         let after: UInt64?
         do throws(RPCError) {
-            let params = try Params(request.params, method: "watch", accepts: ["after", "entity", "type", "consumer"])
+            let params = try Params(request)
             after = try Methods.resumePoint(
                 after: params.seq("after"), consumer: params.string("consumer"), log: context.writer.log)
             subscription = Subscription(
@@ -935,12 +935,12 @@ final class Connection: @unchecked Sendable {
                         } ?? []
                 } else if let error = refusal(of: request) {
                     line = request.id.map { Connection.response(id: $0, error: error) } ?? []
-                } else if request.method == "append", case .events(let events) = request.params {
+                } else if request.method == MethodTable.append, case .events(let events) = request.params {
                     let result = Result { () throws(EventStoreError) in
                         try context.writer.perform(AppendJob(events), from: identifier)
                     }
                     line = request.id.map { Connection.response(id: $0, append: result) } ?? []
-                } else if request.method == "watch" {
+                } else if request.method == MethodTable.watch {
                     line =
                         request.id.map {
                             Connection.response(
