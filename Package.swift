@@ -44,6 +44,8 @@ let package = Package(
         .target(name: "Projections"),
         // The one version of every program and package.
         .target(name: "Version"),
+        // The exponential backoff with jitter the peer schedule and the bridge wait by.
+        .target(name: "Backoff"),
         .target(
             name: "EventStore",
             dependencies: ["CLMDB", "CZstd", "CCrypto", "Projections"]
@@ -58,14 +60,14 @@ let package = Package(
         .target(name: "Logging", dependencies: ["UnixSocket"]),
         .target(
             name: "Daemon",
-            dependencies: ["EventStore", "Projections", "UnixSocket", "Arguments", "Logging", "Version"]
+            dependencies: ["EventStore", "Projections", "UnixSocket", "Arguments", "Logging", "Version", "Backoff"]
         ),
         // A NATS JetStream client over libnats: connect, streams, asynchronous publishes.
         .target(name: "JetStream", dependencies: ["CNats", "CCrypto"]),
         // evstore-nats: the daemon's events into a JetStream stream, as a durable consumer.
         .target(
             name: "NATSBridge",
-            dependencies: ["JetStream", "UnixSocket", "Projections", "Arguments", "Logging", "Version"]
+            dependencies: ["JetStream", "UnixSocket", "Projections", "Arguments", "Logging", "Version", "Backoff"]
         ),
         .executableTarget(name: "evstore-nats", dependencies: ["NATSBridge"], path: "Sources/evstore-nats"),
         .executableTarget(name: "evstored", dependencies: ["Daemon"], path: "Sources/evstored"),

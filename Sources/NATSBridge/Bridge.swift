@@ -1,3 +1,4 @@
+import Backoff
 import Dispatch
 import FoundationEssentials
 import JetStream
@@ -74,12 +75,11 @@ public final class Bridge: Sendable {
     }
 
     /// The wait before the next session after `failures` in a row: the base doubled per
-    /// failure, times a random factor from 0.5 to 1.5, never more than the cap.
+    /// failure, times a random factor from 0.5 to 1.5, never more than the cap (`Backoff`,
+    /// as the daemon waits for a failing peer).
     func backoff(failures: Int) -> Double {
-        let base = Double(configuration.backoffBaseSeconds)
-        let cap = Double(configuration.backoffCapSeconds)
-        let doubled = base * Double(1 << min(failures - 1, 20))
-        return min(cap, min(doubled, cap) * Double.random(in: 0.5...1.5))
+        Backoff(base: Double(configuration.backoffBaseSeconds), cap: Double(configuration.backoffCapSeconds))
+            .delay(afterFailures: failures)
     }
 
     private func wait(seconds: Double) {

@@ -1,3 +1,4 @@
+import Backoff
 import FoundationEssentials
 
 #if canImport(Glibc)
@@ -73,11 +74,9 @@ struct PeerSchedule: Equatable, Sendable {
         nextAttempt = now + UInt64(delay * 1000)
     }
 
-    /// Seconds to wait after the `failures`-th consecutive failure.
+    /// Seconds to wait after the `failures`-th consecutive failure (`Backoff`).
     static func backoff(failures: Int, base: Double, cap: Double, jitter: Double) -> Double {
-        let exponent = Double(min(max(failures - 1, 0), 62))
-        let nominal = min(cap, base * pow(2, exponent))
-        return min(cap, nominal * (0.5 + min(max(jitter, 0), 1)))
+        Backoff(base: base, cap: cap).delay(afterFailures: failures, jitter: jitter)
     }
 
     /// The network may have come back: the next attempt is now, and the backoff starts
