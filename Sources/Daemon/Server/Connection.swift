@@ -211,6 +211,7 @@ final class Connection: @unchecked Sendable {
 
     /// Starts watching the socket (on the loop's thread, once).
     func register() {
+        loop.assertInLoop("Connection.register")
         do {
             try loop.epoll.add(socket.descriptor, events: .readable, tag: tag)
             interest = .readable
@@ -238,6 +239,7 @@ final class Connection: @unchecked Sendable {
     /// `toTheEnd`: the peer hung up, so what is left in the socket (no more than its buffer)
     /// is read now, in one go and past the read-ahead.
     func readAvailable(scratch: UnsafeMutableRawBufferPointer, now: Double, toTheEnd: Bool = false) {
+        loop.assertInLoop("Connection.readAvailable")
         if refusingUntil != nil {
             discard(scratch: scratch)
             return
@@ -457,6 +459,7 @@ final class Connection: @unchecked Sendable {
     /// On the loop: writes what is ready, closes the connection once it is done, and
     /// watches the socket for what it waits for.
     func service(now: Double) {
+        loop.assertInLoop("Connection.service")
         guard !closed, !handedOff, refusingUntil == nil else { return }
         let state = outbox.flush()
         // Stalled only while the socket takes nothing at all.
@@ -488,6 +491,7 @@ final class Connection: @unchecked Sendable {
     /// answered fails to be written and ends the connection. The socket is no longer
     /// watched (a hung-up socket is reported at every wait).
     func hungUp(scratch: UnsafeMutableRawBufferPointer, now: Double) {
+        loop.assertInLoop("Connection.hungUp")
         guard !closed, !handedOff else { return }
         if refusingUntil != nil {
             close()
@@ -507,6 +511,7 @@ final class Connection: @unchecked Sendable {
     /// On the loop, every fraction of a second: the line and idle timeouts, a client that
     /// has taken none of its answers for 30 s, and idle buffers given back.
     func checkDeadlines(now: Double) {
+        loop.assertInLoop("Connection.checkDeadlines")
         guard !closed, !handedOff else { return }
         if let refusingUntil {
             if now > refusingUntil { close() }

@@ -2,6 +2,10 @@ import Dispatch
 import Synchronization
 import UnixSocket
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// One event-loop thread: it owns the connections given to it, waits on their sockets
 /// with epoll, reads their requests, writes their answers without blocking, and keeps
 /// their deadlines. Nothing that may block runs on it: requests run on the request
@@ -21,6 +25,24 @@ final class EventLoop: @unchecked Sendable {
     /// Where reads land before they go to a connection's line reader.
     private let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 16)
     private var nextCheck = 0.0
+
+    #if DEBUG
+        /// The loop's thread once it runs, for `assertInLoop()`.
+        private let thread = Mutex<pthread_t?>(nil)
+    #endif
+
+    /// Traps in debug builds unless called on this loop's thread: for what only the loop
+    /// may touch (a connection's reader, its epoll interest, its deadlines), in the manner
+    /// of SwiftNIO's `EventLoop.assertInEventLoop()`. Release builds check nothing.
+    @inline(__always)
+    func assertInLoop(_ what: @autoclosure () -> String, file: StaticString = #fileID, line: UInt = #line) {
+        #if DEBUG
+            let owner = thread.withLock { $0 }
+            precondition(
+                owner.map { pthread_equal($0, pthread_self()) != 0 } ?? false,
+                "\(what()) ran off the thread of event loop \(name)", file: file, line: line)
+        #endif
+    }
 
     /// The tag of the wake-up descriptor (connections' tags are their ids, from 1).
     private static let wakeTag: UInt64 = 0
@@ -55,6 +77,7 @@ final class EventLoop: @unchecked Sendable {
 
     /// Forgets a connection that closed or was handed over (on the loop's thread).
     func forget(_ connection: Connection) {
+        assertInLoop("EventLoop.forget")
         connections[connection.tag] = nil
     }
 
@@ -65,6 +88,9 @@ final class EventLoop: @unchecked Sendable {
     }
 
     private func run() {
+        #if DEBUG
+            thread.withLock { $0 = pthread_self() }
+        #endif
         while true {
             let now = Connection.now()
             let ready = epoll.wait(timeout: max(0, nextCheck - now))
