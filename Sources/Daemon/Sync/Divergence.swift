@@ -75,8 +75,45 @@ final class DivergenceLedger: Sendable {
     /// starts after it and wraps to the origin's first id at the end of what both hold.
     /// In memory: after a restart the windows start from the first ids again.
     private let cursors = Mutex<[ULID: Window]>([:])
+    /// Per peer node, the windows that peer found different at the last session: the next
+    /// session checks their events one by one. In memory, at most `Messages.Done.maxRecheck`.
+    private let rechecks = Mutex<[ULID: [Recheck]]>([:])
     /// Peers whose windows are kept at most (more, and all start again).
     static let maxPeers = 1024
+
+    /// A range of one origin's ids, `(after, through]`.
+    struct Recheck: Sendable, Equatable {
+        var origin: ULID
+        var after: ULID?
+        var through: ULID
+    }
+
+    /// The windows to check event by event with `peer` this session; taken, so each is
+    /// checked once.
+    func takeRechecks(for peer: ULID) -> [Recheck] {
+        rechecks.withLock { $0.removeValue(forKey: peer) ?? [] }
+    }
+
+    /// Keeps the windows `peer` found different, for the next session with it.
+    func recheck(_ windows: [Recheck], with peer: ULID) {
+        guard !windows.isEmpty else { return }
+        rechecks.withLock { rechecks in
+            if rechecks[peer] == nil, rechecks.count >= DivergenceLedger.maxPeers { rechecks.removeAll() }
+            rechecks[peer] = Array(((rechecks[peer] ?? []) + windows).suffix(Messages.Done.maxRecheck))
+        }
+    }
+
+    /// The digest of a window: the first 128 bits of the SHA-256 of each event's id (16
+    /// bytes) and content hash (its 32 hex digits), in id order.
+    static func digest(_ hashes: [(id: ULID, hash: String)]) -> String {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(hashes.count * 48)
+        for (id, hash) in hashes.sorted(by: { $0.id < $1.id }) {
+            bytes += id.bytes
+            bytes += Array(hash.utf8)
+        }
+        return SHA256.hexString(Array(SHA256.digest(bytes).prefix(16)))
+    }
 
     struct Window: Sendable {
         var after: [ULID: ULID] = [:]
@@ -91,12 +128,12 @@ final class DivergenceLedger: Sendable {
     /// answered.
     func window(
         for peer: ULID, mine: [ULID: ULID], theirs: [ULID: ULID], budget: Int, log: EventLog
-    ) throws(EventStoreError) -> (ids: [(origin: ULID, ids: [ULID])], next: Window) {
+    ) throws(EventStoreError) -> (ids: [(origin: ULID, after: ULID?, ids: [ULID])], next: Window) {
         let origins = mine.keys.filter { theirs[$0] != nil }.sorted()
         var window = cursors.withLock { $0[peer] } ?? Window()
         guard budget > 0, !origins.isEmpty else { return ([], window) }
         let share = max(16, budget / origins.count)
-        var out: [(origin: ULID, ids: [ULID])] = []
+        var out: [(origin: ULID, after: ULID?, ids: [ULID])] = []
         var total = 0
         var index = window.firstOrigin % origins.count
         for _ in 0..<origins.count where total < budget {
@@ -114,7 +151,7 @@ final class DivergenceLedger: Sendable {
                 window.after[origin] = last
             }
             total += ids.count
-            if !ids.isEmpty { out.append((origin, ids)) }
+            if !ids.isEmpty { out.append((origin, after, ids)) }
         }
         window.firstOrigin = index
         return (out, window)

@@ -31,9 +31,14 @@ enum Messages {
         var protocols: [Int]? = nil
         /// The capabilities the sender speaks (with `protocols`).
         var capabilities: [String]? = nil
-        /// In the responder's hello, when the session agreed to `verify`: a window of the
-        /// events both hold, each with the responder's content hash, for the initiator to
-        /// compare with its own (the answer comes in its `done`).
+        /// In the responder's hello, when the session agreed to `verify`: windows of the
+        /// events both hold, one range of an origin's ids each with the count and a digest
+        /// of the responder's content hashes, for the initiator to compare with its own; a
+        /// window that differs comes back in its `done` as `recheck`.
+        var windows: [WireRange]? = nil
+        /// With `windows`: the events of the windows the initiator asked to recheck at the
+        /// previous session, each with the responder's content hash (the answer comes in the
+        /// initiator's `done` as `divergent`).
         var checks: [Check]? = nil
 
         enum CodingKeys: String, CodingKey {
@@ -41,11 +46,14 @@ enum Messages {
             case node, name, vector, ranges, clock
             case deadLetters = "dead_letters"
             case deadLettersCut = "dead_letters_cut"
-            case protocols, capabilities, checks
+            case protocols, capabilities, windows, checks
         }
 
         /// Checks one hello may carry at most (about 4.5 MB).
         static let maxChecks = 65_536
+        /// Windows one hello may carry at most, and the events all of them cover.
+        static let maxWindows = 1024
+        static let maxWindowEvents = 65_536
 
         /// Dead-lettered ids one hello lists at most: 100,000 ids take under 3 MB, well
         /// within the 8 MiB of a control frame.
@@ -91,8 +99,13 @@ enum Messages {
         /// it holds with another content hash, each with its own hash (at most
         /// `maxDivergent`; `[]` when none differ).
         var divergent: [Check]? = nil
+        /// With `divergent`: the responder's windows whose digest differs here (origin,
+        /// after, through), which its next hello checks event by event (at most
+        /// `maxRecheck`; `[]` when none differ).
+        var recheck: [WireRange]? = nil
 
         static let maxDivergent = 256
+        static let maxRecheck = 64
     }
 
     /// An event id and a content hash (`EventLog.contentHash`: 32 lowercase hex digits).
@@ -213,7 +226,8 @@ extension Messages.Hello {
         guard deadLetters.count <= Messages.Hello.maxDeadLetterIDs else {
             throw SyncError(
                 .protocolError,
-                "the peer's hello lists \(deadLetters.count) dead-lettered ids; at most \(Messages.Hello.maxDeadLetterIDs) are allowed")
+                "the peer's hello lists \(deadLetters.count) dead-lettered ids; at most \(Messages.Hello.maxDeadLetterIDs) are allowed"
+            )
         }
         var out = Set<ULID>()
         for text in deadLetters {

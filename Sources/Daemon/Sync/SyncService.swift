@@ -599,6 +599,11 @@ final class SyncService: Sendable {
     /// Events a session found held with other content on the peer: one of the two nodes
     /// holds a forgery or a damaged event under that id.
     private func logDivergence(_ report: SyncReport, peer: String) {
+        if report.windowsDiffering > 0 {
+            logger.info(
+                "sync from \(peer): \(report.windowsDiffering) content window\(report.windowsDiffering == 1 ? "" : "s") differed there; the next session compares their events one by one"
+            )
+        }
         guard report.divergent > 0 else { return }
         logger.warning(
             "sync with \(peer): \(report.divergent) of the \(report.verified) events compared are held there with other content under the same id (divergent; see `evctl attention`)"

@@ -104,6 +104,9 @@ struct SyncReport: Sendable, Equatable {
     var divergent = 0
     /// Divergent events found that could not be recorded: the records were full.
     var divergentUnkept = 0
+    /// Of the responder's windows, those the initiator found different (checked event by
+    /// event at the next session).
+    var windowsDiffering = 0
 }
 
 /// One sync session over a frame channel, from either end.
@@ -138,9 +141,15 @@ final class SyncSession {
     private var reconcileBytes = 0
     /// The responder's content checks in its hello, by id (with the origin and this node's
     /// hash), and the window to keep once the initiator has answered in its done.
-    private var checksSent: (events: [ULID: (origin: ULID, hash: String)], next: DivergenceLedger.Window)?
+    private var checksSent:
+        (
+            events: [ULID: (origin: ULID, hash: String)], windows: [Messages.WireRange],
+            next: DivergenceLedger.Window
+        )?
     /// The initiator's answer to the responder's checks, for its done.
     private var divergentReply: [Messages.Check]?
+    /// The responder's windows whose digest differs here, for the done.
+    private var recheckReply: [Messages.WireRange]?
 
     /// The session's clock starts now: it must be over `limits.sessionSeconds` later.
     init(node: SyncNode, channel: FrameChannel, peerLabel: String, limits: SyncLimits = SyncLimits()) {
@@ -173,7 +182,9 @@ final class SyncSession {
             }
             let (hello, theirs) = try readHello(peerVersion: try channel.readPreamble(), sentAt: sentAt)
             try agree(hello, initiating: true)
-            if channel.agreement.capabilities.contains(Frame.verifyCapability) { try answerChecks(hello.checks) }
+            if channel.agreement.capabilities.contains(Frame.verifyCapability) {
+                try answerChecks(hello.checks, windows: hello.windows)
+            }
             var reconciler = Reconciler(source: node.log, maxIDs: limits.reconcileIDs)
             var incoming = try (hello.ranges ?? []).map { (range) throws(SyncError) in try range.decoded() }
             while !incoming.isEmpty {
@@ -213,7 +224,7 @@ final class SyncSession {
                 hello.capabilities = Frame.capabilities
             }
             if channel.agreement.capabilities.contains(Frame.verifyCapability) {
-                hello.checks = try checks(mine: mine, theirs: theirs)
+                (hello.windows, hello.checks) = try checks(mine: mine, theirs: theirs)
             }
             try listDeadLetters(in: &hello)
             try send(.hello, hello)
@@ -460,35 +471,61 @@ final class SyncSession {
             inFlight -= 1
         }
         try send(
-            .done, Messages.Done(sent: report.sent, reconciled: report.reconciledSent, divergent: divergentReply))
+            .done,
+            Messages.Done(
+                sent: report.sent, reconciled: report.reconciledSent, divergent: divergentReply,
+                recheck: recheckReply))
     }
 
     // MARK: Content checks (`verify`)
 
-    /// The responder's checks for its hello: a window of the events both nodes hold, with
-    /// this node's content hashes (`DivergenceLedger.window`).
-    private func checks(mine: [ULID: ULID], theirs: [ULID: ULID]) throws(SyncError) -> [Messages.Check] {
-        guard let peer = report.peerNode else { return [] }
+    /// The responder's content checks for its hello: the windows of this session
+    /// (`DivergenceLedger.window`), each a range of an origin's ids with its count and
+    /// digest, and the events of the windows the peer found different last time, each with
+    /// its content hash.
+    private func checks(mine: [ULID: ULID], theirs: [ULID: ULID]) throws(SyncError)
+        -> (windows: [Messages.WireRange], checks: [Messages.Check])
+    {
+        guard let peer = report.peerNode else { return ([], []) }
+        var events: [ULID: (origin: ULID, hash: String)] = [:]
+        var checks: [Messages.Check] = []
+        var budget = limits.verifyEvents
+        for recheck in node.divergence.takeRechecks(for: peer) where budget > 0 {
+            let hashes = try storage { () throws(EventStoreError) in
+                let ids = try node.log.eventIDs(ofOrigin: recheck.origin, after: recheck.after, limit: budget)
+                return try node.log.contentHashes(ids: ids.filter { $0 <= recheck.through })
+            }
+            budget -= hashes.count
+            for (id, hash) in hashes {
+                events[id] = (recheck.origin, hash)
+                checks.append(Messages.Check(id: id.description, hash: hash))
+            }
+        }
         let (window, next) = try storage { () throws(EventStoreError) in
             try node.divergence.window(
                 for: peer, mine: mine, theirs: theirs, budget: limits.verifyEvents, log: node.log)
         }
-        var events: [ULID: (origin: ULID, hash: String)] = [:]
-        var out: [Messages.Check] = []
-        for (origin, ids) in window {
-            for (id, hash) in try storage({ () throws(EventStoreError) in try node.log.contentHashes(ids: ids) }) {
-                events[id] = (origin, hash)
-                out.append(Messages.Check(id: id.description, hash: hash))
-            }
+        var windows: [Messages.WireRange] = []
+        var covered = 0
+        for (origin, after, ids) in window.prefix(Messages.Hello.maxWindows) {
+            let hashes = try storage { () throws(EventStoreError) in try node.log.contentHashes(ids: ids) }
+            guard let through = ids.last else { continue }
+            covered += hashes.count
+            windows.append(
+                Messages.WireRange(
+                    origin: origin.description, after: after?.description, through: through.description,
+                    count: hashes.count, hash: DivergenceLedger.digest(hashes), ids: nil))
         }
-        checksSent = (events, next)
-        report.verified = out.count
-        return out
+        checksSent = (events, windows, next)
+        report.verified = covered + checks.count
+        return (windows, checks)
     }
 
     /// The initiator compares the responder's checks with what it holds: each event held
-    /// here with another hash is recorded, and listed in this side's done for the peer.
-    private func answerChecks(_ checks: [Messages.Check]?) throws(SyncError) {
+    /// here with another hash is recorded, and listed in this side's done for the peer; each
+    /// window whose digest differs here is listed in the done to be checked event by event.
+    private func answerChecks(_ checks: [Messages.Check]?, windows: [Messages.WireRange]?) throws(SyncError) {
+        try answerWindows(windows ?? [])
         guard let checks else { return }
         guard checks.count <= Messages.Hello.maxChecks else {
             throw SyncError(
@@ -504,7 +541,7 @@ final class SyncSession {
             theirs[id] = check.hash
         }
         let ours = try storage { () throws(EventStoreError) in try node.log.contentHashes(ids: Array(theirs.keys)) }
-        report.verified = ours.count
+        report.verified += ours.count
         var found: [DivergentEvent] = []
         var reply: [Messages.Check] = []
         for (id, hash) in ours.sorted(by: { $0.id < $1.id }) where theirs[id] != hash {
@@ -516,10 +553,54 @@ final class SyncSession {
         try keep(found)
     }
 
+    /// Digests the responder's windows over what this side holds in each range; those that
+    /// differ (other content, or events only one side holds, such as a dead letter) go into
+    /// the done's `recheck`.
+    private func answerWindows(_ windows: [Messages.WireRange]) throws(SyncError) {
+        let malformed = SyncError(
+            .protocolError, "the peer's content windows hold something that is not a range with a count and a digest")
+        guard windows.count <= Messages.Hello.maxWindows else {
+            throw SyncError(
+                .protocolError,
+                "the peer's hello carries \(windows.count) content windows; at most \(Messages.Hello.maxWindows) are allowed"
+            )
+        }
+        var total = 0
+        var recheck: [Messages.WireRange] = []
+        for window in windows {
+            guard let origin = ULID(window.origin), let through = ULID(window.through), let count = window.count,
+                count > 0, let hash = window.hash, DivergentEvent.isHash(hash), window.ids == nil
+            else { throw malformed }
+            let after = try window.after.map { (text) throws(SyncError) in
+                guard let id = ULID(text), id < through else { throw malformed }
+                return id
+            }
+            total += count
+            guard total <= Messages.Hello.maxWindowEvents else {
+                throw SyncError(
+                    .protocolError,
+                    "the peer's content windows cover more than \(Messages.Hello.maxWindowEvents) events")
+            }
+            let ours = try storage { () throws(EventStoreError) in
+                let ids = try node.log.eventIDs(ofOrigin: origin, after: after, limit: count + 1)
+                return try node.log.contentHashes(ids: ids.filter { $0 <= through })
+            }
+            report.verified += ours.count
+            if ours.count != count || DivergenceLedger.digest(ours) != hash, recheck.count < Messages.Done.maxRecheck {
+                recheck.append(
+                    Messages.WireRange(
+                        origin: window.origin, after: window.after, through: window.through, count: nil, hash: nil,
+                        ids: nil))
+            }
+        }
+        recheckReply = recheck
+    }
+
     /// The responder takes the initiator's answer to its checks: the events listed that it
-    /// checked with another hash are recorded; the next session checks the next window.
-    private func takeDivergent(_ listed: [Messages.Check]?) throws(SyncError) {
-        guard let (events, next) = checksSent else { return }
+    /// checked with another hash are recorded; the windows it found different are checked
+    /// event by event at the next session; the next session checks the next windows.
+    private func takeDivergent(_ listed: [Messages.Check]?, recheck: [Messages.WireRange]?) throws(SyncError) {
+        guard let (events, windows, next) = checksSent else { return }
         let listed = listed ?? []
         guard listed.count <= Messages.Done.maxDivergent else {
             throw SyncError(
@@ -538,7 +619,25 @@ final class SyncSession {
             found.append(divergent(id, origin: ours.origin, here: ours.hash, there: check.hash))
         }
         try keep(found)
-        if let peer = report.peerNode { node.divergence.advance(peer, to: next) }
+        let recheck = recheck ?? []
+        guard recheck.count <= Messages.Done.maxRecheck else {
+            throw SyncError(
+                .protocolError,
+                "the peer's done asks to recheck \(recheck.count) windows; at most \(Messages.Done.maxRecheck) are allowed"
+            )
+        }
+        guard let peer = report.peerNode else { return }
+        // Only windows this side sent: the peer cannot make it hash other ranges.
+        let sent = Set(windows.map { "\($0.origin) \($0.after ?? "") \($0.through)" })
+        let again = recheck.compactMap { range -> DivergenceLedger.Recheck? in
+            guard sent.contains("\(range.origin) \(range.after ?? "") \(range.through)"),
+                let origin = ULID(range.origin), let through = ULID(range.through)
+            else { return nil }
+            return DivergenceLedger.Recheck(origin: origin, after: range.after.flatMap(ULID.init), through: through)
+        }
+        report.windowsDiffering += again.count
+        node.divergence.recheck(again, with: peer)
+        node.divergence.advance(peer, to: next)
     }
 
     private func divergent(_ id: ULID, origin: ULID, here: String, there: String) -> DivergentEvent {
@@ -605,7 +704,7 @@ final class SyncSession {
             case .done:
                 let done = try Messages.decode(Messages.Done.self, frame.payload, frame: "done")
                 report.reconciledReceived = done.reconciled
-                try takeDivergent(done.divergent)
+                try takeDivergent(done.divergent, recheck: done.recheck)
                 return
             default:
                 throw SyncError(.protocolError, "the peer sent a \(frame.kind) frame where a batch or done belongs")

@@ -26,7 +26,7 @@ public enum SHA256 {
         hexString(digest(bytes))
     }
 
-    static func hexString(_ bytes: [UInt8]) -> String {
+    public static func hexString(_ bytes: [UInt8]) -> String {
         let digits = Array("0123456789abcdef".utf8)
         var out: [UInt8] = []
         out.reserveCapacity(bytes.count * 2)

@@ -9,8 +9,9 @@ import UnixSocket
 
 /// A hostile node hands a peer an event under the id of a third node's real event, with
 /// other content. Range fingerprints cover ids only, so without content checks the two
-/// honest nodes never notice; with the `verify` capability each session compares a window
-/// of the events both hold and both nodes list the difference under `attention`.
+/// honest nodes never notice; with the `verify` capability each session compares windows
+/// of the events both hold by digest, the next one compares a window that differed event
+/// by event, and both nodes list the difference under `attention`.
 @Suite("Divergent content under one id")
 struct DivergentContentTests {
     func node(_ daemon: DaemonProcess) throws -> String {
@@ -62,9 +63,13 @@ struct DivergentContentTests {
         _ = try sync(receiver, hostile)
         #expect(try divergentCount(receiver) == 0)
 
-        // The receiver syncs with the third node: the ids match, the content does not.
+        // The receiver syncs with the third node: the ids match, the content does not. The
+        // window's digest differs; the next session compares its events one by one.
+        let flagged = try sync(receiver, third)
+        #expect(flagged["protocol"] as? Int == 2)
+        #expect(flagged["divergent"] as? Int == 0, "\(flagged)")
+        #expect(third.stderr.contains("1 content window differed"), "\(third.stderr.suffix(600))")
         let session = try sync(receiver, third)
-        #expect(session["protocol"] as? Int == 2)
         #expect(session["divergent"] as? Int == 1, "\(session)")
         #expect((session["verified"] as? Int ?? 0) >= 1, "\(session)")
         let here = try divergent(receiver)
@@ -98,6 +103,7 @@ struct DivergentContentTests {
 
         // Found again, recorded once.
         _ = try sync(receiver, third)
+        _ = try sync(receiver, third)
         #expect(try divergent(receiver).count == 1 && divergent(third).count == 1)
 
         // Dismissed on both; then the third node initiates, and both list it again.
@@ -106,6 +112,7 @@ struct DivergentContentTests {
         #expect(dismissExit == 0 && dismissText.contains("dismissed 1"), "\(dismissText)")
         #expect(try third.client().call("divergent.dismiss", #"{"ids":["\#(real)"]}"#)["dismissed"] as? Int == 1)
         #expect(try divergentCount(receiver) == 0 && divergentCount(third) == 0)
+        #expect(try sync(third, receiver)["divergent"] as? Int == 0)
         let back = try sync(third, receiver)
         #expect(back["divergent"] as? Int == 1, "\(back)")
         #expect(try divergent(receiver).count == 1 && divergent(third).count == 1)
@@ -139,7 +146,8 @@ struct DivergentContentTests {
         var foundAt: Int?
         for session in 1...16 {
             let result = try sync(receiver, third)
-            #expect((result["verified"] as? Int ?? 0) <= 16, "\(result)")
+            // 16 in windows, and 16 more event by event after a window that differed.
+            #expect((result["verified"] as? Int ?? 0) <= 32, "\(result)")
             if (result["divergent"] as? Int ?? 0) > 0 {
                 foundAt = session
                 break
@@ -147,9 +155,10 @@ struct DivergentContentTests {
             #expect(try divergent(receiver).isEmpty)
         }
         // Session 1 checks events the receiver does not hold yet (it held only the forgery
-        // when the hellos were exchanged); the window holding the 150th is the 10th.
+        // when the hellos were exchanged); the window holding the 150th is the 10th, and
+        // the session after it compares that window's events one by one.
         let found = try #require(foundAt, "the forgery was not found in 16 sessions")
-        #expect(found >= 9 && found <= 11, "found in session \(found)")
+        #expect(found >= 10 && found <= 12, "found in session \(found)")
         #expect(try divergent(receiver).map { $0["id"] as? String } == [ids[position]])
         #expect(try divergent(third).map { $0["id"] as? String } == [ids[position]])
     }
@@ -165,8 +174,8 @@ struct DivergentContentTests {
         let ids = try #require(appended["ids"] as? [String])
         let origin = try node(daemon)
 
-        /// Opens a protocol-2 session claiming to hold what the daemon holds; the checks.
-        func open() throws -> (IncomingPeer, [Messages.Check]) {
+        /// Opens a protocol-2 session claiming to hold what the daemon holds; its hello.
+        func open() throws -> (IncomingPeer, Messages.Hello) {
             let peer = try IncomingPeer(daemon)
             var hello = Messages.Hello(
                 protocolVersion: 1, node: IncomingPeer.node.description, name: "claims", vector: [origin: ids.last!],
@@ -178,20 +187,50 @@ struct DivergentContentTests {
             _ = try peer.channel.readPreamble()
             let frame = try peer.channel.read()
             #expect(frame.kind == .hello)
-            let theirs = try Messages.decode(Messages.Hello.self, frame.payload, frame: "hello")
-            return (peer, theirs.checks ?? [])
+            return (peer, try Messages.decode(Messages.Hello.self, frame.payload, frame: "hello"))
         }
-        func done(_ peer: IncomingPeer, _ divergent: [Messages.Check]) throws {
+        func done(_ peer: IncomingPeer, _ divergent: [Messages.Check], recheck: [Messages.WireRange] = []) throws {
             // The opening range needs an answer: say it matches by giving no ranges.
             try peer.channel.write(
                 Frame(kind: .reconcile, payload: Messages.encode(Messages.Reconcile(ranges: [], needs: []))))
             try peer.channel.write(
                 Frame(
-                    kind: .done, payload: Messages.encode(Messages.Done(sent: 0, reconciled: 0, divergent: divergent))))
+                    kind: .done,
+                    payload: Messages.encode(
+                        Messages.Done(sent: 0, reconciled: 0, divergent: divergent, recheck: recheck))))
+        }
+        /// A session that says every window differs, then one that gets their events to check.
+        func checksAfterRecheck() throws -> (IncomingPeer, [Messages.Check]) {
+            let (peer, hello) = try open()
+            let windows = hello.windows ?? []
+            #expect(windows.map { $0.count ?? 0 }.reduce(0, +) == 300, "\(windows)")
+            #expect(hello.checks == [])
+            try done(
+                peer, [],
+                recheck: windows.map {
+                    var range = $0
+                    range.count = nil
+                    range.hash = nil
+                    return range
+                })
+            while let frame = try? peer.channel.read(), frame.kind != .done {}
+            peer.close()
+            let (next, again) = try open()
+            return (next, again.checks ?? [])
         }
         let fake = String(repeating: "0", count: 32)
 
-        let (first, checks) = try open()
+        // Windows come by digest: 300 events in about 100 bytes.
+        let (probe, hello) = try open()
+        #expect(Messages.encode(hello.windows ?? []).count < 200)
+        // Asking to recheck more windows than a done may list is refused.
+        let many = Array(repeating: (hello.windows ?? [])[0], count: Messages.Done.maxRecheck + 1)
+        try done(probe, [], recheck: many)
+        let tooMany = try probe.failure()
+        #expect(tooMany.reason == "protocol" && tooMany.message.contains("at most 64"), "\(tooMany)")
+        probe.close()
+
+        let (first, checks) = try checksAfterRecheck()
         #expect(checks.count == 300, "\(checks.count) checks")
         try done(first, checks.map { Messages.Check(id: $0.id, hash: fake) })
         let refused = try first.failure()
@@ -201,7 +240,7 @@ struct DivergentContentTests {
 
         // 256 claims each session: the records stop at their bound.
         for _ in 0..<2 {
-            let (peer, checks) = try open()
+            let (peer, checks) = try checksAfterRecheck()
             try done(peer, checks.prefix(256).map { Messages.Check(id: $0.id, hash: fake) })
             // The daemon sends what the peer lacks (nothing) and its done, then closes.
             while let frame = try? peer.channel.read(), frame.kind != .done {}

@@ -50,14 +50,22 @@ struct SyncProtocolTests {
             protocolVersion: 2, node: hq, name: "hq", vector: [hq: "01M8PGE6TQJMRNV7E9Z0C1HT0H"],
             ranges: [
                 Messages.WireRange(
-                    origin: hq, through: "01M8PFPD3QH4QX4FR84G98PBSK", count: 1, hash: "bf8ae7f23857c634ac7659c0fca36b24")
+                    origin: hq, through: "01M8PFPD3QH4QX4FR84G98PBSK", count: 1,
+                    hash: "bf8ae7f23857c634ac7659c0fca36b24")
             ], clock: 1_796_051_831_438, deadLetters: [])
         responder.protocols = [1, 2]
         responder.capabilities = Frame.capabilities
-        responder.checks = [Messages.Check(id: "01M8PFJRWZ4TFF59TDWH9EDD1R", hash: EventLog.contentHash(b1))]
+        let b1ID = ULID("01M8PFJRWZ4TFF59TDWH9EDD1R")!
         #expect(EventLog.contentHash(b1) == "780fb6938c7b1c18cd70decc6a97e2b1")
-        #expect(frame(responder) == (446, "f4506371"))
-        #expect(frame(Messages.Done(sent: 4, reconciled: 2, divergent: [])) == (40, "a250945c"))
+        let window = DivergenceLedger.digest([(b1ID, EventLog.contentHash(b1))])
+        #expect(window == "73ec725a5bb4483c92cfce6ec0ecf09c")
+        responder.windows = [
+            Messages.WireRange(
+                origin: hq, after: nil, through: b1ID.description, count: 1, hash: window, ids: nil)
+        ]
+        responder.checks = []
+        #expect(frame(responder) == (512, "fab7894b"))
+        #expect(frame(Messages.Done(sent: 4, reconciled: 2, divergent: [], recheck: [])) == (53, "f6be1f42"))
         #expect(frame(Messages.Done(sent: 1, reconciled: 0)) == (25, "d9a05f5e"))
     }
 
@@ -233,7 +241,9 @@ struct SyncProtocolTests {
             ])
     }
 
-    @Test("backoff: doubling from the base, ±50 % jitter, never past the cap; failing after 8, terminal at once; a success resets")
+    @Test(
+        "backoff: doubling from the base, ±50 % jitter, never past the cap; failing after 8, terminal at once; a success resets"
+    )
     func backoff() {
         var clock: UInt64 = 1_000_000
         var schedule = PeerSchedule(nextAttempt: clock)
