@@ -94,14 +94,17 @@ let package = Package(
         ),
         // Shared by the test targets only.
         .target(name: "TestSupport", path: "Tests/TestSupport"),
+        // The temporary store the store's and the daemon's tests share, which checks itself.
+        .target(name: "StoreTestSupport", dependencies: ["EventStore", "Projections"], path: "Tests/StoreTestSupport"),
         .testTarget(name: "ProjectionsTests", dependencies: ["Projections", "TestSupport"]),
-        .testTarget(name: "EventStoreTests", dependencies: ["EventStore", "Projections", "TestSupport"]),
+        .testTarget(name: "EventStoreTests", dependencies: ["EventStore", "Projections", "TestSupport", "StoreTestSupport"]),
         .testTarget(name: "UnixSocketTests", dependencies: ["UnixSocket"]),
         .testTarget(name: "ArgumentsTests", dependencies: ["Arguments"]),
         .testTarget(
             name: "DaemonTests",
             dependencies: [
                 "Daemon", "Arguments", "EventStore", "Projections", "UnixSocket", "Logging", "TestSupport",
+                "StoreTestSupport",
                 // The bridge's tests read the stream back.
                 "JetStream",
             ]

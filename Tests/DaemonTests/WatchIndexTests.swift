@@ -1,6 +1,7 @@
 import EventStore
 import Logging
 import Projections
+import StoreTestSupport
 import TestSupport
 import Testing
 import UnixSocket

@@ -2,6 +2,7 @@ import EventStore
 import Foundation
 import Logging
 import Projections
+import StoreTestSupport
 import Synchronization
 import TestSupport
 import Testing

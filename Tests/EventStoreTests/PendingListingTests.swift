@@ -1,5 +1,6 @@
 import Foundation
 import Projections
+import StoreTestSupport
 import TestSupport
 import Testing
 

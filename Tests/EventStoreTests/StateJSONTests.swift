@@ -1,4 +1,5 @@
 import Projections
+import StoreTestSupport
 import TestSupport
 import Testing
 

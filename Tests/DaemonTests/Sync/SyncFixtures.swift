@@ -2,38 +2,15 @@ import Dispatch
 import EventStore
 import Foundation
 import Projections
+import StoreTestSupport
 import Synchronization
 import TestSupport
 import UnixSocket
 
 @testable import Daemon
 
-/// A store in a temp directory, removed by `remove()`.
-final class TempStore: @unchecked Sendable {
-    let directory: String
-    private(set) var log: EventLog!
-
-    init(options: StoreOptions = StoreOptions()) throws {
-        directory =
-            FileManager.default.temporaryDirectory.appendingPathComponent("evsync-\(UUID().uuidString.prefix(8))")
-            .path
-        log = try EventLog.open(directory: directory, options: options)
-    }
-
-    init(opening directory: String) throws {
-        self.directory = directory
-        log = try EventLog.open(directory: directory)
-    }
-
-    func close() { log = nil }
-
-    func reopen() throws { log = try EventLog.open(directory: directory) }
-
-    func remove() {
-        log = nil
-        try? FileManager.default.removeItem(atPath: directory)
-    }
-
+/// The shared `TempStore`, with what the sync tests add.
+extension TempStore {
     /// Appends input events given as JSON lines, one batch each, skipping those the store
     /// refuses (appends to a deleted entity).
     func append(_ lines: [String]) throws {

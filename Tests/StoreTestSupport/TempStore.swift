@@ -1,0 +1,191 @@
+import Foundation
+import Projections
+import Testing
+
+@testable import EventStore
+
+/// A store in a fresh temp directory. `check()` asserts the invariants every store must
+/// keep — projections equal a rebuild from the log, the digest matches, every event is in
+/// its entity's and origin's index — and teardown runs it for a test that did not, after
+/// the test's last change; then the directory is deleted.
+public final class TempStore: @unchecked Sendable {
+    public let directory: String
+    public var log: EventLog!
+    public var options: StoreOptions
+    /// Whether the store was checked since its last change through `TempStore` (a reopen).
+    private var checked = false
+
+    public init(_ configure: (inout StoreOptions) -> Void = { _ in }) throws {
+        directory =
+            FileManager.default.temporaryDirectory.appendingPathComponent("evstore-test-\(UUID().uuidString)").path
+        var options = StoreOptions()
+        options.environment.initialMapSize = 4 << 20
+        configure(&options)
+        self.options = options
+        log = try EventLog.open(directory: directory, options: options)
+    }
+
+    public func reopen() throws {
+        log = nil
+        log = try EventLog.open(directory: directory, options: options)
+        checked = false
+    }
+
+    /// For a test that writes tables directly, so the store is no longer a whole one: says
+    /// why, and teardown does not check it.
+    public func writesTablesDirectly(because reason: String) {
+        precondition(!reason.isEmpty)
+        checked = true
+    }
+
+    public func check(sourceLocation: SourceLocation = #_sourceLocation) throws {
+        checked = true
+        let report = try log.rebuild(verify: true)
+        #expect(
+            report.mismatched.isEmpty, "projections differ from a rebuild: \(report.mismatched)",
+            sourceLocation: sourceLocation)
+        #expect(!report.digestMismatch, "digest differs from a rebuild", sourceLocation: sourceLocation)
+        let stats = try log.statistics()
+        #expect(report.events == stats.events, sourceLocation: sourceLocation)
+        try checkSecondaryTables(sourceLocation: sourceLocation)
+        var after: ULID?
+        var seen = 0
+        var byEntity: [EntityKey: [ULID]] = [:]
+        while true {
+            let page = try log.events(after: after, limit: 500)
+            for event in page.events {
+                seen += 1
+                byEntity[event.entity, default: []].append(event.id)
+            }
+            guard let next = page.next else { break }
+            after = next
+        }
+        #expect(seen == stats.events, sourceLocation: sourceLocation)
+        for (entity, ids) in byEntity {
+            let indexed = try log.events(ofEntity: entity, after: nil, limit: 1_000_000).events.map(\.id)
+            #expect(
+                indexed == ids, "the entity index of \(entity) disagrees with the log", sourceLocation: sourceLocation)
+        }
+        let vector = try log.versionVector()
+        for (origin, last) in vector {
+            #expect(try log.eventIDs(ofOrigin: origin, after: last, limit: 1).isEmpty, sourceLocation: sourceLocation)
+        }
+        try checkSequence(events: stats.events, sourceLocation: sourceLocation)
+        // A consumer never acknowledged a seq the node has not given yet.
+        for consumer in try log.consumers() {
+            #expect(consumer.seq <= log.sequenceHead, "consumer \(consumer.name)", sourceLocation: sourceLocation)
+        }
+    }
+
+    /// Every stored event has exactly one seq, seqs strictly increase up to the head, and
+    /// each entity's rev is the greatest seq among its events.
+    func checkSequence(events: Int, sourceLocation: SourceLocation) throws {
+        var after: UInt64 = 0
+        var seen = Set<ULID>()
+        var revs: [EntityKey: UInt64] = [:]
+        var head: UInt64 = 0
+        while true {
+            let page = try log.feed(after: after, limit: 700)
+            head = page.head
+            for item in page.events {
+                #expect(item.seq > after, "seqs go back", sourceLocation: sourceLocation)
+                after = item.seq
+                #expect(
+                    seen.insert(item.event.id).inserted, "\(item.event.id) has two seqs", sourceLocation: sourceLocation
+                )
+                revs[item.event.entity] = item.seq
+            }
+            guard let next = page.next else { break }
+            after = next
+        }
+        #expect(seen.count == events, "events without a seq", sourceLocation: sourceLocation)
+        #expect(after <= head && head == log.sequenceHead, sourceLocation: sourceLocation)
+        for (entity, rev) in revs {
+            #expect(try log.rev(of: entity) == rev, "rev of \(entity)", sourceLocation: sourceLocation)
+        }
+    }
+
+    /// The status index, the conflicts table and `status_history` (the entities whose record
+    /// leaves their history to it) say exactly what the projections say.
+    func checkSecondaryTables(sourceLocation: SourceLocation) throws {
+        let tables = log.tables
+        try log.environment.read { txn throws in
+            var expectedStatus: Set<[UInt8]> = []
+            var expectedConflicts: [[UInt8]: [UInt8]] = [:]
+            var expectedHistories: Set<[UInt8]> = []
+            try txn.withCursor(tables.projections) { cursor in
+                var item = try cursor.first()
+                while let current = item {
+                    let entity = EntityKey(validated: current.key)
+                    let state = try EventLog.decodeProjection(current.value, entity: entity).1
+                    if let key = EventLog.statusKey(state) { expectedStatus.insert(key + [0xFF] + current.key) }
+                    if state.hasConflicts { expectedConflicts[current.key] = EventLog.conflictRecord(state) }
+                    if try EventLog.projectionHistory(current.value, entity: entity) == nil {
+                        expectedHistories.insert(current.key)
+                    }
+                    item = try cursor.next()
+                }
+            }
+            var status: Set<[UInt8]> = []
+            try txn.withCursor(tables.statusIndex) { cursor in
+                var item = try cursor.first()
+                while let current = item {
+                    status.insert(current.key + [0xFF] + current.value)
+                    item = try cursor.next()
+                }
+            }
+            var conflicts: [[UInt8]: [UInt8]] = [:]
+            try txn.withCursor(tables.conflicts) { cursor in
+                var item = try cursor.first()
+                while let current = item {
+                    conflicts[current.key] = current.value
+                    item = try cursor.next()
+                }
+            }
+            var histories: Set<[UInt8]> = []
+            try txn.withCursor(tables.statusHistory) { cursor in
+                var item = try cursor.first()
+                while let current = item {
+                    histories.insert(current.key)
+                    item = try cursor.nextNoDup()
+                }
+            }
+            #expect(
+                histories == expectedHistories, "status_history holds other entities than the projections leave to it",
+                sourceLocation: sourceLocation)
+            #expect(
+                status == expectedStatus, "the status index disagrees with the projections",
+                sourceLocation: sourceLocation)
+            #expect(
+                conflicts == expectedConflicts, "the conflicts table disagrees with the projections",
+                sourceLocation: sourceLocation)
+        }
+    }
+
+    /// A store opened with `options` as they are (no smaller first map).
+    public convenience init(options: StoreOptions) throws {
+        try self.init { $0 = options }
+    }
+
+    /// Closes the store; teardown then checks nothing.
+    public func close() { log = nil }
+
+    /// Closes the store and deletes its directory.
+    public func remove() {
+        log = nil
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    deinit {
+        // Writes after an explicit check are rare; a store never checked is checked here.
+        if !checked, log != nil {
+            do {
+                try check()
+            } catch {
+                Issue.record("the store's check at teardown failed: \(error)")
+            }
+        }
+        log = nil
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+}
