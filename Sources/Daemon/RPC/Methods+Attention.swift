@@ -227,15 +227,7 @@ extension Methods {
             )
         }
         var ids = Set<ULID>()
-        for element in elements {
-            var scanner = JSONScanner(element)
-            guard element.first == UInt8(ascii: "\""), let text = try? scanner.readString(), let id = ULID(text) else {
-                throw RPCError.invalidParams(
-                    "\"ids\" holds \(String(decoding: element.prefix(40), as: UTF8.self)), which is not an event id (26 characters of Crockford base32)"
-                )
-            }
-            ids.insert(id)
-        }
+        for element in elements { ids.insert(try Methods.id(element, being: "an event id")) }
         let gone = try DivergenceLedger.records(log).filter { ids.contains($0.id) }
         if !gone.isEmpty { try writer.perform(PeerEntriesJob(gone.map { PeerEntry(key: $0.key, value: nil) }), from: -3) }
         var out = JSONWriter()

@@ -51,14 +51,20 @@ extension Methods {
         }
         var ids: [ULID] = []
         for element in elements {
-            var scanner = JSONScanner(element)
-            guard element.first == UInt8(ascii: "\""), let text = try? scanner.readString(), let id = ULID(text) else {
-                throw RPCError.invalidParams(
-                    "\"ids\" holds \(String(decoding: element.prefix(40), as: UTF8.self)), which is not an id: each is a dead letter's key or its event id (26 characters of Crockford base32)"
-                )
-            }
-            ids.append(id)
+            ids.append(try Methods.id(element, being: "an id: each is a dead letter's key or its event id"))
         }
         return ids
+    }
+
+    /// The id an element of an `ids` array holds (a JSON string of 26 characters of
+    /// Crockford base32); else `invalid_params` saying it is not `what`.
+    static func id(_ element: [UInt8], being what: String) throws(RPCError) -> ULID {
+        var scanner = JSONScanner(element)
+        guard element.first == UInt8(ascii: "\""), let text = try? scanner.readString(), let id = ULID(text) else {
+            throw RPCError.invalidParams(
+                "\"ids\" holds \(String(decoding: element.prefix(40), as: UTF8.self)), which is not \(what) (26 characters of Crockford base32)"
+            )
+        }
+        return id
     }
 }
