@@ -161,6 +161,10 @@ public enum DaemonFuzzEntry {
 /// `requestsPerStore` lines, so it stays small and fast; before it goes, its projections are
 /// checked against a rebuild from its log.
 public final class FuzzDispatcher: Sendable {
+    /// The client the fuzzer's requests come from: one that may write.
+    private static let client = ClientAccess(
+        credentials: nil, groups: [], grant: AccessPolicy.Grant(level: .write, why: "the fuzzer's client"))
+
     private struct Parts: Sendable {
         var log: EventLog
         var writer: Writer
@@ -190,9 +194,9 @@ public final class FuzzDispatcher: Sendable {
         var out: [UInt8]
         switch RequestParser.parse(line) {
         case .failed(let error):
-            out = Connection.response(id: RequestParser.nullID, error: error)
+            out = Response.line(id: RequestParser.nullID, error: error)
         case .single(.invalid(let id, let error)):
-            out = Connection.response(id: id, error: error)
+            out = Response.line(id: id, error: error)
         case .single(.request(let request)):
             out = respond(request, parts: parts)
             precondition(request.isNotification || !out.isEmpty, "a request with an id got no answer")
@@ -200,7 +204,7 @@ public final class FuzzDispatcher: Sendable {
             var responses: [[UInt8]] = []
             for element in elements {
                 switch element {
-                case .invalid(let id, let error): responses.append(Connection.response(id: id, error: error))
+                case .invalid(let id, let error): responses.append(Response.line(id: id, error: error))
                 case .request(let request):
                     let line = respond(request, parts: parts)
                     if !line.isEmpty { responses.append(line) }
@@ -252,8 +256,15 @@ public final class FuzzDispatcher: Sendable {
         switch request.method {
         case MethodTable.append:
             if case .events(let events) = request.params {
-                let appended = Result { () throws(EventStoreError) in try parts.writer.perform(AppendJob(events), from: 1) }
-                return request.id.map { Connection.response(id: $0, append: appended) } ?? []
+                let appended: Result<AppendResult, RPCError>
+                switch Admission(writer: parts.writer).decide(events, from: Self.client) {
+                case .admit(let job):
+                    appended = Result { () throws(EventStoreError) in try parts.writer.perform(job, from: 1) }
+                        .mapError(RPCError.init)
+                case .answer(let result): appended = .success(result)
+                case .refuse(let error): appended = .failure(error)
+                }
+                return request.id.map { Response.line(id: $0, append: appended) } ?? []
             }
             if case .invalid(let error) = request.params {
                 result = .failure(error)
@@ -283,8 +294,8 @@ public final class FuzzDispatcher: Sendable {
         }
         guard let id = request.id else { return [] }
         switch result {
-        case .success(let bytes): return Connection.response(id: id, result: bytes)
-        case .failure(let error): return Connection.response(id: id, error: error)
+        case .success(let bytes): return Response.line(id: id, result: bytes)
+        case .failure(let error): return Response.line(id: id, error: error)
         }
     }
 

@@ -5,7 +5,9 @@ import Projections
 import Synchronization
 import UnixSocket
 
-/// One client, served by an event loop and the request threads.
+/// One client, served by an event loop and the request threads: the transport and the
+/// scheduling of its requests. What each request does is its `RPCSession`'s, and how an
+/// answer is written `Response`'s.
 ///
 /// The loop that owns the connection reads what the socket has, splits it into lines and
 /// queues them; a request thread runs them, one at a time and in order (`drain`), and
@@ -116,17 +118,14 @@ final class Connection: @unchecked Sendable {
     }
 
     private let work: Mutex<Work>
-    /// Watches held; read by the loop (an idle connection with one is kept).
-    private let watchCount = Atomic<Int>(0)
     /// Queued for the loop's attention (at most once at a time).
     let attentionQueued = Atomic<Bool>(false)
+    /// Runs the requests: dispatch, batches, appends through admission, watches. Its
+    /// watch count is read by the loop (an idle connection with a watch is kept).
+    private let session: RPCSession
 
     // MARK: Touched only by the request thread running `drain`.
 
-    /// The watches this connection started.
-    private var subscriptions: [Subscription] = []
-    /// Whether a refusal on this connection was logged (one line per connection).
-    private var refusalLogged = false
     /// The request parsed and held back by `Outbox.admits`, with its size in bytes.
     private var current: (parsed: ParsedLine, bytes: Int)?
 
@@ -178,11 +177,13 @@ final class Connection: @unchecked Sendable {
         self.outbox = Outbox(
             socket: socket, notificationLimit: limits.watchQueueEvents, byteLimit: limits.maxQueuedResponseBytes,
             notificationByteLimit: limits.watchQueueBytes, budget: context.budget)
+        session = RPCSession(outbox: outbox, context: context, client: client, identifier: identifier, limits: limits)
         // Weak: the outbox is the connection's, and a subscription may outlive it briefly.
         outbox.onReady = { [weak self] in
             if let self { self.loop.attend(self) }
         }
         outbox.onResume = { [weak self] in self?.resume() }
+        session.owner = self
     }
 
     var tag: UInt64 { UInt64(identifier) }
@@ -190,7 +191,7 @@ final class Connection: @unchecked Sendable {
     /// Sends `error` as one line, without waiting, and closes the socket: for a client
     /// the daemon will not serve.
     static func refuse(_ socket: UnixConnection, error: RPCError) {
-        _ = try? socket.writeAvailable(response(id: RequestParser.nullID, error: error))
+        _ = try? socket.writeAvailable(Response.line(id: RequestParser.nullID, error: error))
         socket.close()
     }
 
@@ -335,7 +336,7 @@ final class Connection: @unchecked Sendable {
             "cut off connection \(identifier) (\(pid)): \(unanswered) bytes of requests unanswered while \(unread) bytes of its answers were not read (max_unanswered_bytes is \(limits.maxUnansweredBytes))",
             now: Date().timeIntervalSince1970)
         outbox.cutOff(
-            with: Connection.response(
+            with: Response.line(
                 id: RequestParser.nullID,
                 error: RPCError(
                     code: RPCError.applicationCodes["too_large"]!,
@@ -384,7 +385,7 @@ final class Connection: @unchecked Sendable {
         readerCharge.set(0)
         if client.grant.level < MethodAccess.syncSession {
             let message = client.refusalMessage(doing: "a sync session is refused")
-            logRefusal("a sync session", message: message)
+            session.logRefusal("a sync session", message: message)
             refuseSession(reason: SyncError.forbiddenReason, message: message, now: now)
             return
         }
@@ -552,7 +553,7 @@ final class Connection: @unchecked Sendable {
         let idle = Double(limits.idleTimeoutSeconds)
         guard idle > 0, !reader.isMidLine else { return }
         let quiet =
-            watchCount.load(ordering: .relaxed) == 0 && work.withLock { $0.isEmpty && !$0.running && !$0.parked }
+            session.watchCount.load(ordering: .relaxed) == 0 && work.withLock { $0.isEmpty && !$0.running && !$0.parked }
             && outbox.isIdle
         if !quiet {
             active = now
@@ -632,7 +633,7 @@ final class Connection: @unchecked Sendable {
                     return
                 case .lineTimeout:
                     outbox.push(
-                        Connection.response(
+                        Response.line(
                             id: RequestParser.nullID,
                             error: .invalidRequest(
                                 "a line was begun and not finished within \(limits.lineTimeoutSeconds) s (line_timeout_s); the connection is closed",
@@ -641,7 +642,7 @@ final class Connection: @unchecked Sendable {
                     return
                 case .tooLong(let bytes):
                     outbox.push(
-                        Connection.response(
+                        Response.line(
                             id: RequestParser.nullID,
                             error: .invalidRequest(
                                 "the line is \(bytes) bytes, over the limit of \(limits.maxLineBytes) (max_line_bytes); split the batch",
@@ -672,7 +673,7 @@ final class Connection: @unchecked Sendable {
             }
             current = nil
             work.withLock { $0.resumed = false }
-            if handle(parsed, bytes: bytes) { answered(bytes) }
+            if session.run(parsed, bytes: bytes) { answered(bytes) }
             let catchingUp = work.withLock { work -> Bool in
                 guard work.catchingUp else { return false }
                 work.running = false
@@ -684,7 +685,7 @@ final class Connection: @unchecked Sendable {
     }
 
     /// A watch's catch-up ended: the requests after it run.
-    private func caughtUp() {
+    func caughtUp() {
         let start = work.withLock { work -> Bool in
             work.catchingUp = false
             guard work.parked else { return false }
@@ -707,7 +708,7 @@ final class Connection: @unchecked Sendable {
 
     /// `bytes` of requests are answered (from any thread): the loop reads on if it waited
     /// for that.
-    private func answered(_ bytes: Int) {
+    func answered(_ bytes: Int) {
         let ahead = readAhead
         let wake = work.withLock { work -> Bool in
             work.account(-bytes)
@@ -745,18 +746,11 @@ final class Connection: @unchecked Sendable {
                 }
             }
         }
-        for parsed in lines {
-            guard case .single(.request(let request)) = parsed, request.method == MethodTable.append,
-                case .events(let events) = request.params, refusal(of: request) == nil
-            else { continue }
-            context.writer.submit(AppendJob(events), from: identifier) { _ in }
-        }
+        session.storeAppends(of: lines)
     }
 
     private func end() {
-        for subscription in subscriptions { context.hub.remove(subscription) }
-        subscriptions.removeAll()
-        watchCount.store(0, ordering: .relaxed)
+        session.endWatches()
         current = nil
         outbox.finish()
         work.withLock { work in
@@ -767,270 +761,9 @@ final class Connection: @unchecked Sendable {
         }
         loop.attend(self)
     }
+}
 
-    /// Runs one parsed line; false when its bytes are answered later (an append, by the
-    /// writer's completion).
-    private func handle(_ parsed: ParsedLine, bytes: Int) -> Bool {
-        switch parsed {
-        case .failed(let error):
-            outbox.push(Connection.response(id: RequestParser.nullID, error: error))
-        case .single(.invalid(let id, let error)):
-            outbox.push(Connection.response(id: id, error: error))
-        case .single(.request(let request)):
-            return handle(request, bytes: bytes)
-        case .batch(let elements):
-            handleBatch(elements)
-        }
-        return true
-    }
-
-    /// The refusal of `request`, logged; nil when the client may make it.
-    private func refusal(of request: Request) -> RPCError? {
-        guard let error = client.refusal(of: request.method) else { return nil }
-        logRefusal(request.method, message: error.message)
-        return error
-    }
-
-    /// Logs this connection's first refusal at notice level (later ones at debug level).
-    private func logRefusal(_ what: String, message: String) {
-        let pid = client.credentials.map { "pid \($0.pid)" } ?? "pid unknown"
-        let line = "refused \(what) on connection \(identifier) (\(pid)): \(message)"
-        if refusalLogged {
-            context.logger.debug(line)
-            return
-        }
-        refusalLogged = true
-        context.refusals.log(line, now: Date().timeIntervalSince1970)
-    }
-
-    /// Runs one request; false when it is answered later (an append, once committed).
-    private func handle(_ request: Request, bytes: Int) -> Bool {
-        if let error = refusal(of: request) {
-            if let id = request.id { outbox.push(Connection.response(id: id, error: error)) }
-            return true
-        }
-        if request.method == MethodTable.append, case .events(let events) = request.params {
-            let slot = outbox.reserve(isAppend: true)
-            let id = request.id
-            let outbox = self.outbox
-            context.writer.submit(AppendJob(events), from: identifier) { [self] result in
-                outbox.fill(slot, with: id.map { Connection.response(id: $0, append: result) } ?? [])
-                answered(bytes)
-            }
-            return false
-        }
-        // Admitted once this connection's appends were answered: this returns at once.
-        outbox.waitForAppends()
-        if request.method == MethodTable.watch {
-            watch(request)
-            return true
-        }
-        let response = respond(request)
-        if !response.isEmpty { outbox.push(response) }
-        return true
-    }
-
-    /// The response line for a request that is not `append` (empty for a notification).
-    private func respond(_ request: Request) -> [UInt8] {
-        let result: Result<[UInt8], RPCError>
-        if request.method == MethodTable.append {
-            // Only reached when the params did not decode.
-            if case .invalid(let error) = request.params {
-                result = .failure(error)
-            } else {
-                result = .failure(.invalidParams("append takes \"events\": an array of events"))
-            }
-        } else {
-            do throws(RPCError) {
-                result = .success(try context.methods.call(request, level: client.grant.level))
-            } catch {
-                result = .failure(error)
-            }
-        }
-        guard let id = request.id else { return [] }
-        switch result {
-        case .success(let bytes): return Connection.response(id: id, result: bytes)
-        case .failure(let error): return Connection.response(id: id, error: error)
-        }
-    }
-
-    /// Starts a watch. Its answer goes before every notification: without `after` the
-    /// subscription joins first and the answer follows (an event the client appends once
-    /// it has the answer is always sent to it); with `after`, the answer goes first and the
-    /// replay follows it.
-    private func watch(_ request: Request) {
-        let slot = outbox.reserve()
-        let subscription: Subscription
-        let after: UInt64?
-        do throws(RPCError) {
-            let params = try Params(request)
-            after = try Methods.resumePoint(
-                after: params.seq("after"), consumer: params.string("consumer"), log: context.writer.log)
-            subscription = Subscription(
-                outbox: outbox, entity: try params.entity("entity"), type: try params.type("type"), after: after)
-        } catch {
-            outbox.fill(slot, with: request.id.map { Connection.response(id: $0, error: error) } ?? [])
-            return
-        }
-        if let refusal = context.hub.admit(subscription) {
-            outbox.fill(slot, with: request.id.map { Connection.response(id: $0, error: refusal) } ?? [])
-            return
-        }
-        let answer = request.id.map { Connection.response(id: $0, result: Array(#"{"watching":true}"#.utf8)) } ?? []
-        guard after != nil else {
-            join(subscription, after: nil, slot: slot, answer: answer, id: request.id)
-            return
-        }
-        // The replay waits while the client is slow to read: not on a request thread.
-        outbox.fill(slot, with: answer)
-        work.withLock { $0.catchingUp = true }
-        context.catchUpThreads.submit { [self] in
-            join(subscription, after: after, slot: slot, answer: answer, id: request.id)
-            caughtUp()
-        }
-    }
-
-    /// Replays the events after `after` (none when nil) to the subscription and joins it
-    /// to the live stream; without `after`, the answer goes once it has joined.
-    private func join(_ subscription: Subscription, after: UInt64?, slot: Outbox.Slot, answer: [UInt8], id: [UInt8]?) {
-        do {
-            if try context.hub.start(subscription, after: after, log: context.writer.log) {
-                subscriptions.append(subscription)
-                watchCount.store(subscriptions.count, ordering: .relaxed)
-            }
-        } catch {
-            context.logger.error("watch: reading the log failed: \(error)")
-            if after == nil {
-                outbox.fill(slot, with: id.map { Connection.response(id: $0, error: RPCError(error)) } ?? [])
-            }
-            outbox.finish()
-            return
-        }
-        if after == nil { outbox.fill(slot, with: answer) }
-    }
-
-    /// A batch is answered as one array, in order; appends in it wait for their commit.
-    ///
-    /// Once the responses gathered reach `max_batch_response_bytes`, the members after are
-    /// not run: each is answered `too_large` (a client still gets one response per
-    /// request). A client that is gone gets nothing more: its batch stops there.
-    private func handleBatch(_ elements: [ParsedLine.Element]) {
-        var out: [UInt8] = [UInt8(ascii: "[")]
-        var answered = 0
-        for element in elements {
-            if outbox.isEnding || socket.peerHasClosed {
-                context.logger.debug("connection \(identifier): the client left during a batch; the rest is dropped")
-                return
-            }
-            var line: [UInt8]
-            switch element {
-            case .invalid(let id, let error):
-                line = Connection.response(id: id, error: error)
-            case .request(let request):
-                if out.count > limits.maxBatchResponseBytes {
-                    line =
-                        request.id.map {
-                            Connection.response(
-                                id: $0,
-                                error: RPCError(
-                                    code: RPCError.applicationCodes["too_large"]!,
-                                    message:
-                                        "the batch's responses before this one passed \(limits.maxBatchResponseBytes) bytes (max_batch_response_bytes), so it was not run; send it again in a smaller batch or on its own",
-                                    reason: "too_large"))
-                        } ?? []
-                } else if let error = refusal(of: request) {
-                    line = request.id.map { Connection.response(id: $0, error: error) } ?? []
-                } else if request.method == MethodTable.append, case .events(let events) = request.params {
-                    let result = Result { () throws(EventStoreError) in
-                        try context.writer.perform(AppendJob(events), from: identifier)
-                    }
-                    line = request.id.map { Connection.response(id: $0, append: result) } ?? []
-                } else if request.method == MethodTable.watch {
-                    line =
-                        request.id.map {
-                            Connection.response(
-                                id: $0,
-                                error: .invalidParams("watch cannot be part of a batch; send it on its own line"))
-                        } ?? []
-                } else {
-                    outbox.waitForAppends()
-                    line = respond(request)
-                }
-            }
-            if line.isEmpty { continue }
-            line.removeLast()  // the newline: elements are joined with commas
-            if answered > 0 { out.append(UInt8(ascii: ",")) }
-            out.append(contentsOf: line)
-            answered += 1
-        }
-        guard answered > 0 else { return }  // only notifications: nothing is sent
-        out.append(contentsOf: [UInt8(ascii: "]"), 0x0A])
-        outbox.push(out)
-    }
-
-    // MARK: - Response lines
-
-    static func response(id: [UInt8], result: [UInt8]) -> [UInt8] {
-        var out: [UInt8] = []
-        out.reserveCapacity(result.count + id.count + 32)
-        begin(id: id, member: #","result":"#, into: &out)
-        out.append(contentsOf: result)
-        out.append(UInt8(ascii: "}"))
-        out.append(0x0A)
-        return out
-    }
-
-    static func response(id: [UInt8], error: RPCError) -> [UInt8] {
-        var out: [UInt8] = []
-        begin(id: id, member: #","error":"#, into: &out)
-        out.append(contentsOf: error.json())
-        out.append(UInt8(ascii: "}"))
-        out.append(0x0A)
-        return out
-    }
-
-    /// `{"ids":[...],"versions":{...},"revs":{...},"appended":n}` written straight into the response line.
-    static func response(id: [UInt8], append result: Result<AppendResult, EventStoreError>) -> [UInt8] {
-        switch result {
-        case .failure(let error):
-            return response(id: id, error: RPCError(error))
-        case .success(let appended):
-            var out: [UInt8] = []
-            out.reserveCapacity(96 + id.count + appended.ids.count * 29 + appended.versions.count * 120)
-            begin(id: id, member: #","result":{"ids":["#, into: &out)
-            for (index, id) in appended.ids.enumerated() {
-                if index > 0 { out.append(UInt8(ascii: ",")) }
-                id.appendJSON(to: &out)
-            }
-            append(#"],"versions":{"#, to: &out)
-            for (index, (entity, version)) in appended.versions.sorted(by: { $0.key < $1.key }).enumerated() {
-                if index > 0 { out.append(UInt8(ascii: ",")) }
-                CanonicalWriter.appendString(utf8: entity.bytes, to: &out)
-                out.append(UInt8(ascii: ":"))
-                version.appendJSON(to: &out)
-            }
-            append(#"},"revs":{"#, to: &out)
-            for (index, (entity, rev)) in appended.revs.sorted(by: { $0.key < $1.key }).enumerated() {
-                if index > 0 { out.append(UInt8(ascii: ",")) }
-                CanonicalWriter.appendString(utf8: entity.bytes, to: &out)
-                out.append(UInt8(ascii: ":"))
-                CanonicalWriter.appendInteger(Int(clamping: rev), to: &out)
-            }
-            append(#"},"appended":"#, to: &out)
-            CanonicalWriter.appendInteger(appended.appended, to: &out)
-            append("}}\n", to: &out)
-            return out
-        }
-    }
-
-    /// `{"jsonrpc":"2.0","id":<id>` and then `member`.
-    private static func begin(id: [UInt8], member: StaticString, into out: inout [UInt8]) {
-        append(#"{"jsonrpc":"2.0","id":"#, to: &out)
-        out.append(contentsOf: id)
-        append(member, to: &out)
-    }
-
-    private static func append(_ text: StaticString, to out: inout [UInt8]) {
-        text.withUTF8Buffer { out.append(contentsOf: $0) }
-    }
+extension Connection: RPCSessionOwner {
+    func catchingUp() { work.withLock { $0.catchingUp = true } }
+    var clientHasLeft: Bool { socket.peerHasClosed }
 }

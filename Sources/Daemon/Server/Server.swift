@@ -53,6 +53,8 @@ struct Limits: Sendable {
 /// What every connection shares.
 final class ServerContext: Sendable {
     let writer: Writer
+    /// What becomes of each append before the writer.
+    let admission: Admission
     let hub: WatchHub
     let methods: Methods
     let logger: Logger
@@ -78,6 +80,7 @@ final class ServerContext: Sendable {
         self.requestThreads = RequestThreads(count: requestThreads)
         self.catchUpThreads = RequestThreads(count: max(2, requestThreads / 2), name: "evcatchup")
         self.writer = writer
+        self.admission = Admission(writer: writer)
         self.hub = hub
         self.methods = methods
         self.sync = sync

@@ -1,0 +1,39 @@
+import EventStore
+import Projections
+
+// The admission stage. Its rule: it decides what becomes of a parsed `append` from the
+// request and the client alone, before the writer sees it; what needs the store (if_match,
+// a deleted entity, an idempotency key seen before) is decided in the write transaction.
+
+/// What becomes of a parsed `append`: taken to the writer, answered at once, or refused.
+///
+/// Every append a client sends passes here, alone or in a batch, and so do the appends a
+/// departed client left queued; rules that hold per type, and handing an append to the node
+/// that decides it, belong here too.
+struct Admission: Sendable {
+    enum Outcome: Sendable {
+        /// To the writer, as this job.
+        case admit(AppendJob)
+        /// Answered with this result without the writer: there is nothing to write.
+        case answer(AppendResult)
+        /// Refused with this error, nothing stored.
+        case refuse(RPCError)
+    }
+
+    let writer: Writer
+
+    func decide(_ events: [InputEvent], from client: ClientAccess) -> Outcome {
+        if let refusal = client.refusal(of: MethodTable.append) { return .refuse(refusal) }
+        guard !events.isEmpty else { return .answer(AppendResult(ids: [], versions: [:], written: [])) }
+        guard writer.isAccepting else { return .refuse(RPCError(Writer.stopping)) }
+        return .admit(AppendJob(events))
+    }
+}
+
+extension Admission.Outcome {
+    /// Whether this is an access refusal (which the connection logs as it logs the others).
+    var isAccessRefusal: Bool {
+        guard case .refuse(let error) = self else { return false }
+        return error.reason == "forbidden"
+    }
+}

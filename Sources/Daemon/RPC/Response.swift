@@ -1,0 +1,75 @@
+import EventStore
+import Projections
+
+/// The response lines of JSON-RPC 2.0, written straight into bytes: a result already
+/// encoded, an error, and an append's result (the hot path, so without an intermediate
+/// value). Each line ends with its newline.
+enum Response {
+    static func line(id: [UInt8], result: [UInt8]) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(result.count + id.count + 32)
+        begin(id: id, member: #","result":"#, into: &out)
+        out.append(contentsOf: result)
+        out.append(UInt8(ascii: "}"))
+        out.append(0x0A)
+        return out
+    }
+
+    static func line(id: [UInt8], error: RPCError) -> [UInt8] {
+        var out: [UInt8] = []
+        begin(id: id, member: #","error":"#, into: &out)
+        out.append(contentsOf: error.json())
+        out.append(UInt8(ascii: "}"))
+        out.append(0x0A)
+        return out
+    }
+
+    /// `{"ids":[...],"versions":{...},"revs":{...},"appended":n}` written straight into the response line.
+    static func line(id: [UInt8], append result: Result<AppendResult, EventStoreError>) -> [UInt8] {
+        line(id: id, append: result.mapError(RPCError.init))
+    }
+
+    static func line(id: [UInt8], append result: Result<AppendResult, RPCError>) -> [UInt8] {
+        switch result {
+        case .failure(let error):
+            return line(id: id, error: error)
+        case .success(let appended):
+            var out: [UInt8] = []
+            out.reserveCapacity(96 + id.count + appended.ids.count * 29 + appended.versions.count * 120)
+            begin(id: id, member: #","result":{"ids":["#, into: &out)
+            for (index, id) in appended.ids.enumerated() {
+                if index > 0 { out.append(UInt8(ascii: ",")) }
+                id.appendJSON(to: &out)
+            }
+            append(#"],"versions":{"#, to: &out)
+            for (index, (entity, version)) in appended.versions.sorted(by: { $0.key < $1.key }).enumerated() {
+                if index > 0 { out.append(UInt8(ascii: ",")) }
+                CanonicalWriter.appendString(utf8: entity.bytes, to: &out)
+                out.append(UInt8(ascii: ":"))
+                version.appendJSON(to: &out)
+            }
+            append(#"},"revs":{"#, to: &out)
+            for (index, (entity, rev)) in appended.revs.sorted(by: { $0.key < $1.key }).enumerated() {
+                if index > 0 { out.append(UInt8(ascii: ",")) }
+                CanonicalWriter.appendString(utf8: entity.bytes, to: &out)
+                out.append(UInt8(ascii: ":"))
+                CanonicalWriter.appendInteger(Int(clamping: rev), to: &out)
+            }
+            append(#"},"appended":"#, to: &out)
+            CanonicalWriter.appendInteger(appended.appended, to: &out)
+            append("}}\n", to: &out)
+            return out
+        }
+    }
+
+    /// `{"jsonrpc":"2.0","id":<id>` and then `member`.
+    private static func begin(id: [UInt8], member: StaticString, into out: inout [UInt8]) {
+        append(#"{"jsonrpc":"2.0","id":"#, to: &out)
+        out.append(contentsOf: id)
+        append(member, to: &out)
+    }
+
+    private static func append(_ text: StaticString, to out: inout [UInt8]) {
+        text.withUTF8Buffer { out.append(contentsOf: $0) }
+    }
+}
