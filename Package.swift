@@ -58,22 +58,28 @@ let package = Package(
         .target(name: "Arguments", dependencies: ["UnixSocket"]),
         // Log lines to standard error or the journal, in the shape of swift-log's Logger.
         .target(name: "Logging", dependencies: ["UnixSocket"]),
+        // The JSON-RPC client of evctl, the NATS bridge and the tests.
+        .target(name: "JSONRPCClient", dependencies: ["UnixSocket", "Projections"]),
         .target(
             name: "Daemon",
-            dependencies: ["EventStore", "Projections", "UnixSocket", "Arguments", "Logging", "Version", "Backoff"]
+            dependencies: [
+                "EventStore", "Projections", "UnixSocket", "Arguments", "Logging", "Version", "Backoff",
+            ]
         ),
         // A NATS JetStream client over libnats: connect, streams, asynchronous publishes.
         .target(name: "JetStream", dependencies: ["CNats", "CCrypto"]),
         // evstore-nats: the daemon's events into a JetStream stream, as a durable consumer.
         .target(
             name: "NATSBridge",
-            dependencies: ["JetStream", "UnixSocket", "Projections", "Arguments", "Logging", "Version", "Backoff"]
+            dependencies: [
+                "JetStream", "UnixSocket", "Projections", "Arguments", "Logging", "Version", "Backoff", "JSONRPCClient",
+            ]
         ),
         .executableTarget(name: "evstore-nats", dependencies: ["NATSBridge"], path: "Sources/evstore-nats"),
         .executableTarget(name: "evstored", dependencies: ["Daemon"], path: "Sources/evstored"),
         .executableTarget(
             name: "evctl",
-            dependencies: ["Arguments", "UnixSocket", "Projections", "Version"],
+            dependencies: ["Arguments", "UnixSocket", "Projections", "Version", "JSONRPCClient"],
             path: "Sources/ctl"
         ),
         .executableTarget(
@@ -104,7 +110,7 @@ let package = Package(
             name: "DaemonTests",
             dependencies: [
                 "Daemon", "Arguments", "EventStore", "Projections", "UnixSocket", "Logging", "TestSupport",
-                "StoreTestSupport",
+                "StoreTestSupport", "JSONRPCClient",
                 // The bridge's tests read the stream back.
                 "JetStream",
             ]

@@ -1,4 +1,5 @@
 import Foundation
+import JSONRPCClient
 import TestSupport
 import Testing
 import UnixSocket
@@ -115,29 +116,40 @@ struct DaemonError: Error, CustomStringConvertible {
     init(_ description: String) { self.description = description }
 }
 
-/// A minimal JSON-RPC client over the socket, for tests.
+/// A JSON-RPC client for tests: the daemon's own client (JSONRPCClient) underneath, with
+/// replies as Foundation objects.
 final class RPCClient: @unchecked Sendable {
-    let connection: UnixConnection
-    var reader = LineReader(limit: 1 << 30)
-    var nextID = 0
+    let link: JSONRPCConnection
+    var connection: UnixConnection { link.socket }
+    /// The id of the last request sent.
+    private(set) var nextID = 0
 
     init(path: String) throws {
-        connection = try UnixConnection.connect(to: path)
+        link = try RPCClient.socketErrors { () throws(ClientError) in try JSONRPCConnection(path: path) }
         try connection.setTimeouts(read: 60, write: 60)
     }
 
-    deinit { connection.close() }
+    /// Runs `body`, throwing the socket's own error where the client's wraps one (the tests
+    /// check errno codes).
+    private static func socketErrors<T>(_ body: () throws(ClientError) -> T) throws -> T {
+        do {
+            return try body()
+        } catch {
+            switch error {
+            case .connecting(let error), .lost(let error): throw error
+            case .tooLong: throw DaemonError("response line too long")
+            default: throw DaemonError("\(error)")
+            }
+        }
+    }
 
     func send(_ line: String) throws { try send(Array(line.utf8) + [0x0A]) }
-    func send(_ bytes: [UInt8]) throws { try connection.write(bytes) }
+    func send(_ bytes: [UInt8]) throws { try RPCClient.socketErrors { () throws(ClientError) in try link.write(bytes) } }
 
     /// The next line from the daemon, nil at the end of the stream.
     func readLine() throws -> String? {
-        switch try reader.next(reading: { buffer, count in try connection.read(into: &buffer, count: count) }) {
-        case .line(let bytes): return String(decoding: bytes, as: UTF8.self)
-        case .tooLong: throw DaemonError("response line too long")
-        case .end: return nil
-        }
+        try RPCClient.socketErrors { () throws(ClientError) in try link.nextLine() }
+            .map { String(decoding: $0, as: UTF8.self) }
     }
 
     func readJSON() throws -> [String: Any] {
@@ -150,8 +162,7 @@ final class RPCClient: @unchecked Sendable {
 
     /// Sends a request and returns the whole response object.
     func request(_ method: String, _ params: String = "{}") throws -> [String: Any] {
-        nextID += 1
-        try send(#"{"jsonrpc":"2.0","id":\#(nextID),"method":"\#(method)","params":\#(params)}"#)
+        nextID = try RPCClient.socketErrors { () throws(ClientError) in try link.send(method, params: Array(params.utf8)) }
         let response = try readJSON()
         #expect(response["id"] as? Int == nextID)
         return response

@@ -1,46 +1,35 @@
 import Arguments
+import JSONRPCClient
 import Projections
 import UnixSocket
 
-/// One message from the daemon: a reply to a request, or a notification (from `watch`).
-enum Message {
-    case reply(Reply)
-    /// `bytes` is the whole message as the daemon wrote it.
-    case notification(method: String, params: [String: Any], bytes: [UInt8])
-}
+/// The client's reply and message, as every command reads them.
+typealias Reply = JSONRPCClient.Reply
+typealias Message = JSONRPCClient.Message
 
-/// A reply: its result or its error, and the result's bytes exactly as the daemon sent them.
-struct Reply {
-    var id: Int?
-    var result: Any?
-    var resultBytes: [UInt8]
-    var error: RPCError?
-    /// For an append read with `Connection.appendReply(_:)`: how many ids the result
-    /// lists and how many events it says were written (`result` is then nil).
-    var appendCounts: (ids: Int, appended: Int?)? = nil
-}
-
-/// A connection to the daemon speaking newline-delimited JSON-RPC 2.0.
+/// A connection to the daemon speaking newline-delimited JSON-RPC 2.0 (through the
+/// JSON-RPC client), as evctl uses it.
 ///
 /// Every failure comes out as a `CommandFailure` with evctl's exit status and a sentence
 /// for the user; no errno numbers.
-final class Connection: @unchecked Sendable {
+final class Connection: Sendable {
     let path: String
-    let socket: UnixConnection
-    /// The reading side; used by one thread at a time.
-    var reader = LineReader(limit: 1 << 30)
-    /// The next request id; used by the writing thread only.
-    var nextID = 1
+    /// The protocol: request lines, replies by id, notifications.
+    let link: JSONRPCConnection
+    var socket: UnixConnection { link.socket }
 
-    private init(path: String, socket: UnixConnection) {
-        self.path = path
-        self.socket = socket
+    private init(link: JSONRPCConnection) {
+        self.path = link.path
+        self.link = link
     }
 
     static func open(_ path: String) throws(CommandFailure) -> Connection {
         do {
-            return Connection(path: path, socket: try UnixConnection.connect(to: path))
+            return Connection(link: try JSONRPCConnection(path: path))
         } catch {
+            guard case .connecting(let error) = error else {
+                throw CommandFailure(exitCode: ExitStatus.unavailable, "cannot connect to the evstore daemon at \(path).")
+            }
             throw failure(connecting: path, error)
         }
     }
@@ -75,42 +64,23 @@ final class Connection: @unchecked Sendable {
 
     // MARK: Requests
 
-    /// The bytes of a request line: `{"jsonrpc":"2.0","id":N,"method":M,"params":P}\n`.
-    static func requestLine(id: Int, method: String, params: [UInt8]) -> [UInt8] {
-        var line = Array(#"{"jsonrpc":"2.0","id":"#.utf8)
-        line += Array(String(id).utf8)
-        line += Array(#","method":"#.utf8)
-        CanonicalWriter.appendString(method, to: &line)
-        line += Array(#","params":"#.utf8)
-        line += params
-        line += Array("}\n".utf8)
-        return line
-    }
-
     /// Sends one request; returns its id.
     @discardableResult
     func send(_ method: String, _ params: JSONObjectWriter = JSONObjectWriter()) throws(CommandFailure) -> Int {
-        let id = nextID
-        nextID += 1
-        try write(Connection.requestLine(id: id, method: method, params: params.bytes))
-        return id
-    }
-
-    func write(_ bytes: [UInt8]) throws(CommandFailure) {
         do {
-            try socket.write(bytes)
+            return try link.send(method, params: params.bytes)
         } catch {
             // The daemon may have answered and closed before reading a byte (a client with
             // no access is told so as it connects): its line says why.
-            if let refusal = refusalLeft() { throw refusal }
-            throw lost(error)
+            if case .lost = error, let refusal = refusalLeft() { throw refusal }
+            throw translate(error)
         }
     }
 
     /// The error line the daemon sent before it closed the connection, as a failure; nil
     /// when it left none.
     private func refusalLeft() -> CommandFailure? {
-        guard let line = try? receiveLineOrEnd(), case .reply(let reply) = try? Connection.decode(line),
+        guard let line = try? link.nextLine(), case .reply(let reply) = JSONRPCConnection.decode(line),
             let error = reply.error
         else { return nil }
         return CommandFailure(exitCode: error.exitStatus, error.description)
@@ -153,9 +123,7 @@ final class Connection: @unchecked Sendable {
 
     /// Whether a message is already here to read: buffered, or waiting on the socket. When
     /// false, the next `receive` would wait for the daemon.
-    var hasPendingInput: Bool {
-        reader.isMidLine || (try? socket.waitReadable(timeout: 0)) == true
-    }
+    var hasPendingInput: Bool { link.hasPendingInput }
 
     /// The next message, or nil when the daemon closed the connection.
     func receiveOrEnd() throws(CommandFailure) -> Message? {
@@ -164,24 +132,33 @@ final class Connection: @unchecked Sendable {
 
     /// The next line as the daemon sent it, nil at the end of the stream.
     func receiveLineOrEnd() throws(CommandFailure) -> [UInt8]? {
-        let socket = self.socket
-        let line: LineReader.Line
         do {
-            line = try reader.next { buffer, count in try socket.read(into: &buffer, count: count) }
-        } catch let error as SocketError {
-            throw lost(error)
+            return try link.nextLine()
         } catch {
-            throw CommandFailure(
-                exitCode: ExitStatus.unavailable, "reading from the daemon at \(path) failed: \(error)")
+            throw translate(error)
         }
-        switch line {
-        case .end:
-            return nil
+    }
+
+    /// A failure of the protocol as evctl reports it.
+    private func translate(_ error: ClientError) -> CommandFailure {
+        switch error {
+        case .connecting(let error):
+            return Connection.failure(connecting: path, error)
+        case .lost(let error):
+            return lost(error)
+        case .unreadable(let text):
+            return CommandFailure(exitCode: ExitStatus.unavailable, "reading from the daemon at \(path) failed: \(text)")
         case .tooLong(let bytes):
-            throw CommandFailure(
+            return CommandFailure(
                 exitCode: ExitStatus.failed, "the daemon sent a reply of \(bytes) bytes, too long to read.")
-        case .line(let bytes):
-            return bytes
+        case .closed:
+            return CommandFailure(
+                exitCode: ExitStatus.unavailable,
+                "the daemon at \(path) closed the connection before answering; it may have stopped.")
+        case .notJSONRPC(let start):
+            return CommandFailure(
+                exitCode: ExitStatus.failed,
+                "the daemon sent something that is not JSON-RPC: \(String(decoding: start, as: UTF8.self))")
         }
     }
 
@@ -239,21 +216,12 @@ final class Connection: @unchecked Sendable {
     }
 
     static func decode(_ bytes: [UInt8]) throws(CommandFailure) -> Message {
-        guard let object = try? JSONTree.parse(bytes) as? [String: Any] else {
+        guard let message = JSONRPCConnection.decode(bytes) else {
             let start = String(decoding: bytes.prefix(80), as: UTF8.self)
             throw CommandFailure(
                 exitCode: ExitStatus.failed, "the daemon sent something that is not JSON-RPC: \(start)")
         }
-        if object["id"] == nil, let method = object["method"] as? String {
-            return .notification(method: method, params: object["params"] as? [String: Any] ?? [:], bytes: bytes)
-        }
-        var reply = Reply(id: object["id"] as? Int, result: object["result"], resultBytes: [], error: nil)
-        if let error = object["error"] as? [String: Any] {
-            reply.error = RPCError(error)
-        } else {
-            reply.resultBytes = RawJSON.member("result", of: bytes) ?? Array("null".utf8)
-        }
-        return .reply(reply)
+        return message
     }
 
     func lost(_ error: SocketError) -> CommandFailure {
@@ -265,6 +233,6 @@ final class Connection: @unchecked Sendable {
     }
 
     func close() {
-        socket.shutdown()
+        link.shutdown()
     }
 }

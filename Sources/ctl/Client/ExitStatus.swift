@@ -1,4 +1,5 @@
 import Arguments
+import JSONRPCClient
 
 /// evctl's exit statuses (the 6x–7x ones are sysexits.h's).
 enum ExitStatus {
@@ -31,31 +32,10 @@ enum ExitStatus {
         """
 }
 
-/// A JSON-RPC error reply, as the daemon sent it.
-struct RPCError: Error {
-    var code: Int
-    var message: String
-    /// `data.reason`: the stable machine reason; what evctl decides on.
-    var reason: String?
-    /// `data.index`: for append, which event of the batch failed.
-    var index: Int?
+/// An error reply of the daemon (the JSON-RPC client's), as evctl reports it.
+typealias RPCError = RemoteError
 
-    init(code: Int, message: String, reason: String?, index: Int?) {
-        self.code = code
-        self.message = message
-        self.reason = reason
-        self.index = index
-    }
-
-    init(_ error: [String: Any]) {
-        let data = error["data"] as? [String: Any]
-        self.init(
-            code: error["code"] as? Int ?? -32603,
-            message: error["message"] as? String ?? "the daemon gave no message",
-            reason: data?["reason"] as? String,
-            index: data?["index"] as? Int)
-    }
-
+extension RemoteError {
     /// The exit status for this error: by `data.reason`, and by the JSON-RPC code only for
     /// the protocol errors that carry no reason.
     var exitStatus: Int32 {
