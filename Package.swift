@@ -58,12 +58,15 @@ let package = Package(
         .target(name: "Arguments", dependencies: ["UnixSocket"]),
         // Log lines to standard error or the journal, in the shape of swift-log's Logger.
         .target(name: "Logging", dependencies: ["UnixSocket"]),
+        // The configuration layers (file, environment, command line) of evstored and evstore-nats.
+        .target(name: "LayeredConfiguration", dependencies: ["Projections"]),
         // The JSON-RPC client of evctl, the NATS bridge and the tests.
         .target(name: "JSONRPCClient", dependencies: ["UnixSocket", "Projections"]),
         .target(
             name: "Daemon",
             dependencies: [
                 "EventStore", "Projections", "UnixSocket", "Arguments", "Logging", "Version", "Backoff",
+                "LayeredConfiguration",
             ]
         ),
         // A NATS JetStream client over libnats: connect, streams, asynchronous publishes.
@@ -73,6 +76,7 @@ let package = Package(
             name: "NATSBridge",
             dependencies: [
                 "JetStream", "UnixSocket", "Projections", "Arguments", "Logging", "Version", "Backoff", "JSONRPCClient",
+                "LayeredConfiguration",
             ]
         ),
         .executableTarget(name: "evstore-nats", dependencies: ["NATSBridge"], path: "Sources/evstore-nats"),
@@ -106,6 +110,7 @@ let package = Package(
         .testTarget(name: "EventStoreTests", dependencies: ["EventStore", "Projections", "TestSupport", "StoreTestSupport"]),
         .testTarget(name: "UnixSocketTests", dependencies: ["UnixSocket"]),
         .testTarget(name: "ArgumentsTests", dependencies: ["Arguments"]),
+        .testTarget(name: "LayeredConfigurationTests", dependencies: ["LayeredConfiguration"]),
         .testTarget(
             name: "DaemonTests",
             dependencies: [

@@ -1,5 +1,6 @@
 import FoundationEssentials
 import JetStream
+import LayeredConfiguration
 import Logging
 import Projections
 
@@ -115,63 +116,42 @@ public struct BridgeConfiguration: Sendable {
                 ? systemConfigFile : nil)
         if let file {
             configuration.configFile = file
-            try configuration.apply(file: try readFile(file), source: file)
-        }
-        for option in options {
-            if let value = environment[option.variable] {
-                try configuration.set(option.key, text: value, source: option.variable)
+            let members: [(key: String, value: Any, source: String)]
+            do throws(ConfigurationError) {
+                members = try ConfigurationLayers.file(file, keys: layerKeys)
+            } catch {
+                throw Invalid(message: error.message)
             }
+            for member in members { try configuration.apply(member.key, member.value, source: member.source) }
         }
-        for (key, value) in values.sorted(by: { $0.key < $1.key }) {
-            let flag = "--" + key.replacing("_", with: "-")
-            try configuration.set(key, text: value, source: flag)
-            if isSecret(key, value) { configuration.secretsOnCommandLine.append(flag) }
+        for value in ConfigurationLayers.overrides(layerKeys, environment: environment, commandLine: values) {
+            try configuration.set(value.key, text: value.text, source: value.source)
+            if value.layer == .commandLine, isSecret(value.key, value.text) {
+                configuration.secretsOnCommandLine.append(value.source)
+            }
         }
         try configuration.check()
         return configuration
     }
 
-    static func readFile(_ path: String) throws(Invalid) -> [String: Any] {
-        let data: Data
-        do {
-            data = try Data(contentsOf: URL(fileURLWithPath: path))
-        } catch {
-            throw Invalid(message: "cannot read the config file \(path): \(error)")
-        }
-        guard data.count <= 1 << 20 else { throw Invalid(message: "the config file \(path) is over 1 MiB") }
-        do {
-            guard let object = try JSONTree.parse(Array(data)) as? [String: Any] else {
-                throw Invalid(message: "the config file \(path) must hold a JSON object")
-            }
-            return object
-        } catch let error as Invalid {
-            throw error
-        } catch {
-            throw Invalid(message: "the config file \(path) is not valid JSON: \(error)")
-        }
-    }
+    /// The settings as the configuration layers know them.
+    static let layerKeys = options.map { ConfigurationLayers.Key($0.key, variable: $0.variable) }
 
-    mutating func apply(file members: [String: Any], source file: String) throws(Invalid) {
-        for (key, value) in members.sorted(by: { $0.key < $1.key }) {
-            let source = "\"\(key)\" in \(file)"
-            guard BridgeConfiguration.options.contains(where: { $0.key == key }) else {
-                let known = BridgeConfiguration.options.map(\.key).joined(separator: ", ")
-                throw Invalid(message: "unknown key \(source); the keys are \(known)")
-            }
-            let text: String
-            switch value {
-            case let string as String: text = string
-            case let number as Int: text = String(number)
-            case let flag as Bool: text = flag ? "true" : "false"
-            case let list as [Any] where key == "url":
-                let urls = list.compactMap { $0 as? String }
-                guard urls.count == list.count else { throw Invalid(message: "\(source) must be a list of URLs") }
-                text = urls.joined(separator: ",")
-            default: throw Invalid(message: "\(source) must be a string or a number")
-            }
-            try set(key, text: text, source: source)
-            if BridgeConfiguration.isSecret(key, text) { secretsInConfigFile.append(key) }
+    /// Sets one member of the config file.
+    mutating func apply(_ key: String, _ value: Any, source: String) throws(Invalid) {
+        let text: String
+        switch value {
+        case let string as String: text = string
+        case let number as Int: text = String(number)
+        case let flag as Bool: text = flag ? "true" : "false"
+        case let list as [Any] where key == "url":
+            let urls = list.compactMap { $0 as? String }
+            guard urls.count == list.count else { throw Invalid(message: "\(source) must be a list of URLs") }
+            text = urls.joined(separator: ",")
+        default: throw Invalid(message: "\(source) must be a string or a number")
         }
+        try set(key, text: text, source: source)
+        if BridgeConfiguration.isSecret(key, text) { secretsInConfigFile.append(key) }
     }
 
     /// Sets one setting from its text form.

@@ -1,4 +1,5 @@
 import FoundationEssentials
+import LayeredConfiguration
 import Logging
 import Projections
 import UnixSocket
@@ -373,21 +374,22 @@ struct Configuration: Equatable, Sendable {
     static func resolve(commandLine: CommandLine, environment: [String: String]) throws(Invalid) -> Configuration {
         var configuration = Configuration(
             dataDirectory: defaultDataDirectory(environment), socketPath: defaultSocketPath(environment))
-        let file = commandLine.configFile ?? environment["EVSTORE_CONFIG"]
+        var file = commandLine.configFile ?? environment["EVSTORE_CONFIG"]
+        if file == nil, environment["STATE_DIRECTORY"] != nil, FileManager.default.fileExists(atPath: systemConfigFile) {
+            file = systemConfigFile
+        }
         if let file {
             configuration.configFile = file
-            try configuration.apply(file: try readFile(file))
-        } else if environment["STATE_DIRECTORY"] != nil, FileManager.default.fileExists(atPath: systemConfigFile) {
-            configuration.configFile = systemConfigFile
-            try configuration.apply(file: try readFile(systemConfigFile))
-        }
-        for option in options where !option.fileOnly {
-            if let value = environment[option.variable] {
-                try configuration.set(option.key, text: value, source: option.variable)
+            let members: [(key: String, value: Any, source: String)]
+            do throws(ConfigurationError) {
+                members = try ConfigurationLayers.file(file, keys: layerKeys)
+            } catch {
+                throw Invalid(message: error.message)
             }
+            for member in members { try configuration.apply(member.key, member.value, source: member.source) }
         }
-        for (key, value) in commandLine.values.sorted(by: { $0.key < $1.key }) {
-            try configuration.set(key, text: value, source: "--" + key.replacing("_", with: "-"))
+        for value in ConfigurationLayers.overrides(layerKeys, environment: environment, commandLine: commandLine.values) {
+            try configuration.set(value.key, text: value.text, source: value.source)
         }
         guard configuration.peers.count <= configuration.maxPeers else {
             throw Invalid(
@@ -481,66 +483,53 @@ struct Configuration: Equatable, Sendable {
         return ".evstore/evstored.sock"
     }
 
-    static func readFile(_ path: String) throws(Invalid) -> [String: Any] {
-        guard let data = FileManager.default.contents(atPath: path) else {
-            throw Invalid(message: "cannot read the config file \(path): it does not exist or is not readable")
-        }
-        guard let object = try? JSONTree.parse(Array(data)), let members = object as? [String: Any] else {
-            throw Invalid(message: "the config file \(path) is not a JSON object")
-        }
-        return members
-    }
+    /// The settings as the configuration layers know them (`peers` is the file's only).
+    static let layerKeys = options.map { ConfigurationLayers.Key($0.key, variable: $0.fileOnly ? nil : $0.variable) }
 
-    mutating func apply(file members: [String: Any]) throws(Invalid) {
-        for (key, value) in members.sorted(by: { $0.key < $1.key }) {
-            let source = "\"\(key)\" in \(configFile ?? "the config file")"
-            guard Configuration.options.contains(where: { $0.key == key }) else {
-                let known = Configuration.options.map(\.key).joined(separator: ", ")
-                throw Invalid(message: "unknown key \(source); the keys are \(known)")
+    /// Sets one member of the config file.
+    mutating func apply(_ key: String, _ value: Any, source: String) throws(Invalid) {
+        if key == "peers" {
+            guard let list = value as? [[String: Any]] else {
+                throw Invalid(message: "\(source) must be a list of {\"name\",\"url\"}")
             }
-            if key == "peers" {
-                guard let list = value as? [[String: Any]] else {
-                    throw Invalid(message: "\(source) must be a list of {\"name\",\"url\"}")
+            peers = try list.map { item throws(Invalid) in
+                guard let name = item["name"] as? String, let url = item["url"] as? String, !name.isEmpty,
+                    !url.isEmpty
+                else { throw Invalid(message: "each of \(source) needs a \"name\" and a \"url\"") }
+                guard PeerName.isValid(name) else {
+                    throw Invalid(message: "peer name \"\(name)\" in \(source) is not valid: \(PeerName.rule)")
                 }
-                peers = try list.map { item throws(Invalid) in
-                    guard let name = item["name"] as? String, let url = item["url"] as? String, !name.isEmpty,
-                        !url.isEmpty
-                    else { throw Invalid(message: "each of \(source) needs a \"name\" and a \"url\"") }
-                    guard PeerName.isValid(name) else {
-                        throw Invalid(message: "peer name \"\(name)\" in \(source) is not valid: \(PeerName.rule)")
-                    }
-                    do throws(SyncError) {
-                        _ = try PeerURL(url)
-                    } catch {
-                        throw Invalid(message: "peer \"\(name)\" in \(source): \(error.message)")
-                    }
-                    return Peer(name: name, url: url)
+                do throws(SyncError) {
+                    _ = try PeerURL(url)
+                } catch {
+                    throw Invalid(message: "peer \"\(name)\" in \(source): \(error.message)")
                 }
-                continue
+                return Peer(name: name, url: url)
             }
-            let text: String
-            switch value {
-            case let list as [Any] where Configuration.accessKeys.contains(key):
-                // A list of names and ids: ["evstore-read", 1001].
-                var items: [String] = []
-                for item in list {
-                    switch item {
-                    case let string as String: items.append(string)
-                    case let number as Int: items.append(String(number))
-                    default: throw Invalid(message: "each of \(source) must be a name (a string) or an id (a number)")
-                    }
-                }
-                if items.contains(where: { $0.contains(",") || $0.contains(" ") }) {
-                    throw Invalid(message: "\(source): a name in the list cannot contain a comma or a space")
-                }
-                text = items.joined(separator: ",")
-            case let string as String: text = string
-            case let number as Int: text = String(number)
-            case let number as Double: text = "\(number)"
-            default: throw Invalid(message: "\(source) must be a string or a number")
-            }
-            try set(key, text: text, source: source)
+            return
         }
+        let text: String
+        switch value {
+        case let list as [Any] where Configuration.accessKeys.contains(key):
+            // A list of names and ids: ["evstore-read", 1001].
+            var items: [String] = []
+            for item in list {
+                switch item {
+                case let string as String: items.append(string)
+                case let number as Int: items.append(String(number))
+                default: throw Invalid(message: "each of \(source) must be a name (a string) or an id (a number)")
+                }
+            }
+            if items.contains(where: { $0.contains(",") || $0.contains(" ") }) {
+                throw Invalid(message: "\(source): a name in the list cannot contain a comma or a space")
+            }
+            text = items.joined(separator: ",")
+        case let string as String: text = string
+        case let number as Int: text = String(number)
+        case let number as Double: text = "\(number)"
+        default: throw Invalid(message: "\(source) must be a string or a number")
+        }
+        try set(key, text: text, source: source)
     }
 
     /// Sets one setting from its text form.
