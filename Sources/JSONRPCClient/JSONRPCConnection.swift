@@ -196,7 +196,7 @@ public final class JSONRPCConnection: Sendable {
     }
 
     /// The bytes of the member `name` of the object `bytes`, as written there.
-    private static func member(_ name: String, of bytes: [UInt8]) -> [UInt8]? {
+    public static func member(_ name: String, of bytes: [UInt8]) -> [UInt8]? {
         let wanted = Array(name.utf8)
         var found: [UInt8]?
         var scanner = JSONScanner(bytes)

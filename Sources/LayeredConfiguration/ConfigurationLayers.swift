@@ -99,6 +99,27 @@ public enum ConfigurationLayers {
         return out
     }
 
+    /// Loads every layer in order: each member of `file` (when given) through `member`, then
+    /// each value of the environment and of the command line through `value`. A file that
+    /// cannot be read is `refusal`'s error.
+    public static func load<Failure: Error>(
+        file: String?, keys: [Key], environment: [String: String], commandLine: [String: String],
+        refusal: (ConfigurationError) -> Failure,
+        member: (_ key: String, _ value: Any, _ source: String) throws(Failure) -> Void,
+        value: (Value) throws(Failure) -> Void
+    ) throws(Failure) {
+        if let file {
+            let members: [(key: String, value: Any, source: String)]
+            do throws(ConfigurationError) {
+                members = try self.file(file, keys: keys)
+            } catch {
+                throw refusal(error)
+            }
+            for item in members { try member(item.key, item.value, item.source) }
+        }
+        for item in overrides(keys, environment: environment, commandLine: commandLine) { try value(item) }
+    }
+
     /// The command-line flag of a key: `max_peers` → `--max-peers`.
     public static func flag(_ key: String) -> String { "--" + key.replacing("_", with: "-") }
 }

@@ -114,22 +114,17 @@ public struct BridgeConfiguration: Sendable {
             configFile ?? environment["EVSTORE_NATS_CONFIG"]
             ?? (environment["INVOCATION_ID"] != nil && FileManager.default.fileExists(atPath: systemConfigFile)
                 ? systemConfigFile : nil)
-        if let file {
-            configuration.configFile = file
-            let members: [(key: String, value: Any, source: String)]
-            do throws(ConfigurationError) {
-                members = try ConfigurationLayers.file(file, keys: layerKeys)
-            } catch {
-                throw Invalid(message: error.message)
-            }
-            for member in members { try configuration.apply(member.key, member.value, source: member.source) }
-        }
-        for value in ConfigurationLayers.overrides(layerKeys, environment: environment, commandLine: values) {
-            try configuration.set(value.key, text: value.text, source: value.source)
-            if value.layer == .commandLine, isSecret(value.key, value.text) {
-                configuration.secretsOnCommandLine.append(value.source)
-            }
-        }
+        configuration.configFile = file
+        try ConfigurationLayers.load(
+            file: file, keys: layerKeys, environment: environment, commandLine: values,
+            refusal: { Invalid(message: $0.message) },
+            member: { (key, value, source) throws(Invalid) in try configuration.apply(key, value, source: source) },
+            value: { (value) throws(Invalid) in
+                try configuration.set(value.key, text: value.text, source: value.source)
+                if value.layer == .commandLine, isSecret(value.key, value.text) {
+                    configuration.secretsOnCommandLine.append(value.source)
+                }
+            })
         try configuration.check()
         return configuration
     }

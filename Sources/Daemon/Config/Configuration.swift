@@ -378,19 +378,13 @@ struct Configuration: Equatable, Sendable {
         if file == nil, environment["STATE_DIRECTORY"] != nil, FileManager.default.fileExists(atPath: systemConfigFile) {
             file = systemConfigFile
         }
-        if let file {
-            configuration.configFile = file
-            let members: [(key: String, value: Any, source: String)]
-            do throws(ConfigurationError) {
-                members = try ConfigurationLayers.file(file, keys: layerKeys)
-            } catch {
-                throw Invalid(message: error.message)
-            }
-            for member in members { try configuration.apply(member.key, member.value, source: member.source) }
-        }
-        for value in ConfigurationLayers.overrides(layerKeys, environment: environment, commandLine: commandLine.values) {
-            try configuration.set(value.key, text: value.text, source: value.source)
-        }
+        configuration.configFile = file
+        try ConfigurationLayers.load(
+            file: file, keys: layerKeys, environment: environment, commandLine: commandLine.values,
+            refusal: { Invalid(message: $0.message) },
+            member: { (key, value, source) throws(Invalid) in try configuration.apply(key, value, source: source) },
+            value: { (value) throws(Invalid) in try configuration.set(value.key, text: value.text, source: value.source) }
+        )
         guard configuration.peers.count <= configuration.maxPeers else {
             throw Invalid(
                 message:

@@ -1,24 +1,11 @@
+import JSONRPCClient
 import Projections
 
 /// JSON text handled as bytes: parts of the daemon's replies passed through unchanged (for
 /// `--json`), and request parameters written directly.
 enum RawJSON {
     /// The bytes of the member `name` of the object `bytes`, as written there.
-    static func member(_ name: String, of bytes: [UInt8]) -> [UInt8]? {
-        let wanted = Array(name.utf8)
-        var found: [UInt8]?
-        var scanner = JSONScanner(bytes)
-        do {
-            try scanner.readObject { (key, scanner) throws(JSONError) in
-                let start = scanner.offset
-                try scanner.skipValue()
-                if key.elementsEqual(wanted) { found = Array(bytes[start..<scanner.offset]) }
-            }
-        } catch {
-            return nil
-        }
-        return found
-    }
+    static func member(_ name: String, of bytes: [UInt8]) -> [UInt8]? { JSONRPCConnection.member(name, of: bytes) }
 
     /// The elements of the array `bytes`, each as written there.
     static func elements(of bytes: [UInt8]) -> [[UInt8]]? {
