@@ -20,7 +20,7 @@ import Testing
         defer { store.remove() }
         let writer = WriterTests.writer(store)
         writer.start()
-        let admission = Admission(writer: writer)
+        let admission = Admission()
         let events = [try WriterTests.edit("job/1", 1), try WriterTests.edit("job/2", 2)]
 
         for level in [AccessLevel.none, .read] {
@@ -38,7 +38,7 @@ import Testing
                 continue
             }
             #expect(job.inputs.map(\.entity) == events.map(\.entity))
-            #expect(try writer.perform(job, from: 1).appended == 2)
+            #expect(try Admission.Outcome.admit(job).result(writer: writer, source: 1).get().appended == 2)
         }
         guard case .answer(let empty) = admission.decide([], from: Self.client(.write)) else {
             Issue.record("an empty batch went to the writer")
@@ -49,9 +49,10 @@ import Testing
         #expect(admission.decide([], from: Self.client(.read)).isAccessRefusal)
 
         writer.stop()
+        // A stopping daemon refuses what is admitted: the writer answers it.
         let stopping = admission.decide(events, from: Self.client(.write))
-        guard case .refuse(let error) = stopping else {
-            Issue.record("a stopping writer admitted \(stopping)")
+        guard case .failure(let error) = stopping.result(writer: writer, source: 1) else {
+            Issue.record("a stopping writer took \(stopping)")
             return
         }
         #expect(error.reason == "unavailable" && !stopping.isAccessRefusal)

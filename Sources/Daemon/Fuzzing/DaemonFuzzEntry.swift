@@ -256,14 +256,7 @@ public final class FuzzDispatcher: Sendable {
         switch request.method {
         case MethodTable.append:
             if case .events(let events) = request.params {
-                let appended: Result<AppendResult, RPCError>
-                switch Admission(writer: parts.writer).decide(events, from: Self.client) {
-                case .admit(let job):
-                    appended = Result { () throws(EventStoreError) in try parts.writer.perform(job, from: 1) }
-                        .mapError(RPCError.init)
-                case .answer(let result): appended = .success(result)
-                case .refuse(let error): appended = .failure(error)
-                }
+                let appended = Admission().decide(events, from: Self.client).result(writer: parts.writer, source: 1)
                 return request.id.map { Response.line(id: $0, append: appended) } ?? []
             }
             if case .invalid(let error) = request.params {

@@ -119,12 +119,12 @@ final class RPCSession: @unchecked Sendable {
                     owner?.answered(bytes)
                 }
                 return false
-            case .answer(let result):
-                outbox.fill(slot, with: id.map { Response.line(id: $0, append: Result<AppendResult, RPCError>.success(result)) } ?? [])
-            case .refuse(let error):
-                outbox.fill(slot, with: id.map { Response.line(id: $0, error: error) } ?? [])
+            case let outcome:
+                // Answered or refused at once: nothing goes to the writer.
+                let result = outcome.result(writer: context.writer, source: identifier)
+                outbox.fill(slot, with: id.map { Response.line(id: $0, append: result) } ?? [])
+                return true
             }
-            return true
         }
         if let error = refusal(of: request) {
             if let id = request.id { outbox.push(Response.line(id: id, error: error)) }
@@ -250,17 +250,7 @@ final class RPCSession: @unchecked Sendable {
                                     reason: "too_large"))
                         } ?? []
                 } else if request.method == MethodTable.append, case .events(let events) = request.params {
-                    let result: Result<AppendResult, RPCError>
-                    switch admit(events) {
-                    case .admit(let job):
-                        result = Result { () throws(EventStoreError) in
-                            try context.writer.perform(job, from: identifier)
-                        }.mapError(RPCError.init)
-                    case .answer(let answer):
-                        result = .success(answer)
-                    case .refuse(let error):
-                        result = .failure(error)
-                    }
+                    let result = admit(events).result(writer: context.writer, source: identifier)
                     line = request.id.map { Response.line(id: $0, append: result) } ?? []
                 } else if let error = refusal(of: request) {
                     line = request.id.map { Response.line(id: $0, error: error) } ?? []

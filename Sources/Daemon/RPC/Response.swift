@@ -41,25 +41,29 @@ enum Response {
                 if index > 0 { out.append(UInt8(ascii: ",")) }
                 id.appendJSON(to: &out)
             }
-            append(#"],"versions":{"#, to: &out)
-            for (index, (entity, version)) in appended.versions.sorted(by: { $0.key < $1.key }).enumerated() {
-                if index > 0 { out.append(UInt8(ascii: ",")) }
-                CanonicalWriter.appendString(utf8: entity.bytes, to: &out)
-                out.append(UInt8(ascii: ":"))
-                version.appendJSON(to: &out)
-            }
-            append(#"},"revs":{"#, to: &out)
-            for (index, (entity, rev)) in appended.revs.sorted(by: { $0.key < $1.key }).enumerated() {
-                if index > 0 { out.append(UInt8(ascii: ",")) }
-                CanonicalWriter.appendString(utf8: entity.bytes, to: &out)
-                out.append(UInt8(ascii: ":"))
-                CanonicalWriter.appendInteger(Int(clamping: rev), to: &out)
-            }
-            append(#"},"appended":"#, to: &out)
+            append(#"],"versions":"#, to: &out)
+            members(appended.versions, into: &out) { version, out in version.appendJSON(to: &out) }
+            append(#","revs":"#, to: &out)
+            members(appended.revs, into: &out) { rev, out in CanonicalWriter.appendInteger(Int(clamping: rev), to: &out) }
+            append(#","appended":"#, to: &out)
             CanonicalWriter.appendInteger(appended.appended, to: &out)
             append("}}\n", to: &out)
             return out
         }
+    }
+
+    /// `{"entity":value,...}` in entity order.
+    private static func members<Value>(
+        _ map: [EntityKey: Value], into out: inout [UInt8], value: (Value, inout [UInt8]) -> Void
+    ) {
+        out.append(UInt8(ascii: "{"))
+        for (index, (entity, item)) in map.sorted(by: { $0.key < $1.key }).enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            CanonicalWriter.appendString(utf8: entity.bytes, to: &out)
+            out.append(UInt8(ascii: ":"))
+            value(item, &out)
+        }
+        out.append(UInt8(ascii: "}"))
     }
 
     /// `{"jsonrpc":"2.0","id":<id>` and then `member`.

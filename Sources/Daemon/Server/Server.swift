@@ -80,7 +80,7 @@ final class ServerContext: Sendable {
         self.requestThreads = RequestThreads(count: requestThreads)
         self.catchUpThreads = RequestThreads(count: max(2, requestThreads / 2), name: "evcatchup")
         self.writer = writer
-        self.admission = Admission(writer: writer)
+        self.admission = Admission()
         self.hub = hub
         self.methods = methods
         self.sync = sync

@@ -124,10 +124,7 @@ final class Writer: Sendable {
     }
 
     private static let mismatch = EventStoreError(.corrupt, "the writer answered a job with another's output")
-    /// Whether jobs are still taken: false once the daemon is stopping.
-    var isAccepting: Bool { queue.isOpen }
-
-    static let stopping = EventStoreError(.unavailable, "the daemon is stopping; retry when it is back")
+    private static let stopping = EventStoreError(.unavailable, "the daemon is stopping; retry when it is back")
 
     /// Commits what is queued, then ends the thread and waits for it.
     func stop() {
@@ -232,13 +229,6 @@ private final class JobQueue: @unchecked Sendable {
     /// While the writer gathers a group: how many connections complete it; else 0.
     private var gathering = 0
     private var closed = false
-
-    /// Whether jobs are still taken (false once the writer is stopping).
-    var isOpen: Bool {
-        condition.lock()
-        defer { condition.unlock() }
-        return !closed
-    }
 
     /// Adds a job; false (and nothing added) once the queue is closed.
     func push(_ job: Writer.Job) -> Bool {

@@ -82,7 +82,7 @@ final class DivergenceLedger: Sendable {
     static let maxPeers = 1024
 
     /// A range of one origin's ids, `(after, through]`.
-    struct Recheck: Sendable, Equatable {
+    struct Recheck: Sendable, Hashable {
         var origin: ULID
         var after: ULID?
         var through: ULID
@@ -101,6 +101,15 @@ final class DivergenceLedger: Sendable {
             if rechecks[peer] == nil, rechecks.count >= DivergenceLedger.maxPeers { rechecks.removeAll() }
             rechecks[peer] = Array(((rechecks[peer] ?? []) + windows).suffix(Messages.Done.maxRecheck))
         }
+    }
+
+    /// The content hashes of `origin`'s events in `(after, through]` that `log` holds, the
+    /// first `limit` of them at most.
+    static func hashes(
+        of origin: ULID, after: ULID?, through: ULID, limit: Int, log: EventLog
+    ) throws(EventStoreError) -> [(id: ULID, hash: String)] {
+        let ids = try log.eventIDs(ofOrigin: origin, after: after, limit: limit)
+        return try log.contentHashes(ids: ids.filter { $0 <= through })
     }
 
     /// The digest of a window: the first 128 bits of the SHA-256 of each event's id (16
@@ -124,10 +133,11 @@ final class DivergenceLedger: Sendable {
 
     /// The events to check with `peer` this session: per origin both vectors hold, up to
     /// about `budget` ids in all of the ids both cover (through the smaller vector entry),
-    /// after the previous window's. Returns them and the window to keep once the peer has
-    /// answered.
+    /// after the previous window's, in at most `maxWindows` origins (the rest take their
+    /// turn next time). Returns them and the window to keep once the peer has answered.
     func window(
-        for peer: ULID, mine: [ULID: ULID], theirs: [ULID: ULID], budget: Int, log: EventLog
+        for peer: ULID, mine: [ULID: ULID], theirs: [ULID: ULID], budget: Int,
+        maxWindows: Int = Messages.Hello.maxWindows, log: EventLog
     ) throws(EventStoreError) -> (ids: [(origin: ULID, after: ULID?, ids: [ULID])], next: Window) {
         let origins = mine.keys.filter { theirs[$0] != nil }.sorted()
         var window = cursors.withLock { $0[peer] } ?? Window()
@@ -136,7 +146,7 @@ final class DivergenceLedger: Sendable {
         var out: [(origin: ULID, after: ULID?, ids: [ULID])] = []
         var total = 0
         var index = window.firstOrigin % origins.count
-        for _ in 0..<origins.count where total < budget {
+        for _ in 0..<origins.count where total < budget && out.count < maxWindows {
             let origin = origins[index]
             index = (index + 1) % origins.count
             let through = min(mine[origin]!, theirs[origin]!)

@@ -143,7 +143,7 @@ final class SyncSession {
     /// hash), and the window to keep once the initiator has answered in its done.
     private var checksSent:
         (
-            events: [ULID: (origin: ULID, hash: String)], windows: [Messages.WireRange],
+            events: [ULID: (origin: ULID, hash: String)], windows: Set<DivergenceLedger.Recheck>,
             next: DivergenceLedger.Window
         )?
     /// The initiator's answer to the responder's checks, for its done.
@@ -492,8 +492,8 @@ final class SyncSession {
         var budget = limits.verifyEvents
         for recheck in node.divergence.takeRechecks(for: peer) where budget > 0 {
             let hashes = try storage { () throws(EventStoreError) in
-                let ids = try node.log.eventIDs(ofOrigin: recheck.origin, after: recheck.after, limit: budget)
-                return try node.log.contentHashes(ids: ids.filter { $0 <= recheck.through })
+                try DivergenceLedger.hashes(
+                    of: recheck.origin, after: recheck.after, through: recheck.through, limit: budget, log: node.log)
             }
             budget -= hashes.count
             for (id, hash) in hashes {
@@ -506,17 +506,19 @@ final class SyncSession {
                 for: peer, mine: mine, theirs: theirs, budget: limits.verifyEvents, log: node.log)
         }
         var windows: [Messages.WireRange] = []
+        var sent = Set<DivergenceLedger.Recheck>()
         var covered = 0
-        for (origin, after, ids) in window.prefix(Messages.Hello.maxWindows) {
-            let hashes = try storage { () throws(EventStoreError) in try node.log.contentHashes(ids: ids) }
+        for (origin, after, ids) in window {
             guard let through = ids.last else { continue }
+            let hashes = try storage { () throws(EventStoreError) in try node.log.contentHashes(ids: ids) }
             covered += hashes.count
+            sent.insert(DivergenceLedger.Recheck(origin: origin, after: after, through: through))
             windows.append(
                 Messages.WireRange(
                     origin: origin.description, after: after?.description, through: through.description,
                     count: hashes.count, hash: DivergenceLedger.digest(hashes), ids: nil))
         }
-        checksSent = (events, windows, next)
+        checksSent = (events, sent, next)
         report.verified = covered + checks.count
         return (windows, checks)
     }
@@ -582,8 +584,7 @@ final class SyncSession {
                     "the peer's content windows cover more than \(Messages.Hello.maxWindowEvents) events")
             }
             let ours = try storage { () throws(EventStoreError) in
-                let ids = try node.log.eventIDs(ofOrigin: origin, after: after, limit: count + 1)
-                return try node.log.contentHashes(ids: ids.filter { $0 <= through })
+                try DivergenceLedger.hashes(of: origin, after: after, through: through, limit: count + 1, log: node.log)
             }
             report.verified += ours.count
             if ours.count != count || DivergenceLedger.digest(ours) != hash, recheck.count < Messages.Done.maxRecheck {
@@ -600,7 +601,7 @@ final class SyncSession {
     /// checked with another hash are recorded; the windows it found different are checked
     /// event by event at the next session; the next session checks the next windows.
     private func takeDivergent(_ listed: [Messages.Check]?, recheck: [Messages.WireRange]?) throws(SyncError) {
-        guard let (events, windows, next) = checksSent else { return }
+        guard let (events, sent, next) = checksSent else { return }
         let listed = listed ?? []
         guard listed.count <= Messages.Done.maxDivergent else {
             throw SyncError(
@@ -628,12 +629,12 @@ final class SyncSession {
         }
         guard let peer = report.peerNode else { return }
         // Only windows this side sent: the peer cannot make it hash other ranges.
-        let sent = Set(windows.map { "\($0.origin) \($0.after ?? "") \($0.through)" })
         let again = recheck.compactMap { range -> DivergenceLedger.Recheck? in
-            guard sent.contains("\(range.origin) \(range.after ?? "") \(range.through)"),
-                let origin = ULID(range.origin), let through = ULID(range.through)
-            else { return nil }
-            return DivergenceLedger.Recheck(origin: origin, after: range.after.flatMap(ULID.init), through: through)
+            guard let origin = ULID(range.origin), let through = ULID(range.through) else { return nil }
+            let after = range.after.map(ULID.init)
+            guard after != .some(nil) else { return nil }  // an `after` that is not an id
+            let window = DivergenceLedger.Recheck(origin: origin, after: after ?? nil, through: through)
+            return sent.contains(window) ? window : nil
         }
         report.windowsDiffering += again.count
         node.divergence.recheck(again, with: peer)
