@@ -109,9 +109,28 @@ public final class NATSServer: @unchecked Sendable {
         throw NATSServerError("nats-server was not ready within \(timeout) s: \(log)")
     }
 
-    /// Sends `signal` to the server without waiting (safe from any thread).
+    /// Sends `signal` to the server (safe from any thread). SIGSTOP returns once every thread
+    /// of the server has stopped (`kill` returns before a busy thread on another core has),
+    /// or after 5 s; any other signal does not wait.
     public func signal(_ signal: Int32) {
-        if let pid { kill(pid, signal) }
+        guard let pid else { return }
+        kill(pid, signal)
+        guard signal == SIGSTOP else { return }
+        let deadline = Date().addingTimeInterval(5)
+        while Date() < deadline, !Self.allThreadsStopped(pid) { Thread.sleep(forTimeInterval: 0.005) }
+    }
+
+    /// Whether every thread of `pid` is in the stopped state (`T` in its `/proc` stat).
+    static func allThreadsStopped(_ pid: Int32) -> Bool {
+        guard let tasks = try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task"), !tasks.isEmpty
+        else { return false }
+        return tasks.allSatisfy { task in
+            guard let stat = try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/stat", encoding: .utf8),
+                let close = stat.lastIndex(of: ")")
+            else { return false }
+            // The state follows the command name, which is in parentheses.
+            return stat[stat.index(after: close)...].trimmingCharacters(in: .whitespaces).first == "T"
+        }
     }
 
     /// Sends `signal` (SIGTERM: a clean shutdown; SIGKILL: a crash) and waits until the
