@@ -62,11 +62,29 @@ let package = Package(
         .target(name: "LayeredConfiguration", dependencies: ["Projections"]),
         // The JSON-RPC client of evctl, the NATS bridge and the tests.
         .target(name: "JSONRPCClient", dependencies: ["UnixSocket", "Projections"]),
+        // The daemon's layers, each importing only those before it.
+        // Threads, health, systemd and the data directory's lock.
+        .target(name: "Lifecycle", dependencies: ["UnixSocket", "Logging"]),
+        // The JSON-RPC wire: requests parsed, answers and events encoded, error codes.
+        .target(name: "Wire", dependencies: ["EventStore", "Projections"]),
+        // The one writer thread every commit goes through.
+        .target(name: "Writer", dependencies: ["EventStore", "Projections", "UnixSocket", "Logging", "Lifecycle"]),
+        // Sync with other nodes: sessions, frames, reconciliation, peers.
+        .target(
+            name: "Replication",
+            dependencies: ["EventStore", "Projections", "UnixSocket", "Logging", "Backoff", "Lifecycle", "Wire"]
+        ),
+        // The socket: event loops, connections, outboxes, the watch hub, access.
+        .target(
+            name: "Server",
+            dependencies: ["EventStore", "Projections", "UnixSocket", "Logging", "Lifecycle", "Wire", "Writer"]
+        ),
+        // The methods, the admission stage, the configuration and the daemon's composition.
         .target(
             name: "Daemon",
             dependencies: [
                 "EventStore", "Projections", "UnixSocket", "Arguments", "Logging", "Version", "Backoff",
-                "LayeredConfiguration",
+                "LayeredConfiguration", "Lifecycle", "Wire", "Writer", "Replication", "Server",
             ]
         ),
         // A NATS JetStream client over libnats: connect, streams, asynchronous publishes.
@@ -114,7 +132,8 @@ let package = Package(
         .testTarget(
             name: "DaemonTests",
             dependencies: [
-                "Daemon", "Arguments", "EventStore", "Projections", "UnixSocket", "Logging", "TestSupport",
+                "Daemon", "Lifecycle", "Wire", "Writer", "Replication", "Server",
+                "Arguments", "EventStore", "Projections", "UnixSocket", "Logging", "TestSupport",
                 "StoreTestSupport", "JSONRPCClient",
                 // The bridge's tests read the stream back.
                 "JetStream",

@@ -1,11 +1,18 @@
+// Daemon: the methods, the admission stage, the configuration and the composition of the
+// layers below it; the only target that knows them all.
+
 import Arguments
 import Dispatch
 import EventStore
 import FoundationEssentials
+import Lifecycle
 import Logging
+import Replication
+import Server
 import Synchronization
 import UnixSocket
 import Version
+import Writer
 
 #if canImport(Glibc)
     import Glibc
@@ -165,7 +172,7 @@ final class Daemon: Sendable {
         for stop in [SIGTERM, SIGINT, SIGHUP] { signal(stop, SIG_IGN) }
         // Signals are taken from the start: a SIGTERM while the store opens still stops us.
         let stopRequested = DispatchSemaphore(value: 0)
-        let servingContext = Mutex<ServerContext?>(nil)
+        let servingContext = Mutex<Serving?>(nil)
         let signalQueue = DispatchQueue(label: "evstored.signals")
         var sources: [any DispatchSourceSignal] = []
         for number in [SIGTERM, SIGINT] {
@@ -179,7 +186,7 @@ final class Daemon: Sendable {
         }
         let hangup = DispatchSource.makeSignalSource(signal: SIGHUP, queue: signalQueue)
         hangup.setEventHandler { [self] in
-            if let context = servingContext.withLock({ $0 }) { reload(context: context) }
+            if let serving = servingContext.withLock({ $0 }) { reload(serving) }
         }
         hangup.resume()
         sources.append(hangup)
@@ -260,7 +267,7 @@ final class Daemon: Sendable {
     /// Opens the store, serves until a stop is requested, drains; the exit code.
     private func serveStore(
         _ configuration: Configuration, stopRequested: DispatchSemaphore,
-        servingContext: borrowing Mutex<ServerContext?>
+        servingContext: borrowing Mutex<Serving?>
     ) -> (Int32, WeakLog) {
         let log: EventLog
         do {
@@ -305,7 +312,7 @@ final class Daemon: Sendable {
             startedAt: Date(), writer: writer, sync: sync, backupDirectory: configuration.backupDirectory,
             maxPageBytes: configuration.maxPageBytes, maxConsumers: configuration.maxConsumers)
         let context = ServerContext(
-            writer: writer, hub: hub, methods: methods, sync: sync, logger: logger,
+            writer: writer, hub: hub, sessions: RPCSessions(methods: methods), incoming: sync, logger: logger,
             limits: Limits(configuration),
             access: configuration.access, requestThreads: configuration.requestThreads,
             maxBufferedBytes: configuration.maxBufferedBytes)
@@ -340,7 +347,7 @@ final class Daemon: Sendable {
             logger.error("\(error)")
             return (Evstored.Exit.unavailable, WeakLog(nil))
         }
-        servingContext.withLock { $0 = context }
+        servingContext.withLock { $0 = Serving(context: context, sync: sync, log: log) }
 
         logger.info("access: \(configuration.accessSummary)")
         let events: String
@@ -407,7 +414,15 @@ final class Daemon: Sendable {
     }
 
     /// SIGHUP: re-reads the config file and applies what can change while serving.
-    private func reload(context: ServerContext) {
+    /// What a reload changes while the daemon serves.
+    struct Serving: Sendable {
+        let context: ServerContext
+        let sync: SyncService
+        let log: EventLog
+    }
+
+    private func reload(_ serving: Serving) {
+        let context = serving.context
         do {
             let fresh = try Configuration.resolve(commandLine: commandLine, environment: environment)
             // What the option table marks as reloading is applied; the rest waits for a restart.
@@ -425,11 +440,11 @@ final class Daemon: Sendable {
             if current.access != old.access {
                 logger.info("SIGHUP: access for new connections: \(current.accessSummary)")
             }
-            context.sync.update(SyncService.Settings(current))
-            if current.mapMaxBytes != old.mapMaxBytes { context.methods.log.setMaxStorageBytes(current.mapMaxBytes) }
+            serving.sync.update(SyncService.Settings(current))
+            if current.mapMaxBytes != old.mapMaxBytes { serving.log.setMaxStorageBytes(current.mapMaxBytes) }
             // The writer's clock takes it at its next write: a dead letter refused for its
             // lead can be retried under the new bound.
-            context.methods.log.setMaxClockSkew(milliseconds: UInt64(current.maxClockSkewSeconds) * 1000)
+            serving.log.setMaxClockSkew(milliseconds: UInt64(current.maxClockSkewSeconds) * 1000)
             logger.info(
                 "SIGHUP: configuration reloaded\(restartNeeded.isEmpty ? "" : "; a restart applies \(restartNeeded.joined(separator: ", "))")"
             )

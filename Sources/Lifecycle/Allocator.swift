@@ -3,14 +3,14 @@
 #endif
 
 /// How the daemon asks glibc's allocator to give memory back.
-enum Allocator {
+package enum Allocator {
     /// Has buffers of `bytes` or more (a long request line, a large response) mapped
     /// apart, so freeing one returns its memory to the system. By default glibc raises
     /// that threshold to the largest buffer freed so far (up to 32 MiB) and serves later
     /// ones from its heaps, which keep the memory: thirty connections that had each sent
     /// one over-long line kept 300 MB resident after the lines were dropped. Setting the
     /// threshold fixes it. The corresponding C function is `mallopt`.
-    static func returnLargeBuffers(from bytes: Int32 = 1 << 20) {
+    package static func returnLargeBuffers(from bytes: Int32 = 1 << 20) {
         // M_MMAP_THRESHOLD from <malloc.h>, which Swift's Glibc module does not import.
         let mmapThreshold: Int32 = -3
         guard let symbol = dlsym(nil, "mallopt") else { return }
@@ -23,7 +23,7 @@ enum Allocator {
     /// freed in it: the event loops, the request and catch-up threads and the writer
     /// spread a steady load over a dozen heaps that each grow to their own high-water
     /// mark. One heap per CPU is as many as can allocate at once. `mallopt(M_ARENA_MAX)`.
-    static func limitHeaps(to count: Int32) {
+    package static func limitHeaps(to count: Int32) {
         // M_ARENA_MAX from <malloc.h>.
         let arenaMax: Int32 = -8
         guard let symbol = dlsym(nil, "mallopt") else { return }

@@ -12,11 +12,11 @@ import FoundationEssentials
 /// other. The file holds the holder's pid and socket, written after it took the lock, so
 /// a second daemon can say whom it found. The kernel drops the lock when the holder exits,
 /// however it exits, so a file left by a killed daemon never blocks the next.
-final class DataDirectoryLock: Sendable {
-    static let fileName = "evstored.lock"
+package final class DataDirectoryLock: Sendable {
+    package static let fileName = "evstored.lock"
 
     /// Why the lock was not taken.
-    enum Failure: Error {
+    package enum Failure: Error {
         /// Another process holds it; its pid and socket as its file records them.
         case held(pid: String?, socket: String?)
         /// The file cannot be created or locked.
@@ -27,7 +27,7 @@ final class DataDirectoryLock: Sendable {
 
     /// Takes the lock of `directory` (which exists), without waiting, and records this
     /// process's pid and `socket` in the file.
-    init(directory: String, socket: String) throws(Failure) {
+    package init(directory: String, socket: String) throws(Failure) {
         let path = directory + "/" + Self.fileName
         let descriptor = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else {
@@ -61,7 +61,7 @@ final class DataDirectoryLock: Sendable {
     }
 
     /// `key value` lines as a dictionary.
-    static func fields(_ text: String) -> [String: String] {
+    package static func fields(_ text: String) -> [String: String] {
         var fields: [String: String] = [:]
         for line in text.split(separator: "\n") {
             guard let space = line.firstIndex(of: " ") else { continue }

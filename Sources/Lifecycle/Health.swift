@@ -11,8 +11,8 @@ import Synchronization
 /// same kind, except `fsync`: after a failed fsync the kernel may have dropped the dirty
 /// pages it could not write, so no later fsync proves they are on disk; it stays until the
 /// daemon restarts (and LMDB reads its last committed state again).
-final class Health: Sendable {
-    enum Problem: String, Sendable, CaseIterable {
+package final class Health: Sendable {
+    package enum Problem: String, Sendable, CaseIterable {
         /// `durability = "relaxed"`: the periodic fsync of the store failed.
         case fsync
         /// A peer's sync state (its vector, schedule, last error) could not be stored or read.
@@ -21,25 +21,25 @@ final class Health: Sendable {
         case fingerprints
 
         /// Whether a later success lowers it.
-        var clears: Bool { self != .fsync }
+        package var clears: Bool { self != .fsync }
     }
 
-    struct Report: Sendable, Equatable {
-        var problem: Problem
+    package struct Report: Sendable, Equatable {
+        package var problem: Problem
         /// The last failure's error, as the log line gave it.
-        var message: String
+        package var message: String
         /// Milliseconds since the epoch of the first failure since it was last lowered.
-        var since: UInt64
+        package var since: UInt64
         /// Failures since it was last lowered.
-        var count: Int
+        package var count: Int
     }
 
     private let raised = Mutex<[Problem: Report]>([:])
 
-    init() {}
+    package init() {}
 
     /// Records a failure of kind `problem`.
-    func raise(_ problem: Problem, _ message: String, at now: UInt64 = Health.wallClock()) {
+    package func raise(_ problem: Problem, _ message: String, at now: UInt64 = Health.wallClock()) {
         raised.withLock { raised in
             var report = raised[problem] ?? Report(problem: problem, message: message, since: now, count: 0)
             report.message = message
@@ -49,17 +49,17 @@ final class Health: Sendable {
     }
 
     /// Records a success of kind `problem`: lowers it unless it is sticky.
-    func lower(_ problem: Problem) {
+    package func lower(_ problem: Problem) {
         guard problem.clears else { return }
         raised.withLock { _ = $0.removeValue(forKey: problem) }
     }
 
     /// The problems raised, in the order of `Problem`.
-    var reports: [Report] {
+    package var reports: [Report] {
         raised.withLock { raised in Problem.allCases.compactMap { raised[$0] } }
     }
 
-    var isHealthy: Bool { raised.withLock { $0.isEmpty } }
+    package var isHealthy: Bool { raised.withLock { $0.isEmpty } }
 
-    static func wallClock() -> UInt64 { UInt64(max(0, Date().timeIntervalSince1970 * 1000)) }
+    package static func wallClock() -> UInt64 { UInt64(max(0, Date().timeIntervalSince1970 * 1000)) }
 }

@@ -11,13 +11,13 @@ import Projections
 ///
 /// The frame's CRC-32C covers the payload; zstd checks the frame itself. Decoding
 /// rejects the whole batch on any inconsistency, so nothing of a damaged batch is kept.
-enum BatchCodec {
+package enum BatchCodec {
     /// A batch holds at most this many events…
-    static let maxEvents = 1000
+    package static let maxEvents = 1000
     /// …and stops growing once its records pass this many bytes.
-    static let targetBytes = 1 << 20
+    package static let targetBytes = 1 << 20
 
-    static func encode(_ events: [ReplicatedEvent], compressor: Compressor) throws(SyncError) -> [UInt8] {
+    package static func encode(_ events: [ReplicatedEvent], compressor: Compressor) throws(SyncError) -> [UInt8] {
         var records: [UInt8] = []
         records.reserveCapacity(events.reduce(0) { $0 + $1.json.count + 20 })
         for event in events {
@@ -46,7 +46,7 @@ enum BatchCodec {
     /// past the `count` records the header claims, or more content than `count` records may
     /// hold (capped at `Frame.maxPayloadBytes`). A small frame that expands to megabytes of
     /// records nobody announced costs one output chunk, not the whole expansion.
-    static func decode(_ payload: [UInt8], decompressor: Decompressor, maxEventBytes: Int) throws(SyncError)
+    package static func decode(_ payload: [UInt8], decompressor: Decompressor, maxEventBytes: Int) throws(SyncError)
         -> [ReplicatedEvent]
     {
         guard payload.count >= 4 else { throw corrupt("it is \(payload.count) bytes, shorter than its header") }
@@ -77,7 +77,7 @@ enum BatchCodec {
     }
 
     /// A record's id and length.
-    static let recordHeaderBytes = 20
+    package static let recordHeaderBytes = 20
 
     /// Splits decompressed content into records as it arrives.
     private struct RecordReader {

@@ -12,25 +12,25 @@ import Synchronization
 ///
 /// JSON of a record (key `divergent/<id>/<peer node>`): `{"id":…,"origin":…,"peer":…,
 /// "peer_node":…,"here":hash,"there":hash,"detected_at":ms}`.
-struct DivergentEvent: Equatable, Sendable {
-    var id: ULID
-    var origin: ULID
+package struct DivergentEvent: Equatable, Sendable {
+    package var id: ULID
+    package var origin: ULID
     /// The peer, as named in dead letters and logs, and its node id.
-    var peer: String
-    var peerNode: ULID?
+    package var peer: String
+    package var peerNode: ULID?
     /// The content hashes of the event here and on the peer (`EventLog.contentHash`).
-    var here: String
-    var there: String
-    var detectedAt: UInt64
+    package var here: String
+    package var there: String
+    package var detectedAt: UInt64
 
-    static let keyPrefix = "divergent/"
-    var key: String { "\(DivergentEvent.keyPrefix)\(id)/\(peerNode?.description ?? "-")" }
+    package static let keyPrefix = "divergent/"
+    package var key: String { "\(DivergentEvent.keyPrefix)\(id)/\(peerNode?.description ?? "-")" }
 
     /// Records kept at most: a peer that claims every event differs fills them, and no
     /// more; the daemon logs what it could not keep.
-    static let maxRecords = 256
+    package static let maxRecords = 256
 
-    func encoded() -> [UInt8] {
+    package func encoded() -> [UInt8] {
         var record: [String: Any] = [
             "id": id.description, "origin": origin.description, "peer": peer, "here": here, "there": there,
             "detected_at": Int(clamping: detectedAt),
@@ -39,7 +39,8 @@ struct DivergentEvent: Equatable, Sendable {
         return JSONTree.encode(record) ?? []
     }
 
-    init(id: ULID, origin: ULID, peer: String, peerNode: ULID?, here: String, there: String, detectedAt: UInt64) {
+    package init(id: ULID, origin: ULID, peer: String, peerNode: ULID?, here: String, there: String, detectedAt: UInt64)
+    {
         self.id = id
         self.origin = origin
         self.peer = peer
@@ -50,7 +51,7 @@ struct DivergentEvent: Equatable, Sendable {
     }
 
     /// nil for a record that does not decode.
-    init?(decoding bytes: [UInt8]) {
+    package init?(decoding bytes: [UInt8]) {
         guard let object = try? JSONTree.parse(bytes) as? [String: Any],
             let id = (object["id"] as? String).flatMap(ULID.init),
             let origin = (object["origin"] as? String).flatMap(ULID.init),
@@ -63,14 +64,14 @@ struct DivergentEvent: Equatable, Sendable {
     }
 
     /// Whether `text` is a content hash as the wire carries it: 32 lowercase hex digits.
-    static func isHash(_ text: String) -> Bool {
+    package static func isHash(_ text: String) -> Bool {
         text.utf8.count == 32 && text.utf8.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }
     }
 }
 
 /// What this node verifies with each peer and what it found: the window of events the next
 /// session with a peer checks, per origin, and the divergent events recorded.
-final class DivergenceLedger: Sendable {
+package final class DivergenceLedger: Sendable {
     /// Per peer node, per origin, the last id the previous window checked; the next window
     /// starts after it and wraps to the origin's first id at the end of what both hold.
     /// In memory: after a restart the windows start from the first ids again.
@@ -79,23 +80,23 @@ final class DivergenceLedger: Sendable {
     /// session checks their events one by one. In memory, at most `Messages.Done.maxRecheck`.
     private let rechecks = Mutex<[ULID: [Recheck]]>([:])
     /// Peers whose windows are kept at most (more, and all start again).
-    static let maxPeers = 1024
+    package static let maxPeers = 1024
 
     /// A range of one origin's ids, `(after, through]`.
-    struct Recheck: Sendable, Hashable {
-        var origin: ULID
-        var after: ULID?
-        var through: ULID
+    package struct Recheck: Sendable, Hashable {
+        package var origin: ULID
+        package var after: ULID?
+        package var through: ULID
     }
 
     /// The windows to check event by event with `peer` this session; taken, so each is
     /// checked once.
-    func takeRechecks(for peer: ULID) -> [Recheck] {
+    package func takeRechecks(for peer: ULID) -> [Recheck] {
         rechecks.withLock { $0.removeValue(forKey: peer) ?? [] }
     }
 
     /// Keeps the windows `peer` found different, for the next session with it.
-    func recheck(_ windows: [Recheck], with peer: ULID) {
+    package func recheck(_ windows: [Recheck], with peer: ULID) {
         guard !windows.isEmpty else { return }
         rechecks.withLock { rechecks in
             if rechecks[peer] == nil, rechecks.count >= DivergenceLedger.maxPeers { rechecks.removeAll() }
@@ -105,7 +106,7 @@ final class DivergenceLedger: Sendable {
 
     /// The content hashes of `origin`'s events in `(after, through]` that `log` holds, the
     /// first `limit` of them at most.
-    static func hashes(
+    package static func hashes(
         of origin: ULID, after: ULID?, through: ULID, limit: Int, log: EventLog
     ) throws(EventStoreError) -> [(id: ULID, hash: String)] {
         let ids = try log.eventIDs(ofOrigin: origin, after: after, limit: limit)
@@ -114,7 +115,7 @@ final class DivergenceLedger: Sendable {
 
     /// The digest of a window: the first 128 bits of the SHA-256 of each event's id (16
     /// bytes) and content hash (its 32 hex digits), in id order.
-    static func digest(_ hashes: [(id: ULID, hash: String)]) -> String {
+    package static func digest(_ hashes: [(id: ULID, hash: String)]) -> String {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(hashes.count * 48)
         for (id, hash) in hashes.sorted(by: { $0.id < $1.id }) {
@@ -124,18 +125,18 @@ final class DivergenceLedger: Sendable {
         return SHA256.hexString(Array(SHA256.digest(bytes).prefix(16)))
     }
 
-    struct Window: Sendable {
-        var after: [ULID: ULID] = [:]
+    package struct Window: Sendable {
+        package var after: [ULID: ULID] = [:]
         /// The origin, in order, the next window begins with, so that with more origins than
         /// the budget covers each gets its turn.
-        var firstOrigin = 0
+        package var firstOrigin = 0
     }
 
     /// The events to check with `peer` this session: per origin both vectors hold, up to
     /// about `budget` ids in all of the ids both cover (through the smaller vector entry),
     /// after the previous window's, in at most `maxWindows` origins (the rest take their
     /// turn next time). Returns them and the window to keep once the peer has answered.
-    func window(
+    package func window(
         for peer: ULID, mine: [ULID: ULID], theirs: [ULID: ULID], budget: Int,
         maxWindows: Int = Messages.Hello.maxWindows, log: EventLog
     ) throws(EventStoreError) -> (ids: [(origin: ULID, after: ULID?, ids: [ULID])], next: Window) {
@@ -168,7 +169,7 @@ final class DivergenceLedger: Sendable {
     }
 
     /// Keeps the window the session with `peer` checked, for the next one.
-    func advance(_ peer: ULID, to window: Window) {
+    package func advance(_ peer: ULID, to window: Window) {
         cursors.withLock { cursors in
             if cursors[peer] == nil, cursors.count >= DivergenceLedger.maxPeers { cursors.removeAll() }
             cursors[peer] = window
@@ -176,7 +177,7 @@ final class DivergenceLedger: Sendable {
     }
 
     /// Every divergent event recorded, in key order.
-    static func records(_ log: EventLog) throws(EventStoreError) -> [DivergentEvent] {
+    package static func records(_ log: EventLog) throws(EventStoreError) -> [DivergentEvent] {
         try log.peerEntries().filter { $0.key.hasPrefix(DivergentEvent.keyPrefix) }.compactMap {
             DivergentEvent(decoding: $0.value)
         }
@@ -184,7 +185,9 @@ final class DivergenceLedger: Sendable {
 
     /// Stores the records of `found` not stored already, while fewer than `maxRecords` are;
     /// returns how many were new and how many could not be kept.
-    static func record(_ found: [DivergentEvent], node: SyncNode) throws(EventStoreError) -> (new: Int, unkept: Int) {
+    package static func record(_ found: [DivergentEvent], node: SyncNode) throws(EventStoreError) -> (
+        new: Int, unkept: Int
+    ) {
         guard !found.isEmpty else { return (0, 0) }
         let held = Set(try node.log.peerEntries().map(\.key).filter { $0.hasPrefix(DivergentEvent.keyPrefix) })
         var entries: [PeerEntry] = []

@@ -5,8 +5,8 @@ import UnixSocket
 ///     type (1 byte) | length (4 bytes, big-endian) | CRC-32C of the payload (4, big-endian) | payload
 ///
 /// docs/sync.md gives every frame's payload.
-struct Frame: Equatable, Sendable {
-    enum Kind: UInt8, Sendable {
+package struct Frame: Equatable, Sendable {
+    package enum Kind: UInt8, Sendable {
         case hello = 0x48  // "H"
         case reconcile = 0x52  // "R"
         case batch = 0x42  // "B"
@@ -16,7 +16,7 @@ struct Frame: Equatable, Sendable {
 
         /// What a session must have agreed to before either side sends a frame of a kind:
         /// the protocol version that added it, or a capability both hellos named.
-        enum Requirement: Equatable, Sendable {
+        package enum Requirement: Equatable, Sendable {
             case version(Int)
             case capability(String)
         }
@@ -26,7 +26,7 @@ struct Frame: Equatable, Sendable {
         /// agreed to it never sees one. The reader checks the size against the header
         /// before it reads (or makes room for) a byte of the payload, so a peer cannot make
         /// this node buffer 64 MiB to learn that a control frame is over its 8 MiB.
-        var rule: (requires: Requirement, maxPayloadBytes: Int) {
+        package var rule: (requires: Requirement, maxPayloadBytes: Int) {
             switch self {
             case .batch: (.version(1), Frame.maxPayloadBytes)
             // A hello carries the version vector and the opening ranges; a reconcile round
@@ -37,19 +37,19 @@ struct Frame: Equatable, Sendable {
             }
         }
 
-        var maxPayloadBytes: Int { rule.maxPayloadBytes }
+        package var maxPayloadBytes: Int { rule.maxPayloadBytes }
     }
 
     /// What one session runs, as the two hellos agreed it: the protocol version and the
     /// capabilities both sides speak.
-    struct Agreement: Equatable, Sendable {
-        var version: Int
-        var capabilities: Set<String>
+    package struct Agreement: Equatable, Sendable {
+        package var version: Int
+        package var capabilities: Set<String>
 
         /// Before the hellos (and with a node that speaks only protocol 1, as 0.4 does).
-        static let first = Agreement(version: 1, capabilities: [])
+        package static let first = Agreement(version: 1, capabilities: [])
 
-        func allows(_ kind: Kind) -> Bool {
+        package func allows(_ kind: Kind) -> Bool {
             switch kind.rule.requires {
             case .version(let version): version <= self.version
             case .capability(let name): capabilities.contains(name)
@@ -57,41 +57,41 @@ struct Frame: Equatable, Sendable {
         }
     }
 
-    var kind: Kind
-    var payload: [UInt8]
+    package var kind: Kind
+    package var payload: [UInt8]
 
-    static let headerBytes = 9
+    package static let headerBytes = 9
     /// The largest payload either side accepts (a batch's).
-    static let maxPayloadBytes = 64 << 20
+    package static let maxPayloadBytes = 64 << 20
     /// The largest ack, done or error frame.
-    static let maxSmallPayloadBytes = 64 << 10
+    package static let maxSmallPayloadBytes = 64 << 10
 
     /// The versions of the protocol this node speaks. A session runs the highest that both
     /// sides speak: protocol 2 is protocol 1 with the versions and capabilities of each side
     /// in its hello, so the frame kinds later capabilities add can be agreed.
-    static let protocolVersions = 1...2
+    package static let protocolVersions = 1...2
     /// The version the preamble names, and the initiator's hello: the oldest this node
     /// speaks, so that a node that speaks only protocol 1 (0.4) takes the session; the
     /// hellos agree on the rest.
-    static let protocolVersion = 1
+    package static let protocolVersion = 1
     /// The capabilities this node speaks; each names the frame kinds it adds in
     /// `Kind.rule`, or the members it adds to frames of protocol 2.
-    static let capabilities: [String] = [verifyCapability]
+    package static let capabilities: [String] = [verifyCapability]
     /// Content checks: the responder's hello carries a window of the events both sides
     /// hold with its content hashes, the initiator's done the ones it holds otherwise
     /// (`DivergenceLedger`). No frame kind of its own.
-    static let verifyCapability = "verify"
+    package static let verifyCapability = "verify"
     /// Each side's first bytes: "EVSYNC/" and the version in decimal, then a newline.
-    static func preamble(version: Int = protocolVersion) -> [UInt8] { Array("EVSYNC/\(version)\n".utf8) }
-    static let preamblePrefix = Array("EVSYNC/".utf8)
+    package static func preamble(version: Int = protocolVersion) -> [UInt8] { Array("EVSYNC/\(version)\n".utf8) }
+    package static let preamblePrefix = Array("EVSYNC/".utf8)
 
     /// The version a preamble line (without its newline) announces, or nil for any other line.
-    static func preambleVersion(_ line: some Collection<UInt8>) -> Int? {
+    package static func preambleVersion(_ line: some Collection<UInt8>) -> Int? {
         guard line.count <= preamblePrefix.count + 9, line.starts(with: preamblePrefix) else { return nil }
         return Int(String(decoding: line.dropFirst(preamblePrefix.count), as: UTF8.self))
     }
 
-    func encoded() -> [UInt8] {
+    package func encoded() -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(Frame.headerBytes + payload.count)
         out.append(kind.rawValue)
@@ -100,16 +100,21 @@ struct Frame: Equatable, Sendable {
         out.append(contentsOf: payload)
         return out
     }
+
+    package init(kind: Kind, payload: [UInt8]) {
+        self.kind = kind
+        self.payload = payload
+    }
 }
 
-func appendBigEndian(_ value: UInt32, to out: inout [UInt8]) {
+package func appendBigEndian(_ value: UInt32, to out: inout [UInt8]) {
     out.append(UInt8(truncatingIfNeeded: value >> 24))
     out.append(UInt8(truncatingIfNeeded: value >> 16))
     out.append(UInt8(truncatingIfNeeded: value >> 8))
     out.append(UInt8(truncatingIfNeeded: value))
 }
 
-func readBigEndian32(_ bytes: [UInt8], at offset: Int) -> UInt32 {
+package func readBigEndian32(_ bytes: [UInt8], at offset: Int) -> UInt32 {
     UInt32(bytes[offset]) << 24 | UInt32(bytes[offset + 1]) << 16 | UInt32(bytes[offset + 2]) << 8
         | UInt32(bytes[offset + 3])
 }
@@ -118,16 +123,16 @@ func readBigEndian32(_ bytes: [UInt8], at offset: Int) -> UInt32 {
 /// the connection's read timeout, so a silent peer ends the session; and, once
 /// `limitSession(toSeconds:)` is called, the whole session by a deadline, so a peer that
 /// keeps talking ends it too.
-final class FrameChannel {
-    let connection: UnixConnection
+package final class FrameChannel {
+    package let connection: UnixConnection
     private var buffer: [UInt8]
     private var start = 0
     private(set) var bytesReceived = 0
     private(set) var bytesSent = 0
     /// What the session agreed to: a frame of a kind it did not is refused as it is read.
-    var agreement = Frame.Agreement.first
+    package var agreement = Frame.Agreement.first
     /// The timeout the connection was given, for messages.
-    let timeoutSeconds: Double
+    package let timeoutSeconds: Double
     /// When the session must be over, and how long that was from its start (for messages).
     private(set) var deadline: ContinuousClock.Instant?
     private var sessionSeconds = 0.0
@@ -136,11 +141,11 @@ final class FrameChannel {
     private var appliedTimeout: Double
     /// Writes go out in pieces of this size, so the deadline is checked between them even
     /// when a peer takes a large frame slowly.
-    static let writeChunkBytes = 256 * 1024
+    package static let writeChunkBytes = 256 * 1024
 
     /// `buffered`: bytes already read from the connection (after the preamble line, when the
     /// daemon recognised the session from its first line).
-    init(connection: UnixConnection, timeoutSeconds: Double, buffered: [UInt8] = []) {
+    package init(connection: UnixConnection, timeoutSeconds: Double, buffered: [UInt8] = []) {
         self.connection = connection
         self.timeoutSeconds = timeoutSeconds
         self.buffer = buffered
@@ -151,14 +156,14 @@ final class FrameChannel {
 
     /// Ends the session with `session_limit` once `seconds` have passed from now: every
     /// read and write after that fails, and none blocks past it.
-    func limitSession(toSeconds seconds: Double) {
+    package func limitSession(toSeconds seconds: Double) {
         sessionSeconds = seconds
         deadline = .now + .milliseconds(Int64(clamping: Int((seconds * 1000).rounded())))
     }
 
-    var isPastDeadline: Bool { deadline.map { ContinuousClock.now >= $0 } ?? false }
+    package var isPastDeadline: Bool { deadline.map { ContinuousClock.now >= $0 } ?? false }
 
-    var deadlineError: SyncError {
+    package var deadlineError: SyncError {
         SyncError(
             .sessionLimit,
             "the session went on for \(Int(sessionSeconds)) s, the most one may last (sync_session_max_s); what was committed stays, and the next session goes on from there"
@@ -180,13 +185,13 @@ final class FrameChannel {
         }
     }
 
-    func writePreamble() throws(SyncError) {
+    package func writePreamble() throws(SyncError) {
         try write(Frame.preamble())
     }
 
     /// Reads the peer's preamble and returns its protocol version; anything else is
     /// `not_evstore`, which describes what the peer sent and never quotes it.
-    func readPreamble() throws(SyncError) -> Int {
+    package func readPreamble() throws(SyncError) -> Int {
         let prefix = Frame.preamblePrefix
         while true {
             let available = buffer[start...]
@@ -235,13 +240,13 @@ final class FrameChannel {
         )
     }
 
-    func write(_ frame: Frame) throws(SyncError) {
+    package func write(_ frame: Frame) throws(SyncError) {
         try write(frame.encoded())
     }
 
     /// Writes the frame that ends a failed session (an error frame), past the deadline too,
     /// waiting at most a couple of seconds for the peer to take it.
-    func writeLast(_ frame: Frame) throws(SyncError) {
+    package func writeLast(_ frame: Frame) throws(SyncError) {
         deadline = nil
         appliedTimeout = min(timeoutSeconds, 2)
         try? connection.setTimeouts(read: appliedTimeout, write: appliedTimeout)
@@ -268,7 +273,7 @@ final class FrameChannel {
     }
 
     /// The next frame, its checksum verified.
-    func read() throws(SyncError) -> Frame {
+    package func read() throws(SyncError) -> Frame {
         try need(Frame.headerBytes, what: "a frame header")
         let typeByte = buffer[start]
         let length = Int(readBigEndian32(buffer, at: start + 1))

@@ -4,44 +4,44 @@ import Projections
 
 /// The JSON payloads of the control frames (hello, reconcile, ack, done, error). They are
 /// small and rare, so they use FoundationEssentials' coders; batches are binary (`BatchCodec`).
-enum Messages {
-    struct Hello: Codable, Equatable {
-        var protocolVersion: Int
+package enum Messages {
+    package struct Hello: Codable, Equatable {
+        package var protocolVersion: Int
         /// The sender's node id.
-        var node: String
-        var name: String?
+        package var node: String
+        package var name: String?
         /// Per origin, the greatest id held.
-        var vector: [String: String]
+        package var vector: [String: String]
         /// In the responder's hello: the fingerprints of the ranges both hold.
-        var ranges: [WireRange]?
+        package var ranges: [WireRange]?
         /// The sender's wall clock as it wrote the hello, ms since the Unix epoch: each side
         /// learns how far the other's clock is from its own. Older peers leave it out.
-        var clock: UInt64? = nil
+        package var clock: UInt64? = nil
         /// The ids of the events the sender holds as dead letters (or dropped), at most
         /// `maxDeadLetterIDs`, in id order: its peer's vector covers them, yet they did not
         /// arrive, so the peer counts them as pending and stops sending them. Older peers
         /// leave it out (and ignore it).
-        var deadLetters: [String]? = nil
+        package var deadLetters: [String]? = nil
         /// True when the sender holds more dead letters than `deadLetters` lists.
-        var deadLettersCut: Bool? = nil
+        package var deadLettersCut: Bool? = nil
         /// Every protocol version the sender speaks, from protocol 2 on; nil from a node
         /// that speaks only protocol 1 (0.4), which ignores it. In the initiator's hello
         /// `protocolVersion` is then the preamble's; in the responder's, the one the session
         /// runs.
-        var protocols: [Int]? = nil
+        package var protocols: [Int]? = nil
         /// The capabilities the sender speaks (with `protocols`).
-        var capabilities: [String]? = nil
+        package var capabilities: [String]? = nil
         /// In the responder's hello, when the session agreed to `verify`: windows of the
         /// events both hold, one range of an origin's ids each with the count and a digest
         /// of the responder's content hashes, for the initiator to compare with its own; a
         /// window that differs comes back in its `done` as `recheck`.
-        var windows: [WireRange]? = nil
+        package var windows: [WireRange]? = nil
         /// With `windows`: the events of the windows the initiator asked to recheck at the
         /// previous session, each with the responder's content hash (the answer comes in the
         /// initiator's `done` as `divergent`).
-        var checks: [Check]? = nil
+        package var checks: [Check]? = nil
 
-        enum CodingKeys: String, CodingKey {
+        package enum CodingKeys: String, CodingKey {
             case protocolVersion = "protocol"
             case node, name, vector, ranges, clock
             case deadLetters = "dead_letters"
@@ -50,76 +50,156 @@ enum Messages {
         }
 
         /// Checks one hello may carry at most (about 4.5 MB).
-        static let maxChecks = 65_536
+        package static let maxChecks = 65_536
         /// Windows one hello may carry at most, and the events all of them cover.
-        static let maxWindows = 1024
-        static let maxWindowEvents = 65_536
+        package static let maxWindows = 1024
+        package static let maxWindowEvents = 65_536
 
         /// Dead-lettered ids one hello lists at most: 100,000 ids take under 3 MB, well
         /// within the 8 MiB of a control frame.
-        static let maxDeadLetterIDs = 100_000
+        package static let maxDeadLetterIDs = 100_000
+
+        package init(
+            protocolVersion: Int, node: String, name: String? = nil, vector: [String: String],
+            ranges: [WireRange]? = nil, clock: UInt64? = nil, deadLetters: [String]? = nil, deadLettersCut: Bool? = nil,
+            protocols: [Int]? = nil, capabilities: [String]? = nil, windows: [WireRange]? = nil, checks: [Check]? = nil
+        ) {
+            self.protocolVersion = protocolVersion
+            self.node = node
+            self.name = name
+            self.vector = vector
+            self.ranges = ranges
+            self.clock = clock
+            self.deadLetters = deadLetters
+            self.deadLettersCut = deadLettersCut
+            self.protocols = protocols
+            self.capabilities = capabilities
+            self.windows = windows
+            self.checks = checks
+        }
     }
 
     /// A range of one origin's ids, `(after, through]`, with either its fingerprint or its ids.
-    struct WireRange: Codable, Equatable {
-        var origin: String
-        var after: String?
-        var through: String
-        var count: Int?
-        var hash: String?
-        var ids: [String]?
+    package struct WireRange: Codable, Equatable {
+        package var origin: String
+        package var after: String?
+        package var through: String
+        package var count: Int?
+        package var hash: String?
+        package var ids: [String]?
+
+        package init(
+            origin: String, after: String? = nil, through: String, count: Int? = nil, hash: String? = nil,
+            ids: [String]? = nil
+        ) {
+            self.origin = origin
+            self.after = after
+            self.through = through
+            self.count = count
+            self.hash = hash
+            self.ids = ids
+        }
     }
 
-    struct Reconcile: Codable, Equatable {
-        var ranges: [WireRange]
+    package struct Reconcile: Codable, Equatable {
+        package var ranges: [WireRange]
         /// Ids the receiver holds and the sender lacks.
-        var needs: [String]
+        package var needs: [String]
+
+        package init(ranges: [WireRange], needs: [String]) {
+
+            self.ranges = ranges
+
+            self.needs = needs
+
+        }
+
     }
 
-    struct Ack: Codable, Equatable {
-        var received: Int
-        var skipped: Int
-        var deadLetters: Int
+    package struct Ack: Codable, Equatable {
+        package var received: Int
+        package var skipped: Int
+        package var deadLetters: Int
         /// The ids of the events of the batch that became dead letters (those with a valid
         /// id). Older peers leave it out.
-        var deadLettered: [String]? = nil
+        package var deadLettered: [String]? = nil
 
-        enum CodingKeys: String, CodingKey {
+        package enum CodingKeys: String, CodingKey {
             case received, skipped
             case deadLetters = "dead_letters"
             case deadLettered = "dead_lettered"
         }
+
+        package init(received: Int, skipped: Int, deadLetters: Int, deadLettered: [String]? = nil) {
+
+            self.received = received
+
+            self.skipped = skipped
+
+            self.deadLetters = deadLetters
+
+            self.deadLettered = deadLettered
+
+        }
+
     }
 
-    struct Done: Codable, Equatable {
-        var sent: Int
+    package struct Done: Codable, Equatable {
+        package var sent: Int
         /// Of those, the events found by reconciliation beyond the version vector.
-        var reconciled: Int
+        package var reconciled: Int
         /// In the initiator's done, when the session agreed to `verify`: the checked events
         /// it holds with another content hash, each with its own hash (at most
         /// `maxDivergent`; `[]` when none differ).
-        var divergent: [Check]? = nil
+        package var divergent: [Check]? = nil
         /// With `divergent`: the responder's windows whose digest differs here (origin,
         /// after, through), which its next hello checks event by event (at most
         /// `maxRecheck`; `[]` when none differ).
-        var recheck: [WireRange]? = nil
+        package var recheck: [WireRange]? = nil
 
-        static let maxDivergent = 256
-        static let maxRecheck = 64
+        package static let maxDivergent = 256
+        package static let maxRecheck = 64
+
+        package init(sent: Int, reconciled: Int, divergent: [Check]? = nil, recheck: [WireRange]? = nil) {
+
+            self.sent = sent
+
+            self.reconciled = reconciled
+
+            self.divergent = divergent
+
+            self.recheck = recheck
+
+        }
+
     }
 
     /// An event id and a content hash (`EventLog.contentHash`: 32 lowercase hex digits).
-    struct Check: Codable, Equatable {
-        var id: String
-        var hash: String
+    package struct Check: Codable, Equatable {
+        package var id: String
+        package var hash: String
+
+        package init(id: String, hash: String) {
+            self.id = id
+            self.hash = hash
+        }
     }
 
-    struct Failure: Codable, Equatable {
-        var reason: String
-        var message: String
+    package struct Failure: Codable, Equatable {
+        package var reason: String
+        package var message: String
+
+        package init(reason: String, message: String) {
+
+            self.reason = reason
+
+            self.message = message
+
+        }
+
     }
 
-    static func encode(_ value: some Encodable) -> [UInt8] {
+    package static func encode(_ value: some Encodable) -> [UInt8] {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         return Array((try? encoder.encode(value)) ?? Data())
@@ -128,9 +208,9 @@ enum Messages {
     /// The largest control frame either side accepts: far more than any honest message
     /// (a reconcile round holds at most a few thousand ranges), little enough that a
     /// hostile peer cannot make the decoder hold gigabytes.
-    static let maxBytes = 8 << 20
+    package static let maxBytes = 8 << 20
 
-    static func decode<T: Decodable>(_ type: T.Type, _ payload: [UInt8], frame: String) throws(SyncError) -> T {
+    package static func decode<T: Decodable>(_ type: T.Type, _ payload: [UInt8], frame: String) throws(SyncError) -> T {
         guard payload.count <= maxBytes else {
             throw SyncError(
                 .protocolError, "the peer's \(frame) frame is \(payload.count) bytes; the limit is \(maxBytes)")
@@ -147,7 +227,7 @@ enum Messages {
     /// What is wrong with a message, without a byte of what the peer sent: the decoder's own
     /// text quotes the input, and a map's keys in a coding path are the peer's. Only the
     /// message's own member at the top of the path is named.
-    static func describe(_ error: DecodingError) -> String {
+    package static func describe(_ error: DecodingError) -> String {
         func member(_ context: DecodingError.Context) -> String {
             guard let first = context.codingPath.first else { return "it" }
             if let index = first.intValue { return "item \(index)" }
@@ -168,7 +248,7 @@ enum Messages {
 }
 
 extension Messages.WireRange {
-    init(_ range: IDRange) {
+    package init(_ range: IDRange) {
         origin = range.origin.description
         after = range.after?.description
         through = range.through.description
@@ -181,7 +261,7 @@ extension Messages.WireRange {
         }
     }
 
-    func decoded() throws(SyncError) -> IDRange {
+    package func decoded() throws(SyncError) -> IDRange {
         func id(_ text: String, _ what: String) throws(SyncError) -> ULID {
             guard let id = ULID(text) else {
                 throw SyncError(.protocolError, "a range's \(what) is not an id (\(SyncError.size(of: text)))")
@@ -209,7 +289,7 @@ extension Messages.Hello {
     /// The sender's name, when it gives one that is a valid node name (`NodeName`). Any
     /// other ends the session: a name goes into every log line and dead letter
     /// of the session, so a long one would cost far more than it weighs.
-    func validatedName() throws(SyncError) -> String? {
+    package func validatedName() throws(SyncError) -> String? {
         guard let name else { return nil }
         guard NodeName.isValid(name) else {
             throw SyncError(
@@ -221,7 +301,7 @@ extension Messages.Hello {
     }
 
     /// The dead-lettered ids the peer's hello lists; nil when it lists none (an older peer).
-    func decodedDeadLetters() throws(SyncError) -> Set<ULID>? {
+    package func decodedDeadLetters() throws(SyncError) -> Set<ULID>? {
         guard let deadLetters else { return nil }
         guard deadLetters.count <= Messages.Hello.maxDeadLetterIDs else {
             throw SyncError(
@@ -241,7 +321,7 @@ extension Messages.Hello {
         return out
     }
 
-    func decodedVector() throws(SyncError) -> [ULID: ULID] {
+    package func decodedVector() throws(SyncError) -> [ULID: ULID] {
         var out: [ULID: ULID] = [:]
         for (origin, last) in vector {
             guard let o = ULID(origin), let l = ULID(last) else {
@@ -254,7 +334,7 @@ extension Messages.Hello {
 }
 
 extension [ULID: ULID] {
-    var wire: [String: String] {
+    package var wire: [String: String] {
         [String: String](uniqueKeysWithValues: map { ($0.key.description, $0.value.description) })
     }
 }

@@ -14,13 +14,13 @@ import UnixSocket
 /// because a session started before the address and route are both there would fail
 /// again. Where the socket cannot be opened (a sandbox without netlink) the daemon says so
 /// once and goes on; peers then retry on their backoff alone.
-final class NetworkWatch: Sendable {
+package final class NetworkWatch: Sendable {
     /// Seconds after the last message before the peers are synced.
-    static let debounceSeconds = 1.0
+    package static let debounceSeconds = 1.0
     /// The longest messages that never stop (a flapping link) put the sync off.
-    static let longestDelaySeconds = 5.0
+    package static let longestDelaySeconds = 5.0
     /// The longest one wait for a message lasts, so a stop is noticed within it.
-    static let pollSeconds = 0.25
+    package static let pollSeconds = 0.25
 
     private let sync: SyncService
     private let logger: Logger
@@ -29,13 +29,13 @@ final class NetworkWatch: Sendable {
     private let running = Atomic<Bool>(false)
     private let finished = DispatchSemaphore(value: 0)
 
-    init(sync: SyncService, logger: Logger, debounce: Double = NetworkWatch.debounceSeconds) {
+    package init(sync: SyncService, logger: Logger, debounce: Double = NetworkWatch.debounceSeconds) {
         self.sync = sync
         self.logger = logger
         self.debounce = debounce
     }
 
-    func start() {
+    package func start() {
         let monitor: RouteMonitor
         do {
             monitor = try RouteMonitor()
@@ -58,7 +58,7 @@ final class NetworkWatch: Sendable {
         }
     }
 
-    func stop() {
+    package func stop() {
         stopping.store(true, ordering: .relaxed)
         guard running.load(ordering: .relaxed) else { return }
         finished.wait()

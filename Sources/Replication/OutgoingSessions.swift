@@ -10,16 +10,16 @@ import UnixSocket
 /// the other peers go on in the other slots. A caller that finds its target's session
 /// running joins it and gets its outcome; one that finds every slot taken waits for a slot
 /// until its deadline, then gives up (`timedOut`) rather than wait on.
-final class OutgoingSessions: @unchecked Sendable {
+package final class OutgoingSessions: @unchecked Sendable {
     /// One session, which later callers for the same target join instead of starting their own.
-    final class Attempt: @unchecked Sendable {
+    package final class Attempt: @unchecked Sendable {
         /// Set once, under the condition's lock, when the session is over (or gave up
         /// waiting for a slot, when it is nil in `outcome(of:)`'s answer).
         fileprivate var outcome: SyncService.Outcome?
         fileprivate var gaveUp = false
     }
 
-    enum Claim {
+    package enum Claim {
         /// The caller runs the session (a slot is held) and ends it with `finish`.
         case owner(Attempt)
         /// The target's session is already running or waiting for a slot: `outcome(of:)`
@@ -44,13 +44,13 @@ final class OutgoingSessions: @unchecked Sendable {
     private var connections: [ObjectIdentifier: UnixConnection] = [:]
     private var stopping = false
 
-    init(limit: Int) {
+    package init(limit: Int) {
         self.limit = max(1, limit)
     }
 
     /// A reloaded `max_outgoing_sessions`: sessions past a lowered limit finish, new ones
     /// wait until they are under it.
-    func setLimit(_ value: Int) {
+    package func setLimit(_ value: Int) {
         condition.lock()
         limit = max(1, value)
         condition.broadcast()
@@ -60,7 +60,7 @@ final class OutgoingSessions: @unchecked Sendable {
     /// Claims the session of `key` (a target). With a `deadline`, blocks until a slot is
     /// free, at most until then, unless the target's session is claimed already (then joins
     /// it); without one, answers `busy` at once rather than wait.
-    func claim(_ key: String, until deadline: ContinuousClock.Instant?) -> Claim {
+    package func claim(_ key: String, until deadline: ContinuousClock.Instant?) -> Claim {
         condition.lock()
         defer { condition.unlock() }
         if let attempt = attempts[key] { return deadline == nil ? .busy : .joined(attempt) }
@@ -87,7 +87,7 @@ final class OutgoingSessions: @unchecked Sendable {
     }
 
     /// Ends the session `claim` gave the caller: frees its slot and answers those who joined.
-    func finish(_ key: String, _ attempt: Attempt, with outcome: SyncService.Outcome) {
+    package func finish(_ key: String, _ attempt: Attempt, with outcome: SyncService.Outcome) {
         condition.lock()
         running -= 1
         attempt.outcome = outcome
@@ -97,7 +97,7 @@ final class OutgoingSessions: @unchecked Sendable {
     }
 
     /// Waits for the end of a session that was joined; nil when it never got a slot.
-    func outcome(of attempt: Attempt) -> SyncService.Outcome? {
+    package func outcome(of attempt: Attempt) -> SyncService.Outcome? {
         condition.lock()
         defer { condition.unlock() }
         while attempt.outcome == nil, !attempt.gaveUp { condition.wait() }
@@ -105,21 +105,21 @@ final class OutgoingSessions: @unchecked Sendable {
     }
 
     /// The slots: `max_outgoing_sessions`.
-    var slots: Int {
+    package var slots: Int {
         condition.lock()
         defer { condition.unlock() }
         return limit
     }
 
     /// Whether `key` has a session claimed or running.
-    func isActive(_ key: String) -> Bool {
+    package func isActive(_ key: String) -> Bool {
         condition.lock()
         defer { condition.unlock() }
         return attempts[key] != nil
     }
 
     /// Registers a session's connection until `forget`; once stopping, cuts it at once.
-    func hold(_ connection: UnixConnection) {
+    package func hold(_ connection: UnixConnection) {
         condition.lock()
         connections[ObjectIdentifier(connection)] = connection
         let cut = stopping
@@ -127,7 +127,7 @@ final class OutgoingSessions: @unchecked Sendable {
         if cut { connection.shutdown() }
     }
 
-    func forget(_ connection: UnixConnection) {
+    package func forget(_ connection: UnixConnection) {
         condition.lock()
         connections.removeValue(forKey: ObjectIdentifier(connection))
         condition.unlock()
@@ -135,7 +135,7 @@ final class OutgoingSessions: @unchecked Sendable {
 
     /// Cuts every session in progress (each ends with `closed`, keeping what was
     /// acknowledged) and lets those waiting for a slot through, to find the daemon stopping.
-    func stopAll() {
+    package func stopAll() {
         condition.lock()
         stopping = true
         let cut = Array(connections.values)
@@ -146,7 +146,7 @@ final class OutgoingSessions: @unchecked Sendable {
 
     /// Waits until no session is claimed or running, at most `timeout` seconds; whether
     /// they all ended.
-    func waitUntilIdle(timeout: Double) -> Bool {
+    package func waitUntilIdle(timeout: Double) -> Bool {
         let deadline = ContinuousClock.now + .seconds(timeout)
         condition.lock()
         defer { condition.unlock() }

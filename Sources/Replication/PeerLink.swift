@@ -2,10 +2,10 @@ import FoundationEssentials
 import UnixSocket
 
 /// The connection to a peer, and for exec: and ssh:// peers the process that carries it.
-final class PeerLink {
-    let connection: UnixConnection
-    let child: ChildProcess?
-    let url: PeerURL
+package final class PeerLink {
+    package let connection: UnixConnection
+    package let child: ChildProcess?
+    package let url: PeerURL
 
     private init(connection: UnixConnection, child: ChildProcess?, url: PeerURL) {
         self.connection = connection
@@ -15,7 +15,7 @@ final class PeerLink {
 
     /// Connects to the peer at `url`; `ssh` is the ssh client's command. A socket whose
     /// listener accepts nothing fails after `timeout` seconds (`sync_timeout_s`).
-    static func open(_ url: PeerURL, ssh: [String], timeout: Double = 30) throws(SyncError) -> PeerLink {
+    package static func open(_ url: PeerURL, ssh: [String], timeout: Double = 30) throws(SyncError) -> PeerLink {
         if case .unix(let path) = url {
             do {
                 return PeerLink(
@@ -47,7 +47,7 @@ final class PeerLink {
     /// awaited a quarter of a second more (a process it started may hold the pipe). A
     /// silent peer's session so ends within `sync_timeout_s` and a moment. After a success
     /// the process has `timeout` seconds (at most 5) to exit.
-    func close(after error: SyncError?, timeout: Double = 5) -> SyncError? {
+    package func close(after error: SyncError?, timeout: Double = 5) -> SyncError? {
         connection.shutdown()
         guard let child else {
             connection.close()

@@ -15,43 +15,43 @@ import FoundationEssentials
 /// the 8th consecutive failure on the peer shows as `failing`; a failure retrying cannot
 /// fix (a protocol mismatch, ssh refusing the key) shows as `terminal`. Retries go on in
 /// both cases, at the backoff's pace.
-struct PeerSchedule: Equatable, Sendable {
-    enum State: String, Sendable {
+package struct PeerSchedule: Equatable, Sendable {
+    package enum State: String, Sendable {
         case ok, retrying, failing, terminal
     }
 
-    static let failingAfter = 8
+    package static let failingAfter = 8
 
     /// Milliseconds since the epoch.
-    var nextAttempt: UInt64
-    var lastSuccess: UInt64?
-    var lastAttempt: UInt64?
-    var failures = 0
-    var lastError: SyncError?
+    package var nextAttempt: UInt64
+    package var lastSuccess: UInt64?
+    package var lastAttempt: UInt64?
+    package var failures = 0
+    package var lastError: SyncError?
     /// The failures the backoff counts: those since the last success or since the network
     /// last came back, whichever is later.
-    var backoffFailures = 0
+    package var backoffFailures = 0
     /// When the current run of failures began (the first of them); nil while `ok`.
-    var failingSince: UInt64?
+    package var failingSince: UInt64?
     /// The network changes that cut the wait since the last success, and when the last one
     /// did: a link that flaps must not keep the peer retrying without pause.
-    var networkCuts = 0
-    var lastNetworkCut: UInt64?
+    package var networkCuts = 0
+    package var lastNetworkCut: UInt64?
 
-    init(nextAttempt: UInt64) {
+    package init(nextAttempt: UInt64) {
         self.nextAttempt = nextAttempt
     }
 
-    var state: State {
+    package var state: State {
         if failures == 0 { return .ok }
         if lastError?.isTerminal == true { return .terminal }
         return failures >= PeerSchedule.failingAfter ? .failing : .retrying
     }
 
     /// Whether it counts under "needs attention".
-    var needsAttention: Bool { state == .failing || state == .terminal }
+    package var needsAttention: Bool { state == .failing || state == .terminal }
 
-    mutating func succeeded(at now: UInt64, interval: Double) {
+    package mutating func succeeded(at now: UInt64, interval: Double) {
         failures = 0
         backoffFailures = 0
         lastError = nil
@@ -64,7 +64,7 @@ struct PeerSchedule: Equatable, Sendable {
     }
 
     /// `jitter` is uniform in 0..<1.
-    mutating func failed(_ error: SyncError, at now: UInt64, base: Double, cap: Double, jitter: Double) {
+    package mutating func failed(_ error: SyncError, at now: UInt64, base: Double, cap: Double, jitter: Double) {
         failures += 1
         if failures == 1 { failingSince = now }
         lastError = error
@@ -75,7 +75,7 @@ struct PeerSchedule: Equatable, Sendable {
     }
 
     /// Seconds to wait after the `failures`-th consecutive failure (`Backoff`).
-    static func backoff(failures: Int, base: Double, cap: Double, jitter: Double) -> Double {
+    package static func backoff(failures: Int, base: Double, cap: Double, jitter: Double) -> Double {
         Backoff(base: base, cap: cap).delay(afterFailures: failures, jitter: jitter)
     }
 
@@ -91,7 +91,7 @@ struct PeerSchedule: Equatable, Sendable {
     /// at most once per `backoff_base_s`, and a minute of flapping costs it a handful of
     /// attempts more than a quiet minute does. Whether the wait was cut.
     @discardableResult
-    mutating func networkReturned(at now: UInt64, base: Double, cap: Double) -> Bool {
+    package mutating func networkReturned(at now: UInt64, base: Double, cap: Double) -> Bool {
         guard failures > 0 else { return false }
         if let last = lastNetworkCut {
             let spacing = PeerSchedule.backoff(failures: networkCuts, base: base, cap: cap, jitter: 0.5)

@@ -11,13 +11,13 @@ import Projections
 /// "last_error":{"reason":r,"message":m},"url":u}}`. A record of the previous release has no
 /// `schedule` and still loads (the peer is then synced at once, as before); that release
 /// ignores the member it does not know.
-struct PeerState {
-    var known: SyncService.Known
-    var schedule: PeerSchedule?
+package struct PeerState {
+    package var known: SyncService.Known
+    package var schedule: PeerSchedule?
     /// The peer's URL when the schedule was written: the schedule is of that URL.
-    var url: String?
+    package var url: String?
 
-    func encoded() -> [UInt8]? {
+    package func encoded() -> [UInt8]? {
         var record: [String: Any] = ["vector": known.vector.wire]
         if let lastSuccess = known.lastSuccess { record["last_success"] = Int(clamping: lastSuccess) }
         if let node = known.node { record["node"] = node.description }
@@ -40,7 +40,7 @@ struct PeerState {
     }
 
     /// nil for a record that is not a JSON object; members that do not decode are left out.
-    init?(decoding bytes: [UInt8]) {
+    package init?(decoding bytes: [UInt8]) {
         guard let object = try? JSONTree.parse(bytes) as? [String: Any] else {
             return nil
         }
@@ -85,7 +85,7 @@ struct PeerState {
         self.schedule = schedule
     }
 
-    init(known: SyncService.Known, schedule: PeerSchedule?, url: String? = nil) {
+    package init(known: SyncService.Known, schedule: PeerSchedule?, url: String? = nil) {
         self.known = known
         self.schedule = schedule
         self.url = url

@@ -12,12 +12,12 @@ import UnixSocket
 ///   the protocol on its stdin and stdout (`evctl --socket S sync-serve` is the reference);
 /// - `ssh://[user@]host[:port][/socket/path]`: `evctl [--socket /socket/path] sync-serve`
 ///   run on the host by the system's ssh client, the way git reaches a remote.
-enum PeerURL: Equatable, Sendable, CustomStringConvertible {
+package enum PeerURL: Equatable, Sendable, CustomStringConvertible {
     case unix(path: String)
     case exec(arguments: [String])
     case ssh(user: String?, host: String, port: Int?, socket: String?)
 
-    init(_ text: String) throws(SyncError) {
+    package init(_ text: String) throws(SyncError) {
         func invalid(_ why: String) -> SyncError {
             SyncError(
                 .invalidPeer,
@@ -84,7 +84,7 @@ enum PeerURL: Equatable, Sendable, CustomStringConvertible {
         }
     }
 
-    var description: String {
+    package var description: String {
         switch self {
         case .unix(let path): "unix://\(path)"
         case .exec(let arguments): "exec:" + arguments.map(PeerURL.shellQuoted).joined(separator: " ")
@@ -95,7 +95,7 @@ enum PeerURL: Equatable, Sendable, CustomStringConvertible {
 
     /// The command that reaches the peer, for exec: and ssh:// URLs; `ssh` is the ssh
     /// client's command (the `ssh_command` setting).
-    func command(ssh: [String]) -> [String]? {
+    package func command(ssh: [String]) -> [String]? {
         switch self {
         case .unix: return nil
         case .exec(let arguments): return arguments
@@ -116,17 +116,17 @@ enum PeerURL: Equatable, Sendable, CustomStringConvertible {
     }
 
     /// `[A-Za-z0-9._-]`, not starting with `-` (which ssh would read as an option).
-    static func isHostName(_ text: String) -> Bool {
+    package static func isHostName(_ text: String) -> Bool {
         let bytes = Array(text.utf8)
         return !bytes.isEmpty && bytes[0] != UInt8(ascii: "-") && bytes.allSatisfy(isNameByte)
     }
 
     /// The same rule as a host name: the user goes to ssh as `user@host`.
-    static func isUserName(_ text: String) -> Bool { isHostName(text) }
+    package static func isUserName(_ text: String) -> Bool { isHostName(text) }
 
     /// `[` hex digits, colons and dots (an IPv4 tail), with at least one colon, optionally
     /// `%zone` with a zone of `[A-Za-z0-9._-]`, then `]`.
-    static func isBracketedIPv6(_ text: String) -> Bool {
+    package static func isBracketedIPv6(_ text: String) -> Bool {
         let bytes = Array(text.utf8)
         guard bytes.count >= 4, bytes.first == UInt8(ascii: "["), bytes.last == UInt8(ascii: "]") else {
             return false
@@ -145,7 +145,7 @@ enum PeerURL: Equatable, Sendable, CustomStringConvertible {
     /// An absolute path of letters, digits, spaces and `._-/+@,:=%`: quoted for the remote
     /// shell (`shellQuoted`), it has no quote or backslash that any shell (sh, bash, zsh,
     /// fish, csh) could read as more than a word, and no control character.
-    static func isRemoteSocketPath(_ text: String) -> Bool {
+    package static func isRemoteSocketPath(_ text: String) -> Bool {
         let bytes = Array(text.utf8)
         return bytes.first == UInt8(ascii: "/")
             && bytes.allSatisfy { isNameByte($0) || Array(" /+@,:=%".utf8).contains($0) }
@@ -161,7 +161,7 @@ enum PeerURL: Equatable, Sendable, CustomStringConvertible {
     }
 
     /// `word` as a POSIX shell reads it back: bare when it is plain, else single-quoted.
-    static func shellQuoted(_ word: String) -> String {
+    package static func shellQuoted(_ word: String) -> String {
         let plain =
             !word.isEmpty
             && word.unicodeScalars.allSatisfy { scalar in
@@ -182,7 +182,7 @@ extension PeerURL {
     /// its path with `.`, `..` and repeated slashes resolved. An ssh peer is its user, its
     /// host in lower case, its port (22 when none is given) and its socket path; an exec
     /// peer its command's words.
-    var target: String {
+    package var target: String {
         switch self {
         case .unix(let path):
             var info = stat()
@@ -198,7 +198,7 @@ extension PeerURL {
 
     /// An absolute path with `.`, `..` and repeated slashes resolved as the kernel resolves
     /// them, symbolic links aside.
-    static func normalized(path: String) -> String {
+    package static func normalized(path: String) -> String {
         var parts: [Substring] = []
         for part in path.split(separator: "/", omittingEmptySubsequences: true) {
             switch part {

@@ -2,21 +2,21 @@ import EventStore
 import Projections
 
 /// A range of one origin's ids, `(after, through]`, described by its fingerprint or listed.
-struct IDRange: Equatable, Sendable {
-    enum Content: Equatable, Sendable {
+package struct IDRange: Equatable, Sendable {
+    package enum Content: Equatable, Sendable {
         case fingerprint(Fingerprint)
         case ids([ULID])
     }
 
-    var origin: ULID
+    package var origin: ULID
     /// nil: from the origin's first id.
-    var after: ULID?
-    var through: ULID
-    var content: Content
+    package var after: ULID?
+    package var through: ULID
+    package var content: Content
 }
 
 /// Where the reconciler reads this node's ids: the event log, or a set in tests.
-protocol IDSource {
+package protocol IDSource {
     func fingerprint(origin: ULID, after: ULID?, through: ULID?) throws(EventStoreError) -> Fingerprint
     func ids(origin: ULID, after: ULID?, through: ULID?) throws(EventStoreError) -> [ULID]
     /// The ids among `ids` this node holds.
@@ -35,18 +35,18 @@ extension EventLog: IDSource {}
 /// `idListLimit` ids of a mismatched range sends them outright, and the other side then
 /// knows exactly which ids each lacks. Every round narrows the ranges sixteenfold, so a
 /// few differences among a million ids take a handful of round trips.
-struct Reconciler {
-    static let fanOut = 16
-    static let idListLimit = 64
+package struct Reconciler {
+    package static let fanOut = 16
+    package static let idListLimit = 64
 
-    let source: any IDSource
+    package let source: any IDSource
     /// Ids this node holds that the peer lacks (found so far), beyond its version vector:
     /// at most `maxIDs` of them.
     private(set) var theyLack: Set<ULID> = []
     /// The most ids `theyLack` keeps. More are left for a later session, which finds them
     /// again once the peer holds the ones kept: a peer cannot make a session hold
     /// unbounded memory, and two honest nodes far apart still converge, session by session.
-    let maxIDs: Int
+    package let maxIDs: Int
     /// Whether ids beyond `maxIDs` were found and left out.
     private(set) var overflowed = false
 
@@ -54,9 +54,9 @@ struct Reconciler {
     /// Mismatched ranges beyond it go back unsplit, with this side's fingerprint, for the
     /// next round: a reply stays well under `Messages.maxBytes` however far two nodes
     /// have drifted apart, and every round still settles `replyBudget` worth of ranges.
-    let replyBudget: Int
+    package let replyBudget: Int
 
-    init(source: any IDSource, replyBudget: Int = 2 << 20, maxIDs: Int = .max) {
+    package init(source: any IDSource, replyBudget: Int = 2 << 20, maxIDs: Int = .max) {
         self.source = source
         self.replyBudget = replyBudget
         self.maxIDs = maxIDs
@@ -73,7 +73,7 @@ struct Reconciler {
     }
 
     /// Wire size of a range, near enough: the JSON of its bounds and fingerprint or ids.
-    static func estimatedBytes(_ range: IDRange) -> Int {
+    package static func estimatedBytes(_ range: IDRange) -> Int {
         switch range.content {
         case .fingerprint: 150
         case .ids(let ids): 110 + 29 * ids.count
@@ -82,7 +82,7 @@ struct Reconciler {
 
     /// The opening ranges: for each origin both hold, the fingerprint of what both
     /// vectors cover.
-    func opening(mine: [ULID: ULID], theirs: [ULID: ULID]) throws(EventStoreError) -> [IDRange] {
+    package func opening(mine: [ULID: ULID], theirs: [ULID: ULID]) throws(EventStoreError) -> [IDRange] {
         var ranges: [IDRange] = []
         for (origin, last) in mine.sorted(by: { $0.key < $1.key }) {
             guard let theirLast = theirs[origin] else { continue }
@@ -100,7 +100,7 @@ struct Reconciler {
     ///
     /// Past `deadline` it stops where it is and returns what it has: the caller ends the
     /// session, so a frame of many ranges over a large store cannot keep it busy for long.
-    mutating func respond(to incoming: [IDRange], until deadline: ContinuousClock.Instant? = nil)
+    package mutating func respond(to incoming: [IDRange], until deadline: ContinuousClock.Instant? = nil)
         throws(EventStoreError) -> (ranges: [IDRange], needs: [ULID])
     {
         var reply: [IDRange] = []
@@ -147,12 +147,12 @@ struct Reconciler {
     /// The peer's list of ids it lacks and this node holds. Ids this node does not hold
     /// are ignored: an honest peer only names ids this node listed, and keeping the others
     /// would let a peer grow the set without bound.
-    mutating func take(needs: [ULID]) throws(EventStoreError) {
+    package mutating func take(needs: [ULID]) throws(EventStoreError) {
         keep(try source.held(needs))
     }
 
     /// `fanOut` consecutive parts of `range`, each with the fingerprint of its share of `ids`.
-    static func split(_ range: IDRange, ids: [ULID]) -> [IDRange] {
+    package static func split(_ range: IDRange, ids: [ULID]) -> [IDRange] {
         let parts = min(fanOut, ids.count)
         var out: [IDRange] = []
         var lower = range.after

@@ -1,7 +1,7 @@
 /// Why a sync session ended early, with a stable `reason` (shown in `status` and by
 /// `evctl sync`) and whether retrying can help.
-struct SyncError: Error, Sendable, Equatable, CustomStringConvertible {
-    enum Reason: String, Sendable {
+package struct SyncError: Error, Sendable, Equatable, CustomStringConvertible {
+    package enum Reason: String, Sendable {
         /// The peer could not be reached: no socket, connection refused, ssh could not connect.
         case unreachable
         /// The peer sent nothing for `sync_timeout_s`.
@@ -43,41 +43,41 @@ struct SyncError: Error, Sendable, Equatable, CustomStringConvertible {
         case tooManyInvalid = "too_many_invalid"
     }
 
-    var reason: Reason
-    var message: String
+    package var reason: Reason
+    package var message: String
 
     /// The reason in the error frame of a daemon that refuses a session because the
     /// connecting user may not write (its socket's `write_groups`); the initiator reports
     /// it as `auth`.
-    static let forbiddenReason = "forbidden"
+    package static let forbiddenReason = "forbidden"
 
-    init(_ reason: Reason, _ message: String) {
+    package init(_ reason: Reason, _ message: String) {
         self.reason = reason
         self.message = message
     }
 
     /// Retrying later cannot help until someone changes something (a key, a version).
-    var isTerminal: Bool {
+    package var isTerminal: Bool {
         switch reason {
         case .protocolMismatch, .authentication, .sameNode, .invalidPeer, .remoteCommand: true
         default: false
         }
     }
 
-    var description: String { "\(reason.rawValue): \(message)" }
+    package var description: String { "\(reason.rawValue): \(message)" }
 
     /// How much a peer sent where something else belonged, for a message that must not
     /// quote it: `12 bytes`.
-    static func size(of text: String) -> String {
+    package static func size(of text: String) -> String {
         "\(text.utf8.count) byte\(text.utf8.count == 1 ? "" : "s")"
     }
 
     /// Text a peer sent, quoted for a message: at most `limit` characters, control
     /// characters shown as `·`, so a peer cannot put megabytes or line breaks into the log.
-    static func quote(_ text: String, limit: Int = 80) -> String { "\"\(shown(text, limit: limit))\"" }
+    package static func quote(_ text: String, limit: Int = 80) -> String { "\"\(shown(text, limit: limit))\"" }
 
     /// As `quote`, without the quotation marks.
-    static func shown(_ text: String, limit: Int) -> String {
+    package static func shown(_ text: String, limit: Int) -> String {
         var shown = String(
             text.unicodeScalars.prefix(limit).map { $0.properties.generalCategory == .control ? "·" : Character($0) })
         if !text.unicodeScalars.dropFirst(limit).isEmpty { shown += "…" }

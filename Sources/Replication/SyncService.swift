@@ -1,16 +1,21 @@
+// Replication: sync with other nodes — sessions, frames, reconciliation, peer URLs and
+// records; it writes through a protocol it owns (`JobWriter`) and never sees the RPC socket.
+
 import Dispatch
 import EventStore
 import FoundationEssentials
+import Lifecycle
 import Logging
 import Projections
 import Synchronization
 import UnixSocket
+import Wire
 
 /// Peer names: what `evctl sync NAME` and the config file use.
-enum PeerName {
-    static let rule = "1 to 64 letters, digits, '.', '_' or '-', starting with a letter or a digit"
+package enum PeerName {
+    package static let rule = "1 to 64 letters, digits, '.', '_' or '-', starting with a letter or a digit"
 
-    static func isValid(_ name: String) -> Bool {
+    package static func isValid(_ name: String) -> Bool {
         let bytes = Array(name.utf8)
         guard (1...64).contains(bytes.count), let first = bytes.first else { return false }
         func alnum(_ b: UInt8) -> Bool {
@@ -28,10 +33,10 @@ enum PeerName {
 /// Looser than a peer name, since a node of 0.4 could be named anything (`Van 7`), and a
 /// node named that way must still sync with this release; bounded, because the name goes
 /// into the peer's log lines and dead letters.
-enum NodeName {
-    static let rule = "1 to 64 bytes of UTF-8 without control characters"
+package enum NodeName {
+    package static let rule = "1 to 64 bytes of UTF-8 without control characters"
 
-    static func isValid(_ name: String) -> Bool {
+    package static func isValid(_ name: String) -> Bool {
         guard (1...64).contains(name.utf8.count) else { return false }
         return name.unicodeScalars.allSatisfy { scalar in
             !(scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value))
@@ -41,77 +46,75 @@ enum NodeName {
 
 extension EventStoreError.Reason {
     /// `max_peers` peers are configured already: `peers.add` is refused.
-    static let tooManyPeers = EventStoreError.Reason(rawValue: "too_many_peers")
+    package static let tooManyPeers = EventStoreError.Reason(rawValue: "too_many_peers")
 }
 
 /// Replication in the daemon: the peers (from the config file and from `peers.add`, kept
 /// in the store), a background thread that syncs each one on its schedule, `sync` on
 /// demand, and the responder side of sessions other nodes start.
-final class SyncService: Sendable {
-    struct Settings: Equatable, Sendable {
-        var interval: Double
-        var backoffBase: Double
-        var backoffCap: Double
-        var timeout: Double
-        var maxIncomingSessions: Int
-        var maxOutgoingSessions: Int
-        var maxPeers: Int
+package final class SyncService: Sendable {
+    package struct Settings: Equatable, Sendable {
+        package var interval: Double
+        package var backoffBase: Double
+        package var backoffCap: Double
+        package var timeout: Double
+        package var maxIncomingSessions: Int
+        package var maxOutgoingSessions: Int
+        package var maxPeers: Int
         /// The request threads of the socket: `sync` calls may hold half of them at most.
-        var requestThreads: Int
-        var configPeers: [Configuration.Peer]
-        var sshCommand: [String]
-        var limits: SyncLimits
+        package var requestThreads: Int
+        package var configPeers: [NamedPeer]
+        package var sshCommand: [String]
+        package var limits: SyncLimits
 
-        init(_ configuration: Configuration) {
-            interval = Double(configuration.syncIntervalSeconds)
-            backoffBase = Double(configuration.backoffBaseSeconds)
-            backoffCap = Double(configuration.backoffCapSeconds)
-            timeout = Double(configuration.syncTimeoutSeconds)
-            maxIncomingSessions = configuration.maxIncomingSessions
-            maxOutgoingSessions = configuration.maxOutgoingSessions
-            maxPeers = configuration.maxPeers
-            requestThreads = configuration.requestThreads
-            configPeers = configuration.peers
-            sshCommand = (try? ShellWords.split(configuration.sshCommand)) ?? ["ssh"]
-            limits = SyncLimits(
-                sessionSeconds: Double(configuration.syncSessionMaxSeconds),
-                reconcileRounds: configuration.syncReconcileMaxRounds,
-                reconcileBytes: configuration.syncReconcileMaxBytes,
-                reconcileIDs: configuration.syncReconcileMaxIDs,
-                deadLetters: configuration.syncSessionMaxDeadLetters,
-                verifyEvents: configuration.syncVerifyEvents)
+        package init(
+            interval: Double, backoffBase: Double, backoffCap: Double, timeout: Double, maxIncomingSessions: Int,
+            maxOutgoingSessions: Int, maxPeers: Int, requestThreads: Int, configPeers: [NamedPeer],
+            sshCommand: [String], limits: SyncLimits
+        ) {
+            self.interval = interval
+            self.backoffBase = backoffBase
+            self.backoffCap = backoffCap
+            self.timeout = timeout
+            self.maxIncomingSessions = maxIncomingSessions
+            self.maxOutgoingSessions = maxOutgoingSessions
+            self.maxPeers = maxPeers
+            self.requestThreads = requestThreads
+            self.configPeers = configPeers
+            self.sshCommand = sshCommand
+            self.limits = limits
         }
     }
 
-    struct Peer: Equatable, Sendable {
-        var name: String
-        var url: String
-        var fromConfig: Bool
+    package struct Peer: Equatable, Sendable {
+        package var name: String
+        package var url: String
+        package var fromConfig: Bool
     }
 
     /// One peer's sync, for `sync`'s answer.
-    struct Outcome: Sendable {
-        var name: String?
-        var url: String
-        var report: SyncReport
-        var error: SyncError?
-        var milliseconds: Int
+    package struct Outcome: Sendable {
+        package var name: String?
+        package var url: String
+        package var report: SyncReport
+        package var error: SyncError?
+        package var milliseconds: Int
     }
 
     /// What `status` shows of a peer.
-    struct PeerStatus: Sendable {
-        var peer: Peer
-        var schedule: PeerSchedule
+    package struct PeerStatus: Sendable {
+        package var peer: Peer
+        package var schedule: PeerSchedule
         /// Nil when it could not be counted (the read failed): never 0 for "unknown".
-        var pending: Int?
+        package var pending: Int?
     }
 
-    let node: SyncNode
-    let logger: Logger
+    package let node: SyncNode
+    package let logger: Logger
     /// Where a failed write of peer state or fingerprints is raised, for `status` and the watchdog.
-    let health: Health
+    package let health: Health
     /// Milliseconds since the epoch.
-    let now: @Sendable () -> UInt64
+    package let now: @Sendable () -> UInt64
     private let settings: Mutex<Settings>
     private let schedules = Mutex<[String: PeerSchedule]>([:])
     /// Per peer name: the peer's node id and, merged over the sessions, what it holds.
@@ -138,16 +141,16 @@ final class SyncService: Sendable {
     /// refusals were not logged since: a peer retrying in a loop must not flood the log.
     private let busyLog = Mutex<(at: Double, unlogged: Int)>((0, 0))
 
-    struct Known: Sendable {
-        var node: ULID?
-        var vector: [ULID: ULID] = [:]
-        var lastSuccess: UInt64?
+    package struct Known: Sendable {
+        package var node: ULID?
+        package var vector: [ULID: ULID] = [:]
+        package var lastSuccess: UInt64?
         /// The ids of events the peer holds only as dead letters (or dropped), as its last
         /// hello and acks said: not delivered, though its vector covers them.
-        var deadLettered: Set<ULID> = []
+        package var deadLettered: Set<ULID> = []
     }
 
-    init(
+    package init(
         node: SyncNode, settings: Settings, logger: Logger, health: Health = Health(),
         now: @escaping @Sendable () -> UInt64 = SyncService.wallClock
     ) {
@@ -160,12 +163,12 @@ final class SyncService: Sendable {
         loadKnown()
     }
 
-    static let wallClock: @Sendable () -> UInt64 = { UInt64(max(0, Date().timeIntervalSince1970 * 1000)) }
+    package static let wallClock: @Sendable () -> UInt64 = { UInt64(max(0, Date().timeIntervalSince1970 * 1000)) }
 
     // MARK: Peers
 
     /// Config peers first, then those added through the API, each name once.
-    func peers() -> [Peer] {
+    package func peers() -> [Peer] {
         let fromConfig = settings.withLock { $0.configPeers }.map { Peer(name: $0.name, url: $0.url, fromConfig: true) }
         var seen = Set(fromConfig.map(\.name))
         var all = fromConfig
@@ -202,7 +205,7 @@ final class SyncService: Sendable {
         }
     }
 
-    func add(name: String, url: String) throws(RPCError) -> [Peer] {
+    package func add(name: String, url: String) throws(RPCError) -> [Peer] {
         guard PeerName.isValid(name) else {
             throw RPCError.invalidParams("peer name \"\(name)\" is not valid: \(PeerName.rule)")
         }
@@ -241,7 +244,7 @@ final class SyncService: Sendable {
         return peers()
     }
 
-    func remove(name: String) throws(RPCError) -> [Peer] {
+    package func remove(name: String) throws(RPCError) -> [Peer] {
         guard let existing = peers().first(where: { $0.name == name }) else {
             throw RPCError.application(.notFound, "no peer is named \(name)")
         }
@@ -250,7 +253,9 @@ final class SyncService: Sendable {
                 .forbidden, "peer \(name) is defined in the config file; remove it there and reload (SIGHUP)")
         }
         do {
-            try node.storePeerEntries([PeerEntry(key: "peer/\(name)", value: nil), PeerEntry(key: "state/\(name)", value: nil)])
+            try node.storePeerEntries([
+                PeerEntry(key: "peer/\(name)", value: nil), PeerEntry(key: "state/\(name)", value: nil),
+            ])
         } catch {
             throw RPCError(error)
         }
@@ -260,7 +265,7 @@ final class SyncService: Sendable {
     }
 
     /// Applies reloaded settings; peers that are new or whose URL changed are synced now.
-    func update(_ fresh: Settings) {
+    package func update(_ fresh: Settings) {
         let before = Dictionary(peers().map { ($0.name, $0.url) }, uniquingKeysWith: { first, _ in first })
         settings.withLock { $0 = fresh }
         outgoing.setLimit(fresh.maxOutgoingSessions)
@@ -277,7 +282,7 @@ final class SyncService: Sendable {
     /// wait is cut at most once per `backoff_base_s`, and the cuts back off as its retries
     /// do (`PeerSchedule.networkReturned`), so a flapping link cannot keep failing peers
     /// retrying without pause.
-    func networkChanged() {
+    package func networkChanged() {
         let at = now()
         let (base, cap) = settings.withLock { ($0.backoffBase, $0.backoffCap) }
         let (reset, held) = schedules.withLock { schedules in
@@ -308,7 +313,7 @@ final class SyncService: Sendable {
 
     // MARK: Background
 
-    func start() {
+    package func start() {
         running.store(true, ordering: .relaxed)
         startServiceThread(name: "evstored-sync") { [self] in
             schedule()
@@ -318,7 +323,7 @@ final class SyncService: Sendable {
 
     /// Ends the background thread; every outgoing session in progress is cut (the batches
     /// acknowledged so far are kept, the next session resumes) and waited for.
-    func stop() {
+    package func stop() {
         stopping.store(true, ordering: .relaxed)
         outgoing.stopAll()
         if running.load(ordering: .relaxed) {
@@ -375,7 +380,7 @@ final class SyncService: Sendable {
     /// What a peer URL reaches (`PeerURL.target`), the key of its outgoing sessions. A URL
     /// that does not parse (none should: config and API URLs are checked when given) is its
     /// own target, and its session fails with the reason.
-    static func target(of url: String) -> String {
+    package static func target(of url: String) -> String {
         do {
             return try PeerURL(url).target
         } catch {
@@ -384,7 +389,7 @@ final class SyncService: Sendable {
     }
 
     /// The peer whose URL reaches what `url` reaches, however either is spelled.
-    func peer(reaching url: String) -> Peer? {
+    package func peer(reaching url: String) -> Peer? {
         let peers = peers()
         if let peer = peers.first(where: { $0.url == url }) { return peer }
         let key = SyncService.target(of: url)
@@ -398,7 +403,7 @@ final class SyncService: Sendable {
     /// target whose session is running already is joined, not started twice; when every
     /// outgoing session is busy, a call waits `sync_timeout_s` for one, then answers
     /// `unavailable`.
-    func syncNow(_ target: String?) throws(RPCError) -> [Outcome] {
+    package func syncNow(_ target: String?) throws(RPCError) -> [Outcome] {
         let settings = settings.withLock { $0 }
         let callers = max(1, settings.requestThreads / 2)
         guard syncCalls.add(1, ordering: .relaxed).newValue <= callers else {
@@ -618,7 +623,7 @@ final class SyncService: Sendable {
     /// still sends until it hangs up, so it is not cut off before it has read the refusal:
     /// for at most the timeout (5 s at most) in all, so a peer that trickles bytes cannot
     /// hold the connection.
-    func refuse(_ connection: UnixConnection, message: String, reason: String = SyncError.forbiddenReason) {
+    package func refuse(_ connection: UnixConnection, message: String, reason: String = SyncError.forbiddenReason) {
         let timeout = min(settings.withLock { $0.timeout }, 5)
         let channel = FrameChannel(connection: connection, timeoutSeconds: timeout)
         do throws(SyncError) {
@@ -656,7 +661,7 @@ final class SyncService: Sendable {
     /// Past `max_incoming_sessions` sessions in progress, the new one is refused with an
     /// error frame of reason `busy` (the initiator retries on its schedule); those in
     /// progress go on.
-    func serve(_ connection: UnixConnection, buffered: [UInt8], version: Int) {
+    package func serve(_ connection: UnixConnection, buffered: [UInt8], version: Int) {
         let settings = settings.withLock { $0 }
         let limit = settings.maxIncomingSessions
         guard incoming.add(1, ordering: .relaxed).newValue <= limit else {
@@ -685,7 +690,8 @@ final class SyncService: Sendable {
             let at = now()
             let names = known.withLock { known in known.filter { $0.value.node == report.peerNode }.map(\.key) }
             for name in names {
-                remember(name, node: report.peerNode, vector: report.peerVector, deadLetters: report.peerDeadLetters, at: at)
+                remember(
+                    name, node: report.peerNode, vector: report.peerVector, deadLetters: report.peerDeadLetters, at: at)
             }
         } catch {
             logger.warning("sync from \(session.peerLabel.isEmpty ? "a peer" : session.peerLabel) failed: \(error)")
@@ -783,7 +789,7 @@ final class SyncService: Sendable {
     }
 
     /// Every peer with its schedule and how many local events it lacks by what it last held.
-    func status() -> [PeerStatus] {
+    package func status() -> [PeerStatus] {
         let current = now()
         return peers().map { peer in
             let known = known.withLock { $0[peer.name] } ?? Known()
@@ -804,7 +810,7 @@ final class SyncService: Sendable {
 
     /// Every peer with what it is known to hold and its schedule, without counting what it
     /// lacks: per-item sync status looks only at the events it is asked about.
-    func standings() -> [(peer: Peer, known: Known, schedule: PeerSchedule)] {
+    package func standings() -> [(peer: Peer, known: Known, schedule: PeerSchedule)] {
         let current = now()
         return peers().map { peer in
             let known = known.withLock { $0[peer.name] } ?? Known()

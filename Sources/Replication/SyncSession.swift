@@ -2,20 +2,37 @@ import EventStore
 import FoundationEssentials
 import Projections
 
+/// What replication writes through: in the daemon its one writer, which commits each job
+/// in a group commit with the appends waiting and returns its output.
+package protocol JobWriter: Sendable {
+    func perform<Job: WriteJob>(_ job: Job, from source: Int) throws(EventStoreError) -> Job.Output
+}
+
+/// A peer by name and URL, as the configuration file gives it.
+package struct NamedPeer: Equatable, Sendable {
+    package var name: String
+    package var url: String
+
+    package init(name: String, url: String) {
+        self.name = name
+        self.url = url
+    }
+}
+
 /// What a session needs of its node.
-struct SyncNode: Sendable {
-    let log: EventLog
-    let name: String?
+package struct SyncNode: Sendable {
+    package let log: EventLog
+    package let name: String?
     /// Commits received events in one transaction (in the daemon through the writer, so
     /// watchers see them); the peer is named in dead letters, and once the batch has made
     /// as many dead letters as the number says, the rest of it is refused.
-    let ingest: @Sendable ([ReplicatedEvent], IngestPeer, Int) throws(EventStoreError) -> IngestResult
+    package let ingest: @Sendable ([ReplicatedEvent], IngestPeer, Int) throws(EventStoreError) -> IngestResult
     /// Stores (nil: deletes) entries of the peers table: peer records and sync state.
-    let storePeerEntries: @Sendable ([PeerEntry]) throws(EventStoreError) -> Void
+    package let storePeerEntries: @Sendable ([PeerEntry]) throws(EventStoreError) -> Void
     /// The windows of content checks per peer, shared by the node's sessions.
-    let divergence = DivergenceLedger()
+    package let divergence = DivergenceLedger()
 
-    init(
+    package init(
         log: EventLog, name: String?,
         ingest: @escaping @Sendable ([ReplicatedEvent], IngestPeer, Int) throws(EventStoreError) -> IngestResult,
         storePeerEntries: @escaping @Sendable ([PeerEntry]) throws(EventStoreError) -> Void
@@ -28,7 +45,7 @@ struct SyncNode: Sendable {
 
     /// Writes through the daemon's writer: the session thread decodes, the writer commits
     /// (group-committed with the appends waiting), the session waits for the result.
-    init(log: EventLog, name: String?, writer: Writer) {
+    package init(log: EventLog, name: String?, writer: some JobWriter) {
         self.init(
             log: log, name: name,
             ingest: { (events, peer, maxDeadLetters) throws(EventStoreError) in
@@ -41,7 +58,7 @@ struct SyncNode: Sendable {
     }
 
     /// Writes straight into the log (tools and tests).
-    init(log: EventLog, name: String? = nil) {
+    package init(log: EventLog, name: String? = nil) {
         self.init(
             log: log, name: name,
             ingest: { (events, peer, maxDeadLetters) throws(EventStoreError) in
@@ -57,56 +74,68 @@ struct SyncNode: Sendable {
 /// ends with `session_limit` (or `too_many_invalid`); what was committed before stays, and
 /// the next session goes on from there. The defaults are far above what two honest nodes
 /// need (a few differences among a million ids take six reconcile frames).
-struct SyncLimits: Equatable, Sendable {
+package struct SyncLimits: Equatable, Sendable {
     /// The longest a session may last, seconds (`sync_session_max_s`).
-    var sessionSeconds = 600.0
+    package var sessionSeconds = 600.0
     /// Reconcile frames the peer may send (`sync_reconcile_max_rounds`).
-    var reconcileRounds = 1000
+    package var reconcileRounds = 1000
     /// Bytes of reconcile frames the peer may send (`sync_reconcile_max_bytes`).
-    var reconcileBytes = 256 << 20
+    package var reconcileBytes = 256 << 20
     /// Ids the reconciliation keeps as lacking on the peer's side
     /// (`sync_reconcile_max_ids`); the rest are sent by a later session.
-    var reconcileIDs = 1_000_000
+    package var reconcileIDs = 1_000_000
     /// Dead letters one session may add (`sync_session_max_dead_letters`).
-    var deadLetters = 1000
+    package var deadLetters = 1000
     /// Events whose content the responder checks with the initiator per session
     /// (`sync_verify_events`; 0: none).
-    var verifyEvents = 1024
+    package var verifyEvents = 1024
+
+    package init(
+        sessionSeconds: Double = 600, reconcileRounds: Int = 1000, reconcileBytes: Int = 256 << 20,
+        reconcileIDs: Int = 1_000_000, deadLetters: Int = 1000, verifyEvents: Int = 1024
+    ) {
+        self.sessionSeconds = sessionSeconds
+        self.reconcileRounds = reconcileRounds
+        self.reconcileBytes = reconcileBytes
+        self.reconcileIDs = reconcileIDs
+        self.deadLetters = deadLetters
+        self.verifyEvents = verifyEvents
+    }
 }
 
 /// What one session moved.
-struct SyncReport: Sendable, Equatable {
-    var peerNode: ULID?
-    var peerName: String?
+package struct SyncReport: Sendable, Equatable {
+    package var peerNode: ULID?
+    package var peerName: String?
     /// Events sent, and events received and kept (new to this node).
-    var sent = 0
-    var received = 0
+    package var sent = 0
+    package var received = 0
     /// Received events this node held already, and those that became dead letters.
-    var skipped = 0
-    var deadLettered = 0
-    var bytesSent = 0
-    var bytesReceived = 0
+    package var skipped = 0
+    package var deadLettered = 0
+    package var bytesSent = 0
+    package var bytesReceived = 0
     /// Ids found by reconciliation beyond the version vectors, each way.
-    var reconciledSent = 0
-    var reconciledReceived = 0
+    package var reconciledSent = 0
+    package var reconciledReceived = 0
     /// What the peer holds once the session is done: its vector and ours, merged.
-    var peerVector: [ULID: ULID] = [:]
+    package var peerVector: [ULID: ULID] = [:]
     /// What the peer said it holds only as dead letters: its hello's list (nil when it
     /// gave none, as older peers do), whether that was cut, and the ids its acks named.
-    var peerDeadLetters = PeerDeadLetters()
+    package var peerDeadLetters = PeerDeadLetters()
     /// The protocol version the session ran and the capabilities it agreed to, once the
     /// hellos were exchanged (nil before).
-    var protocolVersion: Int?
-    var capabilities: [String] = []
+    package var protocolVersion: Int?
+    package var capabilities: [String] = []
     /// Events whose content was compared with the peer's (`verify`), and those found held
     /// with other content there (recorded or recorded already).
-    var verified = 0
-    var divergent = 0
+    package var verified = 0
+    package var divergent = 0
     /// Divergent events found that could not be recorded: the records were full.
-    var divergentUnkept = 0
+    package var divergentUnkept = 0
     /// Of the responder's windows, those the initiator found different (checked event by
     /// event at the next session).
-    var windowsDiffering = 0
+    package var windowsDiffering = 0
 }
 
 /// One sync session over a frame channel, from either end.
@@ -116,9 +145,9 @@ struct SyncReport: Sendable, Equatable {
 /// forth while ranges differ; then the initiator streams what the responder lacks (each
 /// batch acknowledged once committed, up to `window` in flight) and says done, and the
 /// responder does the same the other way. docs/sync.md has it byte by byte.
-final class SyncSession {
-    let node: SyncNode
-    let channel: FrameChannel
+package final class SyncSession {
+    package let node: SyncNode
+    package let channel: FrameChannel
     /// The peer, as named in dead letters and logs.
     private(set) var peerLabel: String
     private(set) var report = SyncReport()
@@ -126,16 +155,16 @@ final class SyncSession {
     private var sentThrough: [ULID: ULID] = [:]
     /// Called as the peer acknowledges a batch of one origin's events sent in id order from
     /// what it held: it holds that origin's events through the id given (origin, id).
-    var acknowledged: ((ULID, ULID) -> Void)?
+    package var acknowledged: ((ULID, ULID) -> Void)?
     /// Per batch in flight, oldest first: its origin and last id, nil for a batch of ids
     /// reconciliation found (not a prefix of anything).
     private var awaitingAck: [(origin: ULID, through: ULID)?] = []
-    static let window = 4
+    package static let window = 4
     private let compressor = Compressor(level: 3)
     private let decompressor = Decompressor(windowLogMax: SyncSession.windowLogMax)
     /// The largest zstd window a batch may ask for: 128 MiB, more than any payload.
-    static let windowLogMax: Int32 = 27
-    let limits: SyncLimits
+    package static let windowLogMax: Int32 = 27
+    package let limits: SyncLimits
     /// The peer's reconcile frames so far, and their bytes.
     private var reconcileRounds = 0
     private var reconcileBytes = 0
@@ -152,7 +181,7 @@ final class SyncSession {
     private var recheckReply: [Messages.WireRange]?
 
     /// The session's clock starts now: it must be over `limits.sessionSeconds` later.
-    init(node: SyncNode, channel: FrameChannel, peerLabel: String, limits: SyncLimits = SyncLimits()) {
+    package init(node: SyncNode, channel: FrameChannel, peerLabel: String, limits: SyncLimits = SyncLimits()) {
         self.node = node
         self.channel = channel
         self.peerLabel = peerLabel
@@ -161,7 +190,7 @@ final class SyncSession {
     }
 
     /// Runs the session as the side that connected.
-    func initiate() throws(SyncError) -> SyncReport {
+    package func initiate() throws(SyncError) -> SyncReport {
         try failing { () throws(SyncError) in
             let mine = try vector()
             let sentAt = node.log.options.wallClock()
@@ -205,7 +234,7 @@ final class SyncSession {
 
     /// Runs the session as the side that was connected to, once the initiator's preamble
     /// (protocol `version`) has been read.
-    func respond(initiatorVersion version: Int) throws(SyncError) -> SyncReport {
+    package func respond(initiatorVersion version: Int) throws(SyncError) -> SyncReport {
         try failing { () throws(SyncError) in
             try channel.writePreamble()
             let (theirHello, theirs) = try readHello(peerVersion: version, sentAt: nil)
@@ -344,7 +373,7 @@ final class SyncSession {
     }
 
     /// Versions for a message: `1`, `1 to 3`; a peer's list by its bounds alone.
-    static func describe(_ versions: some Sequence<Int>) -> String {
+    package static func describe(_ versions: some Sequence<Int>) -> String {
         guard let low = versions.min(), let high = versions.max() else { return "none" }
         return low == high ? "\(low)" : "\(low) to \(high)"
     }

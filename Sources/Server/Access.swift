@@ -1,9 +1,10 @@
 import Logging
 import Synchronization
 import UnixSocket
+import Wire
 
 /// What a client of the socket may do.
-enum AccessLevel: Int, Comparable, Sendable, CustomStringConvertible {
+package enum AccessLevel: Int, Comparable, Sendable, CustomStringConvertible {
     /// Nothing: every request is refused with `forbidden`.
     case none = 0
     /// The methods that only read the store.
@@ -15,9 +16,9 @@ enum AccessLevel: Int, Comparable, Sendable, CustomStringConvertible {
     /// `exec_users`, who may run commands as the daemon's user in any case.
     case full = 3
 
-    static func < (lhs: AccessLevel, rhs: AccessLevel) -> Bool { lhs.rawValue < rhs.rawValue }
+    package static func < (lhs: AccessLevel, rhs: AccessLevel) -> Bool { lhs.rawValue < rhs.rawValue }
 
-    var description: String {
+    package var description: String {
         switch self {
         case .none: "no access"
         case .read: "read-only access"
@@ -29,16 +30,9 @@ enum AccessLevel: Int, Comparable, Sendable, CustomStringConvertible {
 
 /// The level each method needs. Every method of `Methods.names` is here (a test checks),
 /// and a sync session, which ingests events, needs `.write`.
-enum MethodAccess {
-    /// Each method's level, from the method table.
-    static var required: [String: AccessLevel] { MethodTable.byName.mapValues(\.access) }
-
+package enum MethodAccess {
     /// A session another node starts on the socket: it stores the events it receives.
-    static let syncSession = AccessLevel.write
-
-    /// The level `method` needs; an unknown method needs `.read`, so a reader learns it does
-    /// not exist and a client with no access learns nothing.
-    static func level(for method: String) -> AccessLevel { MethodTable[method]?.access ?? .read }
+    package static let syncSession = AccessLevel.write
 }
 
 /// Who may do what: the `read_groups`, `write_groups`, `read_users` and `write_users`
@@ -50,30 +44,35 @@ enum MethodAccess {
 /// user. With any set, a client whose uid is in `write_users` or one of whose groups is in
 /// `write_groups` has read-write access; else one in `read_users` or `read_groups` has
 /// read-only access; anyone else none.
-struct AccessPolicy: Equatable, Sendable {
-    var readGroups: Set<UInt32> = []
-    var writeGroups: Set<UInt32> = []
-    var readUsers: Set<UInt32> = []
-    var writeUsers: Set<UInt32> = []
+package struct AccessPolicy: Equatable, Sendable {
+    package var readGroups: Set<UInt32> = []
+    package var writeGroups: Set<UInt32> = []
+    package var readUsers: Set<UInt32> = []
+    package var writeUsers: Set<UInt32> = []
     /// `exec_users`: besides root and the daemon's user, who may give `exec:` peer URLs.
-    var execUsers: Set<UInt32> = []
+    package var execUsers: Set<UInt32> = []
     /// The daemon's effective uid: its own user always has read-write access.
-    var daemonUID: UInt32 = 0
+    package var daemonUID: UInt32 = 0
 
     /// Whether any of the four settings is set: else the socket's mode and group alone decide.
-    var isRestricted: Bool {
+    package var isRestricted: Bool {
         !(readGroups.isEmpty && writeGroups.isEmpty && readUsers.isEmpty && writeUsers.isEmpty)
     }
 
     /// What a client gets, and the sentence that says why.
-    struct Grant: Equatable, Sendable {
-        var level: AccessLevel
-        var why: String
+    package struct Grant: Equatable, Sendable {
+        package var level: AccessLevel
+        package var why: String
+
+        package init(level: AccessLevel, why: String) {
+            self.level = level
+            self.why = why
+        }
     }
 
     /// The access of a client with user `uid` and the groups `groups` (its primary group
     /// first, then its supplementary groups).
-    func grant(uid: UInt32, groups: [UInt32]) -> Grant {
+    package func grant(uid: UInt32, groups: [UInt32]) -> Grant {
         if uid == 0 { return Grant(level: .full, why: "root") }
         if uid == daemonUID { return Grant(level: .full, why: "the daemon's own user") }
         if execUsers.contains(uid) { return Grant(level: .full, why: "uid \(uid) is in exec_users") }
@@ -94,22 +93,40 @@ struct AccessPolicy: Equatable, Sendable {
     }
 
     /// `gid (name)`, or the bare number when the group has no name.
-    static func name(group gid: UInt32) -> String {
+    package static func name(group gid: UInt32) -> String {
         Accounts.groupName(of: gid).map { "\(gid) (\($0))" } ?? "\(gid)"
     }
 
     /// `uid (name)`, or the bare number when the user has no name.
-    static func name(user uid: UInt32) -> String {
+    package static func name(user uid: UInt32) -> String {
         Accounts.userName(of: uid).map { "\(uid) (\($0))" } ?? "\(uid)"
+    }
+
+    package init(
+        readGroups: Set<UInt32> = [], writeGroups: Set<UInt32> = [], readUsers: Set<UInt32> = [],
+        writeUsers: Set<UInt32> = [], execUsers: Set<UInt32> = [], daemonUID: UInt32 = 0
+    ) {
+        self.readGroups = readGroups
+        self.writeGroups = writeGroups
+        self.readUsers = readUsers
+        self.writeUsers = writeUsers
+        self.execUsers = execUsers
+        self.daemonUID = daemonUID
     }
 }
 
 /// A client as the kernel saw it connect, and what it may do.
-struct ClientAccess: Sendable {
-    var credentials: PeerCredentials?
+package struct ClientAccess: Sendable {
+    package var credentials: PeerCredentials?
     /// Its primary group, then its supplementary groups.
-    var groups: [UInt32]
-    var grant: AccessPolicy.Grant
+    package var groups: [UInt32]
+    package var grant: AccessPolicy.Grant
+
+    package init(credentials: PeerCredentials? = nil, groups: [UInt32], grant: AccessPolicy.Grant) {
+        self.credentials = credentials
+        self.groups = groups
+        self.grant = grant
+    }
 }
 
 extension ClientAccess {
@@ -119,7 +136,7 @@ extension ClientAccess {
     /// (`SO_PEERGROUPS`), as the kernel used them to let it open the socket; on a kernel
     /// that cannot tell them, the group database's list for the client's user
     /// (`getgrouplist`).
-    init(socket: UnixConnection, policy: AccessPolicy) {
+    package init(socket: UnixConnection, policy: AccessPolicy) {
         guard let credentials = try? socket.peerCredentials() else {
             self.credentials = nil
             groups = []
@@ -141,7 +158,7 @@ extension ClientAccess {
     }
 
     /// Who the client is, for messages: `uid 65534 (nobody), gid 65534 (nogroup), groups 4 (adm)`.
-    var who: String {
+    package var who: String {
         guard let credentials else { return "a client whose credentials cannot be read" }
         var text = "uid \(AccessPolicy.name(user: credentials.uid)), gid \(AccessPolicy.name(group: credentials.gid))"
         let others = groups.dropFirst()
@@ -149,17 +166,10 @@ extension ClientAccess {
         return text
     }
 
-    /// The refusal of `method` (nil when it is allowed).
-    func refusal(of method: String) -> RPCError? {
-        let needed = MethodAccess.level(for: method)
-        guard grant.level < needed else { return nil }
-        return RPCError.application(.forbidden, refusalMessage(doing: "\(method) is refused"))
-    }
-
     /// The refusal of a peer URL given through the API (nil when it is allowed): an `exec:`
     /// command would run as the daemon's user, so it needs full access. Peers of the config
     /// file are not checked: the administrator wrote them.
-    static func refusal(ofPeerURL url: String, level: AccessLevel) -> RPCError? {
+    package static func refusal(ofPeerURL url: String, level: AccessLevel) -> RPCError? {
         guard level < .full, url.hasPrefix("exec:") else { return nil }
         return RPCError.application(
             .forbidden,
@@ -169,7 +179,7 @@ extension ClientAccess {
     }
 
     /// The sentence of a refusal: who, what they have and why, and what would allow it.
-    func refusalMessage(doing what: String) -> String {
+    package func refusalMessage(doing what: String) -> String {
         switch grant.level {
         case .none:
             return "\(what): \(who) has no access to this daemon (\(grant.why)). "
@@ -185,18 +195,18 @@ extension ClientAccess {
 
 /// Logs refusals at notice level, each connection's first only, and at most `limit` lines
 /// a minute overall: a client that retries in a loop cannot flood the log.
-final class RefusalLog: Sendable {
-    let logger: Logger
-    let limit: Int
+package final class RefusalLog: Sendable {
+    package let logger: Logger
+    package let limit: Int
     /// The current minute's start (seconds), the lines logged in it and those left out.
     private let window = Mutex((start: 0.0, logged: 0, suppressed: 0))
 
-    init(logger: Logger, limit: Int = 20) {
+    package init(logger: Logger, limit: Int = 20) {
         self.logger = logger
         self.limit = limit
     }
 
-    func log(_ message: String, now: Double) {
+    package func log(_ message: String, now: Double) {
         let (write, suppressedBefore) = window.withLock { window -> (Bool, Int) in
             var suppressedBefore = 0
             if now - window.start >= 60 {

@@ -12,31 +12,31 @@ import Synchronization
 /// client with a small request is answered however much the others hold. The total is thus
 /// bounded by the limit, plus a floor per connection (`max_connections` × 64 KiB), plus one
 /// read or one answer in progress per connection.
-final class BufferBudget: Sendable {
+package final class BufferBudget: Sendable {
     /// What a connection may hold whatever the others hold.
-    static let floor = 64 << 10
+    package static let floor = 64 << 10
 
     private let limitBytes: Atomic<Int>
     private let used = Atomic<Int>(0)
 
-    init(limit: Int) {
+    package init(limit: Int) {
         limitBytes = Atomic(limit)
     }
 
     /// `max_buffered_bytes`; a reload changes it.
-    var limit: Int {
+    package var limit: Int {
         get { limitBytes.load(ordering: .relaxed) }
         set { limitBytes.store(newValue, ordering: .relaxed) }
     }
 
     /// The bytes charged now, over all connections.
-    var bytes: Int { used.load(ordering: .relaxed) }
+    package var bytes: Int { used.load(ordering: .relaxed) }
 
     /// Whether the connections together hold the limit or more.
-    var isExhausted: Bool { bytes >= limit }
+    package var isExhausted: Bool { bytes >= limit }
 
     /// Whether a connection that holds `held` bytes may take more now.
-    func allows(holding held: Int) -> Bool {
+    package func allows(holding held: Int) -> Bool {
         held <= BufferBudget.floor || !isExhausted
     }
 
@@ -49,16 +49,16 @@ final class BufferBudget: Sendable {
     /// What one holder (a connection's reader, its queue of requests, its outbox) has
     /// charged; setting it moves the budget by the difference, and what is still charged
     /// is given back when it goes. Not thread-safe: its owner guards it.
-    final class Charge {
-        let budget: BufferBudget
+    package final class Charge {
+        package let budget: BufferBudget
         private(set) var bytes = 0
 
-        init(_ budget: BufferBudget) {
+        package init(_ budget: BufferBudget) {
             self.budget = budget
         }
 
         /// Charges `held` bytes in all, in place of what was charged before.
-        func set(_ held: Int) {
+        package func set(_ held: Int) {
             let held = max(0, held)
             budget.adjust(held - bytes)
             bytes = held

@@ -4,6 +4,7 @@ import FoundationEssentials
 import Projections
 import Synchronization
 import UnixSocket
+import Wire
 
 /// One client, served by an event loop and the request threads: the transport and the
 /// scheduling of its requests. What each request does is its `RPCSession`'s, and how an
@@ -32,28 +33,28 @@ import UnixSocket
 /// queue, so clients that pipeline long runs of requests never keep another's waiting for
 /// more than a turn of each. A client that hangs up has its queued requests dropped, but
 /// for the appends it sent, which are stored.
-final class Connection: @unchecked Sendable {
-    let socket: UnixConnection
-    let outbox: Outbox
-    let context: ServerContext
-    let identifier: Int
+package final class Connection: @unchecked Sendable {
+    package let socket: UnixConnection
+    package let outbox: Outbox
+    package let context: ServerContext
+    package let identifier: Int
     /// The limits as they were when the connection came (a reload changes later ones).
-    let limits: Limits
+    package let limits: Limits
     /// The loop that owns it: reads, flushes and closes run there.
-    let loop: EventLoop
+    package let loop: EventLoop
     /// Runs once the connection is closed.
     private let ended: @Sendable (Connection) -> Void
     /// Who the client is and what it may do, from its credentials at accept.
-    let client: ClientAccess
+    package let client: ClientAccess
 
     /// The most requests a connection runs before the others' turn.
-    static let turnRequests = 32
-    static let turnSeconds = 0.002
+    package static let turnRequests = 32
+    package static let turnSeconds = 0.002
     /// The most lines read and not yet run one connection may have queued.
-    static let maxQueuedRequests = 4096
+    package static let maxQueuedRequests = 4096
 
     /// What the loop has read for the request threads, in order.
-    enum Item {
+    package enum Item {
         case line([UInt8])
         /// A line over `max_line_bytes`, of this many bytes.
         case tooLong(Int)
@@ -64,44 +65,44 @@ final class Connection: @unchecked Sendable {
     }
 
     /// What the loop and the request threads share (under `work`'s lock).
-    struct Work {
-        var items: [Item] = []
-        var head = 0
+    package struct Work {
+        package var items: [Item] = []
+        package var head = 0
         /// A request thread runs `drain` (or is about to).
-        var running = false
+        package var running = false
         /// `drain` stopped at a request `Outbox.admits` held back; `resume` restarts it.
-        var parked = false
+        package var parked = false
         /// `resume` came while `drain` ran: it looks again before it parks.
-        var resumed = false
+        package var resumed = false
         /// Bytes of requests read and not yet answered.
-        var unanswered = 0
+        package var unanswered = 0
         /// The loop stopped reading to let the requests catch up: it is told when they have.
-        var readPaused = false
+        package var readPaused = false
         /// `drain` ran the end: the watches are gone and the outbox is finishing.
-        var finished = false
+        package var finished = false
         /// A watch catches up on a catch-up thread: no request runs until it has joined.
-        var catchingUp = false
+        package var catchingUp = false
         /// The client hung up: what it queued is dropped but for its appends.
-        var departed = false
+        package var departed = false
         /// `unanswered`, charged to the budget.
-        let charge: BufferBudget.Charge
+        package let charge: BufferBudget.Charge
 
-        init(budget: BufferBudget) {
+        package init(budget: BufferBudget) {
             charge = BufferBudget.Charge(budget)
         }
 
         /// Lines queued and not yet run.
-        var queuedCount: Int { items.count - head }
+        package var queuedCount: Int { items.count - head }
 
         /// Moves `unanswered` by `delta` bytes, and its charge.
-        mutating func account(_ delta: Int) {
+        package mutating func account(_ delta: Int) {
             unanswered += delta
             charge.set(unanswered)
         }
 
-        var isEmpty: Bool { head == items.count }
+        package var isEmpty: Bool { head == items.count }
 
-        mutating func pop() -> Item? {
+        package mutating func pop() -> Item? {
             guard head < items.count else { return nil }
             let item = items[head]
             items[head] = .end
@@ -119,10 +120,10 @@ final class Connection: @unchecked Sendable {
 
     private let work: Mutex<Work>
     /// Queued for the loop's attention (at most once at a time).
-    let attentionQueued = Atomic<Bool>(false)
+    package let attentionQueued = Atomic<Bool>(false)
     /// Runs the requests: dispatch, batches, appends through admission, watches. Its
     /// watch count is read by the loop (an idle connection with a watch is kept).
-    private let session: RPCSession
+    private let session: any ConnectionSession
 
     // MARK: Touched only by the request thread running `drain`.
 
@@ -158,7 +159,7 @@ final class Connection: @unchecked Sendable {
     private var lastWritten = 0
     private var writtenSinceBlocked = 0
 
-    init(
+    package init(
         socket: UnixConnection, context: ServerContext, identifier: Int, loop: EventLoop, client: ClientAccess,
         ended: @escaping @Sendable (Connection) -> Void
     ) {
@@ -177,7 +178,8 @@ final class Connection: @unchecked Sendable {
         self.outbox = Outbox(
             socket: socket, notificationLimit: limits.watchQueueEvents, byteLimit: limits.maxQueuedResponseBytes,
             notificationByteLimit: limits.watchQueueBytes, budget: context.budget)
-        session = RPCSession(outbox: outbox, context: context, client: client, identifier: identifier, limits: limits)
+        session = context.sessions.session(
+            context: context, outbox: outbox, client: client, identifier: identifier, limits: limits)
         // Weak: the outbox is the connection's, and a subscription may outlive it briefly.
         outbox.onReady = { [weak self] in
             if let self { self.loop.attend(self) }
@@ -186,22 +188,22 @@ final class Connection: @unchecked Sendable {
         session.owner = self
     }
 
-    var tag: UInt64 { UInt64(identifier) }
+    package var tag: UInt64 { UInt64(identifier) }
 
     /// Sends `error` as one line, without waiting, and closes the socket: for a client
     /// the daemon will not serve.
-    static func refuse(_ socket: UnixConnection, error: RPCError) {
+    package static func refuse(_ socket: UnixConnection, error: RPCError) {
         _ = try? socket.writeAvailable(Response.line(id: RequestParser.nullID, error: error))
         socket.close()
     }
 
     /// Stops taking requests; those already read are still answered.
-    func stopReading() {
+    package func stopReading() {
         socket.shutdown(writing: false)
     }
 
     /// Seconds of the monotonic clock.
-    static func now() -> Double {
+    package static func now() -> Double {
         Double(DispatchTime.now().uptimeNanoseconds) / 1e9
     }
 
@@ -211,7 +213,7 @@ final class Connection: @unchecked Sendable {
     // MARK: - The loop's side
 
     /// Starts watching the socket (on the loop's thread, once).
-    func register() {
+    package func register() {
         loop.assertInLoop("Connection.register")
         do {
             try loop.epoll.add(socket.descriptor, events: .readable, tag: tag)
@@ -239,7 +241,7 @@ final class Connection: @unchecked Sendable {
     ///
     /// `toTheEnd`: the peer hung up, so what is left in the socket (no more than its buffer)
     /// is read now, in one go and past the read-ahead.
-    func readAvailable(scratch: UnsafeMutableRawBufferPointer, now: Double, toTheEnd: Bool = false) {
+    package func readAvailable(scratch: UnsafeMutableRawBufferPointer, now: Double, toTheEnd: Bool = false) {
         loop.assertInLoop("Connection.readAvailable")
         if refusingUntil != nil {
             discard(scratch: scratch)
@@ -285,7 +287,7 @@ final class Connection: @unchecked Sendable {
                 // A peer's sync session announces itself in the first line; the connection
                 // then speaks the sync protocol until the session ends (with its own
                 // deadlines: the idle and line timeouts end here).
-                if first, let version = Frame.preambleVersion(bytes) {
+                if first, let version = context.incoming.preambleVersion(bytes) {
                     handOff(version: version, now: now)
                     return
                 }
@@ -386,7 +388,7 @@ final class Connection: @unchecked Sendable {
         if client.grant.level < MethodAccess.syncSession {
             let message = client.refusalMessage(doing: "a sync session is refused")
             session.logRefusal("a sync session", message: message)
-            refuseSession(reason: SyncError.forbiddenReason, message: message, now: now)
+            refuseSession(.forbidden, message: message, now: now)
             return
         }
         let limit = limits.maxIncomingSessions
@@ -396,7 +398,7 @@ final class Connection: @unchecked Sendable {
                 "refused a sync session on connection \(identifier): \(limit) from other nodes are in progress (max_incoming_sessions)",
                 now: Date().timeIntervalSince1970)
             refuseSession(
-                reason: SyncError.Reason.busy.rawValue,
+                .busy,
                 message:
                     "this node is answering \(limit) sync sessions already, its limit (max_incoming_sessions); the next attempt may get through",
                 now: now)
@@ -409,7 +411,7 @@ final class Connection: @unchecked Sendable {
         }
         loop.forget(self)
         let failure = startThread(name: "evsync-\(identifier)") { [self] in
-            context.sync.serve(socket, buffered: buffered, version: version)
+            context.incoming.serve(socket, buffered: buffered, version: version)
             context.incomingSessions.subtract(1, ordering: .relaxed)
             socket.close()
             ended(self)
@@ -428,11 +430,10 @@ final class Connection: @unchecked Sendable {
     /// fit in the socket's buffer), on the loop: no thread is started for it. What the peer
     /// still sends (its hello) is read and dropped until it hangs up, for 5 s at most, so it
     /// reads the refusal rather than a reset.
-    private func refuseSession(reason: String, message: String, now: Double) {
-        let error = Frame(kind: .error, payload: Messages.encode(Messages.Failure(reason: reason, message: message)))
+    private func refuseSession(_ reason: IncomingRefusal, message: String, now: Double) {
         // A peer that cannot take a few hundred bytes now gets nothing: it is gone, or not
         // waiting for an answer.
-        _ = try? socket.writeAvailable(Frame.preamble() + error.encoded())
+        _ = try? socket.writeAvailable(context.incoming.refusal(reason, message: message))
         socket.shutdownWriting()
         refusingUntil = now + 5
     }
@@ -459,7 +460,7 @@ final class Connection: @unchecked Sendable {
 
     /// On the loop: writes what is ready, closes the connection once it is done, and
     /// watches the socket for what it waits for.
-    func service(now: Double) {
+    package func service(now: Double) {
         loop.assertInLoop("Connection.service")
         guard !closed, !handedOff, refusingUntil == nil else { return }
         let state = outbox.flush()
@@ -491,7 +492,7 @@ final class Connection: @unchecked Sendable {
     /// are read and run, as a client that sends appends and leaves expects; what is
     /// answered fails to be written and ends the connection. The socket is no longer
     /// watched (a hung-up socket is reported at every wait).
-    func hungUp(scratch: UnsafeMutableRawBufferPointer, now: Double) {
+    package func hungUp(scratch: UnsafeMutableRawBufferPointer, now: Double) {
         loop.assertInLoop("Connection.hungUp")
         guard !closed, !handedOff else { return }
         if refusingUntil != nil {
@@ -511,7 +512,7 @@ final class Connection: @unchecked Sendable {
 
     /// On the loop, every fraction of a second: the line and idle timeouts, a client that
     /// has taken none of its answers for 30 s, and idle buffers given back.
-    func checkDeadlines(now: Double) {
+    package func checkDeadlines(now: Double) {
         loop.assertInLoop("Connection.checkDeadlines")
         guard !closed, !handedOff else { return }
         if let refusingUntil {
@@ -553,7 +554,7 @@ final class Connection: @unchecked Sendable {
         let idle = Double(limits.idleTimeoutSeconds)
         guard idle > 0, !reader.isMidLine else { return }
         let quiet =
-            session.watchCount.load(ordering: .relaxed) == 0 && work.withLock { $0.isEmpty && !$0.running && !$0.parked }
+            session.watchCount == 0 && work.withLock { $0.isEmpty && !$0.running && !$0.parked }
             && outbox.isIdle
         if !quiet {
             active = now
@@ -597,7 +598,7 @@ final class Connection: @unchecked Sendable {
     /// Runs the queued requests in order, on a request thread, until none is left or one
     /// must wait (for room, or for this connection's appends: then it parks, holding no
     /// thread, and `resume` starts it again).
-    func drain() {
+    package func drain() {
         let turnStarted = Connection.now()
         var turn = 0
         while true {
@@ -653,7 +654,7 @@ final class Connection: @unchecked Sendable {
                 }
             }
             guard let (parsed, bytes) = current else { continue }
-            if !outbox.admits(needsAppends: Connection.readsAfterAppends(parsed)) {
+            if !outbox.admits(needsAppends: readsAfterAppends(parsed)) {
                 let parked = work.withLock { work -> Bool in
                     if work.resumed {
                         work.resumed = false
@@ -685,7 +686,7 @@ final class Connection: @unchecked Sendable {
     }
 
     /// A watch's catch-up ended: the requests after it run.
-    func caughtUp() {
+    package func caughtUp() {
         let start = work.withLock { work -> Bool in
             work.catchingUp = false
             guard work.parked else { return false }
@@ -697,10 +698,8 @@ final class Connection: @unchecked Sendable {
     }
 
     /// Whether a request must wait for this connection's appends: all but an append.
-    private static func readsAfterAppends(_ parsed: ParsedLine) -> Bool {
-        if case .single(.request(let request)) = parsed, request.method == MethodTable.append, case .events = request.params {
-            return false
-        }
+    private func readsAfterAppends(_ parsed: ParsedLine) -> Bool {
+        if session.isAppend(parsed) { return false }
         if case .single(.invalid) = parsed { return false }
         if case .failed = parsed { return false }
         return true
@@ -708,7 +707,7 @@ final class Connection: @unchecked Sendable {
 
     /// `bytes` of requests are answered (from any thread): the loop reads on if it waited
     /// for that.
-    func answered(_ bytes: Int) {
+    package func answered(_ bytes: Int) {
         let ahead = readAhead
         let wake = work.withLock { work -> Bool in
             work.account(-bytes)
@@ -763,7 +762,7 @@ final class Connection: @unchecked Sendable {
     }
 }
 
-extension Connection: RPCSessionOwner {
-    func catchingUp() { work.withLock { $0.catchingUp = true } }
-    var clientHasLeft: Bool { socket.peerHasClosed }
+extension Connection: SessionOwner {
+    package func catchingUp() { work.withLock { $0.catchingUp = true } }
+    package var clientHasLeft: Bool { socket.peerHasClosed }
 }

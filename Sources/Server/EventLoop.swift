@@ -11,8 +11,8 @@ import UnixSocket
 /// their deadlines. Nothing that may block runs on it: requests run on the request
 /// threads, which hand answers back through the outbox; `attend` (an eventfd) wakes the
 /// loop to write them or to look at a connection again.
-final class EventLoop: @unchecked Sendable {
-    let epoll: Epoll
+package final class EventLoop: @unchecked Sendable {
+    package let epoll: Epoll
     private let wakeup: EventFD
     private let name: String
     /// What other threads hand the loop: connections to adopt and connections to look at.
@@ -35,7 +35,7 @@ final class EventLoop: @unchecked Sendable {
     /// may touch (a connection's reader, its epoll interest, its deadlines), in the manner
     /// of SwiftNIO's `EventLoop.assertInEventLoop()`. Release builds check nothing.
     @inline(__always)
-    func assertInLoop(_ what: @autoclosure () -> String, file: StaticString = #fileID, line: UInt = #line) {
+    package func assertInLoop(_ what: @autoclosure () -> String, file: StaticString = #fileID, line: UInt = #line) {
         #if DEBUG
             let owner = thread.withLock { $0 }
             precondition(
@@ -47,7 +47,7 @@ final class EventLoop: @unchecked Sendable {
     /// The tag of the wake-up descriptor (connections' tags are their ids, from 1).
     private static let wakeTag: UInt64 = 0
 
-    init(name: String) throws(SocketError) {
+    package init(name: String) throws(SocketError) {
         self.name = name
         epoll = try Epoll()
         wakeup = try EventFD()
@@ -57,32 +57,32 @@ final class EventLoop: @unchecked Sendable {
     deinit { scratch.deallocate() }
 
     /// Starts the loop's thread; the error that kept it from starting, if one did.
-    func start() -> SocketError? {
+    package func start() -> SocketError? {
         startThread(name: name) { [self] in run() }
     }
 
     /// Gives `connection` to this loop (from any thread).
-    func adopt(_ connection: Connection) {
+    package func adopt(_ connection: Connection) {
         inbox.withLock { $0.adopted.append(connection) }
         wakeup.signal()
     }
 
     /// Asks the loop to look at `connection` soon: write what is ready, read again, or
     /// close it (from any thread; once until the loop has looked).
-    func attend(_ connection: Connection) {
+    package func attend(_ connection: Connection) {
         guard !connection.attentionQueued.exchange(true, ordering: .acquiringAndReleasing) else { return }
         inbox.withLock { $0.attention.append(connection) }
         wakeup.signal()
     }
 
     /// Forgets a connection that closed or was handed over (on the loop's thread).
-    func forget(_ connection: Connection) {
+    package func forget(_ connection: Connection) {
         assertInLoop("EventLoop.forget")
         connections[connection.tag] = nil
     }
 
     /// Ends the thread once its connections are gone.
-    func stop() {
+    package func stop() {
         inbox.withLock { $0.stopping = true }
         wakeup.signal()
     }
@@ -144,20 +144,20 @@ final class EventLoop: @unchecked Sendable {
 /// no client can hold more than one thread (waits for appends or for a slow reader hold
 /// none). A watch's catch-up, which waits while its client is slow to read, runs on
 /// threads of its own, so slow watchers never hold up other clients' requests.
-final class RequestThreads: Sendable {
-    typealias Job = @Sendable () -> Void
+package final class RequestThreads: Sendable {
+    package typealias Job = @Sendable () -> Void
     private let queue = Mutex<(items: [Job?], head: Int)>(([], 0))
     private let available = DispatchSemaphore(value: 0)
-    let count: Int
+    package let count: Int
     private let name: String
 
-    init(count: Int, name: String = "evrequest") {
+    package init(count: Int, name: String = "evrequest") {
         self.count = count
         self.name = name
     }
 
     /// Starts the threads; the error that kept one from starting, if one did.
-    func start() -> SocketError? {
+    package func start() -> SocketError? {
         for index in 0..<count {
             if let error = startThread(name: "\(name)-\(index)", { [self] in run() }) { return error }
         }
@@ -165,13 +165,13 @@ final class RequestThreads: Sendable {
     }
 
     /// Runs `job` on the next free thread.
-    func submit(_ job: @escaping Job) {
+    package func submit(_ job: @escaping Job) {
         queue.withLock { $0.items.append(job) }
         available.signal()
     }
 
     /// Ends the threads once the requests queued before have run.
-    func stop() {
+    package func stop() {
         for _ in 0..<count {
             queue.withLock { $0.items.append(nil) }
             available.signal()

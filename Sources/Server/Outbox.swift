@@ -21,9 +21,9 @@ import UnixSocket
 /// the response being made. What waits is charged to the daemon's `BufferBudget`; while
 /// that is spent, a connection holding more than its floor runs no more requests and takes
 /// no more notifications either.
-final class Outbox: @unchecked Sendable {
+package final class Outbox: @unchecked Sendable {
     /// A place in the order, filled when its response is ready.
-    final class Slot: @unchecked Sendable {
+    package final class Slot: @unchecked Sendable {
         /// Guarded by the outbox's condition.
         fileprivate var bytes: [UInt8]?
         /// Notifications, each shared with the other subscriptions it went to; sent after
@@ -45,7 +45,7 @@ final class Outbox: @unchecked Sendable {
     }
 
     /// What `flush()` left.
-    enum FlushState: Equatable {
+    package enum FlushState: Equatable {
         /// Everything ready is written.
         case idle
         /// The socket takes no more now: flush again once it is writable.
@@ -56,11 +56,11 @@ final class Outbox: @unchecked Sendable {
         case done
     }
 
-    let notificationLimit: Int
-    let notificationByteLimit: Int
-    let byteLimit: Int
+    package let notificationLimit: Int
+    package let notificationByteLimit: Int
+    package let byteLimit: Int
     /// What every connection's outbox, reader and queue together may hold.
-    let budget: BufferBudget
+    package let budget: BufferBudget
     /// Where responses go; written by one thread at a time (`writing`).
     private let socket: UnixConnection
     /// Protects every var below (and each slot's bytes); wakes the sender and waiters.
@@ -101,12 +101,12 @@ final class Outbox: @unchecked Sendable {
     private var bytesWritten = 0
     /// Asks the connection's loop to call `flush()`; set before the outbox is used. Called
     /// with the outbox's lock held: it must not call back into the outbox.
-    var onReady: @Sendable () -> Void = {}
+    package var onReady: @Sendable () -> Void = {}
     /// Tells the connection that a request `admits` held back may run now. Called with the
     /// outbox's lock held, like `onReady`.
-    var onResume: @Sendable () -> Void = {}
+    package var onResume: @Sendable () -> Void = {}
 
-    init(
+    package init(
         socket: UnixConnection, notificationLimit: Int, byteLimit: Int = 64 << 20,
         notificationByteLimit: Int = 16 << 20, budget: BufferBudget = BufferBudget(limit: .max)
     ) {
@@ -119,7 +119,7 @@ final class Outbox: @unchecked Sendable {
     }
 
     /// Takes the next place in the order for a response computed later.
-    func reserve(isAppend: Bool = false) -> Slot {
+    package func reserve(isAppend: Bool = false) -> Slot {
         let slot = Slot(bytes: nil, isAppend: isAppend)
         condition.lock()
         slots.append(slot)
@@ -130,7 +130,7 @@ final class Outbox: @unchecked Sendable {
 
     /// Fills a reserved place (empty bytes for a notification request: nothing is sent),
     /// and writes it when it is next.
-    func fill(_ slot: Slot, with bytes: [UInt8]) {
+    package func fill(_ slot: Slot, with bytes: [UInt8]) {
         condition.lock()
         slot.bytes = bytes
         queuedBytes += bytes.count
@@ -153,7 +153,7 @@ final class Outbox: @unchecked Sendable {
     }
 
     /// Queues a response that is ready now, and writes it when it is next.
-    func push(_ bytes: [UInt8]) {
+    package func push(_ bytes: [UInt8]) {
         condition.lock()
         defer { condition.unlock() }
         guard !finishing && !aborted, !bytes.isEmpty else { return }
@@ -170,7 +170,7 @@ final class Outbox: @unchecked Sendable {
 
     /// Queues a notification if there is room for it (`hasRoom`). Never blocks (the sender
     /// writes it).
-    func offerNotification(_ bytes: [UInt8]) -> Bool {
+    package func offerNotification(_ bytes: [UInt8]) -> Bool {
         offerNotifications([bytes]) == 1
     }
 
@@ -179,7 +179,7 @@ final class Outbox: @unchecked Sendable {
     /// `notificationLimit`, `notificationByteLimit` and the budget, from the first.
     /// - Returns: how many were queued (all of them when the connection is ending: they
     ///   are dropped with it).
-    func offerNotifications(_ parts: [[UInt8]]) -> Int {
+    package func offerNotifications(_ parts: [[UInt8]]) -> Int {
         condition.lock()
         defer { condition.unlock() }
         guard !finishing && !aborted else { return parts.count }
@@ -196,7 +196,7 @@ final class Outbox: @unchecked Sendable {
 
     /// Queues a notification, waiting while there is no room for it (catch-up: a request
     /// thread may wait, the writer never does). False when the connection is ending.
-    func pushNotificationWaiting(_ bytes: [UInt8]) -> Bool {
+    package func pushNotificationWaiting(_ bytes: [UInt8]) -> Bool {
         condition.lock()
         defer { condition.unlock() }
         while !hasRoom(for: bytes.count, count: 1) && !finishing && !aborted { readerWait(timeout: 0.25) }
@@ -217,7 +217,7 @@ final class Outbox: @unchecked Sendable {
     }
 
     /// Queues a last message after everything else and ends the connection once written.
-    func finish(after last: [UInt8]? = nil) {
+    package func finish(after last: [UInt8]? = nil) {
         condition.lock()
         if let last, !finishing && !aborted {
             slots.append(Slot(bytes: last, isAppend: false))
@@ -232,7 +232,7 @@ final class Outbox: @unchecked Sendable {
     }
 
     /// Drops whatever is queued: the peer is gone.
-    func abort() {
+    package func abort() {
         condition.lock()
         aborted = true
         condition.broadcast()
@@ -243,7 +243,7 @@ final class Outbox: @unchecked Sendable {
 
     /// Sends `line` if the socket takes it now (after the rest of a response begun, so it
     /// stays a line of its own), and drops everything else: the client is cut off.
-    func cutOff(with line: [UInt8]) {
+    package func cutOff(with line: [UInt8]) {
         condition.lock()
         defer { condition.unlock() }
         guard !aborted else { return }
@@ -262,14 +262,14 @@ final class Outbox: @unchecked Sendable {
     }
 
     /// Whether more than `byteLimit` bytes wait to be sent (the client is not reading).
-    var isOverLimit: Bool {
+    package var isOverLimit: Bool {
         condition.lock()
         defer { condition.unlock() }
         return queuedBytes + sendingBytes > byteLimit && !aborted
     }
 
     /// The bytes of answers waiting for the client to take them.
-    var waitingBytes: Int {
+    package var waitingBytes: Int {
         condition.lock()
         defer { condition.unlock() }
         return queuedBytes + sendingBytes
@@ -279,7 +279,7 @@ final class Outbox: @unchecked Sendable {
     /// be sent (a client that does not read has no more requests run), nor, when it reads
     /// (`needsAppends`), while this connection's appends are unanswered (it must see its
     /// own writes). When not, `onResume` is called once it may.
-    func admits(needsAppends: Bool) -> Bool {
+    package func admits(needsAppends: Bool) -> Bool {
         condition.lock()
         defer { condition.unlock() }
         if aborted || finishing { return true }
@@ -295,27 +295,27 @@ final class Outbox: @unchecked Sendable {
     }
 
     /// Nothing waits to be sent or to be answered: the connection is idle.
-    var isIdle: Bool {
+    package var isIdle: Bool {
         condition.lock()
         defer { condition.unlock() }
         return head == slots.count && unsent.isEmpty && !writing && appendsInFlight == 0
     }
 
     /// Waits until every append this connection sent has its response.
-    func waitForAppends() {
+    package func waitForAppends() {
         condition.lock()
         while appendsInFlight > 0 && !aborted { readerWait() }
         condition.unlock()
     }
 
-    var isEnding: Bool {
+    package var isEnding: Bool {
         condition.lock()
         defer { condition.unlock() }
         return finishing || aborted
     }
 
     /// For the loop: writes what is ready, in order, as much as the socket takes.
-    func flush() -> FlushState {
+    package func flush() -> FlushState {
         condition.lock()
         defer { condition.unlock() }
         loopAsked = false
@@ -339,14 +339,14 @@ final class Outbox: @unchecked Sendable {
     }
 
     /// How many bytes the socket has taken so far.
-    var written: Int {
+    package var written: Int {
         condition.lock()
         defer { condition.unlock() }
         return bytesWritten
     }
 
     /// Why a write failed, if one did.
-    var writeFailure: SocketError? {
+    package var writeFailure: SocketError? {
         condition.lock()
         defer { condition.unlock() }
         return failure
@@ -469,14 +469,14 @@ final class Outbox: @unchecked Sendable {
 
     /// Looks again whether a request held back for room may run: the budget may have room
     /// again though nothing of this connection's changed (the loop calls it now and then).
-    func recheckRoom() {
+    package func recheckRoom() {
         condition.lock()
         checkRoom()
         condition.unlock()
     }
 
     /// Bytes of notifications queued.
-    var notificationBytes: Int {
+    package var notificationBytes: Int {
         condition.lock()
         defer { condition.unlock() }
         return queuedNotificationBytes

@@ -1,101 +1,109 @@
+// Server: the socket — event loops, connections, outboxes, the watch hub, access; it hands
+// each line to a session and each sync preamble to the protocols it owns, never to methods.
+
 import Dispatch
 import EventStore
 import FoundationEssentials
 import Logging
 import Synchronization
 import UnixSocket
+import Wire
+import Writer
 
 #if canImport(Glibc)
     import Glibc
 #endif
 
 /// The limits a config reload may change, read when a connection starts.
-struct Limits: Sendable {
-    var maxLineBytes: Int
-    var watchQueueEvents: Int
-    var maxConnections: Int
+package struct Limits: Sendable {
+    package var maxLineBytes: Int
+    package var watchQueueEvents: Int
+    package var maxConnections: Int
     /// Seconds; 0: idle connections are kept.
-    var idleTimeoutSeconds: Int
-    var lineTimeoutSeconds: Int
-    var maxQueuedResponseBytes: Int
+    package var idleTimeoutSeconds: Int
+    package var lineTimeoutSeconds: Int
+    package var maxQueuedResponseBytes: Int
     /// Bytes of requests read and not yet answered a client may hold while it leaves its
     /// answers unread; past it, it is cut off.
-    var maxUnansweredBytes: Int
-    var maxBatchRequests: Int
-    var maxBatchResponseBytes: Int
+    package var maxUnansweredBytes: Int
+    package var maxBatchRequests: Int
+    package var maxBatchResponseBytes: Int
     /// Bytes of notifications one connection's watches may have queued.
-    var watchQueueBytes: Int
+    package var watchQueueBytes: Int
     /// A client whose answers have waited `slowReadWindowSeconds` while it took fewer than
     /// `minReadBytesPerSecond` of them is cut off (0: only one that took none).
-    var minReadBytesPerSecond: Int
-    var slowReadWindowSeconds: Int
+    package var minReadBytesPerSecond: Int
+    package var slowReadWindowSeconds: Int
     /// Sync sessions other nodes started that are answered at once.
-    var maxIncomingSessions: Int
+    package var maxIncomingSessions: Int
 
-    /// The limits `configuration` sets.
-    init(_ configuration: Configuration) {
-        maxLineBytes = configuration.maxLineBytes
-        watchQueueEvents = configuration.watchQueueEvents
-        maxConnections = configuration.maxConnections
-        idleTimeoutSeconds = configuration.idleTimeoutSeconds
-        lineTimeoutSeconds = configuration.lineTimeoutSeconds
-        maxQueuedResponseBytes = configuration.maxQueuedResponseBytes
-        maxUnansweredBytes = configuration.maxUnansweredBytes
-        maxBatchRequests = configuration.maxBatchRequests
-        maxBatchResponseBytes = configuration.maxBatchResponseBytes
-        watchQueueBytes = configuration.watchQueueBytes
-        minReadBytesPerSecond = configuration.minReadBytesPerSecond
-        slowReadWindowSeconds = configuration.slowReadWindowSeconds
-        maxIncomingSessions = configuration.maxIncomingSessions
+    package init(
+        maxLineBytes: Int, watchQueueEvents: Int, maxConnections: Int, idleTimeoutSeconds: Int, lineTimeoutSeconds: Int,
+        maxQueuedResponseBytes: Int, maxUnansweredBytes: Int, maxBatchRequests: Int, maxBatchResponseBytes: Int,
+        watchQueueBytes: Int, minReadBytesPerSecond: Int, slowReadWindowSeconds: Int, maxIncomingSessions: Int
+    ) {
+        self.maxLineBytes = maxLineBytes
+        self.watchQueueEvents = watchQueueEvents
+        self.maxConnections = maxConnections
+        self.idleTimeoutSeconds = idleTimeoutSeconds
+        self.lineTimeoutSeconds = lineTimeoutSeconds
+        self.maxQueuedResponseBytes = maxQueuedResponseBytes
+        self.maxUnansweredBytes = maxUnansweredBytes
+        self.maxBatchRequests = maxBatchRequests
+        self.maxBatchResponseBytes = maxBatchResponseBytes
+        self.watchQueueBytes = watchQueueBytes
+        self.minReadBytesPerSecond = minReadBytesPerSecond
+        self.slowReadWindowSeconds = slowReadWindowSeconds
+        self.maxIncomingSessions = maxIncomingSessions
     }
 }
 
 /// What every connection shares.
-final class ServerContext: Sendable {
-    let writer: Writer
-    /// What becomes of each append before the writer.
-    let admission: Admission
-    let hub: WatchHub
-    let methods: Methods
-    let logger: Logger
-    let sync: SyncService
+package final class ServerContext: Sendable {
+    package let writer: Writer
+    package let hub: WatchHub
+    /// Makes each connection's session.
+    package let sessions: any SessionFactory
+    package let logger: Logger
+    /// The sync sessions other nodes start on the socket.
+    package let incoming: any IncomingSessions
     /// Logs the refused connections, without flooding.
-    let refusals: RefusalLog
+    package let refusals: RefusalLog
     /// Where every connection's requests run, and the watches' catch-ups.
-    let requestThreads: RequestThreads
-    let catchUpThreads: RequestThreads
+    package let requestThreads: RequestThreads
+    package let catchUpThreads: RequestThreads
     /// What all connections together may hold (`max_buffered_bytes`).
-    let budget: BufferBudget
+    package let budget: BufferBudget
     /// Threads running sessions other nodes started (at most `max_incoming_sessions`).
-    let incomingSessions = Atomic<Int>(0)
+    package let incomingSessions = Atomic<Int>(0)
     private let currentLimits: Mutex<Limits>
     /// Who may read and write; a reload replaces it, for the connections made after.
     private let currentAccess: Mutex<AccessPolicy>
 
-    init(
-        writer: Writer, hub: WatchHub, methods: Methods, sync: SyncService, logger: Logger, limits: Limits,
+    package init(
+        writer: Writer, hub: WatchHub, sessions: any SessionFactory, incoming: any IncomingSessions, logger: Logger,
+        limits: Limits,
         access: AccessPolicy, requestThreads: Int = 8, maxBufferedBytes: Int = 256 << 20
     ) {
         self.budget = BufferBudget(limit: maxBufferedBytes)
         self.requestThreads = RequestThreads(count: requestThreads)
         self.catchUpThreads = RequestThreads(count: max(2, requestThreads / 2), name: "evcatchup")
         self.writer = writer
-        self.admission = Admission()
         self.hub = hub
-        self.methods = methods
-        self.sync = sync
+        self.sessions = sessions
+        self.incoming = incoming
         self.logger = logger
         self.refusals = RefusalLog(logger: logger)
         self.currentLimits = Mutex(limits)
         self.currentAccess = Mutex(access)
     }
 
-    var limits: Limits {
+    package var limits: Limits {
         get { currentLimits.withLock { $0 } }
         set { currentLimits.withLock { $0 = newValue } }
     }
 
-    var access: AccessPolicy {
+    package var access: AccessPolicy {
         get { currentAccess.withLock { $0 } }
         set { currentAccess.withLock { $0 = newValue } }
     }
@@ -103,9 +111,9 @@ final class ServerContext: Sendable {
 
 /// Accepts clients on the listening socket, one `Connection` each, handed in turn to a
 /// few event loops; their requests run on the context's request threads.
-final class Server: Sendable {
-    let listener: UnixListener
-    let context: ServerContext
+package final class Server: Sendable {
+    package let listener: UnixListener
+    package let context: ServerContext
     private let loops: [EventLoop]
     /// The open connections by id, so a stop can drain them.
     private let connections = Mutex<[Int: Connection]>([:])
@@ -114,7 +122,7 @@ final class Server: Sendable {
     /// Signalled each time a connection ends (a stop waits on it).
     private let connectionEnded = DispatchSemaphore(value: 0)
 
-    init(listener: UnixListener, context: ServerContext, eventLoops: Int = 1) throws(SocketError) {
+    package init(listener: UnixListener, context: ServerContext, eventLoops: Int = 1) throws(SocketError) {
         self.listener = listener
         self.context = context
         var loops: [EventLoop] = []
@@ -124,7 +132,7 @@ final class Server: Sendable {
 
     /// Starts the loops, the request threads and the accepting thread; the error that kept
     /// one from starting, if one did.
-    func start() -> SocketError? {
+    package func start() -> SocketError? {
         for loop in loops {
             if let error = loop.start() { return error }
         }
@@ -136,7 +144,7 @@ final class Server: Sendable {
         }
     }
 
-    var connectionCount: Int { connections.withLock { $0.count } }
+    package var connectionCount: Int { connections.withLock { $0.count } }
 
     private func acceptLoop() {
         var next = 0
@@ -241,7 +249,7 @@ final class Server: Sendable {
 
     /// Stops accepting, lets every connection answer what it has read, and waits for them
     /// (up to `timeout` seconds) to close.
-    func stop(timeout: Double) {
+    package func stop(timeout: Double) {
         accepting.store(false, ordering: .relaxed)
         acceptDone.wait()
         listener.close()

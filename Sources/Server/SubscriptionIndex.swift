@@ -2,7 +2,7 @@ import Projections
 
 /// What a watch asks for, as the index files it: one entity, the entities of one type,
 /// or (neither) every event.
-protocol WatchFiltering: AnyObject {
+package protocol WatchFiltering: AnyObject {
     var entity: EntityKey? { get }
     /// `TYPE/`, the prefix of the entities of the type watched.
     var typePrefix: [UInt8]? { get }
@@ -15,7 +15,7 @@ protocol WatchFiltering: AnyObject {
 /// append as slow as the number of watches anyone held. A watch of an entity and a type
 /// is filed under the entity (the narrower); the caller still checks `wants`, which is
 /// what decides.
-struct SubscriptionIndex<Member: WatchFiltering> {
+package struct SubscriptionIndex<Member: WatchFiltering> {
     /// The watches with no filter.
     private var unfiltered: [ObjectIdentifier: Member] = [:]
     private var byEntity: [EntityKey: [ObjectIdentifier: Member]] = [:]
@@ -23,14 +23,14 @@ struct SubscriptionIndex<Member: WatchFiltering> {
     private var byType: [[UInt8]: [ObjectIdentifier: Member]] = [:]
     private(set) var count = 0
 
-    var isEmpty: Bool { count == 0 }
+    package var isEmpty: Bool { count == 0 }
 
     /// How many keyed lists are held: zero once every member is removed (none is left
     /// behind empty).
-    var bucketCount: Int { byEntity.count + byType.count }
+    package var bucketCount: Int { byEntity.count + byType.count }
 
     /// Adds `member`; adding one already held changes nothing.
-    mutating func insert(_ member: Member) {
+    package mutating func insert(_ member: Member) {
         let key = ObjectIdentifier(member)
         let added: Bool
         if let entity = member.entity {
@@ -44,7 +44,7 @@ struct SubscriptionIndex<Member: WatchFiltering> {
     }
 
     /// Removes `member`; removing one not held changes nothing.
-    mutating func remove(_ member: Member) {
+    package mutating func remove(_ member: Member) {
         let key = ObjectIdentifier(member)
         let removed: Bool
         if let entity = member.entity {
@@ -62,7 +62,7 @@ struct SubscriptionIndex<Member: WatchFiltering> {
 
     /// The members that may want an event of `entity`: a superset of those that do,
     /// and no larger than the three lists it names.
-    func candidates(for entity: EntityKey) -> [Member] {
+    package func candidates(for entity: EntityKey) -> [Member] {
         var out: [Member] = []
         forEachCandidate(for: entity) { out.append($0) }
         return out
@@ -71,7 +71,7 @@ struct SubscriptionIndex<Member: WatchFiltering> {
     /// Calls `body` with each member `candidates(for:)` lists, without building the list:
     /// publishing runs this for every event a commit stores. A list that is empty is not
     /// looked up (nor the entity's type made for it).
-    func forEachCandidate(for entity: EntityKey, _ body: (Member) -> Void) {
+    package func forEachCandidate(for entity: EntityKey, _ body: (Member) -> Void) {
         for member in unfiltered.values { body(member) }
         if !byEntity.isEmpty, let members = byEntity[entity] {
             for member in members.values { body(member) }

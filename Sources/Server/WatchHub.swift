@@ -4,17 +4,19 @@ import Logging
 import Projections
 import Synchronization
 import UnixSocket
+import Wire
+import Writer
 
 /// A connection's `watch`: which events it wants and where they go.
-final class Subscription: WatchFiltering, @unchecked Sendable {
-    let outbox: Outbox
-    let entity: EntityKey?
+package final class Subscription: WatchFiltering, @unchecked Sendable {
+    package let outbox: Outbox
+    package let entity: EntityKey?
     /// `TYPE/`, the prefix of the entities of the type watched.
-    let typePrefix: [UInt8]?
+    package let typePrefix: [UInt8]?
     /// The seq of the last event queued to it, or that its catch-up read past (for
     /// `resume_after`, and so an event is never queued twice). Guarded by the hub's lock
     /// once registered; before that only the registering thread touches it.
-    var lastQueued: UInt64
+    package var lastQueued: UInt64
     /// Whether it counts against the hub's caps: from `admit` until it ends, so the slot is
     /// given back once however it ends. Guarded by the hub's slots lock.
     fileprivate var holdsSlot = false
@@ -23,20 +25,20 @@ final class Subscription: WatchFiltering, @unchecked Sendable {
     fileprivate var batchGeneration: UInt64 = 0
     fileprivate var batchIndex = 0
 
-    init(outbox: Outbox, entity: EntityKey?, type: String?, after: UInt64?) {
+    package init(outbox: Outbox, entity: EntityKey?, type: String?, after: UInt64?) {
         self.outbox = outbox
         self.entity = entity
         self.typePrefix = type.map { Array($0.utf8) + [UInt8(ascii: "/")] }
         self.lastQueued = after ?? 0
     }
 
-    var filter: FeedFilter {
+    package var filter: FeedFilter {
         FeedFilter(entity: entity, type: typePrefix.map { String(decoding: $0.dropLast(), as: UTF8.self) })
     }
 
-    func wants(_ event: Event) -> Bool { wants(event.entity) }
+    package func wants(_ event: Event) -> Bool { wants(event.entity) }
 
-    func wants(_ entity: EntityKey) -> Bool {
+    package func wants(_ entity: EntityKey) -> Bool {
         if let watched = self.entity, entity != watched { return false }
         if let typePrefix, !entity.bytes.starts(with: typePrefix) { return false }
         return true
@@ -45,16 +47,15 @@ final class Subscription: WatchFiltering, @unchecked Sendable {
 
 /// How many watches may be held at once: each one costs every append a little work under
 /// the commit lock, and memory until its connection closes.
-struct WatchLimits: Equatable, Sendable {
+package struct WatchLimits: Equatable, Sendable {
     /// `max_watches_per_connection`.
-    var perConnection: Int
+    package var perConnection: Int
     /// `max_watches`, over all connections.
-    var total: Int
-}
+    package var total: Int
 
-extension WatchLimits {
-    init(_ configuration: Configuration) {
-        self.init(perConnection: configuration.maxWatchesPerConnection, total: configuration.maxWatches)
+    package init(perConnection: Int, total: Int) {
+        self.perConnection = perConnection
+        self.total = total
     }
 }
 
@@ -71,12 +72,12 @@ private struct WatchSlots {
 /// - Important: The writer holds `publishLock` from before its commit until it has
 ///   published; a subscriber takes it to read the last events and join. So every event is
 ///   either in what the subscriber read or in what it is sent, never both, never neither.
-final class WatchHub: @unchecked Sendable {
+package final class WatchHub: CommitPublisher, @unchecked Sendable {
     /// Guards the subscription index and `examined`, and holds a commit (taken by the one
     /// writer from before it until it has published) apart from a watch's last catch-up read
     /// and its join: a watch joining between a commit and its publish would miss its events,
     /// and one reading them after its join would get them twice.
-    let publishLock = Lock()
+    package let publishLock = Lock()
     /// The live subscriptions, filed by what they watch. Guarded by `publishLock`.
     private var subscriptions = SubscriptionIndex<Subscription>()
     /// Counts the publishes, for each subscription's `batchGeneration`.
@@ -88,28 +89,28 @@ final class WatchHub: @unchecked Sendable {
     private let slots: Mutex<WatchSlots>
     private let logger: Logger
 
-    init(logger: Logger, limits: WatchLimits) {
+    package init(logger: Logger, limits: WatchLimits) {
         self.logger = logger
         self.slots = Mutex(WatchSlots(limits: limits))
     }
 
     /// The caps; a reload changes them for the watches started after.
-    var limits: WatchLimits {
+    package var limits: WatchLimits {
         get { slots.withLock { $0.limits } }
         set { slots.withLock { $0.limits = newValue } }
     }
 
     /// Whether anyone watches. Call with `publishLock` held.
-    var hasSubscribers: Bool { !subscriptions.isEmpty }
+    package var hasSubscribers: Bool { !subscriptions.isEmpty }
 
     /// The watches holding a slot, overall and on the connection of `outbox`.
-    func slotsTaken(by outbox: Outbox? = nil) -> (total: Int, connection: Int) {
+    package func slotsTaken(by outbox: Outbox? = nil) -> (total: Int, connection: Int) {
         slots.withLock { slots in (slots.total, outbox.map { slots.perConnection[ObjectIdentifier($0)] ?? 0 } ?? 0) }
     }
 
     /// Takes a slot for `subscription`, or says which cap refuses it. Call before `start`;
     /// the slot is given back when the subscription is removed or fails to start.
-    func admit(_ subscription: Subscription) -> RPCError? {
+    package func admit(_ subscription: Subscription) -> RPCError? {
         let connection = ObjectIdentifier(subscription.outbox)
         return slots.withLock { (slots) -> RPCError? in
             let held = slots.perConnection[connection] ?? 0
@@ -152,7 +153,7 @@ final class WatchHub: @unchecked Sendable {
     /// Sends the events a commit stored, in seq order, to whoever wants them: from the
     /// writer's memory, nothing read back. Call with `publishLock` held, right after the
     /// commit.
-    func publish(_ events: [SequencedEvent]) {
+    package func publish(_ events: [SequencedEvent]) {
         // Each event's notification is encoded once, by the first subscription that wants
         // it, and shared by every other (the outboxes hold references to the one buffer).
         // Each subscription's notifications of this commit are queued at once: one slot and
@@ -223,7 +224,7 @@ final class WatchHub: @unchecked Sendable {
     /// The last page is read and the subscription joins with `publishLock` held, so no
     /// commit falls between them: every event is either read or published to it, and the
     /// seq it has reached (`lastQueued`) keeps one from being sent twice.
-    func start(_ subscription: Subscription, after: UInt64?, log: EventLog) throws(EventStoreError) -> Bool {
+    package func start(_ subscription: Subscription, after: UInt64?, log: EventLog) throws(EventStoreError) -> Bool {
         var joined = false
         defer { if !joined { release(subscription) } }
         let page = 1000
@@ -280,7 +281,7 @@ final class WatchHub: @unchecked Sendable {
     }
 
     /// Ends a subscription (its connection closed) and gives back its slot.
-    func remove(_ subscription: Subscription) {
+    package func remove(_ subscription: Subscription) {
         publishLock.lock()
         subscriptions.remove(subscription)
         publishLock.unlock()
@@ -297,19 +298,19 @@ final class WatchHub: @unchecked Sendable {
         return (page.events, page.next != nil)
     }
 
-    static func notification(_ item: SequencedEvent) -> [UInt8] {
+    package static func notification(_ item: SequencedEvent) -> [UInt8] {
         var out: [UInt8] = []
         notification(item, into: &out)
         return out
     }
 
-    static func notification(_ item: borrowing SequencedEvent, into out: inout [UInt8]) {
+    package static func notification(_ item: borrowing SequencedEvent, into out: inout [UInt8]) {
         out.append(contentsOf: #"{"jsonrpc":"2.0","method":"event","params":{"event":"#.utf8)
-        Methods.storedEventJSON(item, into: &out)
+        EventJSON.stored(item, into: &out)
         out.append(contentsOf: "}}\n".utf8)
     }
 
-    static func overflow(resumeAfter: UInt64) -> [UInt8] {
+    package static func overflow(resumeAfter: UInt64) -> [UInt8] {
         var out = JSONWriter()
         out.beginObject()
         out.member("jsonrpc", "2.0")

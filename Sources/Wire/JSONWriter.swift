@@ -2,62 +2,62 @@ import Projections
 
 /// Builds a JSON text by appending members; for responses, where the shape is known and
 /// most values are already JSON bytes.
-struct JSONWriter {
-    var bytes: [UInt8] = []
+package struct JSONWriter {
+    package var bytes: [UInt8] = []
     /// Whether the next member or element needs a comma before it.
     private var needsComma = false
 
-    init(capacity: Int = 256) { bytes.reserveCapacity(capacity) }
+    package init(capacity: Int = 256) { bytes.reserveCapacity(capacity) }
 
-    mutating func beginObject() {
+    package mutating func beginObject() {
         separate()
         bytes.append(UInt8(ascii: "{"))
         needsComma = false
     }
 
-    mutating func endObject() {
+    package mutating func endObject() {
         bytes.append(UInt8(ascii: "}"))
         needsComma = true
     }
 
-    mutating func beginArray() {
+    package mutating func beginArray() {
         separate()
         bytes.append(UInt8(ascii: "["))
         needsComma = false
     }
 
-    mutating func endArray() {
+    package mutating func endArray() {
         bytes.append(UInt8(ascii: "]"))
         needsComma = true
     }
 
     /// A member's key; the value follows with one of the value calls.
-    mutating func key(_ name: StaticString) {
+    package mutating func key(_ name: StaticString) {
         separate()
         CanonicalWriter.appendKey(name, to: &bytes)  // with its colon
         needsComma = false
     }
 
-    mutating func key(_ name: String) {
+    package mutating func key(_ name: String) {
         separate()
         CanonicalWriter.appendString(name, to: &bytes)
         bytes.append(UInt8(ascii: ":"))
         needsComma = false
     }
 
-    mutating func string(_ value: String) {
+    package mutating func string(_ value: String) {
         separate()
         CanonicalWriter.appendString(value, to: &bytes)
         needsComma = true
     }
 
-    mutating func int(_ value: Int) {
+    package mutating func int(_ value: Int) {
         separate()
         CanonicalWriter.appendInteger(value, to: &bytes)
         needsComma = true
     }
 
-    mutating func bool(_ value: Bool) {
+    package mutating func bool(_ value: Bool) {
         separate()
         CanonicalWriter.appendBool(value, to: &bytes)
         needsComma = true
@@ -65,7 +65,7 @@ struct JSONWriter {
 
     /// A number with at most three decimals (`12.5`, `0.017`); a value that is not finite,
     /// which JSON cannot hold, as `null`.
-    mutating func number(_ value: Double) {
+    package mutating func number(_ value: Double) {
         guard value.isFinite else { return null() }
         separate()
         let rounded = (value * 1000).rounded() / 1000
@@ -73,53 +73,53 @@ struct JSONWriter {
         needsComma = true
     }
 
-    mutating func null() {
+    package mutating func null() {
         separate()
         CanonicalWriter.appendNull(to: &bytes)
         needsComma = true
     }
 
     /// A value that is already JSON text.
-    mutating func raw(_ json: [UInt8]) {
+    package mutating func raw(_ json: [UInt8]) {
         separate()
         bytes.append(contentsOf: json)
         needsComma = true
     }
 
-    mutating func stringOrNull(_ value: String?) {
+    package mutating func stringOrNull(_ value: String?) {
         if let value { string(value) } else { null() }
     }
 
     // MARK: Members: a key and its value in one call
 
-    mutating func member(_ name: StaticString, _ value: String) {
+    package mutating func member(_ name: StaticString, _ value: String) {
         key(name)
         string(value)
     }
 
-    mutating func member(_ name: StaticString, _ value: String?) {
+    package mutating func member(_ name: StaticString, _ value: String?) {
         key(name)
         stringOrNull(value)
     }
 
-    mutating func member(_ name: StaticString, _ value: Int) {
+    package mutating func member(_ name: StaticString, _ value: Int) {
         key(name)
         int(value)
     }
 
-    mutating func member(_ name: StaticString, _ value: Double) {
+    package mutating func member(_ name: StaticString, _ value: Double) {
         key(name)
         number(value)
     }
 
-    mutating func member(_ name: StaticString, _ value: Bool) {
+    package mutating func member(_ name: StaticString, _ value: Bool) {
         key(name)
         bool(value)
     }
 
     /// `{"<name>":[items...],"next":cursor-or-null}`: one page of a listing, each item
     /// written by `item`.
-    static func page<Item>(
+    package static func page<Item>(
         _ name: StaticString, _ items: some Sequence<Item>, next: String?, capacity: Int = 256,
         item: (inout JSONWriter, Item) -> Void
     ) -> [UInt8] {

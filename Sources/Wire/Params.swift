@@ -3,15 +3,15 @@ import Projections
 
 /// A method's named parameters, read from `params` with the names the method takes;
 /// any other name is an invalid-params error that lists the right ones.
-struct Params {
-    let method: String
+package struct Params {
+    package let method: String
     /// Each parameter given, its name and its value as canonical JSON (a handful at most: a
     /// list searched in order costs less than hashing the names).
     private var values: [(name: ArraySlice<UInt8>, value: [UInt8])] = []
 
     /// Reads the parameters of `method`; those named in `verbatim` are kept as sent rather
     /// than made canonical (a large array of events is then scanned once, not rewritten).
-    init(_ params: Request.Params, method: String, accepts names: [String], verbatim: [String] = [])
+    package init(_ params: Request.Params, method: String, accepts names: [String], verbatim: [String] = [])
         throws(RPCError)
     {
         self.method = method
@@ -58,12 +58,12 @@ struct Params {
     }
 
     /// A string parameter; absent or null gives nil.
-    func string(_ name: String) throws(RPCError) -> String? {
+    package func string(_ name: String) throws(RPCError) -> String? {
         try stringBytes(name).map { String(decoding: $0, as: UTF8.self) }
     }
 
     /// A string parameter as its UTF-8 bytes; absent or null gives nil.
-    func stringBytes(_ name: String) throws(RPCError) -> [UInt8]? {
+    package func stringBytes(_ name: String) throws(RPCError) -> [UInt8]? {
         guard let value = value(name) else { return nil }
         guard value.first == UInt8(ascii: "\"") else { throw .invalidParams("\"\(name)\" must be a string") }
         var scanner = JSONScanner(value)
@@ -72,7 +72,7 @@ struct Params {
 
     /// An array parameter, each element as JSON (as sent when the parameter is `verbatim`);
     /// absent or null gives nil.
-    func array(_ name: String) throws(RPCError) -> [[UInt8]]? {
+    package func array(_ name: String) throws(RPCError) -> [[UInt8]]? {
         guard let value = value(name) else { return nil }
         guard value.first == UInt8(ascii: "[") else { throw .invalidParams("\"\(name)\" must be an array") }
         var scanner = JSONScanner(value)
@@ -90,7 +90,7 @@ struct Params {
         return elements
     }
 
-    func bool(_ name: String) throws(RPCError) -> Bool? {
+    package func bool(_ name: String) throws(RPCError) -> Bool? {
         guard let value = value(name) else { return nil }
         switch value {
         case Array("true".utf8): return true
@@ -99,7 +99,7 @@ struct Params {
         }
     }
 
-    func int(_ name: String, in range: ClosedRange<Int>) throws(RPCError) -> Int? {
+    package func int(_ name: String, in range: ClosedRange<Int>) throws(RPCError) -> Int? {
         guard let value = value(name) else { return nil }
         guard let number = Int(String(decoding: value, as: UTF8.self)), range.contains(number) else {
             throw .invalidParams("\"\(name)\" must be an integer from \(range.lowerBound) to \(range.upperBound)")
@@ -109,7 +109,7 @@ struct Params {
 
     /// A seq to resume after (`log`, `watch`): a non-negative integer, 0 for the start. An
     /// event id, which 0.4 took here, is refused with what to pass instead.
-    func seq(_ name: String) throws(RPCError) -> UInt64? {
+    package func seq(_ name: String) throws(RPCError) -> UInt64? {
         guard let value = value(name) else { return nil }
         if value.first == UInt8(ascii: "\"") {
             throw .invalidParams(
@@ -124,12 +124,12 @@ struct Params {
         return seq
     }
 
-    func entity(_ name: String) throws(RPCError) -> EntityKey? {
+    package func entity(_ name: String) throws(RPCError) -> EntityKey? {
         guard let bytes = try stringBytes(name) else { return nil }
         do { return try Validation.entity(bytes) } catch { throw .invalidParams("\"\(name)\": \(error.message)") }
     }
 
-    func id(_ name: String) throws(RPCError) -> ULID? {
+    package func id(_ name: String) throws(RPCError) -> ULID? {
         guard let text = try string(name) else { return nil }
         guard let id = ULID(text) else {
             throw .invalidParams("\"\(name)\" must be an event id: 26 characters of Crockford base32")
@@ -138,7 +138,7 @@ struct Params {
     }
 
     /// An entity type, `[a-z][a-z0-9_-]{0,63}`.
-    func type(_ name: String) throws(RPCError) -> String? {
+    package func type(_ name: String) throws(RPCError) -> String? {
         guard let text = try string(name) else { return nil }
         do {
             _ = try Validation.entity(text + "/x")

@@ -1,15 +1,18 @@
+// Wire: the JSON-RPC wire — requests parsed from lines, answers and events encoded, error
+// codes; it knows the store's types and nothing of sockets, threads or methods' work.
+
 import EventStore
 import Projections
 
 /// One JSON-RPC 2.0 request, decoded from a line.
-struct Request: Sendable {
+package struct Request: Sendable {
     /// The id as JSON text (a string, a number or null), echoed in the response; nil for a
     /// notification, which gets no response.
-    var id: [UInt8]?
-    var method: String
-    var params: Params
+    package var id: [UInt8]?
+    package var method: String
+    package var params: Params
 
-    enum Params: Sendable {
+    package enum Params: Sendable {
         /// No `params` member.
         case none
         /// `params` starts at this offset of the line: each method reads its own.
@@ -20,18 +23,18 @@ struct Request: Sendable {
         case invalid(RPCError)
     }
 
-    var isNotification: Bool { id == nil }
+    package var isNotification: Bool { id == nil }
 }
 
 /// What a line holds: one request or a batch, each element a request or the error to
 /// answer it with.
-enum ParsedLine: Sendable {
+package enum ParsedLine: Sendable {
     case single(Element)
     case batch([Element])
     /// The line is not JSON, or an empty batch: one error answers it (id null).
     case failed(RPCError)
 
-    enum Element: Sendable {
+    package enum Element: Sendable {
         case request(Request)
         /// Not a valid request object: answered with this error and the id when one
         /// could be read, else null.
@@ -39,12 +42,15 @@ enum ParsedLine: Sendable {
     }
 }
 
-enum RequestParser {
-    static let nullID = Array("null".utf8)
+package enum RequestParser {
+    package static let nullID = Array("null".utf8)
+    /// The method whose events are decoded as the line is parsed (the method table names
+    /// it by this).
+    package static let appendMethod = "append"
 
     /// Parses a line of the socket protocol. A batch of more than `maxBatch` requests is
     /// refused as a whole, before any of them is decoded.
-    static func parse(_ line: [UInt8], maxBatch: Int = .max) -> ParsedLine {
+    package static func parse(_ line: [UInt8], maxBatch: Int = .max) -> ParsedLine {
         var scanner = JSONScanner(line)
         switch scanner.peek() {
         case UInt8(ascii: "["):
@@ -90,13 +96,13 @@ enum RequestParser {
     }
 
     /// Decodes the request object at `offset`.
-    static func element(_ line: [UInt8], at offset: Int) -> (element: ParsedLine.Element, end: Int) {
+    package static func element(_ line: [UInt8], at offset: Int) -> (element: ParsedLine.Element, end: Int) {
         var end = offset
         let element = element(line, at: offset, end: &end)
         return (element, end)
     }
 
-    static func element(_ line: [UInt8], at offset: Int, end: inout Int) -> ParsedLine.Element {
+    package static func element(_ line: [UInt8], at offset: Int, end: inout Int) -> ParsedLine.Element {
         var scanner = JSONScanner(line, from: offset)
         var versionIsValid = false
         var method: String?
@@ -150,7 +156,7 @@ enum RequestParser {
             return .invalid(id: nullID, .parseError(error.description))
         }
         // The method may come after params: decode append's events now if so.
-        if method == MethodTable.append, case .raw(_, let offset) = params {
+        if method == RequestParser.appendMethod, case .raw(_, let offset) = params {
             var again = JSONScanner(line, from: offset)
             params = decodeEvents(&again, line: line)
         }
@@ -166,13 +172,13 @@ enum RequestParser {
     }
 
     /// Reads `params` (the scanner is at its value), leaving the scanner after it.
-    static func readParams(_ scanner: inout JSONScanner, line: [UInt8], method: String?) throws(JSONError)
+    package static func readParams(_ scanner: inout JSONScanner, line: [UInt8], method: String?) throws(JSONError)
         -> Request.Params
     {
         let start = scanner.offset
         switch scanner.peek() {
         case UInt8(ascii: "{"):
-            if method == MethodTable.append {
+            if method == RequestParser.appendMethod {
                 let decoded = decodeEvents(&scanner, line: line)
                 // After a failed decode the scanner is mid-value: skip the value from its start.
                 if case .invalid = decoded {
@@ -193,7 +199,7 @@ enum RequestParser {
     }
 
     /// Decodes `{"events":[input event, ...]}` at the scanner.
-    static func decodeEvents(_ scanner: inout JSONScanner, line: [UInt8]) -> Request.Params {
+    package static func decodeEvents(_ scanner: inout JSONScanner, line: [UInt8]) -> Request.Params {
         let start = scanner.offset
         var events: [InputEvent] = []
         var seenEvents = false

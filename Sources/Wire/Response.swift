@@ -4,8 +4,8 @@ import Projections
 /// The response lines of JSON-RPC 2.0, written straight into bytes: a result already
 /// encoded, an error, and an append's result (the hot path, so without an intermediate
 /// value). Each line ends with its newline.
-enum Response {
-    static func line(id: [UInt8], result: [UInt8]) -> [UInt8] {
+package enum Response {
+    package static func line(id: [UInt8], result: [UInt8]) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(result.count + id.count + 32)
         begin(id: id, member: #","result":"#, into: &out)
@@ -15,7 +15,7 @@ enum Response {
         return out
     }
 
-    static func line(id: [UInt8], error: RPCError) -> [UInt8] {
+    package static func line(id: [UInt8], error: RPCError) -> [UInt8] {
         var out: [UInt8] = []
         begin(id: id, member: #","error":"#, into: &out)
         out.append(contentsOf: error.json())
@@ -25,11 +25,11 @@ enum Response {
     }
 
     /// `{"ids":[...],"versions":{...},"revs":{...},"appended":n}` written straight into the response line.
-    static func line(id: [UInt8], append result: Result<AppendResult, EventStoreError>) -> [UInt8] {
+    package static func line(id: [UInt8], append result: Result<AppendResult, EventStoreError>) -> [UInt8] {
         line(id: id, append: result.mapError(RPCError.init))
     }
 
-    static func line(id: [UInt8], append result: Result<AppendResult, RPCError>) -> [UInt8] {
+    package static func line(id: [UInt8], append result: Result<AppendResult, RPCError>) -> [UInt8] {
         switch result {
         case .failure(let error):
             return line(id: id, error: error)
@@ -44,7 +44,8 @@ enum Response {
             append(#"],"versions":"#, to: &out)
             members(appended.versions, into: &out) { version, out in version.appendJSON(to: &out) }
             append(#","revs":"#, to: &out)
-            members(appended.revs, into: &out) { rev, out in CanonicalWriter.appendInteger(Int(clamping: rev), to: &out) }
+            members(appended.revs, into: &out) { rev, out in CanonicalWriter.appendInteger(Int(clamping: rev), to: &out)
+            }
             append(#","appended":"#, to: &out)
             CanonicalWriter.appendInteger(appended.appended, to: &out)
             append("}}\n", to: &out)

@@ -5,20 +5,20 @@ import Synchronization
 ///
 /// The writer records once per committed group and an ingest once per batch, never per
 /// event, so the cost on the append path is one short lock per commit.
-final class AppendCounter: Sendable {
+package final class AppendCounter: Sendable {
     /// How many seconds the rate looks back.
-    static let window = 60
+    package static let window = 60
 
-    struct Snapshot: Equatable, Sendable {
+    package struct Snapshot: Equatable, Sendable {
         /// Events appended by this node's clients (repeats of an idempotency key not counted).
-        var eventsTotal: Int
+        package var eventsTotal: Int
         /// Append requests that succeeded.
-        var requestsTotal: Int
+        package var requestsTotal: Int
         /// Events received from peers and stored.
-        var receivedTotal: Int
+        package var receivedTotal: Int
         /// Events appended per second over the last `window` seconds, or over the time
         /// since the start when that is shorter.
-        var perSecond: Double
+        package var perSecond: Double
     }
 
     private struct State {
@@ -37,7 +37,7 @@ final class AppendCounter: Sendable {
     /// does not bend the rate.
     private let start: ContinuousClock.Instant
 
-    init(start: ContinuousClock.Instant = .now) {
+    package init(start: ContinuousClock.Instant = .now) {
         self.start = start
     }
 
@@ -47,7 +47,7 @@ final class AppendCounter: Sendable {
     }
 
     /// Records a committed group: `events` appended by `requests` successful requests.
-    func recordAppended(events: Int, requests: Int, at instant: ContinuousClock.Instant = .now) {
+    package func recordAppended(events: Int, requests: Int, at instant: ContinuousClock.Instant = .now) {
         let now = second(instant)
         state.withLock { state in
             state.eventsTotal += events
@@ -62,11 +62,11 @@ final class AppendCounter: Sendable {
     }
 
     /// Records events received from a peer and stored.
-    func recordReceived(events: Int) {
+    package func recordReceived(events: Int) {
         state.withLock { $0.receivedTotal += events }
     }
 
-    func snapshot(at instant: ContinuousClock.Instant = .now) -> Snapshot {
+    package func snapshot(at instant: ContinuousClock.Instant = .now) -> Snapshot {
         let now = second(instant)
         return state.withLock { state in
             var recent = 0

@@ -1,6 +1,10 @@
+// Writer: the one thread every commit goes through, taking typed jobs; it tells whoever
+// publishes commits through a protocol it owns, and knows nothing of the socket or peers.
+
 import Dispatch
 import EventStore
 import FoundationEssentials
+import Lifecycle
 import Logging
 import Projections
 import Synchronization
@@ -16,46 +20,46 @@ import UnixSocket
 ///
 /// The store is bound to this thread (`EventLog.bindWriterThread()`): a write started
 /// anywhere else fails, so no path can bypass it.
-final class Writer: Sendable {
+package final class Writer: Sendable {
     /// What a requester asks of the writer.
-    enum Work: Sendable {
+    package enum Work: Sendable {
         /// Group-committed with the other jobs waiting; `completion` gets its output.
         case write(any WriteJob, completion: @Sendable (Result<any Sendable, EventStoreError>) -> Void)
         /// Run on the writer thread alone, between groups: rebuilds and dictionary installs.
         case alone(@Sendable () -> Void)
     }
 
-    struct Job: Sendable {
+    package struct Job: Sendable {
         /// The connection that sent it (sessions and tools use negative numbers).
-        let source: Int
-        let work: Work
+        package let source: Int
+        package let work: Work
 
         /// How many events it stores at most, to bound a group.
-        var weight: Int {
+        package var weight: Int {
             guard case .write(let job, _) = work else { return 0 }
             return job.weight
         }
     }
 
-    let log: EventLog
-    let hub: WatchHub
+    package let log: EventLog
+    package let hub: any CommitPublisher
     private let queue = JobQueue()
     private let done = DispatchSemaphore(value: 0)
     /// Counters for status and benchmarks: commits made, requests committed, events written.
-    let commits = Atomic<Int>(0)
-    let requests = Atomic<Int>(0)
-    let eventsWritten = Atomic<Int>(0)
+    package let commits = Atomic<Int>(0)
+    package let requests = Atomic<Int>(0)
+    package let eventsWritten = Atomic<Int>(0)
     /// Appends and receipts since the start, and the recent append rate, for status.
-    let appends = AppendCounter()
+    package let appends = AppendCounter()
     private let logger: Logger
 
-    init(log: EventLog, hub: WatchHub, logger: Logger) {
+    package init(log: EventLog, hub: any CommitPublisher, logger: Logger) {
         self.log = log
         self.hub = hub
         self.logger = logger
     }
 
-    func start() {
+    package func start() {
         let started = DispatchSemaphore(value: 0)
         startServiceThread(name: "evstored-writer") { [self] in
             log.bindWriterThread()
@@ -69,7 +73,7 @@ final class Writer: Sendable {
 
     /// Queues a job; `completion` runs on the writer thread once its group is committed or
     /// failed. After `stop()` it fails at once with `unavailable`.
-    func submit<Job: WriteJob>(
+    package func submit<Job: WriteJob>(
         _ job: Job, from source: Int, completion: @escaping @Sendable (Result<Job.Output, EventStoreError>) -> Void
     ) {
         let work = Work.write(job) { result in
@@ -83,7 +87,7 @@ final class Writer: Sendable {
     }
 
     /// Queues a job and waits for its output (a sync session, a batch request, a method).
-    func perform<Job: WriteJob>(_ job: Job, from source: Int) throws(EventStoreError) -> Job.Output {
+    package func perform<Job: WriteJob>(_ job: Job, from source: Int) throws(EventStoreError) -> Job.Output {
         let box = Mutex<Result<Job.Output, EventStoreError>?>(nil)
         let signal = DispatchSemaphore(value: 0)
         submit(job, from: source) { result in
@@ -95,7 +99,9 @@ final class Writer: Sendable {
     }
 
     /// Runs `body` on the writer thread alone, between groups, and waits for it.
-    private func performAlone<R: Sendable>(from source: Int, _ body: @escaping @Sendable () throws(EventStoreError) -> R)
+    private func performAlone<R: Sendable>(
+        from source: Int, _ body: @escaping @Sendable () throws(EventStoreError) -> R
+    )
         throws(EventStoreError) -> R
     {
         let box = Mutex<Result<R, EventStoreError>?>(nil)
@@ -110,14 +116,14 @@ final class Writer: Sendable {
     }
 
     /// `EventLog.rebuild(verify:)` on the writer.
-    func rebuild(verify: Bool) throws(EventStoreError) -> RebuildReport {
+    package func rebuild(verify: Bool) throws(EventStoreError) -> RebuildReport {
         // Changes projections only: no event is stored, so nothing is published.
         try performAlone(from: -4) { [log] () throws(EventStoreError) in try log.rebuild(verify: verify) }
     }
 
     /// Trains a dictionary when one is due (sampling and training on the calling thread),
     /// and stores it on the writer. The new version, or nil when none was due.
-    func trainDictionaryIfDue() throws(EventStoreError) -> UInt32? {
+    package func trainDictionaryIfDue() throws(EventStoreError) -> UInt32? {
         guard try log.dictionaryTrainingDue() else { return nil }
         let prepared = try log.prepareDictionary()
         return try performAlone(from: -5) { [log] () throws(EventStoreError) in try log.install(prepared) }
@@ -127,7 +133,7 @@ final class Writer: Sendable {
     private static let stopping = EventStoreError(.unavailable, "the daemon is stopping; retry when it is back")
 
     /// Commits what is queued, then ends the thread and waits for it.
-    func stop() {
+    package func stop() {
         queue.close()
         done.wait()
         // The thread is gone: the store is its owner's again (a tool's final check).
@@ -171,14 +177,16 @@ final class Writer: Sendable {
 
     /// How long the writer waits for the rest of a group, seconds: less than a durable
     /// commit on a laptop SSD, so gathering never costs more than a second sync would.
-    static let gatherPatience = 0.001
+    package static let gatherPatience = 0.001
     /// A client that appended within this window counts as active.
-    static let activeWindow = Duration.milliseconds(20)
+    package static let activeWindow = Duration.milliseconds(20)
 
     private func commit(_ jobs: [Job]) {
         let writes: [(job: any WriteJob, completion: @Sendable (Result<any Sendable, EventStoreError>) -> Void)] =
             jobs.map {
-                guard case .write(let job, let completion) = $0.work else { preconditionFailure("only writes are grouped") }
+                guard case .write(let job, let completion) = $0.work else {
+                    preconditionFailure("only writes are grouped")
+                }
                 return (job, completion)
             }
         var outcomes: [Result<Committed, EventStoreError>]
@@ -209,7 +217,9 @@ final class Writer: Sendable {
             counts.received += committed.counts.received
         }
         eventsWritten.add(counts.appended + counts.received, ordering: .relaxed)
-        if counts.appendRequests > 0 { appends.recordAppended(events: counts.appended, requests: counts.appendRequests) }
+        if counts.appendRequests > 0 {
+            appends.recordAppended(events: counts.appended, requests: counts.appendRequests)
+        }
         if counts.received > 0 { appends.recordReceived(events: counts.received) }
         for (write, outcome) in zip(writes, outcomes) { write.completion(outcome.map(\.output)) }
     }

@@ -1,10 +1,11 @@
 import Arguments
+@testable import Daemon
 import Foundation
+@testable import Server
 import TestSupport
 import Testing
 import UnixSocket
-
-@testable import Daemon
+@testable import Writer
 
 /// Whether this process may run clients under other users' credentials: the tests of
 /// refusals need a client that is neither root nor the daemon's user, and only root can

@@ -1,11 +1,13 @@
+@testable import Daemon
 import EventStore
 import Foundation
 import Logging
 import Projections
+@testable import Replication
+@testable import Server
 import StoreTestSupport
 import Testing
-
-@testable import Daemon
+@testable import Writer
 
 /// The admission stage between a parsed append and the writer: it refuses what the client
 /// may not do, answers what has nothing to write, and admits the rest as the writer's job.

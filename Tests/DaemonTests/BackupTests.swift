@@ -1,9 +1,10 @@
+@testable import Daemon
 import Foundation
+@testable import Server
 import Synchronization
 import Testing
 import UnixSocket
-
-@testable import Daemon
+@testable import Writer
 
 /// `backup` writes where a client names, with the daemon's rights: these tests plant what a
 /// client with write access could plant there, and check that the daemon neither writes

@@ -1,8 +1,10 @@
 import Arguments
-import Foundation
-import Testing
-
 @testable import Daemon
+import Foundation
+@testable import Server
+import Testing
+@testable import Wire
+@testable import Writer
 
 @Suite("Configuration and request decoding")
 struct ConfigurationTests {

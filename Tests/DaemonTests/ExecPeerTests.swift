@@ -1,9 +1,10 @@
+@testable import Daemon
 import Foundation
+@testable import Server
 import TestSupport
 import Testing
 import UnixSocket
-
-@testable import Daemon
+@testable import Writer
 
 /// An `exec:` peer's command runs as the daemon's user: through the socket, only root, the
 /// daemon's own user and `exec_users` may give one, whether or not the access lists are set.

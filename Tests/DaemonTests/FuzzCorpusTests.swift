@@ -1,10 +1,12 @@
+@testable import Daemon
 import EventStore
 import Foundation
 import Projections
+@testable import Replication
+@testable import Server
 import TestSupport
 import Testing
-
-@testable import Daemon
+@testable import Writer
 
 /// The request and sync-stream fuzzers' seeds and regressions (Fuzz/Corpus,
 /// Fuzz/Regressions), replayed through the fuzzers' entry points: each input must end in an

@@ -1,7 +1,8 @@
-import Foundation
-import Testing
-
 @testable import Daemon
+import Foundation
+@testable import Server
+import Testing
+@testable import Writer
 
 /// The `import` method against a real daemon: stored events in, ids and origins kept.
 @Suite("import method")

@@ -1,7 +1,9 @@
-import Foundation
-import Testing
-
 @testable import Daemon
+import Foundation
+@testable import Server
+import Testing
+@testable import Wire
+@testable import Writer
 
 @Suite("JSONWriter")
 struct JSONWriterTests {

@@ -1,7 +1,8 @@
-import Foundation
-import Testing
-
 @testable import Daemon
+import Foundation
+@testable import Server
+import Testing
+@testable import Writer
 
 /// The method table is what a running daemon answers by: every method it lists is served,
 /// checks its params against the table's members, and needs the table's level.

@@ -1,9 +1,11 @@
+@testable import Daemon
 import EventStore
 import Foundation
 import Projections
+@testable import Server
 import Testing
-
-@testable import Daemon
+@testable import Wire
+@testable import Writer
 
 /// A notification (and a `log` page) is made from the payload the writer stored, with the
 /// id put in its place: byte for byte what encoding the event again gives, whatever the
@@ -45,7 +47,7 @@ struct NotificationJSONTests {
         for item in stored + page.events {
             let payload = try #require(item.payload)
             #expect(EventCodec.idPosition(inPayload: payload, hasKey: item.event.key != nil) != nil)
-            let spliced = Methods.storedEventJSON(item)
+            let spliced = EventJSON.stored(item)
             var encoded: [UInt8] = []
             EventCodec.encodeStored(item.event, includeID: true, into: &encoded)
             encoded.removeLast()

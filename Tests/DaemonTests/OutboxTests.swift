@@ -1,9 +1,10 @@
+@testable import Daemon
 import Foundation
+@testable import Server
 import Synchronization
 import Testing
 import UnixSocket
-
-@testable import Daemon
+@testable import Writer
 
 /// Plays a connection's event loop for `outbox` in a test: flushes it whenever it asks,
 /// and again while the socket is full, until it is done.

@@ -1,7 +1,9 @@
+@testable import Daemon
+@testable import Lifecycle
+@testable import Server
 import Synchronization
 import Testing
-
-@testable import Daemon
+@testable import Writer
 
 /// The daemon's services start in order and stop in reverse; a failed start stops those
 /// started before it, and only those.

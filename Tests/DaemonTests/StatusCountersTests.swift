@@ -1,7 +1,8 @@
-import Foundation
-import Testing
-
 @testable import Daemon
+import Foundation
+@testable import Server
+import Testing
+@testable import Writer
 
 @Suite("status counters and the types method")
 struct StatusCountersTests {

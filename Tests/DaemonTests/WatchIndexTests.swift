@@ -1,12 +1,14 @@
+@testable import Daemon
 import EventStore
 import Logging
 import Projections
+@testable import Server
 import StoreTestSupport
 import TestSupport
 import Testing
 import UnixSocket
-
-@testable import Daemon
+@testable import Wire
+@testable import Writer
 
 /// The subscription index offers each event to the watches that can want it, and no others;
 /// the hub's slots count the watches held per connection and overall.

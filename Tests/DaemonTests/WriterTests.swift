@@ -1,14 +1,15 @@
+@testable import Daemon
 import EventStore
 import Foundation
 import Logging
 import Projections
+@testable import Server
 import StoreTestSupport
 import Synchronization
 import TestSupport
 import Testing
 import UnixSocket
-
-@testable import Daemon
+@testable import Writer
 
 /// The one writer: every write of the daemon runs on its thread, requests of every kind share
 /// its commits, and watchers get what it committed from memory, in seq order.

@@ -1,5 +1,8 @@
 import EventStore
 import Projections
+import Server
+import Wire
+import Writer
 
 // The admission stage. Its rule: it decides what becomes of a parsed `append` from the
 // request and the client alone, before the writer sees it; what needs the store (if_match,

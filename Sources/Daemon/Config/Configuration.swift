@@ -2,6 +2,8 @@ import FoundationEssentials
 import LayeredConfiguration
 import Logging
 import Projections
+import Replication
+import Server
 import UnixSocket
 
 #if canImport(Glibc)
@@ -11,10 +13,7 @@ import UnixSocket
 /// The daemon's settings, from (strongest first) flags, `EVSTORE_*` environment variables,
 /// the JSON config file and the defaults.
 struct Configuration: Equatable, Sendable {
-    struct Peer: Equatable, Sendable {
-        var name: String
-        var url: String
-    }
+    typealias Peer = NamedPeer
 
     enum Durability: String, Sendable {
         /// Every commit waits for the disk.
@@ -375,7 +374,8 @@ struct Configuration: Equatable, Sendable {
         var configuration = Configuration(
             dataDirectory: defaultDataDirectory(environment), socketPath: defaultSocketPath(environment))
         var file = commandLine.configFile ?? environment["EVSTORE_CONFIG"]
-        if file == nil, environment["STATE_DIRECTORY"] != nil, FileManager.default.fileExists(atPath: systemConfigFile) {
+        if file == nil, environment["STATE_DIRECTORY"] != nil, FileManager.default.fileExists(atPath: systemConfigFile)
+        {
             file = systemConfigFile
         }
         configuration.configFile = file
@@ -383,7 +383,8 @@ struct Configuration: Equatable, Sendable {
             file: file, keys: layerKeys, environment: environment, commandLine: commandLine.values,
             refusal: { Invalid(message: $0.message) },
             member: { (key, value, source) throws(Invalid) in try configuration.apply(key, value, source: source) },
-            value: { (value) throws(Invalid) in try configuration.set(value.key, text: value.text, source: value.source) }
+            value: { (value) throws(Invalid) in try configuration.set(value.key, text: value.text, source: value.source)
+            }
         )
         guard configuration.peers.count <= configuration.maxPeers else {
             throw Invalid(
@@ -640,5 +641,56 @@ extension String {
             return ""
         }
         return String(self[first...last])
+    }
+}
+
+// The settings of each layer, from the configuration.
+
+extension Limits {
+    /// The limits `configuration` sets.
+    init(_ configuration: Configuration) {
+        self.init(
+            maxLineBytes: configuration.maxLineBytes,
+            watchQueueEvents: configuration.watchQueueEvents,
+            maxConnections: configuration.maxConnections,
+            idleTimeoutSeconds: configuration.idleTimeoutSeconds,
+            lineTimeoutSeconds: configuration.lineTimeoutSeconds,
+            maxQueuedResponseBytes: configuration.maxQueuedResponseBytes,
+            maxUnansweredBytes: configuration.maxUnansweredBytes,
+            maxBatchRequests: configuration.maxBatchRequests,
+            maxBatchResponseBytes: configuration.maxBatchResponseBytes,
+            watchQueueBytes: configuration.watchQueueBytes,
+            minReadBytesPerSecond: configuration.minReadBytesPerSecond,
+            slowReadWindowSeconds: configuration.slowReadWindowSeconds,
+            maxIncomingSessions: configuration.maxIncomingSessions)
+    }
+}
+
+extension WatchLimits {
+    init(_ configuration: Configuration) {
+        self.init(perConnection: configuration.maxWatchesPerConnection, total: configuration.maxWatches)
+    }
+}
+
+extension SyncService.Settings {
+    init(_ configuration: Configuration) {
+        self.init(
+            interval: Double(configuration.syncIntervalSeconds),
+            backoffBase: Double(configuration.backoffBaseSeconds),
+            backoffCap: Double(configuration.backoffCapSeconds),
+            timeout: Double(configuration.syncTimeoutSeconds),
+            maxIncomingSessions: configuration.maxIncomingSessions,
+            maxOutgoingSessions: configuration.maxOutgoingSessions,
+            maxPeers: configuration.maxPeers,
+            requestThreads: configuration.requestThreads,
+            configPeers: configuration.peers,
+            sshCommand: (try? ShellWords.split(configuration.sshCommand)) ?? ["ssh"],
+            limits: SyncLimits(
+                sessionSeconds: Double(configuration.syncSessionMaxSeconds),
+                reconcileRounds: configuration.syncReconcileMaxRounds,
+                reconcileBytes: configuration.syncReconcileMaxBytes,
+                reconcileIDs: configuration.syncReconcileMaxIDs,
+                deadLetters: configuration.syncSessionMaxDeadLetters,
+                verifyEvents: configuration.syncVerifyEvents))
     }
 }

@@ -2,8 +2,12 @@ import EventStore
 import FoundationEssentials
 import Logging
 import Projections
+import Replication
+import Server
 import Synchronization
 import UnixSocket
+import Wire
+import Writer
 
 /// Entry points for the fuzzers in `Fuzz/` and for the tests that replay their corpora and
 /// regressions. Each runs one input through the code the daemon runs and returns what came

@@ -1,3 +1,6 @@
+import Server
+import Wire
+
 /// One method of the socket API: its name, the access it needs, the members its params may
 /// have and who answers it.
 struct Method: Sendable {
@@ -26,7 +29,7 @@ struct Method: Sendable {
 enum MethodTable {
     /// The two the connection answers itself (`Handler.connection`), whose names the
     /// transport and the request parser look for.
-    static let append = "append"
+    static let append = RequestParser.appendMethod
     static let watch = "watch"
 
     static let methods: [Method] = [
@@ -118,5 +121,23 @@ extension Params {
         let method = MethodTable[request.method]
         try self.init(
             request.params, method: request.method, accepts: method?.params ?? [], verbatim: method?.verbatim ?? [])
+    }
+}
+
+extension MethodAccess {
+    /// Each method's level, from the method table.
+    static var required: [String: AccessLevel] { MethodTable.byName.mapValues(\.access) }
+
+    /// The level `method` needs; an unknown method needs `.read`, so a reader learns it does
+    /// not exist and a client with no access learns nothing.
+    static func level(for method: String) -> AccessLevel { MethodTable[method]?.access ?? .read }
+}
+
+extension ClientAccess {
+    /// The refusal of `method` (nil when it is allowed).
+    func refusal(of method: String) -> RPCError? {
+        let needed = MethodAccess.level(for: method)
+        guard grant.level < needed else { return nil }
+        return RPCError.application(.forbidden, refusalMessage(doing: "\(method) is refused"))
     }
 }

@@ -1,6 +1,8 @@
 import EventStore
 import FoundationEssentials
 import Projections
+import Replication
+import Wire
 
 /// Sync truth down to the item (`get` with `sync`, `list` with `pending_for`,
 /// `peers.show`) and the one view of what needs attention (`attention`).
@@ -229,7 +231,9 @@ extension Methods {
         var ids = Set<ULID>()
         for element in elements { ids.insert(try Methods.id(element, being: "an event id")) }
         let gone = try DivergenceLedger.records(log).filter { ids.contains($0.id) }
-        if !gone.isEmpty { try writer.perform(PeerEntriesJob(gone.map { PeerEntry(key: $0.key, value: nil) }), from: -3) }
+        if !gone.isEmpty {
+            try writer.perform(PeerEntriesJob(gone.map { PeerEntry(key: $0.key, value: nil) }), from: -3)
+        }
         var out = JSONWriter()
         out.beginObject()
         out.member("dismissed", gone.count)

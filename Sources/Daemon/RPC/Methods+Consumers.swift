@@ -1,4 +1,5 @@
 import EventStore
+import Wire
 
 /// Durable consumers: named cursors over the commit sequence, kept in the store, so a
 /// reader of `log` or `watch` (a bridge to HQ, a search index) resumes where it stopped

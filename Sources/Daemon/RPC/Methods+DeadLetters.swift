@@ -1,5 +1,6 @@
 import EventStore
 import Projections
+import Wire
 
 /// `dead_letters.retry` and `dead_letters.drop`: dead letters a person acts on, on the writer.
 extension Methods {
@@ -41,7 +42,8 @@ extension Methods {
     private func deadLetterIDs(_ request: Request, method: String) throws(RPCError) -> [ULID] {
         let params = try Params(request)
         guard let elements = try params.array("ids"), !elements.isEmpty else {
-            throw RPCError.invalidParams("\(method) takes \"ids\": the keys or event ids of dead letters (dead_letters lists them)")
+            throw RPCError.invalidParams(
+                "\(method) takes \"ids\": the keys or event ids of dead letters (dead_letters lists them)")
         }
         let limit = EventLog.maxDeadLetterIDsPerCall
         guard elements.count <= limit else {

@@ -1,5 +1,8 @@
 import EventStore
 import FoundationEssentials
+import Replication
+import Server
+import Wire
 
 /// Replication through the socket: `sync` now, and the peers of `peers.add`, `.remove`
 /// and `.list`.

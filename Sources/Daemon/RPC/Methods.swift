@@ -1,6 +1,11 @@
 import EventStore
 import FoundationEssentials
+import Lifecycle
 import Projections
+import Replication
+import Server
+import Wire
+import Writer
 
 /// The socket API's methods that answer at once (reads and maintenance); `append` and
 /// `watch` go through the connection, which owns their ordering.
@@ -36,7 +41,7 @@ struct Methods: Sendable {
     func call(_ request: Request, level: AccessLevel = .full) throws(RPCError) -> [UInt8] {
         do {
             guard let method = MethodTable[request.method], case .methods(let handler) = method.handler else {
-                throw RPCError.methodNotFound(request.method)
+                throw RPCError.methodNotFound(request.method, methods: Methods.names)
             }
             return try handler(self, request, level)
         } catch let error as RPCError {
@@ -115,7 +120,7 @@ struct Methods: Sendable {
         out.beginObject()
         out.key("events")
         out.beginArray()
-        for item in page.events { out.raw(Methods.storedEventJSON(item)) }
+        for item in page.events { out.raw(EventJSON.stored(item)) }
         out.endArray()
         out.key("next")
         if let next = page.next { out.int(Int(clamping: next)) } else { out.null() }
@@ -146,42 +151,6 @@ struct Methods: Sendable {
         return JSONWriter.page("events", page.events, next: page.next?.description, capacity: page.events.count * 256) {
             out, event in out.raw(EventCodec.encodeStored(event, includeID: true))
         }
-    }
-
-    /// A stored event as `log` and `watch` give it: its canonical JSON with `seq` added
-    /// as the last member (it is this node's, not part of the event).
-    static func storedEventJSON(_ item: SequencedEvent) -> [UInt8] {
-        var out: [UInt8] = []
-        storedEventJSON(item, into: &out)
-        return out
-    }
-
-    static func storedEventJSON(_ item: borrowing SequencedEvent, into out: inout [UInt8]) {
-        // From the payload the writer stored, with the id put in its place: the same bytes
-        // as encoding the event again, for a copy.
-        if let payload = item.payload, payload.last == UInt8(ascii: "}"),
-            let at = EventCodec.idPosition(inPayload: payload, hasKey: item.event.key != nil)
-        {
-            let start = out.count
-            out.append(contentsOf: payload[..<at])
-            out.append(contentsOf: #""id":"#.utf8)
-            item.event.id.appendJSON(to: &out)
-            out.append(UInt8(ascii: ","))
-            out.append(contentsOf: payload[at..<(payload.count - 1)])
-            out.append(contentsOf: #","seq":"#.utf8)
-            CanonicalWriter.appendInteger(Int(clamping: item.seq), to: &out)
-            out.append(UInt8(ascii: "}"))
-            assert(
-                out[start...].elementsEqual(storedEventJSON(SequencedEvent(seq: item.seq, event: item.event))),
-                "a notification spliced from the payload differs from the event's encoding")
-            return
-        }
-        EventCodec.encodeStored(item.event, includeID: true, into: &out)
-        guard out.last == UInt8(ascii: "}") else { return }
-        out.removeLast()
-        out.append(contentsOf: Array(#","seq":"#.utf8))
-        CanonicalWriter.appendInteger(Int(clamping: item.seq), to: &out)
-        out.append(UInt8(ascii: "}"))
     }
 
     func status(_ request: Request) throws -> [UInt8] {
@@ -237,7 +206,12 @@ struct Methods: Sendable {
             out.member("url", peer.peer.url)
             out.member("state", peer.schedule.state.rawValue)
             out.member("last_success", peer.schedule.lastSuccess.map { EventLog.timestamp(milliseconds: $0) })
-            if let pending = peer.pending { out.member("pending", pending) } else { out.key("pending"); out.null() }
+            if let pending = peer.pending {
+                out.member("pending", pending)
+            } else {
+                out.key("pending")
+                out.null()
+            }
             out.member("failures", peer.schedule.failures)
             out.member("next_attempt", EventLog.timestamp(milliseconds: peer.schedule.nextAttempt))
             out.key("last_error")

@@ -1,19 +1,9 @@
 import EventStore
 import FoundationEssentials
 import Projections
+import Server
 import Synchronization
-
-/// What a session asks of the connection it serves.
-protocol RPCSessionOwner: AnyObject, Sendable {
-    /// `bytes` of requests were answered later than they ran (an append, once committed).
-    func answered(_ bytes: Int)
-    /// A watch begins catching up on a catch-up thread: no request may run until it has joined.
-    func catchingUp()
-    /// The catch-up ended: the requests after it run.
-    func caughtUp()
-    /// Whether the client has hung up (a batch stops there).
-    var clientHasLeft: Bool { get }
-}
+import Wire
 
 /// One client's JSON-RPC session: runs each parsed line — a request, a batch, an invalid
 /// line — puts the answers in the outbox in order, sends appends through the admission stage
@@ -22,26 +12,45 @@ protocol RPCSessionOwner: AnyObject, Sendable {
 /// It is used by one thread at a time: the request thread running its connection's `drain`
 /// (or, while a watch catches up and no request runs, the catch-up thread). The connection
 /// reads, queues and schedules; the session dispatches; `Response` encodes.
-final class RPCSession: @unchecked Sendable {
+final class RPCSession: ConnectionSession, @unchecked Sendable {
     let outbox: Outbox
     let context: ServerContext
     let client: ClientAccess
     let identifier: Int
     let limits: Limits
+    let methods: Methods
+    /// What becomes of each append before the writer.
+    let admission: Admission
     /// Set once, before the first request.
-    weak var owner: (any RPCSessionOwner)?
+    weak var owner: (any SessionOwner)?
     /// How many watches it holds (read from the loop's thread).
-    let watchCount = Atomic<Int>(0)
+    private let watches = Atomic<Int>(0)
     private var subscriptions: [Subscription] = []
     /// Whether a refusal was logged (the first at notice level, later ones at debug).
     private var refusalLogged = false
 
-    init(outbox: Outbox, context: ServerContext, client: ClientAccess, identifier: Int, limits: Limits) {
+    init(
+        outbox: Outbox, context: ServerContext, methods: Methods, admission: Admission, client: ClientAccess,
+        identifier: Int, limits: Limits
+    ) {
         self.outbox = outbox
+        self.methods = methods
+        self.admission = admission
         self.context = context
         self.client = client
         self.identifier = identifier
         self.limits = limits
+    }
+
+    var watchCount: Int { watches.load(ordering: .relaxed) }
+
+    func isAppend(_ parsed: ParsedLine) -> Bool {
+        if case .single(.request(let request)) = parsed, request.method == MethodTable.append,
+            case .events = request.params
+        {
+            return true
+        }
+        return false
     }
 
     /// Stores the appends among `lines` that the admission stage admits, their answers
@@ -59,7 +68,7 @@ final class RPCSession: @unchecked Sendable {
     func endWatches() {
         for subscription in subscriptions { context.hub.remove(subscription) }
         subscriptions.removeAll()
-        watchCount.store(0, ordering: .relaxed)
+        watches.store(0, ordering: .relaxed)
     }
 
     /// Runs one parsed line; false when its bytes are answered later (an append, by the
@@ -99,7 +108,7 @@ final class RPCSession: @unchecked Sendable {
 
     /// What the admission stage makes of an append's events; a refusal of access is logged.
     func admit(_ events: [InputEvent]) -> Admission.Outcome {
-        let outcome = context.admission.decide(events, from: client)
+        let outcome = admission.decide(events, from: client)
         if outcome.isAccessRefusal, case .refuse(let error) = outcome {
             logRefusal(MethodTable.append, message: error.message)
         }
@@ -153,7 +162,7 @@ final class RPCSession: @unchecked Sendable {
             }
         } else {
             do throws(RPCError) {
-                result = .success(try context.methods.call(request, level: client.grant.level))
+                result = .success(try methods.call(request, level: client.grant.level))
             } catch {
                 result = .failure(error)
             }
@@ -207,7 +216,7 @@ final class RPCSession: @unchecked Sendable {
         do {
             if try context.hub.start(subscription, after: after, log: context.writer.log) {
                 subscriptions.append(subscription)
-                watchCount.store(subscriptions.count, ordering: .relaxed)
+                watches.store(subscriptions.count, ordering: .relaxed)
             }
         } catch {
             context.logger.error("watch: reading the log failed: \(error)")
@@ -275,5 +284,20 @@ final class RPCSession: @unchecked Sendable {
         guard answered > 0 else { return }  // only notifications: nothing is sent
         out.append(contentsOf: [UInt8(ascii: "]"), 0x0A])
         outbox.push(out)
+    }
+}
+
+/// Makes each connection's JSON-RPC session, with the methods and the admission stage every
+/// session shares.
+struct RPCSessions: SessionFactory {
+    let methods: Methods
+    let admission = Admission()
+
+    func session(
+        context: ServerContext, outbox: Outbox, client: ClientAccess, identifier: Int, limits: Limits
+    ) -> any ConnectionSession {
+        RPCSession(
+            outbox: outbox, context: context, methods: methods, admission: admission, client: client,
+            identifier: identifier, limits: limits)
     }
 }

@@ -1,5 +1,7 @@
 import EventStore
 import FoundationEssentials
+import Server
+import Wire
 
 #if canImport(Glibc)
     import Glibc

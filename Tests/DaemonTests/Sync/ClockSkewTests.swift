@@ -1,11 +1,12 @@
+@testable import Daemon
 import EventStore
 import Foundation
 import Projections
+@testable import Server
 import StoreTestSupport
 import TestSupport
 import Testing
-
-@testable import Daemon
+@testable import Writer
 
 /// Stores whose wall clocks disagree by days, synced in this process: causal context
 /// decides, local ids stay monotonic and on their own clock, and each side reports the

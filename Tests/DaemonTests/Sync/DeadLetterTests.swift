@@ -1,11 +1,13 @@
+@testable import Daemon
 import EventStore
 import Foundation
 import Projections
+@testable import Replication
+@testable import Server
 import TestSupport
 import Testing
 import UnixSocket
-
-@testable import Daemon
+@testable import Writer
 
 /// Dead letters that converge: replicated events held to the protocol's limit, dead letters
 /// retried and dropped through the API, and peers that learn what became a dead letter.

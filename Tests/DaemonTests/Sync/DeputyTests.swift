@@ -1,9 +1,11 @@
+@testable import Daemon
 import Foundation
+@testable import Replication
+@testable import Server
 import TestSupport
 import Testing
 import UnixSocket
-
-@testable import Daemon
+@testable import Writer
 
 /// The daemon reaches a `unix://` peer with its own user and groups. A client that may only
 /// read and write must not borrow them: pointed at another daemon whose access lists leave

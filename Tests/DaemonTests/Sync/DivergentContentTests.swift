@@ -1,11 +1,13 @@
+@testable import Daemon
 import EventStore
 import Foundation
 import Projections
+@testable import Replication
+@testable import Server
 import TestSupport
 import Testing
 import UnixSocket
-
-@testable import Daemon
+@testable import Writer
 
 /// A hostile node hands a peer an event under the id of a third node's real event, with
 /// other content. Range fingerprints cover ids only, so without content checks the two

@@ -1,9 +1,11 @@
+@testable import Daemon
 import Foundation
+@testable import Replication
+@testable import Server
 import TestSupport
 import Testing
 import UnixSocket
-
-@testable import Daemon
+@testable import Writer
 
 /// A link that flaps (an address added and removed every 1.2 s) must not keep failing peers
 /// retrying without pause: a network change cuts a peer's wait at most once per

@@ -1,11 +1,13 @@
+@testable import Daemon
 import EventStore
 import Foundation
 import Projections
+@testable import Replication
+@testable import Server
 import TestSupport
 import Testing
 import UnixSocket
-
-@testable import Daemon
+@testable import Writer
 
 /// A peer that answers the daemon's session with whatever the test scripts: a captive
 /// portal, random bytes, another protocol version, damaged batches, invalid events, a

@@ -1,11 +1,14 @@
+@testable import Daemon
 import EventStore
 import Foundation
+@testable import Lifecycle
 import Projections
+@testable import Replication
+@testable import Server
 import TestSupport
 import Testing
 import UnixSocket
-
-@testable import Daemon
+@testable import Writer
 
 /// A hostile node that connects to the daemon's socket and starts a sync session itself:
 /// the daemon answers as responder.

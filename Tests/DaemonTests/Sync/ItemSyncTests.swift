@@ -1,11 +1,13 @@
+@testable import Daemon
 import EventStore
 import Foundation
 import Projections
+@testable import Replication
+@testable import Server
 import StoreTestSupport
 import TestSupport
 import Testing
-
-@testable import Daemon
+@testable import Writer
 
 /// Sync truth down to the item: `get` with `sync`, `list` with `pending_for`,
 /// `peers.show`, and `attention` against status's `needs_attention`, on real daemons.

@@ -1,11 +1,14 @@
+@testable import Daemon
 import EventStore
 import Foundation
+@testable import Lifecycle
 import Projections
+@testable import Replication
+@testable import Server
 import TestSupport
 import Testing
 import UnixSocket
-
-@testable import Daemon
+@testable import Writer
 
 /// Sync protocol 2: the hellos carry the versions and capabilities each side speaks, the
 /// session runs the highest both have, and a node of protocol 1 only is served as 0.4

@@ -1,9 +1,11 @@
+@testable import Daemon
 import EventStore
 import Foundation
 import Projections
+@testable import Replication
+@testable import Server
 import Testing
-
-@testable import Daemon
+@testable import Writer
 
 /// Events under the daemon's own origin that arrive from elsewhere, far ahead of its clock:
 /// by `import` and by a scripted peer's sync session, with an event of another origin where

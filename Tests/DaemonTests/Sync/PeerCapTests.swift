@@ -1,10 +1,12 @@
+@testable import Daemon
 import Foundation
+@testable import Replication
+@testable import Server
 import Synchronization
 import TestSupport
 import Testing
 import UnixSocket
-
-@testable import Daemon
+@testable import Writer
 
 /// A socket that accepts every connection, counts it and says nothing: a hung peer.
 final class SilentPeer: @unchecked Sendable {

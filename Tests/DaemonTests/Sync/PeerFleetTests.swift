@@ -1,10 +1,12 @@
+@testable import Daemon
 import Foundation
 import Projections
+@testable import Replication
+@testable import Server
 import TestSupport
 import Testing
 import UnixSocket
-
-@testable import Daemon
+@testable import Writer
 
 /// Outgoing sessions run side by side, so one silent peer holds no other back; and what a
 /// node knows of its peers' syncs survives a restart.

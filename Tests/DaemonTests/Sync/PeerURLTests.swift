@@ -1,8 +1,10 @@
+@testable import Daemon
 import Foundation
+@testable import Replication
+@testable import Server
 import TestSupport
 import Testing
-
-@testable import Daemon
+@testable import Writer
 
 /// ssh:// URLs reach ssh's command line and the remote shell: what they may hold.
 @Suite("Peer URLs")

@@ -1,12 +1,15 @@
+@testable import Daemon
 import EventStore
 import Foundation
+@testable import Lifecycle
 import Projections
+@testable import Replication
+@testable import Server
 import Synchronization
 import TestSupport
 import Testing
 import UnixSocket
-
-@testable import Daemon
+@testable import Writer
 
 /// The largest resident set of a process while it is sampled, from /proc/PID/status.
 final class PeakMemory: @unchecked Sendable {

@@ -1,13 +1,15 @@
+@testable import Daemon
 import Dispatch
 import EventStore
 import Foundation
 import Projections
+@testable import Replication
+@testable import Server
 import StoreTestSupport
 import Synchronization
 import TestSupport
 import UnixSocket
-
-@testable import Daemon
+@testable import Writer
 
 /// The shared `TempStore`, with what the sync tests add.
 extension TempStore {

@@ -1,12 +1,14 @@
+@testable import Daemon
 import EventStore
 import Foundation
 import Projections
+@testable import Replication
+@testable import Server
 import StoreTestSupport
 import TestSupport
 import Testing
 import UnixSocket
-
-@testable import Daemon
+@testable import Writer
 
 /// Sessions between stores in one process: what moves, convergence, and the holdings
 /// version vectors cannot see.
