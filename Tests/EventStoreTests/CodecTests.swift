@@ -37,6 +37,48 @@ struct CodecTests {
         #expect(restore.entity.type == "job")
     }
 
+    @Test func incrDecodesAndEncodesInKeyOrder() throws {
+        #expect(
+            try decode(#"{"entity":"job/42","kind":"incr","counter":"parts_used","amount":2}"#).change
+                == .incr(counter: "parts_used", amount: 2))
+        #expect(
+            try decode(#"{"entity":"job/42","kind":"incr","counter":"n","amount":-9223372036854775808}"#).change
+                == .incr(counter: "n", amount: Int64.min))
+        let event = Event(
+            id: ULID("01JD3Q8R5N8X6ZK2W7Y4V9B3TR")!, origin: ULID("01JD00000000000000000N0DE1")!,
+            entity: EntityKey(validated: Array("job/42".utf8)), body: .incr(counter: "parts_used", amount: -2),
+            key: "k", by: "tech-0")
+        let text = String(decoding: EventCodec.encodeStored(event), as: UTF8.self)
+        #expect(
+            text
+                == #"{"amount":-2,"by":"tech-0","counter":"parts_used","entity":"job/42","id":"01JD3Q8R5N8X6ZK2W7Y4V9B3TR","key":"k","kind":"incr","origin":"01JD00000000000000000N0DE1"}"#
+        )
+        let withoutID = EventCodec.encodeStored(event, includeID: false)
+        // Where `log` and `watch` splice the id into the stored payload.
+        let at = try #require(EventCodec.idPosition(inPayload: withoutID, hasKey: true))
+        let spliced =
+            Array(withoutID[..<at]) + Array(#""id":"01JD3Q8R5N8X6ZK2W7Y4V9B3TR","#.utf8) + Array(withoutID[at...])
+        #expect(String(decoding: spliced, as: UTF8.self) == text)
+        for (line, message) in [
+            (#"{"entity":"job/1","kind":"incr","amount":1}"#, "needs \"counter\""),
+            (#"{"entity":"job/1","kind":"incr","counter":"n"}"#, "needs \"amount\""),
+            (#"{"entity":"job/1","kind":"incr","counter":"n","amount":1.5}"#, "must be an integer"),
+            (#"{"entity":"job/1","kind":"incr","counter":"n","amount":"1"}"#, "must be an integer"),
+            (#"{"entity":"job/1","kind":"incr","counter":"n","amount":9223372036854775808}"#, "must be an integer"),
+            (#"{"entity":"job/1","kind":"incr","counter":"n","amount":1e3}"#, "must be an integer"),
+            (#"{"entity":"job/1","kind":"incr","counter":"9n","amount":1}"#, "counter name"),
+            (#"{"entity":"job/1","kind":"incr","counter":"n","amount":1,"set":"s"}"#, "\"set\" is not allowed"),
+            (#"{"entity":"job/1","kind":"edit","fields":{"a":1},"amount":1}"#, "\"amount\" is not allowed"),
+            (#"{"entity":"job/1","kind":"add","set":"s","element":1,"counter":"n"}"#, "\"counter\" is not allowed"),
+        ] {
+            #expect {
+                try decode(line)
+            } throws: { error in
+                (error as? EventStoreError)?.message.contains(message) ?? false
+            }
+        }
+    }
+
     @Test("resolve is an input flag of an edit: decoded, listed among the members, never stored")
     func resolveFlag() throws {
         let edit = #"{"entity":"job/1","kind":"edit","fields":{"a":1}"#
@@ -164,7 +206,8 @@ struct CodecTests {
         let kinds: [EventBody] = [
             .status("on_site", base: [base]), .add(set: "parts", element: .string("v")),
             .remove(set: "parts", element: .string("v"), observed: [base]), .delete, .restore(base: [base]),
-            .status("x", base: []),
+            .status("x", base: []), .incr(counter: "parts_used", amount: -3),
+            .incr(counter: "n", amount: Int64.min),
         ]
         for body in kinds {
             var copy = event

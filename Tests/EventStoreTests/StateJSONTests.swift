@@ -273,7 +273,10 @@ private struct Scenario {
 
     mutating func body(_ state: EntityState) -> EventBody {
         if state.isDeleted, Int.random(in: 0..<3, using: &rng) > 0 { return .restore(base: state.liveDeletes) }
-        switch Int.random(in: 0..<20, using: &rng) {
+        switch Int.random(in: 0..<23, using: &rng) {
+        case 20..<23:
+            let amount = [1, -2, 40, Int64.max, Int64.min].randomElement(using: &rng)!
+            return .incr(counter: ["used", "b.c"].randomElement(using: &rng)!, amount: amount)
         case 0..<8:
             var chosen = Array(fieldNames.shuffled(using: &rng).prefix(Int.random(in: 1...3, using: &rng)))
             chosen.sort { $0.utf8.lexicographicallyPrecedes($1.utf8) }

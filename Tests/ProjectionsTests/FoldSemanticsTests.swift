@@ -26,6 +26,30 @@ struct FoldSemanticsTests {
         )
     }
 
+    @Test func countersAddUpInAnyOrderAndPastSixtyFourBits() throws {
+        let incrs: [Event] = [
+            Event(id: id(1), origin: a, entity: job, body: .incr(counter: "parts_used", amount: 2)),
+            Event(id: id(2), origin: b, entity: job, body: .incr(counter: "parts_used", amount: -5)),
+            Event(id: id(3), origin: a, entity: job, body: .incr(counter: "visits", amount: Int64.max)),
+            Event(id: id(4), origin: b, entity: job, body: .incr(counter: "visits", amount: Int64.max)),
+        ]
+        let expected =
+            #"{"conflicts":{"fields":{},"status":[]},"counters":{"parts_used":-3,"visits":18446744073709551614},"deleted":false,"entity":"job/42","events":4,"fields":{},"sets":{},"status":null,"version":"#
+        for order in [incrs, incrs.reversed(), [incrs[2], incrs[0], incrs[3], incrs[1]]] {
+            #expect(render(order).hasPrefix(expected))
+            var state = EntityState(entity: job)
+            for event in order { #expect(state.apply(event, isFolded: { _ in false }) == .applied) }
+            #expect(state == Projection.fold(job, incrs))
+            let decoded = try EntityState(entity: job, decoding: state.encoded())
+            #expect(decoded == state)
+        }
+        #expect(Projection.fold(job, incrs).counter("parts_used") == -3)
+        #expect(Projection.fold(job, incrs).counter("absent") == nil)
+        // No counter: the encoding (so the digest) is what it was before counters.
+        let plain = Projection.fold(job, [edit(1, a, [("n", "1")])])
+        #expect(!String(decoding: plain.canonicalJSON(history: []), as: UTF8.self).contains("counters"))
+    }
+
     @Test func lastWriterInCausalOrderWins() {
         let first = edit(1, a, [("address", "\"12 Main St\""), ("phone", "\"+1555\"")])
         let second = edit(2, a, [("address", "\"14 Main St\"")], base: [("address", [first.id])])

@@ -50,7 +50,11 @@ struct Replica {
             guard Bool.random(using: &rng) else { return nil }
             body = .restore(base: state.liveDeletes)
         } else {
-            switch Int.random(in: 0..<20, using: &rng) {
+            switch Int.random(in: 0..<23, using: &rng) {
+            case 20..<23:
+                // Amounts at the ends of 64 bits as well: concurrent ones sum past them.
+                let amount = [1, -1, 5, Int64.max, Int64.min].randomElement(using: &rng)!
+                body = .incr(counter: ["parts_used", "visits"].randomElement(using: &rng)!, amount: amount)
             case 0..<7:
                 var chosen = Array(fields.shuffled(using: &rng).prefix(Int.random(in: 1...2, using: &rng)))
                 chosen.sort()

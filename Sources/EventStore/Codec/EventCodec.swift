@@ -3,7 +3,7 @@ import Projections
 /// Decoding of the input form and the stored form, and the canonical JSON encoding of
 /// stored events. Each input is decoded once; canonical bytes are written directly.
 public enum EventCodec {
-    static let inputKeys = "entity, kind, status, fields, set, element, key, by, at, if_match, resolve"
+    static let inputKeys = "entity, kind, status, fields, set, element, counter, amount, key, by, at, if_match, resolve"
 
     /// Everything an event object may carry, as read off the wire, before the kind is known.
     struct Members {
@@ -13,6 +13,8 @@ public enum EventCodec {
         var fields: [FieldChange]?
         var set: [UInt8]?
         var element: JSONBytes?
+        var counter: [UInt8]?
+        var amount: JSONBytes?
         var key: [UInt8]?
         var by: [UInt8]?
         var at: JSONBytes?
@@ -27,7 +29,9 @@ public enum EventCodec {
 
     /// The members an event object may have, found by their bytes without making strings.
     enum Member: String, CaseIterable {
-        case entity, kind, status, fields, set, element, key, by, at, id, origin, base, observed, resolve, seq
+        case entity, kind, status, fields, set, element, counter, amount, key, by, at, id, origin, base, observed,
+            resolve
+        case seq
         case ifMatch = "if_match"
 
         static let kinds: [[UInt8]: EventKind] = Dictionary(
@@ -109,20 +113,21 @@ public enum EventCodec {
 
     static func change(from m: Members) throws(EventStoreError) -> InputEvent.Change {
         guard let kindBytes = m.kind else {
-            throw .invalid("\"kind\" is required: one of edit, status, add, remove, delete, restore")
+            throw .invalid("\"kind\" is required: one of \(EventKind.names)")
         }
         guard let kind = Member.kinds[kindBytes] else {
             throw .invalid(
-                "kind \"\(String(decoding: kindBytes.prefix(40), as: UTF8.self))\" is not one of edit, status, add, remove, delete, restore"
+                "kind \"\(String(decoding: kindBytes.prefix(40), as: UTF8.self))\" is not one of \(EventKind.names)"
             )
         }
         // Members that belong to another kind are errors, not silently ignored.
-        let (status, fields, set, element) =
+        let (status, fields, set, element, counter) =
             switch kind {
-            case .edit: (false, true, false, false)
-            case .status: (true, false, false, false)
-            case .add, .remove: (false, false, true, true)
-            case .delete, .restore: (false, false, false, false)
+            case .edit: (false, true, false, false, false)
+            case .status: (true, false, false, false, false)
+            case .add, .remove: (false, false, true, true, false)
+            case .delete, .restore: (false, false, false, false, false)
+            case .incr: (false, false, false, false, true)
             }
         func notAllowed(_ name: String) -> EventStoreError {
             .invalid("\"\(name)\" is not allowed on a \"\(kind.rawValue)\" event")
@@ -131,6 +136,8 @@ public enum EventCodec {
         if m.fields != nil, !fields { throw notAllowed("fields") }
         if m.set != nil, !set { throw notAllowed("set") }
         if m.element != nil, !element { throw notAllowed("element") }
+        if m.counter != nil, !counter { throw notAllowed("counter") }
+        if m.amount != nil, !counter { throw notAllowed("amount") }
         switch kind {
         case .edit:
             guard let fields = m.fields else {
@@ -150,7 +157,29 @@ public enum EventCodec {
             return kind == .add ? .add(set: name, element: element) : .remove(set: name, element: element)
         case .delete: return .delete
         case .restore: return .restore
+        case .incr:
+            guard let counter = m.counter else { throw .invalid("an incr event needs \"counter\": the counter's name") }
+            let name = try Validation.name(counter, what: "counter name")
+            guard let amount = m.amount else {
+                throw .invalid("an incr event needs \"amount\": an integer to add (negative to subtract)")
+            }
+            return .incr(counter: name, amount: try Self.amount(amount))
         }
+    }
+
+    /// An `incr`'s amount: an integer (no fraction, no exponent) within a signed 64-bit integer.
+    static func amount(_ value: JSONBytes) throws(EventStoreError) -> Int64 {
+        let bytes = value.bytes
+        let digits = bytes.first == UInt8(ascii: "-") ? bytes.dropFirst() : bytes[...]
+        guard !digits.isEmpty, digits.count <= 19, digits.allSatisfy({ (0x30...0x39).contains($0) }),
+            digits.first != UInt8(ascii: "0") || digits.count == 1,
+            let amount = Int64(String(decoding: bytes, as: UTF8.self))
+        else {
+            throw .invalid(
+                "\"amount\" must be an integer from -9223372036854775808 to 9223372036854775807, without a fraction or exponent"
+            )
+        }
+        return amount
     }
 
     static func readMembers(_ scanner: inout JSONScanner, stored: Bool) throws(EventStoreError) -> Members {
@@ -166,6 +195,8 @@ public enum EventCodec {
                 case .key: m.key = try stringMember(&s, "key")
                 case .by: m.by = try stringMember(&s, "by")
                 case .element: m.element = try canonical(&s)
+                case .counter: m.counter = try stringMember(&s, "counter")
+                case .amount: m.amount = try canonical(&s)
                 case .at:
                     let at = try canonical(&s)
                     guard let first = at.bytes.first,
@@ -194,7 +225,7 @@ public enum EventCodec {
                     let shown = String(String(decoding: key, as: UTF8.self).prefix(40))
                     let allowed =
                         stored
-                        ? "entity, kind, id, origin, base, observed, status, fields, set, element, key, by, at"
+                        ? "entity, kind, id, origin, base, observed, status, fields, set, element, counter, amount, key, by, at"
                         : inputKeys
                     throw JSONError(meaning: "unknown member \"\(shown)\" (an event has \(allowed))", at: s.offset)
                 }
@@ -300,6 +331,9 @@ public enum EventCodec {
             body = .delete
         case .restore:
             body = .restore(base: try ids(m.base, "base"))
+        case .incr(let counter, let amount):
+            guard m.base == nil, m.observed == nil else { throw .invalid("an incr event has no causal context") }
+            body = .incr(counter: counter, amount: amount)
         }
         if case .remove = body {
         } else if m.observed != nil {
@@ -373,7 +407,13 @@ public enum EventCodec {
 
     public static func encodeStored(_ event: Event, includeID: Bool, into out: inout [UInt8]) {
         out.append(UInt8(ascii: "{"))
-        // Keys in byte order: at base by element entity fields id key kind observed origin set status
+        // Keys in byte order:
+        // amount at base by counter element entity fields id key kind observed origin set status
+        if case .incr(_, let amount) = event.body {
+            CanonicalWriter.appendKey("amount", to: &out)
+            out.append(contentsOf: amount.description.utf8)
+            out.append(UInt8(ascii: ","))
+        }
         if let at = event.at {
             CanonicalWriter.appendKey("at", to: &out)
             out.append(contentsOf: at.bytes)
@@ -399,6 +439,11 @@ public enum EventCodec {
         if let by = event.by {
             CanonicalWriter.appendKey("by", to: &out)
             CanonicalWriter.appendString(by, to: &out)
+            out.append(UInt8(ascii: ","))
+        }
+        if case .incr(let counter, _) = event.body {
+            CanonicalWriter.appendKey("counter", to: &out)
+            CanonicalWriter.appendString(counter, to: &out)
             out.append(UInt8(ascii: ","))
         }
         switch event.body {

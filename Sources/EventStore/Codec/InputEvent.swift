@@ -9,6 +9,8 @@ public struct InputEvent: Equatable, Sendable {
         case remove(set: String, element: JSONBytes)
         case delete
         case restore
+        /// Adds `amount` to the counter.
+        case incr(counter: String, amount: Int64)
 
         public var kind: EventKind {
             switch self {
@@ -18,6 +20,7 @@ public struct InputEvent: Equatable, Sendable {
             case .remove: .remove
             case .delete: .delete
             case .restore: .restore
+            case .incr: .incr
             }
         }
     }

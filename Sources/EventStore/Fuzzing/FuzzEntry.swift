@@ -138,6 +138,7 @@ public enum FuzzEntry {
         case .remove(let set, let element): .remove(set: set, element: element, observed: [])
         case .delete: .delete
         case .restore: .restore(base: [])
+        case .incr(let counter, let amount): .incr(counter: counter, amount: amount)
         }
     }
 

@@ -22,6 +22,12 @@ extension Array where Element == UInt8 {
     public mutating func appendLengthPrefixed(_ string: String) {
         appendLengthPrefixed(string.utf8)
     }
+
+    /// 16 bytes, big-endian two's complement.
+    public mutating func appendInt128(_ value: Int128) {
+        let bits = UInt128(bitPattern: value)
+        for shift in stride(from: 120, through: 0, by: -8) { append(UInt8(truncatingIfNeeded: bits >> UInt128(shift))) }
+    }
 }
 
 /// Corrupt or truncated binary data: decoding never trusts a declared length.
@@ -109,6 +115,15 @@ public struct ByteReader {
         let index = try varint()
         guard index < UInt64(table.count) else { throw CorruptDataError("index \(index) out of range") }
         return table[Int(index)]
+    }
+
+    /// What `appendInt128` wrote.
+    public mutating func int128() throws(CorruptDataError) -> Int128 {
+        guard remaining >= 16 else { throw CorruptDataError("truncated counter") }
+        var bits: UInt128 = 0
+        for index in position..<(position + 16) { bits = bits << 8 | UInt128(bytes[index]) }
+        position += 16
+        return Int128(bitPattern: bits)
     }
 
     public mutating func ulids() throws(CorruptDataError) -> [ULID] {

@@ -57,6 +57,20 @@ public struct SetState: Equatable, Sendable {
     public var elements: [SetElement]
 }
 
+/// A counter: the sum of every `incr` of it. The sum is kept exact beyond 64 bits: a local
+/// append that would take it out of a signed 64-bit integer is refused, but concurrent
+/// increments from several nodes may together go past it, and a sum that depended on the
+/// order they arrived in would let the nodes diverge.
+public struct CounterState: Equatable, Sendable {
+    public var name: String
+    public var sum: Int128
+
+    public init(name: String, sum: Int128) {
+        self.name = name
+        self.sum = sum
+    }
+}
+
 /// The folded state of one entity.
 ///
 /// It holds exactly what is needed to fold further events in without reading the old
@@ -87,6 +101,8 @@ public struct EntityState: Equatable, Sendable {
     public internal(set) var liveDeletes: [ULID]
     /// Ids named in some folded event's causal context that are not folded here, in order.
     public internal(set) var dangling: [ULID]
+    /// Counters sorted by name; one exists once an `incr` names it.
+    public internal(set) var counters: [CounterState]
 
     public init(entity: EntityKey) {
         self.entity = entity
@@ -99,6 +115,7 @@ public struct EntityState: Equatable, Sendable {
         self.sets = []
         self.liveDeletes = []
         self.dangling = []
+        self.counters = []
     }
 
     public var isDeleted: Bool { !liveDeletes.isEmpty }
@@ -117,6 +134,12 @@ public struct EntityState: Equatable, Sendable {
 
     public var hasStatusConflict: Bool { statusHeads.count > 1 }
     public var hasConflicts: Bool { hasStatusConflict || fields.contains { $0.heads.count > 1 } }
+
+    /// A counter's sum (nil while no `incr` names it).
+    public func counter(_ name: String) -> Int128? {
+        let index = counters.partitioningIndex { $0.name < name }
+        return index < counters.count && counters[index].name == name ? counters[index].sum : nil
+    }
 
     public func field(_ name: String) -> FieldRegister? {
         fields.first { $0.name == name }

@@ -8,6 +8,7 @@
 ///   `observed` (add wins);
 /// - the entity is deleted while a delete event is named by no restore's `base`
 ///   (delete wins over concurrent edits, which are still folded);
+/// - a counter is the sum of its `incr` amounts (addition does not care for order);
 /// - `version` is the greatest id; the status history is every status event in id order.
 public enum Projection {
     /// The status history of a set of events: every status event of `entity`, in id order.
@@ -46,13 +47,14 @@ public enum Projection {
             case .status(_, let base): namedByStatus.formUnion(base)
             case .remove(_, _, let ids): observed.formUnion(ids)
             case .restore(let base): restored.formUnion(base)
-            case .add, .delete: break
+            case .add, .delete, .incr: break
             }
             named.formUnion(event.body.namedIDs)
         }
 
         var fields: [String: [FieldHead]] = [:]
         var sets: [String: [JSONBytes: [ULID]]] = [:]
+        var counters: [String: Int128] = [:]
         for event in ordered {
             state.eventCount += 1
             state.version = event.id
@@ -71,6 +73,8 @@ public enum Projection {
                 if !observed.contains(event.id) { sets[set, default: [:]][element, default: []].append(event.id) }
             case .delete:
                 if !restored.contains(event.id) { state.liveDeletes.append(event.id) }
+            case .incr(let counter, let amount):
+                counters[counter, default: 0] += Int128(amount)
             case .remove, .restore:
                 break
             }
@@ -85,6 +89,7 @@ public enum Projection {
                 })
         }.sorted { $0.name < $1.name }
         state.dangling = named.subtracting(byID.keys).sorted()
+        state.counters = counters.map { CounterState(name: $0.key, sum: $0.value) }.sorted { $0.name < $1.name }
         return state
     }
 }
@@ -146,11 +151,22 @@ extension EntityState {
             liveDeletes.insertSorted(event.id)
         case .restore(let base):
             for id in base where !liveDeletes.removeSorted(id) { unmatched.append(id) }
+        case .incr(let counter, let amount):
+            add(amount, toCounter: counter)
         }
         for id in unmatched where id != event.id && !isFolded(id) {
             dangling.insertSorted(id)
         }
         return .applied
+    }
+
+    mutating func add(_ amount: Int64, toCounter name: String) {
+        let index = counters.partitioningIndex { $0.name < name }
+        if index < counters.count, counters[index].name == name {
+            counters[index].sum += Int128(amount)
+        } else {
+            counters.insert(CounterState(name: name, sum: Int128(amount)), at: index)
+        }
     }
 
     mutating func insertHead(_ head: FieldHead, field name: String) {

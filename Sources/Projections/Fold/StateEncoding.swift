@@ -53,6 +53,15 @@ extension EntityState {
         }
         out.appendULIDs(liveDeletes)
         out.appendULIDs(dangling)
+        // Counters last and only when there are any: a state without them encodes (and
+        // hashes into the digest) as it did before counters existed.
+        if !counters.isEmpty {
+            out.appendVarint(counters.count)
+            for counter in counters {
+                out.appendLengthPrefixed(counter.name)
+                out.appendInt128(counter.sum)
+            }
+        }
         return out
     }
 
@@ -101,6 +110,17 @@ extension EntityState {
         }
         liveDeletes = try reader.ulids()
         dangling = try reader.ulids()
+        if !reader.isAtEnd {
+            let count = try reader.count(minimumElementSize: 17)
+            guard count > 0 else { throw CorruptDataError("an empty counter list is never written") }
+            for _ in 0..<count {
+                let name = try reader.string()
+                guard counters.last.map({ $0.name < name }) ?? true else {
+                    throw CorruptDataError("counters out of order")
+                }
+                counters.append(CounterState(name: name, sum: try reader.int128()))
+            }
+        }
         guard reader.isAtEnd else { throw CorruptDataError("trailing bytes after projection state") }
     }
 
@@ -109,7 +129,7 @@ extension EntityState {
     ///
     /// ```
     /// {"conflicts":{"fields":{F:[{"id","origin","value"}]},"status":[{"id","origin","status"}]},
-    ///  "deleted":false,"entity":"job/42","events":17,"fields":{...},"sets":{S:[...]},
+    ///  "counters":{C:SUM} (only when a counter exists),"deleted":false,"entity":"job/42","events":17,"fields":{...},"sets":{S:[...]},
     ///  "status":{"current":S,"history":[{"id","origin","status"}],"id":ID} or null,"version":ID}
     /// ```
     public func canonicalJSON(history: [StatusEntry]) -> [UInt8] {
@@ -143,6 +163,18 @@ extension EntityState {
         CanonicalWriter.appendKey("status", to: &out)
         Self.appendStatusEntries(statusHeads.count > 1 ? statusHeads : [], to: &out)
         out.append(contentsOf: Array("},".utf8))
+
+        if !counters.isEmpty {
+            CanonicalWriter.appendKey("counters", to: &out)
+            out.append(UInt8(ascii: "{"))
+            for (index, counter) in counters.enumerated() {
+                if index > 0 { out.append(UInt8(ascii: ",")) }
+                CanonicalWriter.appendString(counter.name, to: &out)
+                out.append(UInt8(ascii: ":"))
+                out.append(contentsOf: counter.sum.description.utf8)
+            }
+            out.append(contentsOf: Array("},".utf8))
+        }
 
         CanonicalWriter.appendKey("deleted", to: &out)
         CanonicalWriter.appendBool(isDeleted, to: &out)

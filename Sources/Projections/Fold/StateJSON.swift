@@ -125,6 +125,31 @@ extension EntityState {
         }
         let deleted = try reader.ulidCount() > 0
         _ = try reader.ulidCount()  // dangling
+        // Counters, when there are any: names in order, each with a 16-byte sum.
+        if !reader.isAtEnd {
+            let counterCount = try reader.count(minimumElementSize: 17)
+            guard counterCount > 0 else { throw Declined() }
+            try out.literal(#""counters":{"#)
+            var previous: Range<Int>?
+            for index in 0..<counterCount {
+                let name = try reader.string()
+                // Decoding orders names as strings; for ASCII that is byte order, and names
+                // are ASCII (a field name's alphabet): anything else is left to decoding.
+                guard reader.bytes[name].allSatisfy({ $0 < 0x80 }) else { throw Declined() }
+                if let previous {
+                    guard reader.bytes[previous].lexicographicallyPrecedes(reader.bytes[name]) else { throw Declined() }
+                }
+                previous = name
+                let sum = try reader.skip(16)
+                var bits: UInt128 = 0
+                for at in sum..<(sum + 16) { bits = bits << 8 | UInt128(reader.bytes[at]) }
+                if index > 0 { try out.byte(UInt8(ascii: ",")) }
+                try out.string(reader.bytes, name)
+                try out.byte(UInt8(ascii: ":"))
+                for digit in Int128(bitPattern: bits).description.utf8 { try out.byte(digit) }
+            }
+            try out.literal("},")
+        }
         guard reader.isAtEnd else { throw Declined() }
 
         try out.literal(#""deleted":"#)

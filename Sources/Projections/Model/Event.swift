@@ -64,6 +64,8 @@ public enum EventBody: Equatable, Sendable {
     case remove(set: String, element: JSONBytes, observed: [ULID])
     case delete
     case restore(base: [ULID])
+    /// Adds `amount` to the named counter (counters merge by addition).
+    case incr(counter: String, amount: Int64)
 
     public var kind: EventKind {
         switch self {
@@ -73,6 +75,7 @@ public enum EventBody: Equatable, Sendable {
         case .remove: .remove
         case .delete: .delete
         case .restore: .restore
+        case .incr: .incr
         }
     }
 
@@ -82,13 +85,16 @@ public enum EventBody: Equatable, Sendable {
         case .edit(_, let base): base.flatMap(\.heads)
         case .status(_, let base), .restore(let base): base
         case .remove(_, _, let observed): observed
-        case .add, .delete: []
+        case .add, .delete, .incr: []
         }
     }
 }
 
 public enum EventKind: String, CaseIterable, Sendable {
-    case edit, status, add, remove, delete, restore
+    case edit, status, add, remove, delete, restore, incr
+
+    /// The kinds as errors list them.
+    public static let names = allCases.map(\.rawValue).joined(separator: ", ")
 }
 
 /// An event in its stored form: the client's input plus the id, origin and causal context

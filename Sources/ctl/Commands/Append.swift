@@ -16,6 +16,7 @@ struct Append: Command {
                   evctl append job/42 add parts valve-3          # the string "valve-3"
                   evctl append job/42 add sizes :=3              # the number 3
                   evctl append job/42 remove parts valve-3
+                  evctl append job/42 incr parts_used 2          # -1 subtracts; counters add up
                   evctl append --file events.ndjson              # or - for standard input
 
                 With --file, each non-blank line is one event in the input form, e.g. \
@@ -32,6 +33,7 @@ struct Append: Command {
                 "[<options>] ENTITY status STATUS",
                 "[<options>] ENTITY set NAME=TEXT|NAME:=JSON...",
                 "[<options>] ENTITY add|remove SET ELEMENT|:=JSON",
+                "[<options>] ENTITY incr COUNTER AMOUNT",
                 "[<options>] ENTITY delete|restore",
                 "--file PATH|- [--batch N] [--skip N]",
             ],
@@ -53,8 +55,8 @@ struct Append: Command {
                 ),
                 .positional(
                     "OPERATION", optional: true,
-                    completion: .words(["status", "set", "add", "remove", "delete", "restore"]),
-                    help: "status, set, add, remove, delete or restore."),
+                    completion: .words(["status", "set", "add", "remove", "incr", "delete", "restore"]),
+                    help: "status, set, add, remove, incr, delete or restore."),
                 .positional("ARGUMENT", optional: true, repeating: true, help: "What the operation needs (see usage)."),
             ])
     }
@@ -98,7 +100,9 @@ struct Append: Command {
             return
         }
         guard entity != nil else { throw UsageError("missing ENTITY (or --file PATH)") }
-        guard let operation else { throw UsageError("missing OPERATION: status, set, add, remove, delete or restore") }
+        guard let operation else {
+            throw UsageError("missing OPERATION: status, set, add, remove, incr, delete or restore")
+        }
         switch operation {
         case "status":
             guard words.count == 1 else { throw UsageError("status takes one STATUS, e.g. `status en_route`") }
@@ -108,10 +112,15 @@ struct Append: Command {
             guard words.count == 2 else {
                 throw UsageError("\(operation) takes SET ELEMENT, e.g. `\(operation) parts valve-3`")
             }
+        case "incr":
+            guard words.count == 2, Int64(words[1]) != nil else {
+                throw UsageError(
+                    "incr takes COUNTER AMOUNT, an integer, e.g. `incr parts_used 2` or `incr parts_used -1`")
+            }
         case "delete", "restore":
             guard words.isEmpty else { throw UsageError("\(operation) takes no arguments") }
         default:
-            throw UsageError("unknown operation '\(operation)': use status, set, add, remove, delete or restore")
+            throw UsageError("unknown operation '\(operation)': use status, set, add, remove, incr, delete or restore")
         }
         if givenFileOptions { throw UsageError("--batch and --skip go with --file") }
     }
@@ -150,6 +159,9 @@ struct Append: Command {
         case "add", "remove":
             event.add("set", words[0])
             event.add("element", json: try EventArguments.element(words[1]))
+        case "incr":
+            event.add("counter", words[0])
+            event.add("amount", json: Array(String(Int64(words[1]) ?? 0).utf8))
         default:
             break
         }

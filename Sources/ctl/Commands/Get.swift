@@ -102,6 +102,12 @@ enum EntityText {
             }
         }
 
+        let counters = state["counters"] as? [String: Any] ?? [:]
+        if !counters.isEmpty {
+            lines.append("counters:")
+            lines += counters.keys.sorted().map { "  \($0): \(RawJSON.display(counters[$0]!))" }
+        }
+
         lines += conflictLines(state)
         if let sync = state["sync"] as? [String: Any] { lines += syncLines(sync) }
         return lines

@@ -126,6 +126,24 @@ class Event(Dict[str, Any]):
         return cls._make(entity, "remove", {"set": set, "element": element}, key, by, at, if_match)
 
     @classmethod
+    def incr(
+        cls,
+        entity: str,
+        counter: str,
+        amount: int,
+        *,
+        key: Optional[str] = None,
+        by: Optional[str] = None,
+        at: Any = None,
+        if_match: Optional[int] = None,
+    ) -> "Event":
+        """Adds ``amount`` (an integer; negative subtracts) to the counter named ``counter``
+        of ``entity``. Counters merge by addition: concurrent increments never conflict."""
+        if isinstance(amount, bool) or not isinstance(amount, int):
+            raise TypeError("amount must be an int")
+        return cls._make(entity, "incr", {"counter": counter, "amount": amount}, key, by, at, if_match)
+
+    @classmethod
     def delete(
         cls,
         entity: str,
