@@ -287,6 +287,13 @@ final class Daemon: Sendable {
             logger.error("cannot open the store in \(configuration.dataDirectory): \(error)")
             return (Evstored.Exit.ioError, WeakLog(nil))
         }
+        do {
+            log.typeRules = try configuration.typeRules()
+            Daemon.warnOfUnenforced(log.typeRules, logger: logger)
+        } catch {
+            logger.error("cannot start: \(error)")
+            return (Evstored.Exit.config, WeakLog(nil))
+        }
         if let previous = log.previousNodeID {
             logger.warning(
                 "this data directory was first used on another machine (its /etc/machine-id differs): this node now creates events as \(log.nodeID) instead of \(previous), so the two never share an origin"
@@ -414,6 +421,16 @@ final class Daemon: Sendable {
     }
 
     /// SIGHUP: re-reads the config file and applies what can change while serving.
+    /// `authority` and `offline` are read and shown, not yet enforced: said once per load,
+    /// so nobody takes a status decided anywhere for one decided by the authority.
+    static func warnOfUnenforced(_ rules: TypeRules, logger: Logger) {
+        let named = rules.types.filter { $0.value.authority != nil || $0.value.offline != nil }.keys.sorted()
+        guard !named.isEmpty else { return }
+        logger.warning(
+            "types_file: authority and offline of \(named.joined(separator: ", ")) are not enforced by this version: every node accepts their status events and appends"
+        )
+    }
+
     /// What a reload changes while the daemon serves.
     struct Serving: Sendable {
         let context: ServerContext
@@ -445,6 +462,20 @@ final class Daemon: Sendable {
             // The writer's clock takes it at its next write: a dead letter refused for its
             // lead can be retried under the new bound.
             serving.log.setMaxClockSkew(milliseconds: UInt64(current.maxClockSkewSeconds) * 1000)
+            // Read again whether or not its path changed: editing the file and sending a SIGHUP
+            // is how a fleet gets new rules. A file that cannot be used leaves the rules as
+            // they were.
+            do {
+                let rules = try current.typeRules()
+                if rules != serving.log.typeRules {
+                    serving.log.typeRules = rules
+                    Daemon.warnOfUnenforced(rules, logger: logger)
+                    logger.info(
+                        "SIGHUP: rules for \(rules.types.count) types from \(current.typesFile ?? "no types file")")
+                }
+            } catch {
+                logger.error("SIGHUP: \(error); the rules before stay in force")
+            }
             logger.info(
                 "SIGHUP: configuration reloaded\(restartNeeded.isEmpty ? "" : "; a restart applies \(restartNeeded.joined(separator: ", "))")"
             )

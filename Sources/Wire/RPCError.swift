@@ -22,7 +22,7 @@ package struct RPCError: Error, Equatable, Sendable {
         "not_found": -32001, "conflict": -32002, "deleted": -32003, "too_large": -32004,
         "invalid_event": -32005, "storage_full": -32006, "unavailable": -32007, "forbidden": -32008,
         "corrupt": -32009, "too_many_watches": -32010, "ids_exhausted": -32011, "too_many_consumers": -32012,
-        "too_many_peers": -32013,
+        "too_many_peers": -32013, "invalid_transition": -32014,
     ]
 
     package static func parseError(_ detail: String) -> RPCError {

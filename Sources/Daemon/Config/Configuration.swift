@@ -1,3 +1,4 @@
+import EventStore
 import FoundationEssentials
 import LayeredConfiguration
 import Logging
@@ -117,6 +118,8 @@ struct Configuration: Equatable, Sendable {
     var execUsers: [String] = []
     /// `backup_dir`: when set, `backup` writes only under this directory.
     var backupDirectory: String?
+    /// `types_file`: the rules per entity type (none when unset); a SIGHUP reads it again.
+    var typesFile: String?
     /// Where each of the four lists came from, for messages.
     var accessSources: [String: String] = [:]
     /// The four lists resolved (names looked up) when the configuration is read.
@@ -352,6 +355,10 @@ struct Configuration: Equatable, Sendable {
         Option(
             key: "backup_dir", help: "when set, backups are written only under this directory (unset: anywhere)",
             field: .at(\.backupDirectory), reloads: false),
+        Option(
+            key: "types_file",
+            help: "JSON file of rules per entity type, checked on local appends (unset: none); a SIGHUP reads it again",
+            field: .at(\.typesFile), reloads: true),
     ]
 
     /// The keys that list users or groups: who may read, who may write, who may give `exec:` URLs.
@@ -601,6 +608,7 @@ struct Configuration: Equatable, Sendable {
         case "max_page_bytes": maxPageBytes = try integer((64 << 10)...(1 << 30))
         case "max_consumers": maxConsumers = try integer(1...10_000)
         case "machine_id_file": machineIDFile = text
+        case "types_file": typesFile = text.isEmpty ? nil : text
         case "backup_dir":
             guard !text.isEmpty else {
                 backupDirectory = nil
@@ -692,5 +700,27 @@ extension SyncService.Settings {
                 reconcileIDs: configuration.syncReconcileMaxIDs,
                 deadLetters: configuration.syncSessionMaxDeadLetters,
                 verifyEvents: configuration.syncVerifyEvents))
+    }
+}
+
+extension Configuration {
+    /// The rules of `types_file` (none when it is unset); an error says why the file
+    /// cannot be used.
+    func typeRules() throws(TypeRulesError) -> TypeRules {
+        guard let path = typesFile else { return TypeRules() }
+        // Sized first: what is too large is not read at all.
+        if let size = (try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? Int,
+            size > TypeRules.maxFileBytes
+        {
+            throw TypeRulesError("types_file \(path) is \(size) bytes; at most \(TypeRules.maxFileBytes) are read")
+        }
+        guard let handle = FileManager.default.contents(atPath: path) else {
+            throw TypeRulesError("types_file \(path) cannot be read")
+        }
+        do {
+            return try TypeRules(parsing: Array(handle))
+        } catch {
+            throw TypeRulesError("types_file \(path): \(error.message)")
+        }
     }
 }

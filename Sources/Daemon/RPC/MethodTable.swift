@@ -91,6 +91,9 @@ enum MethodTable {
             name: "divergent.dismiss", access: .write, params: ["ids"],
             handler: .methods { methods, request, _ in try methods.dismissDivergent(request) }),
         Method(
+            name: "rule_violations.dismiss", access: .write, params: ["ids"],
+            handler: .methods { methods, request, _ in try methods.dismissRuleViolations(request) }),
+        Method(
             name: "attention", access: .read, params: ["limit", "after"],
             handler: .methods { methods, request, _ in try methods.attention(request) }),
         Method(

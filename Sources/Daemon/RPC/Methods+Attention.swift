@@ -172,6 +172,11 @@ extension Methods {
         out.beginArray()
         for record in try DivergenceLedger.records(log) { Methods.write(record, to: &out) }
         out.endArray()
+        // Few too (at most `RuleViolation.maxRecords`).
+        out.key("rule_violations")
+        out.beginArray()
+        for violation in try log.ruleViolations() { Methods.write(violation, to: &out) }
+        out.endArray()
         out.key("peers")
         out.beginArray()
         for standing in sync.standings() where standing.schedule.needsAttention {
@@ -231,6 +236,41 @@ extension Methods {
         var ids = Set<ULID>()
         for element in elements { ids.insert(try Methods.id(element, being: "an event id")) }
         let gone = try DivergenceLedger.records(log).filter { ids.contains($0.id) }
+        if !gone.isEmpty {
+            try writer.perform(PeerEntriesJob(gone.map { PeerEntry(key: $0.key, value: nil) }), from: -3)
+        }
+        var out = JSONWriter()
+        out.beginObject()
+        out.member("dismissed", gone.count)
+        out.endObject()
+        return out.bytes
+    }
+
+    /// A replicated event that breaks a local rule, as `attention` lists it.
+    static func write(_ violation: RuleViolation, to out: inout JSONWriter) {
+        out.beginObject()
+        out.member("id", violation.id.description)
+        out.member("origin", violation.origin.description)
+        out.member("entity", violation.entity.description)
+        out.member("rule", violation.rule)
+        out.member("peer", violation.peer)
+        out.member("detected_at", Int(clamping: violation.detectedAt))
+        out.endObject()
+    }
+
+    /// `rule_violations.dismiss`: removes the records of the rule violations named, once a
+    /// person has dealt with them; answers how many went. The events stay, folded.
+    func dismissRuleViolations(_ request: Request) throws -> [UInt8] {
+        let params = try Params(request)
+        guard let elements = try params.array("ids"), !elements.isEmpty, elements.count <= RuleViolation.maxRecords
+        else {
+            throw RPCError.invalidParams(
+                "rule_violations.dismiss takes \"ids\": 1 to \(RuleViolation.maxRecords) event ids, as `attention` lists them"
+            )
+        }
+        var ids = Set<ULID>()
+        for element in elements { ids.insert(try Methods.id(element, being: "an event id")) }
+        let gone = try log.ruleViolations().filter { ids.contains($0.id) }
         if !gone.isEmpty {
             try writer.perform(PeerEntriesJob(gone.map { PeerEntry(key: $0.key, value: nil) }), from: -3)
         }

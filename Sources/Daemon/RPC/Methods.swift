@@ -193,6 +193,7 @@ struct Methods: Sendable {
         out.member("conflicts", statistics.conflicts)
         out.member("dead_letters", statistics.deadLetters)
         out.member("divergent", try DivergenceLedger.records(log).count)
+        out.member("rule_violations", try log.ruleViolations().count)
         let peers = sync.status()
         out.member("failing_peers", peers.filter(\.schedule.needsAttention).count)
         out.endObject()
@@ -271,6 +272,15 @@ struct Methods: Sendable {
         out.beginArray()
         for type in try log.types() { out.string(type) }
         out.endArray()
+        // The types file's rules, by type (a type may have rules before the store holds any).
+        let rules = log.typeRules
+        out.key("rules")
+        out.beginObject()
+        for type in rules.sources.keys.sorted() {
+            out.key(type)
+            out.raw(rules.sources[type]!)
+        }
+        out.endObject()
         out.endObject()
         return out.bytes
     }

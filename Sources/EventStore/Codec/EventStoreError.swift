@@ -13,6 +13,8 @@ public struct EventStoreError: Error, Equatable, Sendable, CustomStringConvertib
         public static let deleted = Reason(rawValue: "deleted")
         public static let tooLarge = Reason(rawValue: "too_large")
         public static let invalidEvent = Reason(rawValue: "invalid_event")
+        /// A status move the types file does not allow.
+        public static let invalidTransition = Reason(rawValue: "invalid_transition")
         public static let storageFull = Reason(rawValue: "storage_full")
         public static let unavailable = Reason(rawValue: "unavailable")
         public static let forbidden = Reason(rawValue: "forbidden")

@@ -73,6 +73,8 @@ extension EventLog {
 /// so each is read from LMDB at most once per batch and written back once at the end.
 struct WriteBatch {
     let log: EventLog
+    /// The types file's rules as they were when the transaction began.
+    let rules: TypeRules
     var clock: HybridClock
     let now: UInt64
     /// The greatest key in `events`: ids above it go in with MDB_APPEND.
@@ -130,6 +132,7 @@ struct WriteBatch {
 
     init(log: EventLog, txn: borrowing WriteTransaction, clock: HybridClock, now: UInt64) throws {
         self.log = log
+        self.rules = log.typeRules
         self.clock = clock
         self.now = now
         try EventLog.observeStoredIDs(&self.clock, txn: txn, events: log.tables.events, now: now)
@@ -223,10 +226,21 @@ struct WriteBatch {
         case .add(let set, let element):
             body = .add(set: set, element: element)
         case .remove(let set, let element):
-            body = .remove(set: set, element: element, observed: touched[slot].state.liveAdds(set: set, element: element))
+            body = .remove(
+                set: set, element: element, observed: touched[slot].state.liveAdds(set: set, element: element))
         case .delete:
             body = .delete
+        case .incr(let counter, let amount):
+            let current = touched[slot].state.counter(counter) ?? 0
+            let sum = current + Int128(amount)
+            guard sum >= Int128(Int64.min), sum <= Int128(Int64.max) else {
+                throw EventStoreError.invalid(
+                    "\(entity)'s counter \(counter) is \(current): adding \(amount) takes it out of a signed 64-bit integer"
+                )
+            }
+            body = .incr(counter: counter, amount: amount)
         }
+        try rules.check(input.change, of: entity, currentStatus: touched[slot].state.currentStatus?.status)
         let id = try freshID(txn: txn)
         let event = Event(
             id: id, origin: log.nodeID, entity: entity, body: body, key: input.key, by: input.by, at: input.at)
@@ -436,7 +450,8 @@ struct WriteBatch {
             }
             if touched[index].historyInTable {
                 for entry in touched[index].history {
-                    try txn.put(tables.statusHistory, entity.bytes, EventLog.historyValue(entry.id, entry.origin, entry.status))
+                    try txn.put(
+                        tables.statusHistory, entity.bytes, EventLog.historyValue(entry.id, entry.origin, entry.status))
                 }
                 touched[index].history.removeAll()
             }

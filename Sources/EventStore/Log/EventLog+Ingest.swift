@@ -36,31 +36,32 @@ extension EventLog {
         _ replicated: [ReplicatedEvent], from peer: IngestPeer, maxDeadLetters: Int, batch: inout WriteBatch,
         txn: inout WriteTransaction, writer: inout EventLog.Writer
     ) throws -> IngestResult {
-            var result = IngestResult()
-            var seen = Set<ULID>()
-            // Dropped dead letters stay refused: looked up only while there are any.
-            let anyDropped = try txn.stat(tables.deadLetterIDs).entries > 0
-            for (index, record) in replicated.enumerated() {
-                if result.deadLettered.count >= maxDeadLetters {
-                    result.refused = replicated.count - index
-                    break
-                }
-                switch try judge(record, seen: seen, skipDropped: anyDropped, batch: &batch, txn: &txn) {
-                case .invalid(let error):
-                    if let letter = try batch.deadLetter(record.json, id: record.id, reason: error, peer: peer, txn: &txn) {
-                        result.deadLettered.append(letter)
-                    } else {
-                        result.skipped += 1
-                    }
-                case .held:
-                    result.skipped += 1
-                case .new(let event, let payload):
-                    seen.insert(event.id)
-                    try store(event, payload: payload, batch: &batch, txn: &txn, writer: &writer)
-                    result.ingested.append(event.id)
-                }
+        var result = IngestResult()
+        var seen = Set<ULID>()
+        // Dropped dead letters stay refused: looked up only while there are any.
+        let anyDropped = try txn.stat(tables.deadLetterIDs).entries > 0
+        for (index, record) in replicated.enumerated() {
+            if result.deadLettered.count >= maxDeadLetters {
+                result.refused = replicated.count - index
+                break
             }
-            return result
+            switch try judge(record, seen: seen, skipDropped: anyDropped, batch: &batch, txn: &txn) {
+            case .invalid(let error):
+                if let letter = try batch.deadLetter(record.json, id: record.id, reason: error, peer: peer, txn: &txn) {
+                    result.deadLettered.append(letter)
+                } else {
+                    result.skipped += 1
+                }
+            case .held:
+                result.skipped += 1
+            case .new(let event, let payload):
+                seen.insert(event.id)
+                try batch.recordRuleViolation(of: event, peer: peer.name, txn: &txn)
+                try store(event, payload: payload, batch: &batch, txn: &txn, writer: &writer)
+                result.ingested.append(event.id)
+            }
+        }
+        return result
     }
 
     /// What a replicated event is to this node.
@@ -131,7 +132,9 @@ extension EventLog {
 
 extension EventLog {
     /// A replicated event decoded and its stored payload, or why it cannot be stored.
-    static func decodeReplicated(_ raw: [UInt8], id: ULID?, batch: WriteBatch) -> Result<(Event, [UInt8]), EventStoreError> {
+    static func decodeReplicated(_ raw: [UInt8], id: ULID?, batch: WriteBatch) -> Result<
+        (Event, [UInt8]), EventStoreError
+    > {
         Result { () throws(EventStoreError) in
             let event = try EventCodec.decodeStored(raw, id: id)
             // Held to the protocol's limit, not `max_event_bytes`: see `storedPayload(of:replicated:)`.

@@ -45,6 +45,8 @@ public final class EventLog: Sendable {
     /// `max_clock_skew_s` in ms as now in force: from `options` at open, changed by
     /// `setMaxClockSkew(milliseconds:)` (a reload); each write's clock takes it.
     private let clockSkew: Atomic<UInt64>
+    /// The types file's rules now in force, checked on local appends (`setTypeRules`).
+    private let rules = Mutex(TypeRules())
     /// The thread every write must run on once the daemon has named one
     /// (`bindWriterThread()`); 0: any thread may write (tools and tests).
     private let writerThread = Atomic<UInt>(0)
@@ -125,7 +127,9 @@ public final class EventLog: Sendable {
 
         var flags: DatabaseFlags {
             switch self {
-            case .events, .projections, .keys, .conflicts, .deadLetters, .deadLetterIDs, .peers, .dictionaries, .skew, .sequence, .consumers, .meta: []
+            case .events, .projections, .keys, .conflicts, .deadLetters, .deadLetterIDs, .peers, .dictionaries, .skew,
+                .sequence, .consumers, .meta:
+                []
             case .entityIndex, .originIndex: [.dupSort, .dupFixed]
             case .statusIndex, .statusHistory: [.dupSort]
             }
@@ -369,6 +373,12 @@ public final class EventLog: Sendable {
     /// every check of a replicated or imported id after it, use the new value.
     public func setMaxClockSkew(milliseconds: UInt64) {
         clockSkew.store(milliseconds, ordering: .relaxed)
+    }
+
+    /// The rules of the types file, checked on local appends from the next write on.
+    public var typeRules: TypeRules {
+        get { rules.withLock { $0 } }
+        set { rules.withLock { $0 = newValue } }
     }
 
     /// Per peer node, its clock's offset from this one's at its last sync session (ms).

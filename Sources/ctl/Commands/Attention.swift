@@ -26,8 +26,10 @@ struct Attention: Command {
             arguments: [
                 .positional(
                     "ACTION", optional: true, completion: .words(["dismiss"]),
-                    help: "dismiss: remove the records of the divergent events named; none: list."),
-                .positional("ID", optional: true, repeating: true, help: "The event ID of a divergent event."),
+                    help: "dismiss: remove the records of the divergent events or rule violations named; none: list."),
+                .positional(
+                    "ID", optional: true, repeating: true,
+                    help: "The event ID of a divergent event or a rule violation."),
                 .option("limit", value: "N", help: "At most N conflicts and dead letters per page (1-10000)."),
                 .option("after", value: "CURSOR", help: "Start after this cursor (the `next` of a previous page)."),
                 .flag("all", help: "Read every page, not only the first."),
@@ -72,13 +74,20 @@ struct Attention: Command {
         if dismiss {
             var params = JSONObjectWriter()
             params.add("ids", json: RawJSON.array(ids.map { DeadLetters.quoted($0) }))
+            // An id names a divergent event or a rule violation: both records go.
             let reply = try connection.call("divergent.dismiss", params)
+            let rules = try connection.call("rule_violations.dismiss", params)
             var output = StandardOutput()
+            let count = (reply.result as? [String: Any])?["dismissed"] as? Int ?? 0
+            let ruleCount = (rules.result as? [String: Any])?["dismissed"] as? Int ?? 0
             if global.json {
-                output.line(bytes: reply.resultBytes)
+                var object = JSONObjectWriter()
+                object.add("dismissed", count + ruleCount)
+                output.line(bytes: object.bytes)
             } else {
-                let count = (reply.result as? [String: Any])?["dismissed"] as? Int ?? 0
-                output.line("dismissed \(count) divergent-event record" + (count == 1 ? "" : "s"))
+                output.line(
+                    "dismissed \(count) divergent-event record" + (count == 1 ? "" : "s") + " and "
+                        + Format.count(ruleCount, "rule-violation record"))
             }
             output.flush()
             return
@@ -86,6 +95,8 @@ struct Attention: Command {
         var conflicts: [[String: Any]] = []
         var letters: [[String: Any]] = []
         var divergent: [[String: Any]] = []
+        var violations: [[String: Any]] = []
+        var rawViolations: [UInt8] = Array("[]".utf8)
         var peers: [[String: Any]] = []
         var rawConflicts: [[UInt8]] = []
         var rawLetters: [[UInt8]] = []
@@ -103,6 +114,8 @@ struct Attention: Command {
             letters += result["dead_letters"] as? [[String: Any]] ?? []
             peers = result["peers"] as? [[String: Any]] ?? []
             divergent = result["divergent"] as? [[String: Any]] ?? []
+            violations = result["rule_violations"] as? [[String: Any]] ?? []
+            rawViolations = RawJSON.member("rule_violations", of: reply.resultBytes) ?? rawViolations
             rawDivergent = RawJSON.member("divergent", of: reply.resultBytes) ?? rawDivergent
             rawConflicts += RawJSON.member("conflicts", of: reply.resultBytes).flatMap(RawJSON.elements(of:)) ?? []
             rawLetters += RawJSON.member("dead_letters", of: reply.resultBytes).flatMap(RawJSON.elements(of:)) ?? []
@@ -117,25 +130,29 @@ struct Attention: Command {
             object.add("conflicts", json: RawJSON.array(rawConflicts))
             object.add("dead_letters", json: RawJSON.array(rawLetters))
             object.add("divergent", json: rawDivergent)
+            object.add("rule_violations", json: rawViolations)
             object.add("peers", json: rawPeers)
             if let next { object.add("next", next) } else { object.add("next", json: Array("null".utf8)) }
             output.line(bytes: object.bytes)
         } else {
-            for line in Attention.lines(conflicts: conflicts, letters: letters, divergent: divergent, peers: peers) {
+            for line in Attention.lines(
+                conflicts: conflicts, letters: letters, divergent: divergent, violations: violations, peers: peers)
+            {
                 output.line(line)
             }
         }
         output.flush()
         if !global.json { Pages.hintMore(next) }
-        if !(conflicts.isEmpty && letters.isEmpty && divergent.isEmpty && peers.isEmpty) {
+        if !(conflicts.isEmpty && letters.isEmpty && divergent.isEmpty && violations.isEmpty && peers.isEmpty) {
             throw CommandFailure(exitCode: ExitStatus.failed, nil)
         }
     }
 
     static func lines(
-        conflicts: [[String: Any]], letters: [[String: Any]], divergent: [[String: Any]] = [], peers: [[String: Any]]
+        conflicts: [[String: Any]], letters: [[String: Any]], divergent: [[String: Any]] = [],
+        violations: [[String: Any]] = [], peers: [[String: Any]]
     ) -> [String] {
-        guard !(conflicts.isEmpty && letters.isEmpty && divergent.isEmpty && peers.isEmpty) else {
+        guard !(conflicts.isEmpty && letters.isEmpty && divergent.isEmpty && violations.isEmpty && peers.isEmpty) else {
             return ["nothing needs attention"]
         }
         var lines: [String] = []
@@ -169,6 +186,18 @@ struct Attention: Command {
                         "  " + (item["id"] as? String ?? "?"), "origin " + (item["origin"] as? String ?? "?"),
                         "peer " + (item["peer"] as? String ?? "?"),
                         "here \((item["here"] as? String ?? "?").prefix(12)), there \((item["there"] as? String ?? "?").prefix(12))",
+                    ]
+                })
+        }
+        if !violations.isEmpty {
+            lines.append(
+                "rule violations (events from other nodes that break this node's types file, stored and folded; `evctl attention dismiss ID` once dealt with):"
+            )
+            lines += Format.table(
+                violations.map { item in
+                    [
+                        "  " + (item["id"] as? String ?? "?"), item["entity"] as? String ?? "?",
+                        "from " + (item["peer"] as? String ?? "-"), item["rule"] as? String ?? "?",
                     ]
                 })
         }

@@ -45,6 +45,8 @@ struct Status: Command {
         if deadLetters > 0 { attentionWords.append(Format.count(deadLetters, "dead letter")) }
         let divergent = attention["divergent"] as? Int ?? 0
         if divergent > 0 { attentionWords.append(Format.count(divergent, "divergent event")) }
+        let violations = attention["rule_violations"] as? Int ?? 0
+        if violations > 0 { attentionWords.append(Format.count(violations, "rule violation")) }
         // Failing and terminal peers count under needs attention; name them.
         let failingNames = peers.filter { ["failing", "terminal"].contains($0["state"] as? String) }
             .compactMap { $0["name"] as? String }

@@ -624,6 +624,16 @@ class Client:
         return sum(int(self.call("divergent.dismiss", {"ids": ids[start:start + 256]})["dismissed"])
                    for start in range(0, len(ids), 256))
 
+    def dismiss_rule_violations(self, ids: Iterable[str]) -> int:
+        """Removes the records of the named rule violations (events from other nodes that
+        break this daemon's types file, as ``attention`` lists them) once dealt with; the
+        events stay. Returns how many records went."""
+        if isinstance(ids, str):
+            raise TypeError("ids is a list of event ids, not one string")
+        ids = list(ids)
+        return sum(int(self.call("rule_violations.dismiss", {"ids": ids[start:start + 256]})["dismissed"])
+                   for start in range(0, len(ids), 256))
+
     def _id_chunks(self, ids: Iterable[str]) -> Iterator[List[str]]:
         if isinstance(ids, str):
             raise TypeError("ids is a list of dead letter keys or event ids, not one string")
@@ -640,11 +650,12 @@ class Client:
         """Everything `status` counts under ``needs_attention``, every page read:
         ``{"conflicts": [{"entity", "fields", "status"}], "dead_letters": [as
         dead_letters gives them], "divergent": [{"id", "origin", "peer", "peer_node",
-        "here", "there", "detected_at"}], "peers": [{"name", "url", "state", "failures",
-        "last_error", "since"}]}``. Nothing needs attention when all four are empty."""
+        "here", "there", "detected_at"}], "rule_violations": [{"id", "origin", "entity",
+        "rule", "peer", "detected_at"}], "peers": [{"name", "url", "state", "failures",
+        "last_error", "since"}]}``. Nothing needs attention when all five are empty."""
         if page_size < 1:
             raise ValueError("page_size must be at least 1")
-        merged: JSONObject = {"conflicts": [], "dead_letters": [], "divergent": [], "peers": []}
+        merged: JSONObject = {"conflicts": [], "dead_letters": [], "divergent": [], "rule_violations": [], "peers": []}
         cursor: Optional[str] = None
         while True:
             page = self.call("attention", {"limit": page_size, "after": cursor})
@@ -652,6 +663,7 @@ class Client:
             merged["dead_letters"] += page.get("dead_letters") or []
             merged["peers"] = page.get("peers") or []
             merged["divergent"] = page.get("divergent") or []
+            merged["rule_violations"] = page.get("rule_violations") or []
             following = page.get("next")
             if not isinstance(following, str) or following == cursor:
                 return merged

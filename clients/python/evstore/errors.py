@@ -15,6 +15,7 @@ __all__ = [
     "Deleted",
     "TooLarge",
     "InvalidEvent",
+    "InvalidTransition",
     "StorageFull",
     "Unavailable",
     "Forbidden",
@@ -113,6 +114,13 @@ class InvalidEvent(EvstoreError):
     one of the batch. Nothing was written."""
 
     default_reason = "invalid_event"
+
+
+class InvalidTransition(EvstoreError):
+    """A status move the daemon's types file does not allow (``invalid_transition``,
+    -32014); the message names the rule. Nothing was written."""
+
+    default_reason = "invalid_transition"
 
 
 class StorageFull(EvstoreError):
@@ -239,7 +247,7 @@ class Timeout(EvstoreConnectionError, TimeoutError):
 _BY_REASON: Dict[str, Type[EvstoreError]] = {
     cls.default_reason: cls
     for cls in (
-        NotFound, Conflict, Deleted, TooLarge, InvalidEvent, StorageFull, Unavailable, Forbidden, Corrupt,
+        NotFound, Conflict, Deleted, TooLarge, InvalidEvent, InvalidTransition, StorageFull, Unavailable, Forbidden, Corrupt,
         ParseError, InvalidRequest, MethodNotFound, InvalidParams, InternalError,
     )
     if cls.default_reason is not None
@@ -260,6 +268,7 @@ _BY_CODE: Dict[int, Type[EvstoreError]] = {
     -32007: Unavailable,
     -32008: Forbidden,
     -32009: Corrupt,
+    -32014: InvalidTransition,
 }
 
 

@@ -23,6 +23,20 @@ class ClientTests(DaemonTestCase):
 
     # --- append and get ---
 
+    def test_counters_add_up_and_refuse_overflow(self) -> None:
+        job = evstore.new_entity_id("job")
+        self.db.append(Event.incr(job, "parts_used", 2), Event.incr(job, "parts_used", 3),
+                       Event.incr(job, "returns", -1))
+        self.assertEqual(self.db.get(job)["counters"], {"parts_used": 5, "returns": -1})
+        self.db.append(Event.incr(job, "big", 2**63 - 1))
+        with self.assertRaises(evstore.InvalidEvent) as caught:
+            self.db.append(Event.incr(job, "parts_used", 1), Event.incr(job, "big", 1))
+        self.assertIn("64-bit", str(caught.exception))
+        # The batch is all or nothing.
+        self.assertEqual(self.db.get(job)["counters"]["parts_used"], 5)
+        with self.assertRaises(TypeError):
+            Event.incr(job, "parts_used", 1.5)  # type: ignore[arg-type]
+
     def test_round_trip_of_every_kind(self) -> None:
         job = evstore.new_entity_id("job")
         result = self.db.append(
@@ -114,7 +128,7 @@ class ClientTests(DaemonTestCase):
             self.db.append(Event.status(job, "new"), {"entity": job, "kind": "teleport"})
         error = caught.exception
         self.assertEqual((error.code, error.reason, error.index), (-32005, "invalid_event", 1))
-        self.assertEqual(error.message, 'kind "teleport" is not one of edit, status, add, remove, delete, restore')
+        self.assertEqual(error.message, 'kind "teleport" is not one of edit, status, add, remove, delete, restore, incr')
         with self.assertRaises(evstore.NotFound):  # all or nothing
             self.db.get(job)
         with self.assertRaises(evstore.InvalidEvent) as caught:
@@ -275,7 +289,7 @@ class ClientTests(DaemonTestCase):
             self.assertIsInstance(status[member], int)
         self.assertGreaterEqual(status["events"], 1)
         self.assertIsInstance(status["digest"], str)
-        self.assertEqual(set(status["needs_attention"]), {"conflicts", "dead_letters", "divergent", "failing_peers"})
+        self.assertEqual(set(status["needs_attention"]), {"conflicts", "dead_letters", "divergent", "rule_violations", "failing_peers"})
         self.assertIn("max_skew_ms", status["clock"])
         self.assertEqual(status["peers"], [])
 
@@ -463,7 +477,7 @@ class ItemSyncTests(unittest.TestCase):
 
     def test_get_sync_list_pending_for_and_attention(self) -> None:
         with evstore.connect(self.field.socket_path, timeout=TIMEOUT) as db:
-            self.assertEqual(db.attention(), {"conflicts": [], "dead_letters": [], "divergent": [], "peers": []})
+            self.assertEqual(db.attention(), {"conflicts": [], "dead_letters": [], "divergent": [], "rule_violations": [], "peers": []})
             db.add_peer("hq", "unix://" + self.hq.socket_path)
             db.add_peer("down", "unix://" + os.path.join(self.field.root, "nobody.sock"))
             db.append(Event.status("job/1", "assigned"))
@@ -492,7 +506,7 @@ class ItemSyncTests(unittest.TestCase):
             self.assertEqual(db.get("job/2", sync=True)["sync"], {"hq": "synced", "down": "failed"})
             attention = db.attention(page_size=1)
             counts = db.status()["needs_attention"]
-            self.assertEqual(counts, {"conflicts": 1, "dead_letters": 0, "divergent": 0, "failing_peers": 1})
+            self.assertEqual(counts, {"conflicts": 1, "dead_letters": 0, "divergent": 0, "rule_violations": 0, "failing_peers": 1})
             self.assertEqual(attention["conflicts"], [{"entity": "job/1", "fields": ["address"], "status": False}])
             self.assertEqual(len(attention["conflicts"]), counts["conflicts"])
             self.assertEqual(len(attention["dead_letters"]), counts["dead_letters"])

@@ -1,0 +1,109 @@
+import Projections
+
+/// A replicated event that breaks a rule of this node's types file. Rules never refuse a
+/// replicated event (the node that made it may run another version of the file), so it is
+/// stored and folded like any other, and a record of it is kept in the peers table (key
+/// `rule/<event id>`), listed by `attention` and counted by `status` until
+/// `rule_violations.dismiss` removes it.
+public struct RuleViolation: Equatable, Sendable {
+    public var id: ULID
+    public var origin: ULID
+    public var entity: EntityKey
+    /// The rule it breaks, as a local append breaking it would be told.
+    public var rule: String
+    /// The peer it came from (its name, as dead letters give it), nil for an import.
+    public var peer: String?
+    public var detectedAt: UInt64
+
+    public static let keyPrefix = "rule/"
+    /// Records kept at most; past them a violation is stored and folded, not recorded.
+    public static let maxRecords = 256
+
+    public var key: String { RuleViolation.keyPrefix + id.description }
+
+    public init(id: ULID, origin: ULID, entity: EntityKey, rule: String, peer: String?, detectedAt: UInt64) {
+        self.id = id
+        self.origin = origin
+        self.entity = entity
+        self.rule = rule
+        self.peer = peer
+        self.detectedAt = detectedAt
+    }
+
+    public func encoded() -> [UInt8] {
+        var record: [String: Any] = [
+            "id": id.description, "origin": origin.description, "entity": entity.description, "rule": rule,
+            "detected_at": Int(clamping: detectedAt),
+        ]
+        if let peer { record["peer"] = peer }
+        return JSONTree.encode(record) ?? []
+    }
+
+    /// nil for a record that does not decode.
+    public init?(decoding bytes: [UInt8]) {
+        guard let object = try? JSONTree.parse(bytes) as? [String: Any],
+            let id = (object["id"] as? String).flatMap(ULID.init),
+            let origin = (object["origin"] as? String).flatMap(ULID.init),
+            let entity = (object["entity"] as? String).flatMap({ try? Validation.entity($0) }),
+            let rule = object["rule"] as? String
+        else { return nil }
+        self.init(
+            id: id, origin: origin, entity: entity, rule: rule, peer: object["peer"] as? String,
+            detectedAt: UInt64(max(0, object["detected_at"] as? Int ?? 0)))
+    }
+}
+
+extension InputEvent.Change {
+    /// What a stored event asked for, without the causal context its node gave it.
+    init(_ body: EventBody) {
+        switch body {
+        case .edit(let fields, _): self = .edit(fields)
+        case .status(let status, _): self = .status(status)
+        case .add(let set, let element): self = .add(set: set, element: element)
+        case .remove(let set, let element, _): self = .remove(set: set, element: element)
+        case .delete: self = .delete
+        case .restore: self = .restore
+        case .incr(let counter, let amount): self = .incr(counter: counter, amount: amount)
+        }
+    }
+}
+
+extension WriteBatch {
+    /// Records `event`, replicated and about to be folded, when it breaks a rule of the types
+    /// file against the entity's state before it (at most `RuleViolation.maxRecords`).
+    mutating func recordRuleViolation(of event: Event, peer: String?, txn: inout WriteTransaction) throws {
+        guard !rules.types.isEmpty, rules.types[event.entity.type] != nil else { return }
+        let slot = try slot(event.entity, txn: txn)
+        do {
+            try rules.check(
+                InputEvent.Change(event.body), of: event.entity,
+                currentStatus: touched[slot].state.currentStatus?.status)
+            return
+        } catch {
+            let record = RuleViolation(
+                id: event.id, origin: event.origin, entity: event.entity, rule: error.message, peer: peer,
+                detectedAt: now)
+            let prefix = Array(RuleViolation.keyPrefix.utf8)
+            let held = try txn.withCursor(log.tables.peers) { cursor -> Int in
+                var count = 0
+                var item = try cursor.seek(prefix)
+                while let (key, _) = item, key.starts(with: prefix), count < RuleViolation.maxRecords {
+                    count += 1
+                    item = try cursor.next()
+                }
+                return count
+            }
+            guard held < RuleViolation.maxRecords else { return }
+            try txn.put(log.tables.peers, Array(record.key.utf8), record.encoded())
+        }
+    }
+}
+
+extension EventLog {
+    /// The rule violations recorded, in id order.
+    public func ruleViolations() throws(EventStoreError) -> [RuleViolation] {
+        try peerEntries().filter { $0.key.hasPrefix(RuleViolation.keyPrefix) }.compactMap {
+            RuleViolation(decoding: $0.value)
+        }
+    }
+}
