@@ -15,6 +15,19 @@ struct TypesFileTests {
          "site": {"fields": {"notes": "any"}}}
         """#
 
+    /// A directory for a daemon, and the path of its types file there (written when `rules`
+    /// is given).
+    static func directory(rules: String?) throws -> (root: String, file: String) {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "evtypes-\(UUID().uuidString.prefix(8))"
+        )
+        .path
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        let file = root + "/types.json"
+        try rules?.write(toFile: file, atomically: true, encoding: .utf8)
+        return (root, file)
+    }
+
     func status(_ entity: String, _ status: String) -> String {
         #"{"entity":"\#(entity)","kind":"status","status":"\#(status)"}"#
     }
@@ -28,13 +41,7 @@ struct TypesFileTests {
 
     @Test("violations are refused naming the rule, nothing stored; the legal path goes through")
     func violationsAreRefused() throws {
-        let root = FileManager.default.temporaryDirectory.appendingPathComponent(
-            "evtypes-\(UUID().uuidString.prefix(8))"
-        )
-        .path
-        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
-        let file = root + "/types.json"
-        try TypesFileTests.rules.write(toFile: file, atomically: true, encoding: .utf8)
+        let (root, file) = try TypesFileTests.directory(rules: TypesFileTests.rules)
         let daemon = try DaemonProcess(root: root, arguments: ["--types-file", file])
         defer { daemon.removeFiles() }
         let client = try daemon.client()
@@ -77,13 +84,7 @@ struct TypesFileTests {
 
     @Test("a replicated event that breaks a local rule is stored, folded and listed; the nodes converge")
     func replicatedViolationsAreListed() throws {
-        let root = FileManager.default.temporaryDirectory.appendingPathComponent(
-            "evtypes-\(UUID().uuidString.prefix(8))"
-        )
-        .path
-        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
-        let file = root + "/types.json"
-        try TypesFileTests.rules.write(toFile: file, atomically: true, encoding: .utf8)
+        let (root, file) = try TypesFileTests.directory(rules: TypesFileTests.rules)
         let strict = try DaemonProcess(root: root, arguments: ["--node", "hq", "--types-file", file])
         // Another version of the rules: none.
         let loose = try DaemonProcess(arguments: ["--node", "van"])
@@ -126,13 +127,7 @@ struct TypesFileTests {
 
     @Test("SIGHUP reads the file again; a file that cannot be used keeps the rules before")
     func reload() throws {
-        let root = FileManager.default.temporaryDirectory.appendingPathComponent(
-            "evtypes-\(UUID().uuidString.prefix(8))"
-        )
-        .path
-        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
-        let file = root + "/types.json"
-        try TypesFileTests.rules.write(toFile: file, atomically: true, encoding: .utf8)
+        let (root, file) = try TypesFileTests.directory(rules: TypesFileTests.rules)
         let daemon = try DaemonProcess(root: root, arguments: ["--types-file", file])
         defer { daemon.removeFiles() }
         let client = try daemon.client()
@@ -161,14 +156,8 @@ struct TypesFileTests {
 
     @Test("a types file that cannot be used stops the start, saying why")
     func badFileStopsTheStart() throws {
-        let root = FileManager.default.temporaryDirectory.appendingPathComponent(
-            "evtypes-\(UUID().uuidString.prefix(8))"
-        )
-        .path
-        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        let (root, file) = try TypesFileTests.directory(rules: #"{"job": {"colour": "blue"}}"#)
         defer { try? FileManager.default.removeItem(atPath: root) }
-        let file = root + "/types.json"
-        try #"{"job": {"colour": "blue"}}"#.write(toFile: file, atomically: true, encoding: .utf8)
         #expect {
             _ = try DaemonProcess(root: root, arguments: ["--types-file", file])
         } throws: { error in

@@ -226,18 +226,24 @@ extension Methods {
     /// once a person has dealt with them; answers how many records went. A later session
     /// that finds the same difference records it again.
     func dismissDivergent(_ request: Request) throws -> [UInt8] {
+        try dismiss(request, max: DivergentEvent.maxRecords) { ids in
+            try DivergenceLedger.records(self.log).filter { ids.contains($0.id) }.map(\.key)
+        }
+    }
+
+    /// Removes the peers-table records `keys` finds for the event ids `ids` names (1 to
+    /// `max`), answering how many went.
+    private func dismiss(_ request: Request, max: Int, keys: (Set<ULID>) throws -> [String]) throws -> [UInt8] {
         let params = try Params(request)
-        guard let elements = try params.array("ids"), !elements.isEmpty, elements.count <= DivergentEvent.maxRecords
-        else {
+        guard let elements = try params.array("ids"), !elements.isEmpty, elements.count <= max else {
             throw RPCError.invalidParams(
-                "divergent.dismiss takes \"ids\": 1 to \(DivergentEvent.maxRecords) event ids, as `attention` lists them"
-            )
+                "\(request.method) takes \"ids\": 1 to \(max) event ids, as `attention` lists them")
         }
         var ids = Set<ULID>()
         for element in elements { ids.insert(try Methods.id(element, being: "an event id")) }
-        let gone = try DivergenceLedger.records(log).filter { ids.contains($0.id) }
+        let gone = try keys(ids)
         if !gone.isEmpty {
-            try writer.perform(PeerEntriesJob(gone.map { PeerEntry(key: $0.key, value: nil) }), from: -3)
+            try writer.perform(PeerEntriesJob(gone.map { PeerEntry(key: $0, value: nil) }), from: -3)
         }
         var out = JSONWriter()
         out.beginObject()
@@ -261,24 +267,9 @@ extension Methods {
     /// `rule_violations.dismiss`: removes the records of the rule violations named, once a
     /// person has dealt with them; answers how many went. The events stay, folded.
     func dismissRuleViolations(_ request: Request) throws -> [UInt8] {
-        let params = try Params(request)
-        guard let elements = try params.array("ids"), !elements.isEmpty, elements.count <= RuleViolation.maxRecords
-        else {
-            throw RPCError.invalidParams(
-                "rule_violations.dismiss takes \"ids\": 1 to \(RuleViolation.maxRecords) event ids, as `attention` lists them"
-            )
+        try dismiss(request, max: RuleViolation.maxRecords) { ids in
+            try self.log.ruleViolations().filter { ids.contains($0.id) }.map(\.key)
         }
-        var ids = Set<ULID>()
-        for element in elements { ids.insert(try Methods.id(element, being: "an event id")) }
-        let gone = try log.ruleViolations().filter { ids.contains($0.id) }
-        if !gone.isEmpty {
-            try writer.perform(PeerEntriesJob(gone.map { PeerEntry(key: $0.key, value: nil) }), from: -3)
-        }
-        var out = JSONWriter()
-        out.beginObject()
-        out.member("dismissed", gone.count)
-        out.endObject()
-        return out.bytes
     }
 
     /// A dead letter as `dead_letters` and `attention` list it.
