@@ -71,7 +71,7 @@ struct MetricsCommandTests {
         #expect(result.status == 0, "\(result)")
         #expect(result.stdout == "job\njob-x\njob2\nsite\nzone\n")
         result = try evctl(["--json", "types"], socket: daemon.socketPath)
-        #expect(result.stdout == #"{"types":["job","job-x","job2","site","zone"]}"# + "\n")
+        #expect(result.stdout == #"{"types":["job","job-x","job2","site","zone"],"rules":{}}"# + "\n")
     }
 
     @Test func metricsParseAndEqualStatus() throws {
