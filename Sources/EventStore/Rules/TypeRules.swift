@@ -87,7 +87,9 @@ public struct TypeRules: Equatable, Sendable {
 
     /// Checks a local append of `change` to `entity`, whose current status is
     /// `currentStatus` (nil: it has none yet).
-    public func check(_ change: InputEvent.Change, of entity: EntityKey, currentStatus: String?)
+    /// `currentStatus` is read only when a status rule needs it: the append path asks for
+    /// every event, and most have no rule.
+    public func check(_ change: InputEvent.Change, of entity: EntityKey, currentStatus: @autoclosure () -> String?)
         throws(EventStoreError)
     {
         guard !types.isEmpty, let rules = types[entity.type] else { return }
@@ -111,7 +113,7 @@ public struct TypeRules: Equatable, Sendable {
             }
         case .status(let status):
             guard let moves = rules.status else { return }
-            if let currentStatus {
+            if let currentStatus = currentStatus() {
                 let allowed = moves.transitions[currentStatus] ?? []
                 guard allowed.contains(status) else {
                     throw EventStoreError(
