@@ -6,8 +6,8 @@ let package = Package(
     products: [
         .library(name: "EventStore", targets: ["EventStore"]),
         .library(name: "Projections", targets: ["Projections"]),
-        // For the fuzzers in Fuzz/, which reach the daemon's decoders through DaemonFuzzEntry.
-        .library(name: "Daemon", targets: ["Daemon"]),
+        // For the fuzzers in Fuzz/ alone: their entry points, which no program links.
+        .library(name: "FuzzEntries", targets: ["FuzzEntries"]),
         .executable(name: "evstored", targets: ["evstored"]),
         .executable(name: "evctl", targets: ["evctl"]),
         .executable(name: "evstore-nats", targets: ["evstore-nats"]),
@@ -87,6 +87,15 @@ let package = Package(
                 "LayeredConfiguration", "Lifecycle", "Wire", "Writer", "Replication", "Server",
             ]
         ),
+        // The fuzzers' entry points (Fuzz/ and the tests that replay its corpora): each runs one
+        // input through the store's or the daemon's code and checks what must hold.
+        .target(
+            name: "FuzzEntries",
+            dependencies: [
+                "EventStore", "Projections", "UnixSocket", "Logging", "Lifecycle", "Wire", "Writer", "Replication",
+                "Server", "Daemon",
+            ]
+        ),
         // A NATS JetStream client over libnats: connect, streams, asynchronous publishes.
         .target(name: "JetStream", dependencies: ["CNats", "CCrypto"]),
         // evstore-nats: the daemon's events into a JetStream stream, as a durable consumer.
@@ -125,7 +134,10 @@ let package = Package(
         // The temporary store the store's and the daemon's tests share, which checks itself.
         .target(name: "StoreTestSupport", dependencies: ["EventStore", "Projections"], path: "Tests/StoreTestSupport"),
         .testTarget(name: "ProjectionsTests", dependencies: ["Projections", "TestSupport"]),
-        .testTarget(name: "EventStoreTests", dependencies: ["EventStore", "Projections", "TestSupport", "StoreTestSupport"]),
+        .testTarget(
+            name: "EventStoreTests",
+            dependencies: ["EventStore", "Projections", "TestSupport", "StoreTestSupport", "FuzzEntries"]
+        ),
         .testTarget(name: "UnixSocketTests", dependencies: ["UnixSocket"]),
         .testTarget(name: "ArgumentsTests", dependencies: ["Arguments"]),
         .testTarget(name: "LayeredConfigurationTests", dependencies: ["LayeredConfiguration"]),
@@ -134,7 +146,7 @@ let package = Package(
             dependencies: [
                 "Daemon", "Lifecycle", "Wire", "Writer", "Replication", "Server",
                 "Arguments", "EventStore", "Projections", "UnixSocket", "Logging", "TestSupport",
-                "StoreTestSupport", "JSONRPCClient",
+                "StoreTestSupport", "JSONRPCClient", "FuzzEntries",
                 // The bridge's tests read the stream back.
                 "JetStream",
             ]

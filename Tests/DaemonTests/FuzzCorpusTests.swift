@@ -1,6 +1,7 @@
 @testable import Daemon
 import EventStore
 import Foundation
+import FuzzEntries
 import Projections
 @testable import Replication
 @testable import Server

@@ -1,5 +1,6 @@
 import EventStore
 import Foundation
+import FuzzEntries
 import Projections
 import TestSupport
 import Testing

@@ -1,5 +1,6 @@
 import EventStore
 import FuzzDriver
+import FuzzEntries
 
 /// The event codec fuzzer: the first byte picks the form (see `FuzzEntry.event`); the rest
 /// also goes through the JSON scanner's canonical encoding on its own.

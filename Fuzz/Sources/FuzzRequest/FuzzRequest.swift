@@ -1,6 +1,6 @@
-import Daemon
 import Foundation
 import FuzzDriver
+import FuzzEntries
 
 /// The request fuzzer: one request line per input, parsed and dispatched as a connection
 /// does, against a real store (see `FuzzDispatcher`).

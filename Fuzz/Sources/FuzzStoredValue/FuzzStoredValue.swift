@@ -1,5 +1,6 @@
 import EventStore
 import FuzzDriver
+import FuzzEntries
 
 /// The stored-value fuzzer: one stored event value per input (see `FuzzEntry.storedValue`).
 @main

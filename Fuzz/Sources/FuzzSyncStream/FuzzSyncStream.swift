@@ -1,5 +1,5 @@
-import Daemon
 import FuzzDriver
+import FuzzEntries
 
 /// The sync stream fuzzer: a flags byte, then the bytes a peer sends (see
 /// `DaemonFuzzEntry.syncStream`).

@@ -14,8 +14,10 @@ import Writer
 /// Every append a client sends passes here, alone or in a batch, and so do the appends a
 /// departed client left queued; rules that hold per type, and handing an append to the node
 /// that decides it, belong here too.
-struct Admission: Sendable {
-    enum Outcome: Sendable {
+package struct Admission: Sendable {
+    package init() {}
+
+    package enum Outcome: Sendable {
         /// To the writer, as this job.
         case admit(AppendJob)
         /// Answered with this result without the writer: there is nothing to write.
@@ -24,7 +26,7 @@ struct Admission: Sendable {
         case refuse(RPCError)
     }
 
-    func decide(_ events: [InputEvent], from client: ClientAccess) -> Outcome {
+    package func decide(_ events: [InputEvent], from client: ClientAccess) -> Outcome {
         if let refusal = client.refusal(of: MethodTable.append) { return .refuse(refusal) }
         guard !events.isEmpty else { return .answer(AppendResult(ids: [], versions: [:], written: [])) }
         return .admit(AppendJob(events))
@@ -34,7 +36,7 @@ struct Admission: Sendable {
 extension Admission.Outcome {
     /// The result its answer gives, once the writer has committed an admitted job (waiting
     /// for it): for a batch's append, whose answer goes with the others.
-    func result(writer: Writer, source: Int) -> Result<AppendResult, RPCError> {
+    package func result(writer: Writer, source: Int) -> Result<AppendResult, RPCError> {
         switch self {
         case .admit(let job):
             Result { () throws(EventStoreError) in try writer.perform(job, from: source) }.mapError(RPCError.init)

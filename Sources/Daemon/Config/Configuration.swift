@@ -13,7 +13,7 @@ import UnixSocket
 
 /// The daemon's settings, from (strongest first) flags, `EVSTORE_*` environment variables,
 /// the JSON config file and the defaults.
-struct Configuration: Equatable, Sendable {
+package struct Configuration: Equatable, Sendable {
     typealias Peer = NamedPeer
 
     enum Durability: String, Sendable {
@@ -675,13 +675,13 @@ extension Limits {
 }
 
 extension WatchLimits {
-    init(_ configuration: Configuration) {
+    package init(_ configuration: Configuration) {
         self.init(perConnection: configuration.maxWatchesPerConnection, total: configuration.maxWatches)
     }
 }
 
 extension SyncService.Settings {
-    init(_ configuration: Configuration) {
+    package init(_ configuration: Configuration) {
         self.init(
             interval: Double(configuration.syncIntervalSeconds),
             backoffBase: Double(configuration.backoffBaseSeconds),
@@ -722,5 +722,12 @@ extension Configuration {
         } catch {
             throw TypeRulesError("types_file \(path): \(error.message)")
         }
+    }
+}
+
+extension Configuration {
+    /// Every setting at its default, for a store in `dataDirectory` served on `socketPath`.
+    package static func defaults(dataDirectory: String, socketPath: String) -> Configuration {
+        Configuration(dataDirectory: dataDirectory, socketPath: socketPath)
     }
 }

@@ -26,11 +26,11 @@ struct Method: Sendable {
 /// Every method of the socket API, in one table that the server dispatches by, the access
 /// check reads its levels from, the params check its members from, and the fuzz entry and
 /// `method_not_found` list the names of.
-enum MethodTable {
+package enum MethodTable {
     /// The two the connection answers itself (`Handler.connection`), whose names the
     /// transport and the request parser look for.
-    static let append = RequestParser.appendMethod
-    static let watch = "watch"
+    package static let append = RequestParser.appendMethod
+    package static let watch = "watch"
 
     static let methods: [Method] = [
         Method(name: append, access: .write, params: ["events"], handler: .connection),
@@ -120,7 +120,7 @@ enum MethodTable {
 
 extension Params {
     /// The params of `request`, checked against its method's entry in the table.
-    init(_ request: Request) throws(RPCError) {
+    package init(_ request: Request) throws(RPCError) {
         let method = MethodTable[request.method]
         try self.init(
             request.params, method: request.method, accepts: method?.params ?? [], verbatim: method?.verbatim ?? [])

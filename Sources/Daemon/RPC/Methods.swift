@@ -9,7 +9,7 @@ import Writer
 
 /// The socket API's methods that answer at once (reads and maintenance); `append` and
 /// `watch` go through the connection, which owns their ordering.
-struct Methods: Sendable {
+package struct Methods: Sendable {
     /// Every method's name, from the table.
     static var names: [String] { MethodTable.names }
 
@@ -30,15 +30,20 @@ struct Methods: Sendable {
     /// `max_consumers`: the durable consumers the store keeps.
     var maxConsumers = Configuration.defaultMaxConsumers
 
-    struct NodeInfo: Sendable {
+    package struct NodeInfo: Sendable {
         var name: String?
         var dataDirectory: String
+
+        package init(name: String?, dataDirectory: String) {
+            self.name = name
+            self.dataDirectory = dataDirectory
+        }
     }
 
     /// Runs `method` for a client with access `level` and returns its `result` as JSON.
     /// The connection has checked `level` against the method; `level` further decides
     /// which peer URLs the client may give.
-    func call(_ request: Request, level: AccessLevel = .full) throws(RPCError) -> [UInt8] {
+    package func call(_ request: Request, level: AccessLevel = .full) throws(RPCError) -> [UInt8] {
         do {
             guard let method = MethodTable[request.method], case .methods(let handler) = method.handler else {
                 throw RPCError.methodNotFound(request.method, methods: Methods.names)
@@ -360,5 +365,14 @@ struct Methods: Sendable {
         out.member("skipped", result.skipped)
         out.endObject()
         return out.bytes
+    }
+}
+
+extension Methods {
+    /// The methods of a store with the other settings at their defaults.
+    package static func withDefaults(
+        log: EventLog, node: NodeInfo, startedAt: Date, writer: Writer, sync: SyncService
+    ) -> Methods {
+        Methods(log: log, node: node, startedAt: startedAt, writer: writer, sync: sync)
     }
 }

@@ -54,7 +54,7 @@ public struct EventStoreError: Error, Equatable, Sendable, CustomStringConvertib
         return "\(reason): \(message)"
     }
 
-    static func invalid(_ message: String) -> EventStoreError {
+    package static func invalid(_ message: String) -> EventStoreError {
         EventStoreError(.invalidEvent, message)
     }
 }

@@ -9,10 +9,10 @@ import Projections
 /// ```
 /// Every dictionary ever used stays in the `dictionaries` table, so a value stays
 /// readable however often the current dictionary changes.
-enum StoredValue {
+package enum StoredValue {
     static let format: UInt8 = 1
 
-    static func encode(
+    package static func encode(
         payload: [UInt8], dictionaryVersion: UInt32, dictionary: CompressionDictionary?, compressor: Compressor
     ) throws -> [UInt8] {
         var out: [UInt8] = []
@@ -24,7 +24,7 @@ enum StoredValue {
     }
 
     /// Splits a value into its dictionary version and frame.
-    static func decode(_ value: [UInt8]) throws(CorruptDataError) -> (dictionaryVersion: UInt32, frame: [UInt8]) {
+    package static func decode(_ value: [UInt8]) throws(CorruptDataError) -> (dictionaryVersion: UInt32, frame: [UInt8]) {
         var reader = ByteReader(value)
         let format = try reader.byte()
         guard format == StoredValue.format else {

@@ -1,3 +1,7 @@
+// FuzzEntries: the fuzzers' entry points, which only Fuzz/ and the tests link; each runs one
+// input through the code a program runs and adds nothing to what that code does.
+
+import EventStore
 import Projections
 
 /// Entry points for the fuzzers in `Fuzz/` and for the tests that replay their corpora and

@@ -1,3 +1,4 @@
+import Daemon
 import EventStore
 import FoundationEssentials
 import Logging
@@ -320,14 +321,14 @@ public final class FuzzDispatcher: Sendable {
             options.dictionaryCapacity = 4096
             options.machineID = nil
             let log = try EventLog.open(directory: path, options: options)
-            let configuration = Configuration(dataDirectory: path, socketPath: path + "/socket")
+            let configuration = Configuration.defaults(dataDirectory: path, socketPath: path + "/socket")
             let hub = WatchHub(logger: logger, limits: WatchLimits(configuration))
             let writer = Writer(log: log, hub: hub, logger: logger)
             writer.start()
             let sync = SyncService(
                 node: SyncNode(log: log, name: "fuzz", writer: writer),
                 settings: SyncService.Settings(configuration), logger: logger)
-            let methods = Methods(
+            let methods = Methods.withDefaults(
                 log: log, node: Methods.NodeInfo(name: "fuzz", dataDirectory: path), startedAt: Date(),
                 writer: writer, sync: sync)
             let parts = Parts(log: log, writer: writer, methods: methods, directory: path)
