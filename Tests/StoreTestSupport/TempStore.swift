@@ -6,14 +6,17 @@ import Testing
 
 /// A store in a fresh temp directory. `check()` asserts the invariants every store must
 /// keep — projections equal a rebuild from the log, the digest matches, every event is in
-/// its entity's and origin's index — and teardown runs it for a test that did not, after
-/// the test's last change; then the directory is deleted.
+/// its entity's and origin's index — and teardown runs it whenever anything was committed
+/// since the last check (or the store was never checked), so a test cannot skip it by
+/// forgetting; then the directory is deleted.
 public final class TempStore: @unchecked Sendable {
     public let directory: String
     public var log: EventLog!
     public var options: StoreOptions
-    /// Whether the store was checked since its last change through `TempStore` (a reopen).
-    private var checked = false
+    /// The last committed transaction when the store was last checked; nil when it never was.
+    private var checkedAt: Int?
+    /// Set by `writesTablesDirectly`: teardown does not check.
+    private var exempt = false
 
     public init(_ configure: (inout StoreOptions) -> Void = { _ in }) throws {
         directory =
@@ -28,18 +31,19 @@ public final class TempStore: @unchecked Sendable {
     public func reopen() throws {
         log = nil
         log = try EventLog.open(directory: directory, options: options)
-        checked = false
+        checkedAt = nil
     }
 
     /// For a test that writes tables directly, so the store is no longer a whole one: says
     /// why, and teardown does not check it.
     public func writesTablesDirectly(because reason: String) {
         precondition(!reason.isEmpty)
-        checked = true
+        exempt = true
     }
 
     public func check(sourceLocation: SourceLocation = #_sourceLocation) throws {
-        checked = true
+        // The rebuild is itself a commit: the mark is taken after the checks.
+        defer { checkedAt = log.environment.info().lastTransactionID }
         let report = try log.rebuild(verify: true)
         #expect(
             report.mismatched.isEmpty, "projections differ from a rebuild: \(report.mismatched)",
@@ -177,8 +181,8 @@ public final class TempStore: @unchecked Sendable {
     }
 
     deinit {
-        // Writes after an explicit check are rare; a store never checked is checked here.
-        if !checked, log != nil {
+        // A store is checked here unless nothing was committed since its last check.
+        if !exempt, let log, checkedAt != log.environment.info().lastTransactionID {
             do {
                 try check()
             } catch {

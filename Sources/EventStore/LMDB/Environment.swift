@@ -42,6 +42,8 @@ public struct EnvironmentInfo: Sendable, Hashable {
     public var pageSize: Int
     /// The number of reader slots used so far.
     public var numReaders: Int
+    /// The id of the last committed write transaction: it grows with every commit.
+    public var lastTransactionID: Int
 
     /// Bytes of the map in use: every page up to `lastPageNumber`.
     public var usedBytes: Int { (lastPageNumber + 1) * pageSize }

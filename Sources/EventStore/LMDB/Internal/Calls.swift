@@ -79,7 +79,8 @@ enum MDB {
             mapSize: info.me_mapsize,
             lastPageNumber: info.me_last_pgno,
             pageSize: Int(stat.ms_psize),
-            numReaders: Int(info.me_numreaders)
+            numReaders: Int(info.me_numreaders),
+            lastTransactionID: info.me_last_txnid
         )
     }
 
