@@ -13,8 +13,10 @@
 #                torture also syncs 20,000 events over the degraded link (as root)
 #   make deb     the Debian packages (.build/deb/package/evstore_VERSION_ARCH.deb and
 #                evstore-nats_VERSION_ARCH.deb); test-deb checks their size (binaries <= 16 MiB,
-#                no ICU; each package <= 8 MiB), runs lintian on them and installs them into a
-#                fresh debootstrap root
+#                no ICU; each package <= 8 MiB), runs lintian on them, installs them into a
+#                fresh debootstrap root and tests the upgrade from the previous release's package
+#   make previous-deb   the previous release's package, built from the repository's history
+#                into .build/previous/<hash>/deb (cached), for test-deb's upgrade test
 #   make man     the manual pages (.build/man); man-sources regenerates man/*.scd from --help
 #   make test-python   the Python client's tests against the built daemon
 #   make version VERSION=x.y.z   sets the one version (Sources/Version/Version.swift) and
@@ -63,7 +65,7 @@ export EVSTORE_PREVIOUS_BIN_DIR
 
 .PHONY: version all deps bench-deps deb-deps build release run test test-tsan test-asan bench clean format \
 	torture torture-short degraded-link soak soak-short fuzz-build fuzz fuzz-short fuzz-seeds deb test-deb man man-sources test-python \
-	previous-release
+	previous-release previous-deb
 
 all: build
 
@@ -227,8 +229,17 @@ deb: deps deb-deps
 	done
 	packaging/build-deb.sh $(DEB_SCRATCH)/release $(DEB_SCRATCH)/package
 
-test-deb: deb
-	packaging/test-deb.sh $(DEB_SCRATCH)/package/evstore_*.deb $(DEB_SCRATCH)/package/evstore-nats_*.deb
+# The previous release's package, from its commit in the repository's history
+# (packaging/build-previous-deb.sh: a tree of its own under .build/previous, built the way
+# that commit's `make deb` built it, with its own build-deb.sh). Cached: does nothing when the
+# package is there.
+PREVIOUS_DEB_DIR ?= .build/previous/$(PREVIOUS_RELEASE)/deb
+previous-deb: deps deb-deps
+	SWIFT=$(SWIFT) packaging/build-previous-deb.sh $(PREVIOUS_DEB_DIR)
+
+test-deb: deb previous-deb
+	PREVIOUS_DEB="$$(ls $(PREVIOUS_DEB_DIR)/evstore_*.deb)" packaging/test-deb.sh \
+		$(DEB_SCRATCH)/package/evstore_*.deb $(DEB_SCRATCH)/package/evstore-nats_*.deb
 
 # The manual pages from their scdoc sources in man/, into .build/man (`man -l` reads them).
 man: deb-deps

@@ -294,6 +294,9 @@ final class Daemon: Sendable {
             logger.error("cannot start: \(error)")
             return (Evstored.Exit.config, WeakLog(nil))
         }
+        if log.storedFormat < EventLog.formatVersion {
+            logger.notice("upgraded the store from format \(log.storedFormat) to \(EventLog.formatVersion)")
+        }
         if let previous = log.previousNodeID {
             logger.warning(
                 "this data directory was first used on another machine (its /etc/machine-id differs): this node now creates events as \(log.nodeID) instead of \(previous), so the two never share an origin"

@@ -22,7 +22,7 @@ public final class EventLog: Sendable {
     /// recorded on another machine (see `StoreOptions.machineID`); nil when kept.
     public let previousNodeID: ULID?
     /// The format marker the store had when it was opened (older ones are upgraded by `open`).
-    let storedFormat: UInt32
+    public let storedFormat: UInt32
 
     let environment: Environment
     let tables: Tables
