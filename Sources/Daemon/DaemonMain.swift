@@ -427,11 +427,18 @@ final class Daemon: Sendable {
     /// `authority` and `offline` are read and shown, not yet enforced: said once per load,
     /// so nobody takes a status decided anywhere for one decided by the authority.
     static func warnOfUnenforced(_ rules: TypeRules, logger: Logger) {
-        let named = rules.types.filter { $0.value.authority != nil || $0.value.offline != nil }.keys.sorted()
-        guard !named.isEmpty else { return }
-        logger.warning(
-            "types_file: authority and offline of \(named.joined(separator: ", ")) are not enforced by this version: every node accepts their status events and appends"
-        )
+        let named = rules.types.filter { $0.value.offline == "refuse" }.keys.sorted()
+        if !named.isEmpty {
+            logger.warning(
+                "types_file: offline \"refuse\" of \(named.joined(separator: ", ")) is not enforced by this version: every node accepts their appends"
+            )
+        }
+        let authorities = Set(rules.types.values.compactMap(\.authority))
+        if rules.localNode == nil, !authorities.isEmpty {
+            logger.warning(
+                "types_file names authorities (\(authorities.sorted().joined(separator: ", "))) but this node has no node_name: it decides nothing, and its status events of those types are proposals"
+            )
+        }
     }
 
     /// What a reload changes while the daemon serves.

@@ -51,6 +51,69 @@ struct FoldPropertyTests {
         _ = refolds
     }
 
+    @Test("proposals and decisions in any arrival order give byte-identical state", arguments: 1...30)
+    func proposalsInAnyOrder(seed: UInt64) throws {
+        // Two deciders in a third of the runs: two nodes claiming the authority's name.
+        let events = simulate(seed: seed, replicas: 4, steps: 150, authorities: seed % 3 == 0 ? 2 : 1)
+        let reference = Projection.fold(job, events)
+        let history = Projection.statusHistory(job, events)
+        let decisions = events.filter { if case .decide = $0.body { true } else { false } }
+        let proposals = events.filter { if case .propose = $0.body { true } else { false } }
+        #expect(!proposals.isEmpty && !decisions.isEmpty, "the simulation proposes and decides")
+        var rng = SeededGenerator(seed: seed &* 15_485_863)
+        for _ in 0..<5 {
+            var state = EntityState(entity: job)
+            var applied: [Event] = []
+            var appliedIDs = Set<ULID>()
+            for event in events.shuffled(using: &rng) {
+                let outcome = state.apply(event) { appliedIDs.contains($0) }
+                applied.append(event)
+                appliedIDs.insert(event.id)
+                if outcome == .needsRefold { state = Projection.fold(job, applied) }
+                if applied.count % 29 == 0 {
+                    #expect(state.encoded() == Projection.fold(job, applied).encoded())
+                }
+            }
+            #expect(state.encoded() == reference.encoded())
+            #expect(state.canonicalJSON(history: history) == reference.canonicalJSON(history: history))
+        }
+        #expect(try EntityState(entity: job, decoding: reference.encoded()) == reference)
+        // Every proposal is pending, accepted (a status head or superseded) or rejected.
+        let decided = Set(decisions.compactMap { if case .decide(let p, _, _) = $0.body { p } else { nil } })
+        for proposal in proposals where !decided.contains(proposal.id) {
+            #expect(reference.proposals.contains { $0.id == proposal.id })
+        }
+        for pending in reference.proposals { #expect(!decided.contains(pending.id)) }
+    }
+
+    @Test func aRejectedProposalIsListedUntilItsOriginProposesAgain() throws {
+        let hq = ULID(high: 1, low: 1)
+        let laptop = ULID(high: 1, low: 2)
+        let assigned = Event(id: id(1), origin: hq, entity: job, body: .status("assigned", base: []))
+        let proposal = Event(id: id(2), origin: laptop, entity: job, body: .propose("en_route", base: [id(1)]))
+        let cancelled = Event(id: id(3), origin: hq, entity: job, body: .status("cancelled", base: [id(1)]))
+        let rejection = Event(
+            id: id(4), origin: hq, entity: job,
+            body: .decide(proposal: id(2), accept: false, reason: "stale: job/42 is cancelled now"))
+        let pending = Projection.fold(job, [assigned, proposal])
+        #expect(pending.currentStatus?.status == "assigned")
+        #expect(pending.proposals.map(\.status) == ["en_route"])
+        let rejected = Projection.fold(job, [rejection, cancelled, proposal, assigned])
+        #expect(rejected.currentStatus?.status == "cancelled")
+        #expect(rejected.proposals.isEmpty)
+        #expect(rejected.rejected.map(\.reason) == ["stale: job/42 is cancelled now"])
+        let text = String(decoding: rejected.canonicalJSON(history: []), as: UTF8.self)
+        #expect(text.contains(#""rejected":[{"decision":"\#(id(4))","id":"\#(id(2))""#), "\(text)")
+        // Proposing again supersedes the rejection; an accepted proposal becomes current.
+        let again = Event(id: id(5), origin: laptop, entity: job, body: .propose("done", base: [id(3)]))
+        let accepted = Event(
+            id: id(6), origin: hq, entity: job, body: .decide(proposal: id(5), accept: true, reason: nil))
+        let state = Projection.fold(job, [assigned, proposal, cancelled, rejection, again, accepted])
+        #expect(state.rejected.isEmpty && state.proposals.isEmpty)
+        #expect(state.currentStatus?.status == "done" && state.currentStatus?.id == id(5))
+        #expect(!state.hasStatusConflict)
+    }
+
     @Test("replicas that exchanged everything agree", arguments: 1...10)
     func convergence(seed: UInt64) {
         let events = simulate(seed: seed, replicas: 3, steps: 200)

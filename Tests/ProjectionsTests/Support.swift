@@ -15,6 +15,10 @@ struct Replica {
     var state: EntityState
     var clockMs: UInt64
     var counter: UInt64 = 0
+    /// Whether the entity's type has an authority; `isAuthority`: this replica is it (its
+    /// status events are plain, the others' are proposals, and it decides them).
+    var hasAuthority = false
+    var isAuthority = false
 
     init(origin: ULID, entity: EntityKey, clockMs: UInt64) {
         self.origin = origin
@@ -65,8 +69,10 @@ struct Replica {
                 }
                 body = .edit(fields: changes, base: base)
             case 7..<11:
-                body = .status(
-                    ["assigned", "en_route", "on_site", "done"].randomElement(using: &rng)!, base: state.statusHeadIDs)
+                let status = ["assigned", "en_route", "on_site", "done"].randomElement(using: &rng)!
+                body =
+                    hasAuthority && !isAuthority
+                    ? .propose(status, base: state.statusHeadIDs) : .status(status, base: state.statusHeadIDs)
             case 11..<15:
                 body = .add(set: "parts", element: json(elements.randomElement(using: &rng)!))
             case 15..<18:
@@ -80,15 +86,42 @@ struct Replica {
         learn(event)
         return event
     }
+
+    /// As the authority does on storing them: decides every pending proposal it holds,
+    /// accepting one made from the current status heads (and, to have both outcomes, only
+    /// moves to a status other than the current one).
+    mutating func decide(_ rng: inout SeededGenerator) -> [Event] {
+        guard isAuthority else { return [] }
+        var made: [Event] = []
+        while let pending = state.proposals.first {
+            let accept =
+                !state.isDeleted && pending.base == state.statusHeadIDs && pending.status != state.currentStatus?.status
+            let event = Event(
+                id: nextID(&rng), origin: origin, entity: state.entity,
+                body: .decide(proposal: pending.id, accept: accept, reason: accept ? nil : "stale or no move"))
+            learn(event)
+            made.append(event)
+        }
+        return made
+    }
 }
 
 /// Several replicas working on one entity, exchanging events now and then.
-func simulate(seed: UInt64, replicas count: Int, steps: Int, skewedReplica: Bool = true) -> [Event] {
+///
+/// With `authorities` above 0 the entity's type has an authority: the first replicas decide
+/// (more than one only as two nodes claiming one name would), the rest propose.
+func simulate(seed: UInt64, replicas count: Int, steps: Int, skewedReplica: Bool = true, authorities: Int = 0)
+    -> [Event]
+{
     var rng = SeededGenerator(seed: seed)
     var replicas = (0..<count).map { index in
         // One replica's clock runs far ahead: ids then disagree with causal order.
         let ahead: UInt64 = skewedReplica && index == count - 1 ? 10_000_000 : 0
-        return Replica(origin: ULID(high: 0xABCD, low: UInt64(index + 1)), entity: job, clockMs: 1_000_000 + ahead)
+        var replica = Replica(
+            origin: ULID(high: 0xABCD, low: UInt64(index + 1)), entity: job, clockMs: 1_000_000 + ahead)
+        replica.hasAuthority = authorities > 0
+        replica.isAuthority = index < authorities
+        return replica
     }
     for _ in 0..<steps {
         let r = Int.random(in: 0..<count, using: &rng)
@@ -101,6 +134,7 @@ func simulate(seed: UInt64, replicas count: Int, steps: Int, skewedReplica: Bool
         } else {
             _ = replicas[r].act(&rng)
         }
+        _ = replicas[r].decide(&rng)
     }
     var all: [ULID: Event] = [:]
     for replica in replicas { all.merge(replica.known) { a, _ in a } }

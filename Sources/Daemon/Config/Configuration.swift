@@ -707,7 +707,7 @@ extension Configuration {
     /// The rules of `types_file` (none when it is unset); an error says why the file
     /// cannot be used.
     func typeRules() throws(TypeRulesError) -> TypeRules {
-        guard let path = typesFile else { return TypeRules() }
+        guard let path = typesFile else { return TypeRules(localNode: nodeName) }
         // Sized first: what is too large is not read at all.
         if let size = (try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? Int,
             size > TypeRules.maxFileBytes
@@ -718,7 +718,9 @@ extension Configuration {
             throw TypeRulesError("types_file \(path) cannot be read")
         }
         do {
-            return try TypeRules(parsing: Array(handle))
+            var rules = try TypeRules(parsing: Array(handle))
+            rules.localNode = nodeName
+            return rules
         } catch {
             throw TypeRulesError("types_file \(path): \(error.message)")
         }

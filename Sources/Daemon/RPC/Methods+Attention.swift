@@ -177,6 +177,19 @@ extension Methods {
         out.beginArray()
         for violation in try log.ruleViolations() { Methods.write(violation, to: &out) }
         out.endArray()
+        // This node's proposals the authority rejected, until it proposes again.
+        out.key("rejected_proposals")
+        out.beginArray()
+        for record in try log.rejectedOwnProposals() {
+            out.beginObject()
+            out.member("id", record.proposal.id.description)
+            out.member("entity", record.entity.description)
+            out.member("status", record.proposal.status)
+            out.member("reason", record.proposal.reason)
+            out.member("decision", record.proposal.decision.description)
+            out.endObject()
+        }
+        out.endArray()
         out.key("peers")
         out.beginArray()
         for standing in sync.standings() where standing.schedule.needsAttention {

@@ -199,6 +199,7 @@ package struct Methods: Sendable {
         out.member("dead_letters", statistics.deadLetters)
         out.member("divergent", try DivergenceLedger.records(log).count)
         out.member("rule_violations", try log.ruleViolations().count)
+        out.member("rejected_proposals", try log.rejectedOwnProposals().count)
         let peers = sync.status()
         out.member("failing_peers", peers.filter(\.schedule.needsAttention).count)
         out.endObject()

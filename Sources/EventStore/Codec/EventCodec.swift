@@ -25,12 +25,19 @@ public enum EventCodec {
         var origin: [UInt8]?
         var base: JSONBytes?
         var observed: JSONBytes?
+        /// A status event made away from its type's authority.
+        var proposal: Bool?
+        /// A decision's members.
+        var event: [UInt8]?
+        var accept: Bool?
+        var reason: [UInt8]?
     }
 
     /// The members an event object may have, found by their bytes without making strings.
     enum Member: String, CaseIterable {
         case entity, kind, status, fields, set, element, counter, amount, key, by, at, id, origin, base, observed,
             resolve
+        case proposal, event, accept, reason
         case seq
         case ifMatch = "if_match"
 
@@ -68,12 +75,20 @@ public enum EventCodec {
     }
 
     static func input(from m: Members) throws(EventStoreError) -> InputEvent {
+        try details(of: InputEvent(entity: entity(of: m), change: change(from: m)), from: m)
+    }
+
+    static func entity(of m: Members) throws(EventStoreError) -> EntityKey {
         guard let entityBytes = m.entity else {
             throw .invalid("\"entity\" is required: TYPE/ID, for example job/01JD3Q8R5N8X6ZK2W7Y4V9B3TQ")
         }
-        let entity = try Validation.entity(entityBytes)
-        let change = try change(from: m)
-        var event = InputEvent(entity: entity, change: change)
+        return try Validation.entity(entityBytes)
+    }
+
+    /// `key`, `by`, `at`, `if_match` and `resolve` of `m`, checked, on `event`.
+    static func details(of event: InputEvent, from m: Members) throws(EventStoreError) -> InputEvent {
+        var event = event
+        let change = event.change
         if let key = m.key { event.key = try Validation.text(key, what: "\"key\"", limit: Validation.maxKeyBytes) }
         if let by = m.by {
             event.by = try Validation.text(by, what: "\"by\"", limit: Validation.maxByBytes, allowEmpty: true)
@@ -128,6 +143,7 @@ public enum EventCodec {
             case .add, .remove: (false, false, true, true, false)
             case .delete, .restore: (false, false, false, false, false)
             case .incr: (false, false, false, false, true)
+            case .decide: (false, false, false, false, false)
             }
         func notAllowed(_ name: String) -> EventStoreError {
             .invalid("\"\(name)\" is not allowed on a \"\(kind.rawValue)\" event")
@@ -157,6 +173,10 @@ public enum EventCodec {
             return kind == .add ? .add(set: name, element: element) : .remove(set: name, element: element)
         case .delete: return .delete
         case .restore: return .restore
+        case .decide:
+            throw .invalid(
+                "kind \"decide\" is appended only by a type's authority node, when it decides a status proposal; a client cannot send one"
+            )
         case .incr:
             guard let counter = m.counter else { throw .invalid("an incr event needs \"counter\": the counter's name") }
             let name = try Validation.name(counter, what: "counter name")
@@ -221,11 +241,23 @@ public enum EventCodec {
                 case .origin where stored: m.origin = try stringMember(&s, "origin")
                 case .base where stored: m.base = try canonical(&s)
                 case .observed where stored: m.observed = try canonical(&s)
+                case .proposal where stored:
+                    guard s.peek() == UInt8(ascii: "t") else {
+                        throw JSONError(meaning: "\"proposal\" is true or absent", at: s.offset)
+                    }
+                    m.proposal = try s.readBool()
+                case .event where stored: m.event = try stringMember(&s, "event")
+                case .accept where stored:
+                    guard s.peek() == UInt8(ascii: "t") || s.peek() == UInt8(ascii: "f") else {
+                        throw JSONError(meaning: "\"accept\" must be true or false", at: s.offset)
+                    }
+                    m.accept = try s.readBool()
+                case .reason where stored: m.reason = try stringMember(&s, "reason")
                 default:
                     let shown = String(String(decoding: key, as: UTF8.self).prefix(40))
                     let allowed =
                         stored
-                        ? "entity, kind, id, origin, base, observed, status, fields, set, element, counter, amount, key, by, at"
+                        ? "entity, kind, id, origin, base, observed, status, proposal, fields, set, element, counter, amount, event, accept, reason, key, by, at"
                         : inputKeys
                     throw JSONError(meaning: "unknown member \"\(shown)\" (an event has \(allowed))", at: s.offset)
                 }
@@ -275,7 +307,17 @@ public enum EventCodec {
         var scanner = JSONScanner(bytes)
         let m = try readMembers(&scanner, stored: true)
         do { try scanner.expectEnd() } catch { throw .invalid("invalid JSON: \(error)") }
-        let input = try input(from: m)
+        let decision = try decision(from: m)
+        let input: InputEvent
+        if decision != nil {
+            // A decision has no change of its own; `delete` stands in for the checks of the rest.
+            input = try details(of: InputEvent(entity: entity(of: m), change: .delete), from: m)
+        } else {
+            input = try self.input(from: m)
+        }
+        if m.proposal != nil, input.change.kind != .status || decision != nil {
+            throw .invalid("\"proposal\" is only allowed on a status event")
+        }
         let id: ULID
         if let idBytes = m.id {
             guard let parsed = ULID(utf8: idBytes) else {
@@ -294,6 +336,9 @@ public enum EventCodec {
         }
         let body: EventBody
         switch input.change {
+        case _ where decision != nil:
+            guard m.base == nil, m.observed == nil else { throw .invalid("a decide event has no causal context") }
+            body = decision!
         case .edit(let fields):
             var base: [FieldBase] = []
             if let raw = m.base {
@@ -317,7 +362,8 @@ public enum EventCodec {
             }
             body = .edit(fields: fields, base: base)
         case .status(let status):
-            body = .status(status, base: try ids(m.base, "base"))
+            let base = try ids(m.base, "base")
+            body = m.proposal == true ? .propose(status, base: base) : .status(status, base: base)
         case .add(let set, let element):
             guard m.base == nil, m.observed == nil else { throw .invalid("an add event has no causal context") }
             body = .add(set: set, element: element)
@@ -343,6 +389,30 @@ public enum EventCodec {
         if input.resolve { throw .invalid("\"resolve\" is not part of a stored event") }
         return Event(
             id: id, origin: origin, entity: input.entity, body: body, key: input.key, by: input.by, at: input.at)
+    }
+
+    /// The body of a stored `decide` event, nil for another kind. A decision's members
+    /// (`event`, `accept`, `reason`) on another kind are errors.
+    static func decision(from m: Members) throws(EventStoreError) -> EventBody? {
+        guard let kind = m.kind, Member.kinds[kind] == .decide else {
+            if m.event != nil || m.accept != nil || m.reason != nil {
+                throw .invalid("\"event\", \"accept\" and \"reason\" are only allowed on a decide event")
+            }
+            return nil
+        }
+        if m.status != nil || m.fields != nil || m.set != nil || m.element != nil || m.counter != nil
+            || m.amount != nil
+        {
+            throw .invalid("a decide event has \"event\", \"accept\" and \"reason\" only")
+        }
+        guard let eventBytes = m.event, let proposal = ULID(utf8: eventBytes) else {
+            throw .invalid("a decide event needs \"event\": the id of the proposal it decides")
+        }
+        guard let accept = m.accept else { throw .invalid("a decide event needs \"accept\": true or false") }
+        let reason = try m.reason.map { bytes throws(EventStoreError) in
+            try Validation.text(bytes, what: "\"reason\"", limit: Validation.maxReasonBytes, allowEmpty: true)
+        }
+        return .decide(proposal: proposal, accept: accept, reason: reason)
     }
 
     static func ids(_ raw: JSONBytes?, _ what: String) throws(EventStoreError) -> [ULID] {
@@ -376,8 +446,8 @@ public enum EventCodec {
     /// `includeID` is false (on disk the id is the key, and storing it twice costs bytes).
     /// Where `encodeStored` puts the `id` member in a payload it encoded without one: before
     /// `"key"` when the event has an idempotency key, else before `"kind"`. Found from the
-    /// end: only `observed`, `origin`, `set` and `status` follow `kind`, none of which holds
-    /// an object, and inside a string every quote is escaped, so the last `,"kind":` is the
+    /// end: only `observed`, `origin`, `proposal`, `reason`, `set` and `status` follow `kind`,
+    /// none of which holds an object, and inside a string every quote is escaped, so the last `,"kind":` is the
     /// event's own (and the last `,"key":"` before it, when there is a key).
     public static func idPosition(inPayload payload: [UInt8], hasKey: Bool) -> Int? {
         func lastIndex(of pattern: [UInt8], before end: Int) -> Int? {
@@ -408,7 +478,13 @@ public enum EventCodec {
     public static func encodeStored(_ event: Event, includeID: Bool, into out: inout [UInt8]) {
         out.append(UInt8(ascii: "{"))
         // Keys in byte order:
-        // amount at base by counter element entity fields id key kind observed origin set status
+        // accept amount at base by counter element entity event fields id key kind observed
+        // origin proposal reason set status
+        if case .decide(_, let accept, _) = event.body {
+            CanonicalWriter.appendKey("accept", to: &out)
+            CanonicalWriter.appendBool(accept, to: &out)
+            out.append(UInt8(ascii: ","))
+        }
         if case .incr(_, let amount) = event.body {
             CanonicalWriter.appendKey("amount", to: &out)
             out.append(contentsOf: amount.description.utf8)
@@ -430,7 +506,8 @@ public enum EventCodec {
                 appendIDs(entry.heads, to: &out)
             }
             out.append(contentsOf: [UInt8(ascii: "}"), UInt8(ascii: ",")])
-        case .status(_, let base) where !base.isEmpty, .restore(let base) where !base.isEmpty:
+        case .status(_, let base) where !base.isEmpty, .propose(_, let base) where !base.isEmpty,
+            .restore(let base) where !base.isEmpty:
             CanonicalWriter.appendKey("base", to: &out)
             appendIDs(base, to: &out)
             out.append(UInt8(ascii: ","))
@@ -456,6 +533,11 @@ public enum EventCodec {
         CanonicalWriter.appendKey("entity", to: &out)
         CanonicalWriter.appendString(utf8: event.entity.bytes, to: &out)
         out.append(UInt8(ascii: ","))
+        if case .decide(let proposal, _, _) = event.body {
+            CanonicalWriter.appendKey("event", to: &out)
+            proposal.appendJSON(to: &out)
+            out.append(UInt8(ascii: ","))
+        }
         if case .edit(let fields, _) = event.body {
             CanonicalWriter.appendKey("fields", to: &out)
             out.append(UInt8(ascii: "{"))
@@ -492,6 +574,17 @@ public enum EventCodec {
             out.append(UInt8(ascii: ","))
             CanonicalWriter.appendKey("set", to: &out)
             CanonicalWriter.appendString(set, to: &out)
+        case .propose(let status, _):
+            out.append(UInt8(ascii: ","))
+            CanonicalWriter.appendKey("proposal", to: &out)
+            CanonicalWriter.appendBool(true, to: &out)
+            out.append(UInt8(ascii: ","))
+            CanonicalWriter.appendKey("status", to: &out)
+            CanonicalWriter.appendString(status, to: &out)
+        case .decide(_, _, let reason?):
+            out.append(UInt8(ascii: ","))
+            CanonicalWriter.appendKey("reason", to: &out)
+            CanonicalWriter.appendString(reason, to: &out)
         case .status(let status, _):
             out.append(UInt8(ascii: ","))
             CanonicalWriter.appendKey("status", to: &out)

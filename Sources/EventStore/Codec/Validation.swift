@@ -8,6 +8,8 @@ public enum Validation {
     public static let maxKeyBytes = 128
     public static let maxByBytes = 128
     public static let maxStatusBytes = 128
+    /// A decision's reason: a sentence or two for the person whose proposal it answers.
+    public static let maxReasonBytes = 1024
 
     /// `TYPE/ID`: TYPE matches `[a-z][a-z0-9_-]{0,63}`; ID is 1...200 bytes of UTF-8 with no
     /// control characters (C0, DEL, C1) and may contain `/`.

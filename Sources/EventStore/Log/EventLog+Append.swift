@@ -128,6 +128,8 @@ struct WriteBatch {
     struct Before {
         let hash: StateHash
         let statusKey: [UInt8]?
+        /// This node's rejected proposals of the entity (their records in the peers table).
+        let ownRejected: [ULID]
     }
 
     init(log: EventLog, txn: borrowing WriteTransaction, clock: HybridClock, now: UInt64) throws {
@@ -222,7 +224,8 @@ struct WriteBatch {
             }
             body = .edit(fields: fields, base: base)
         case .status(let status):
-            body = .status(status, base: touched[slot].state.statusHeadIDs)
+            let base = touched[slot].state.statusHeadIDs
+            body = rules.proposes(entity) ? .propose(status, base: base) : .status(status, base: base)
         case .add(let set, let element):
             body = .add(set: set, element: element)
         case .remove(let set, let element):
@@ -288,7 +291,10 @@ struct WriteBatch {
             let (hash, state, rev, history) = try EventLog.decodeProjection(record, entity: entity, history: true)
             entry = Touched(
                 state: state, history: history ?? [], historyInTable: history == nil,
-                before: Before(hash: hash, statusKey: EventLog.statusKey(state)), rev: rev)
+                before: Before(
+                    hash: hash, statusKey: EventLog.statusKey(state),
+                    ownRejected: RejectedOwnProposal.of(state, origin: log.nodeID).map(\.id)),
+                rev: rev)
         } else {
             entry = Touched(state: EntityState(entity: entity), history: [], historyInTable: false, before: nil, rev: 0)
         }
@@ -402,6 +408,45 @@ struct WriteBatch {
         let seq = try write(event, payload: payload, txn: &txn, writer: &writer)
         let slot = try slot(event.entity, txn: txn)
         try WriteBatch.fold(event, seq: seq, into: &touched[slot], log: log, txn: txn)
+        try decide(event, slot: slot, txn: &txn, writer: &writer)
+    }
+
+    /// At the authority of its type, decides a proposal just stored, in the same
+    /// transaction: accepted when it was made from the current status and the move is legal
+    /// by the types file, else rejected with the reason. A proposal decided already (a
+    /// decision arrived first) is left as it is.
+    mutating func decide(_ event: Event, slot: Int, txn: inout WriteTransaction, writer: inout EventLog.Writer)
+        throws
+    {
+        guard case .propose(let status, let base) = event.body, rules.decides(event.entity),
+            touched[slot].state.pendingIndex(event.id) != nil
+        else { return }
+        let reason = Self.rejection(
+            of: status, base: base, entity: event.entity, state: touched[slot].state, rules: rules)
+        let decision = Event(
+            id: try freshID(txn: txn), origin: log.nodeID, entity: event.entity,
+            body: .decide(proposal: event.id, accept: reason == nil, reason: reason), by: rules.localNode)
+        let seq = try write(decision, payload: try storedPayload(of: decision), txn: &txn, writer: &writer)
+        try WriteBatch.fold(decision, seq: seq, into: &touched[slot], log: log, txn: txn)
+    }
+
+    /// Why the authority rejects the proposal of `status` made from the status heads `base`,
+    /// or nil when it accepts it.
+    static func rejection(of status: String, base: [ULID], entity: EntityKey, state: EntityState, rules: TypeRules)
+        -> String?
+    {
+        let current = state.currentStatus?.status
+        if state.isDeleted { return "\(entity) is deleted" }
+        guard base == state.statusHeadIDs else {
+            let now = current.map { "is \($0) now" } ?? "has no status now"
+            return "stale: \(entity) \(now), not the status this proposal was made from; propose again from it"
+        }
+        do {
+            try rules.check(.status(status), of: entity, currentStatus: current)
+        } catch {
+            return error.message
+        }
+        return nil
     }
 
     /// Folds an event (already written, with `seq`) into its entity's state, and a status
@@ -425,12 +470,14 @@ struct WriteBatch {
         if outcome == .needsRefold {
             entry.state = try log.refold(event.entity, txn: txn)
         }
-        if case .status(let status, _) = event.body {
+        switch event.body {
+        case .status(let status, _), .propose(let status, _):
             // In id order: a replicated event can be older than those held (rarely, and the
             // entries kept here are few, so the search from the end is linear).
             var index = entry.history.count
             while index > 0, event.id < entry.history[index - 1].id { index -= 1 }
             entry.history.insert(StatusEntry(id: event.id, origin: event.origin, status: status), at: index)
+        default: break
         }
         entry.changed = true
         entry.rev = seq
@@ -474,6 +521,11 @@ struct WriteBatch {
                 try txn.put(tables.conflicts, entity.bytes, EventLog.conflictRecord(touched[index].state))
             } else if before != nil {
                 _ = try txn.delete(tables.conflicts, entity.bytes)
+            }
+            if touched[index].state.hasProposals || !(before?.ownRejected.isEmpty ?? true) {
+                try RejectedOwnProposal.update(
+                    touched[index].state, before: before?.ownRejected ?? [], origin: log.nodeID, table: tables.peers,
+                    txn: &txn)
             }
         }
         try txn.put(tables.meta, EventLog.Meta.digest, digest.bytes)

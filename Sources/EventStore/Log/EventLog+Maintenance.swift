@@ -127,17 +127,27 @@ extension EventLog {
             try txn.drop(tables.statusIndex)
             try txn.drop(tables.conflicts)
             try txn.drop(tables.statusHistory)
+            for record in try rejectedOwnProposals(txn: txn) {
+                _ = try txn.delete(tables.peers, RejectedOwnProposal.key(record.proposal.id))
+            }
         }
+        var rejected: [RejectedOwnProposal] = []
         for entity in entities {
             let events = try self.events(of: entity, txn: txn)
             let state = Projection.fold(entity, events)
             let history = Projection.statusHistory(entity, events)
             let rev = events.reduce(UInt64(0)) { max($0, seqs[$1.id] ?? 0) }
+            for proposal in RejectedOwnProposal.of(state, origin: nodeID) {
+                rejected.append(RejectedOwnProposal(entity: entity, proposal: proposal))
+            }
             let inTable = history.count > EventLog.inlineHistoryLimit
             let (record, hash) = EventLog.projectionRecord(state, rev: rev, history: inTable ? nil : history)
             digest.add(hash)
             report.entities += 1
             report.events += state.eventCount
+            if !verify {
+                try RejectedOwnProposal.update(state, before: [], origin: nodeID, table: tables.peers, txn: &txn)
+            }
             if verify {
                 if try txn.get(tables.projections, entity.bytes) != record
                     || (inTable && tableHistory(of: entity, txn: txn) != history)
@@ -164,6 +174,12 @@ extension EventLog {
         report.unsequenced = try txn.stat(tables.events).entries - seqs.count
         if verify {
             report.mismatched.append(contentsOf: try projectionsWithoutEvents(txn: txn, known: Set(entities)))
+            // The records of this node's rejected proposals are what the states say.
+            let held = try rejectedOwnProposals(txn: txn).sorted { $0.proposal.id < $1.proposal.id }
+            let expected = rejected.sorted { $0.proposal.id < $1.proposal.id }
+            if held != expected {
+                report.mismatched.append(contentsOf: Set((held + expected).map(\.entity)).sorted())
+            }
             return report
         }
         try txn.put(tables.meta, Meta.digest, digest.bytes)

@@ -54,8 +54,9 @@ public struct RuleViolation: Equatable, Sendable {
 }
 
 extension InputEvent.Change {
-    /// What a stored event asked for, without the causal context its node gave it.
-    init(_ body: EventBody) {
+    /// What a stored event asked for, without the causal context its node gave it; nil for
+    /// a proposal and a decision, which the authority's decision answers rather than a rule.
+    init?(_ body: EventBody) {
         switch body {
         case .edit(let fields, _): self = .edit(fields)
         case .status(let status, _): self = .status(status)
@@ -64,6 +65,7 @@ extension InputEvent.Change {
         case .delete: self = .delete
         case .restore: self = .restore
         case .incr(let counter, let amount): self = .incr(counter: counter, amount: amount)
+        case .propose, .decide: return nil
         }
     }
 }
@@ -72,11 +74,12 @@ extension WriteBatch {
     /// Records `event`, replicated and about to be folded, when it breaks a rule of the types
     /// file against the entity's state before it (at most `RuleViolation.maxRecords`).
     mutating func recordRuleViolation(of event: Event, peer: String?, txn: inout WriteTransaction) throws {
-        guard !rules.types.isEmpty, rules.types[event.entity.type] != nil else { return }
+        guard !rules.types.isEmpty, rules.types[event.entity.type] != nil, let change = InputEvent.Change(event.body)
+        else { return }
         let slot = try slot(event.entity, txn: txn)
         do {
             try rules.check(
-                InputEvent.Change(event.body), of: event.entity,
+                change, of: event.entity,
                 currentStatus: touched[slot].state.currentStatus?.status)
             return
         } catch {

@@ -42,8 +42,8 @@ public struct TypeRules: Equatable, Sendable {
         /// `extra_fields`: whether fields not in `fields` may be set (default true).
         public var extraFields: Bool
         public var status: StatusRules?
-        /// `authority`: the node name that decides the type's status (read, shown; the
-        /// decisions are not made yet).
+        /// `authority`: the node name that decides the type's status. Elsewhere a status
+        /// event is a proposal; the node of that name appends the decision.
         public var authority: String?
         /// `offline`: "refuse" when appends of the type are made only at the authority.
         public var offline: String?
@@ -54,9 +54,26 @@ public struct TypeRules: Equatable, Sendable {
     /// Each type's rules as the file gives them (JSON, keys sorted), for `types`.
     public var sources: [String: [UInt8]]
 
-    public init(types: [String: Rules] = [:]) {
+    /// This node's name (`node_name`): the node that is the authority of the types naming it.
+    public var localNode: String?
+
+    public init(types: [String: Rules] = [:], localNode: String? = nil) {
         self.types = types
         self.sources = [:]
+        self.localNode = localNode
+    }
+
+    /// Whether a status event of `entity` made on this node is a proposal: its type has an
+    /// authority, and it is another node.
+    public func proposes(_ entity: EntityKey) -> Bool {
+        guard let authority = types[entity.type]?.authority else { return false }
+        return authority != localNode
+    }
+
+    /// Whether this node decides the status proposals of `entity`.
+    public func decides(_ entity: EntityKey) -> Bool {
+        guard let authority = types[entity.type]?.authority else { return false }
+        return authority == localNode
     }
 
     /// The largest types file read.

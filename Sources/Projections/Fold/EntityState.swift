@@ -71,6 +71,43 @@ public struct CounterState: Equatable, Sendable {
     }
 }
 
+/// A status proposal no decision has answered yet (on this node's events).
+public struct PendingProposal: Equatable, Sendable {
+    public var id: ULID
+    public var origin: ULID
+    public var status: String
+    /// The status heads its author saw: what it supersedes once accepted.
+    public var base: [ULID]
+    /// Whether a status event already names it: accepted, it then becomes no head.
+    public var superseded: Bool
+
+    public init(id: ULID, origin: ULID, status: String, base: [ULID], superseded: Bool = false) {
+        self.id = id
+        self.origin = origin
+        self.status = status
+        self.base = base
+        self.superseded = superseded
+    }
+}
+
+/// A proposal the authority rejected, listed until a newer proposal of its origin supersedes it.
+public struct RejectedProposal: Equatable, Sendable {
+    public var id: ULID
+    public var origin: ULID
+    public var status: String
+    public var reason: String
+    /// The rejecting `decide` event.
+    public var decision: ULID
+
+    public init(id: ULID, origin: ULID, status: String, reason: String, decision: ULID) {
+        self.id = id
+        self.origin = origin
+        self.status = status
+        self.reason = reason
+        self.decision = decision
+    }
+}
+
 /// The folded state of one entity.
 ///
 /// It holds exactly what is needed to fold further events in without reading the old
@@ -103,6 +140,13 @@ public struct EntityState: Equatable, Sendable {
     public internal(set) var dangling: [ULID]
     /// Counters sorted by name; one exists once an `incr` names it.
     public internal(set) var counters: [CounterState]
+    /// Status proposals without a decision, in id order.
+    public internal(set) var proposals: [PendingProposal]
+    /// Rejected proposals no newer proposal of the same origin supersedes, in id order.
+    public internal(set) var rejected: [RejectedProposal]
+    /// The newest proposal of each origin that made one, sorted by origin (`id` is the
+    /// proposal's, `status` its status): what tells a rejection superseded.
+    public internal(set) var proposers: [StatusEntry]
 
     public init(entity: EntityKey) {
         self.entity = entity
@@ -116,7 +160,14 @@ public struct EntityState: Equatable, Sendable {
         self.liveDeletes = []
         self.dangling = []
         self.counters = []
+        self.proposals = []
+        self.rejected = []
+        self.proposers = []
     }
+
+    /// Whether the entity holds any proposal, pending or rejected (the state's encoding and
+    /// JSON carry them only then).
+    public var hasProposals: Bool { !proposals.isEmpty || !rejected.isEmpty || !proposers.isEmpty }
 
     public var isDeleted: Bool { !liveDeletes.isEmpty }
     public var exists: Bool { eventCount > 0 }

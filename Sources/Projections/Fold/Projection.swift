@@ -9,14 +9,22 @@
 /// - the entity is deleted while a delete event is named by no restore's `base`
 ///   (delete wins over concurrent edits, which are still folded);
 /// - a counter is the sum of its `incr` amounts (addition does not care for order);
-/// - `version` is the greatest id; the status history is every status event in id order.
+/// - `version` is the greatest id; the status history is every status event in id order,
+///   proposals included;
+/// - a proposal (a status event made away from its type's authority) is a status event only
+///   once a `decide` accepts it: until then it is pending, and a rejected one is listed with
+///   its reason until a newer proposal of the same origin supersedes it. Of two decisions on
+///   one proposal (only two nodes claiming the authority's name make them), the one with the
+///   smaller id counts.
 public enum Projection {
     /// The status history of a set of events: every status event of `entity`, in id order.
     public static func statusHistory(_ entity: EntityKey, _ events: some Sequence<Event>) -> [StatusEntry] {
         var entries: [ULID: StatusEntry] = [:]
         for event in events where event.entity == entity {
-            if case .status(let status, _) = event.body {
+            switch event.body {
+            case .status(let status, _), .propose(let status, _):
                 entries[event.id] = StatusEntry(id: event.id, origin: event.origin, status: status)
+            default: break
             }
         }
         return entries.values.sorted { $0.id < $1.id }
@@ -34,6 +42,13 @@ public enum Projection {
         for event in events where event.entity == entity { byID[event.id] = event }
         let ordered = byID.values.sorted { $0.id < $1.id }
 
+        // Each proposal's decision: the decide event with the smallest id that names it.
+        var decisions: [ULID: (id: ULID, accept: Bool, reason: String?)] = [:]
+        for event in ordered {
+            if case .decide(let proposal, let accept, let reason) = event.body, decisions[proposal] == nil {
+                decisions[proposal] = (event.id, accept, reason)
+            }
+        }
         // What each register's events are named by.
         var namedByField: [String: Set<ULID>] = [:]
         var namedByStatus = Set<ULID>()
@@ -45,9 +60,10 @@ public enum Projection {
             case .edit(_, let base):
                 for entry in base { namedByField[entry.field, default: []].formUnion(entry.heads) }
             case .status(_, let base): namedByStatus.formUnion(base)
+            case .propose(_, let base) where decisions[event.id]?.accept == true: namedByStatus.formUnion(base)
             case .remove(_, _, let ids): observed.formUnion(ids)
             case .restore(let base): restored.formUnion(base)
-            case .add, .delete, .incr: break
+            case .add, .delete, .incr, .propose, .decide: break
             }
             named.formUnion(event.body.namedIDs)
         }
@@ -55,6 +71,8 @@ public enum Projection {
         var fields: [String: [FieldHead]] = [:]
         var sets: [String: [JSONBytes: [ULID]]] = [:]
         var counters: [String: Int128] = [:]
+        var proposers: [ULID: StatusEntry] = [:]
+        var rejected: [RejectedProposal] = []
         for event in ordered {
             state.eventCount += 1
             state.version = event.id
@@ -69,16 +87,38 @@ public enum Projection {
                 state.statusCount += 1
                 state.statusHistoryDigest.add(entry.hash())
                 if !namedByStatus.contains(event.id) { state.statusHeads.append(entry) }
+            case .propose(let status, let base):
+                let entry = StatusEntry(id: event.id, origin: event.origin, status: status)
+                state.statusCount += 1
+                state.statusHistoryDigest.add(entry.hash())
+                proposers[event.origin] = entry
+                switch decisions[event.id] {
+                case nil:
+                    state.proposals.append(
+                        PendingProposal(
+                            id: event.id, origin: event.origin, status: status, base: base,
+                            superseded: namedByStatus.contains(event.id)))
+                case let decision? where decision.accept:
+                    if !namedByStatus.contains(event.id) { state.statusHeads.append(entry) }
+                case let decision?:
+                    rejected.append(
+                        RejectedProposal(
+                            id: event.id, origin: event.origin, status: status, reason: decision.reason ?? "",
+                            decision: decision.id))
+                }
             case .add(let set, let element):
                 if !observed.contains(event.id) { sets[set, default: [:]][element, default: []].append(event.id) }
             case .delete:
                 if !restored.contains(event.id) { state.liveDeletes.append(event.id) }
             case .incr(let counter, let amount):
                 counters[counter, default: 0] += Int128(amount)
-            case .remove, .restore:
+            case .remove, .restore, .decide:
                 break
             }
         }
+        // A rejection stays listed while its proposal is its origin's newest.
+        state.rejected = rejected.filter { proposers[$0.origin]?.id == $0.id }
+        state.proposers = proposers.values.sorted { $0.origin < $1.origin }
         // `ordered` is in id order, so every list built above is already sorted.
         state.fields = fields.map { FieldRegister(name: $0.key, heads: $0.value) }.sorted { $0.name < $1.name }
         state.sets = sets.map { name, elements in
@@ -116,6 +156,11 @@ extension EntityState {
     public mutating func apply(_ event: Event, isFolded: (ULID) -> Bool) -> ApplyOutcome {
         precondition(event.entity == entity, "event of \(event.entity) applied to \(entity)")
         if dangling.containsSorted(event.id) { return .needsRefold }
+        // A decision on a proposal folded but no longer pending: a second decision, which
+        // counts only when its id is the smaller one. Rare; the whole fold settles it.
+        if case .decide(let proposal, _, _) = event.body, pendingIndex(proposal) == nil, isFolded(proposal) {
+            return .needsRefold
+        }
 
         eventCount += 1
         if version.map({ $0 < event.id }) ?? true { version = event.id }
@@ -136,12 +181,40 @@ extension EntityState {
             statusCount += 1
             statusHistoryDigest.add(entry.hash())
             statusHeads.insert(entry, at: statusHeads.partitioningIndex { $0.id < event.id })
-            for id in base {
-                if let index = statusHeads.firstIndex(where: { $0.id == id }) {
-                    statusHeads.remove(at: index)
-                } else {
-                    unmatched.append(id)
+            supersede(base, unmatched: &unmatched)
+        case .propose(let status, let base):
+            let entry = StatusEntry(id: event.id, origin: event.origin, status: status)
+            statusCount += 1
+            statusHistoryDigest.add(entry.hash())
+            noteProposal(entry)
+            // Pending: no decision names it (one would have left it dangling), and no status
+            // event yet (which would too).
+            proposals.insert(
+                PendingProposal(id: event.id, origin: event.origin, status: status, base: base),
+                at: proposals.partitioningIndex { $0.id < event.id })
+            for id in base where !statusHeads.contains(where: { $0.id == id }) && pendingIndex(id) == nil {
+                unmatched.append(id)
+            }
+        case .decide(let proposal, let accept, let reason):
+            if let index = pendingIndex(proposal) {
+                let pending = proposals.remove(at: index)
+                if accept {
+                    if !pending.superseded {
+                        statusHeads.insert(
+                            StatusEntry(id: pending.id, origin: pending.origin, status: pending.status),
+                            at: statusHeads.partitioningIndex { $0.id < pending.id })
+                    }
+                    supersede(pending.base, unmatched: &unmatched)
+                } else if latestProposal(of: pending.origin) == pending.id {
+                    rejected.insert(
+                        RejectedProposal(
+                            id: pending.id, origin: pending.origin, status: pending.status, reason: reason ?? "",
+                            decision: event.id),
+                        at: rejected.partitioningIndex { $0.id < pending.id })
                 }
+            } else {
+                // Not folded (checked above): it stays dangling until it arrives.
+                unmatched.append(proposal)
             }
         case .add(let set, let element):
             insertAdd(event.id, set: set, element: element)
@@ -158,6 +231,42 @@ extension EntityState {
             dangling.insertSorted(id)
         }
         return .applied
+    }
+
+    /// Removes the status heads `base` names; a pending proposal it names is marked, so it
+    /// becomes no head when accepted. What it names that is neither goes to `unmatched`.
+    mutating func supersede(_ base: [ULID], unmatched: inout [ULID]) {
+        for id in base {
+            if let index = statusHeads.firstIndex(where: { $0.id == id }) {
+                statusHeads.remove(at: index)
+            } else if let index = pendingIndex(id) {
+                proposals[index].superseded = true
+            } else {
+                unmatched.append(id)
+            }
+        }
+    }
+
+    public func pendingIndex(_ id: ULID) -> Int? {
+        let index = proposals.partitioningIndex { $0.id < id }
+        return index < proposals.count && proposals[index].id == id ? index : nil
+    }
+
+    func latestProposal(of origin: ULID) -> ULID? {
+        let index = proposers.partitioningIndex { $0.origin < origin }
+        return index < proposers.count && proposers[index].origin == origin ? proposers[index].id : nil
+    }
+
+    /// Records a proposal as its origin's newest when it is, dropping the rejections it supersedes.
+    mutating func noteProposal(_ entry: StatusEntry) {
+        let index = proposers.partitioningIndex { $0.origin < entry.origin }
+        if index < proposers.count, proposers[index].origin == entry.origin {
+            guard proposers[index].id < entry.id else { return }
+            proposers[index] = entry
+        } else {
+            proposers.insert(entry, at: index)
+        }
+        rejected.removeAll { $0.origin == entry.origin && $0.id < entry.id }
     }
 
     mutating func add(_ amount: Int64, toCounter name: String) {

@@ -55,11 +55,37 @@ extension EntityState {
         out.appendULIDs(dangling)
         // Counters last and only when there are any: a state without them encodes (and
         // hashes into the digest) as it did before counters existed.
-        if !counters.isEmpty {
+        if !counters.isEmpty || hasProposals {
             out.appendVarint(counters.count)
             for counter in counters {
                 out.appendLengthPrefixed(counter.name)
                 out.appendInt128(counter.sum)
+            }
+        }
+        // Proposals after the counters (whose count, 0 or more, then comes first), and only
+        // when there are any: likewise a state without them encodes as before.
+        if hasProposals {
+            out.appendVarint(proposals.count)
+            for proposal in proposals {
+                proposal.id.append(to: &out)
+                proposal.origin.append(to: &out)
+                out.appendLengthPrefixed(proposal.status)
+                out.appendULIDs(proposal.base)
+                out.append(proposal.superseded ? 1 : 0)
+            }
+            out.appendVarint(rejected.count)
+            for entry in rejected {
+                entry.id.append(to: &out)
+                entry.origin.append(to: &out)
+                out.appendLengthPrefixed(entry.status)
+                out.appendLengthPrefixed(entry.reason)
+                entry.decision.append(to: &out)
+            }
+            out.appendVarint(proposers.count)
+            for entry in proposers {
+                entry.id.append(to: &out)
+                entry.origin.append(to: &out)
+                out.appendLengthPrefixed(entry.status)
             }
         }
         return out
@@ -112,7 +138,9 @@ extension EntityState {
         dangling = try reader.ulids()
         if !reader.isAtEnd {
             let count = try reader.count(minimumElementSize: 17)
-            guard count > 0 else { throw CorruptDataError("an empty counter list is never written") }
+            guard count > 0 || !reader.isAtEnd else {
+                throw CorruptDataError("an empty counter list is never written alone")
+            }
             for _ in 0..<count {
                 let name = try reader.string()
                 guard counters.last.map({ $0.name < name }) ?? true else {
@@ -120,6 +148,42 @@ extension EntityState {
                 }
                 counters.append(CounterState(name: name, sum: try reader.int128()))
             }
+        }
+        if !reader.isAtEnd {
+            for _ in 0..<(try reader.count(minimumElementSize: 34)) {
+                let id = try reader.ulid()
+                let origin = try reader.ulid()
+                let status = try reader.string()
+                let base = try reader.ulids()
+                let superseded = try reader.byte()
+                guard superseded <= 1, proposals.last.map({ $0.id < id }) ?? true else {
+                    throw CorruptDataError("a pending proposal out of order or malformed")
+                }
+                proposals.append(
+                    PendingProposal(id: id, origin: origin, status: status, base: base, superseded: superseded == 1))
+            }
+            for _ in 0..<(try reader.count(minimumElementSize: 50)) {
+                let id = try reader.ulid()
+                let origin = try reader.ulid()
+                let status = try reader.string()
+                let reason = try reader.string()
+                let decision = try reader.ulid()
+                guard rejected.last.map({ $0.id < id }) ?? true else {
+                    throw CorruptDataError("rejected proposals out of order")
+                }
+                rejected.append(
+                    RejectedProposal(id: id, origin: origin, status: status, reason: reason, decision: decision))
+            }
+            for _ in 0..<(try reader.count(minimumElementSize: 33)) {
+                let id = try reader.ulid()
+                let origin = try reader.ulid()
+                let entry = StatusEntry(id: id, origin: origin, status: try reader.string())
+                guard proposers.last.map({ $0.origin < origin }) ?? true else {
+                    throw CorruptDataError("proposers out of order")
+                }
+                proposers.append(entry)
+            }
+            guard hasProposals else { throw CorruptDataError("an empty proposals section is never written") }
         }
         guard reader.isAtEnd else { throw CorruptDataError("trailing bytes after projection state") }
     }
@@ -130,7 +194,10 @@ extension EntityState {
     /// ```
     /// {"conflicts":{"fields":{F:[{"id","origin","value"}]},"status":[{"id","origin","status"}]},
     ///  "counters":{C:SUM} (only when a counter exists),"deleted":false,"entity":"job/42","events":17,"fields":{...},"sets":{S:[...]},
-    ///  "status":{"current":S,"history":[{"id","origin","status"}],"id":ID} or null,"version":ID}
+    ///  "status":{"current":S,"history":[{"id","origin","status"}],"id":ID,
+    ///            "proposed":[{"id","origin","status"}] (only when pending),
+    ///            "rejected":[{"decision","id","origin","reason","status"}] (only when any)}
+    ///   or null (no status and no proposal),"version":ID}
     /// ```
     public func canonicalJSON(history: [StatusEntry]) -> [UInt8] {
         var out: [UInt8] = []
@@ -213,16 +280,51 @@ extension EntityState {
         out.append(contentsOf: Array("},".utf8))
 
         CanonicalWriter.appendKey("status", to: &out)
-        if let current = currentStatus {
+        if currentStatus != nil || !proposals.isEmpty || !rejected.isEmpty {
             out.append(UInt8(ascii: "{"))
             CanonicalWriter.appendKey("current", to: &out)
-            CanonicalWriter.appendString(current.status, to: &out)
+            if let current = currentStatus {
+                CanonicalWriter.appendString(current.status, to: &out)
+            } else {
+                CanonicalWriter.appendNull(to: &out)
+            }
             out.append(UInt8(ascii: ","))
             CanonicalWriter.appendKey("history", to: &out)
             Self.appendStatusEntries(history, to: &out)
             out.append(UInt8(ascii: ","))
             CanonicalWriter.appendKey("id", to: &out)
-            current.id.appendJSON(to: &out)
+            if let current = currentStatus {
+                current.id.appendJSON(to: &out)
+            } else {
+                CanonicalWriter.appendNull(to: &out)
+            }
+            if !proposals.isEmpty {
+                out.append(UInt8(ascii: ","))
+                CanonicalWriter.appendKey("proposed", to: &out)
+                Self.appendStatusEntries(
+                    proposals.map { StatusEntry(id: $0.id, origin: $0.origin, status: $0.status) }, to: &out)
+            }
+            if !rejected.isEmpty {
+                out.append(UInt8(ascii: ","))
+                CanonicalWriter.appendKey("rejected", to: &out)
+                out.append(UInt8(ascii: "["))
+                for (index, entry) in rejected.enumerated() {
+                    if index > 0 { out.append(UInt8(ascii: ",")) }
+                    out.append(UInt8(ascii: "{"))
+                    CanonicalWriter.appendKey("decision", to: &out)
+                    entry.decision.appendJSON(to: &out)
+                    out.append(UInt8(ascii: ","))
+                    Self.appendIDAndOrigin(entry.id, entry.origin, to: &out)
+                    out.append(UInt8(ascii: ","))
+                    CanonicalWriter.appendKey("reason", to: &out)
+                    CanonicalWriter.appendString(entry.reason, to: &out)
+                    out.append(UInt8(ascii: ","))
+                    CanonicalWriter.appendKey("status", to: &out)
+                    CanonicalWriter.appendString(entry.status, to: &out)
+                    out.append(UInt8(ascii: "}"))
+                }
+                out.append(UInt8(ascii: "]"))
+            }
             out.append(UInt8(ascii: "}"))
         } else {
             CanonicalWriter.appendNull(to: &out)

@@ -60,6 +60,12 @@ public enum EventBody: Equatable, Sendable {
     /// Fields sorted by name; `base` sorted by field, holding only fields that had heads.
     case edit(fields: [FieldChange], base: [FieldBase])
     case status(String, base: [ULID])
+    /// A status set on a node other than its type's authority: a proposal, current only
+    /// once the authority's `decide` accepts it. Its JSON is a status event with
+    /// `"proposal":true`.
+    case propose(String, base: [ULID])
+    /// The authority's decision on the proposal `proposal`; a rejection says why.
+    case decide(proposal: ULID, accept: Bool, reason: String?)
     case add(set: String, element: JSONBytes)
     case remove(set: String, element: JSONBytes, observed: [ULID])
     case delete
@@ -70,7 +76,8 @@ public enum EventBody: Equatable, Sendable {
     public var kind: EventKind {
         switch self {
         case .edit: .edit
-        case .status: .status
+        case .status, .propose: .status
+        case .decide: .decide
         case .add: .add
         case .remove: .remove
         case .delete: .delete
@@ -83,8 +90,9 @@ public enum EventBody: Equatable, Sendable {
     public var namedIDs: [ULID] {
         switch self {
         case .edit(_, let base): base.flatMap(\.heads)
-        case .status(_, let base), .restore(let base): base
+        case .status(_, let base), .propose(_, let base), .restore(let base): base
         case .remove(_, _, let observed): observed
+        case .decide(let proposal, _, _): [proposal]
         case .add, .delete, .incr: []
         }
     }
@@ -92,9 +100,11 @@ public enum EventBody: Equatable, Sendable {
 
 public enum EventKind: String, CaseIterable, Sendable {
     case edit, status, add, remove, delete, restore, incr
+    /// Made only by a type's authority, never sent by a client.
+    case decide
 
-    /// The kinds as errors list them.
-    public static let names = allCases.map(\.rawValue).joined(separator: ", ")
+    /// The kinds a client may send, as errors list them.
+    public static let names = allCases.filter { $0 != .decide }.map(\.rawValue).joined(separator: ", ")
 }
 
 /// An event in its stored form: the client's input plus the id, origin and causal context

@@ -97,6 +97,8 @@ struct Attention: Command {
         var divergent: [[String: Any]] = []
         var violations: [[String: Any]] = []
         var rawViolations: [UInt8] = Array("[]".utf8)
+        var rejected: [[String: Any]] = []
+        var rawRejected: [UInt8] = Array("[]".utf8)
         var peers: [[String: Any]] = []
         var rawConflicts: [[UInt8]] = []
         var rawLetters: [[UInt8]] = []
@@ -116,6 +118,8 @@ struct Attention: Command {
             divergent = result["divergent"] as? [[String: Any]] ?? []
             violations = result["rule_violations"] as? [[String: Any]] ?? []
             rawViolations = RawJSON.member("rule_violations", of: reply.resultBytes) ?? rawViolations
+            rejected = result["rejected_proposals"] as? [[String: Any]] ?? []
+            rawRejected = RawJSON.member("rejected_proposals", of: reply.resultBytes) ?? rawRejected
             rawDivergent = RawJSON.member("divergent", of: reply.resultBytes) ?? rawDivergent
             rawConflicts += RawJSON.member("conflicts", of: reply.resultBytes).flatMap(RawJSON.elements(of:)) ?? []
             rawLetters += RawJSON.member("dead_letters", of: reply.resultBytes).flatMap(RawJSON.elements(of:)) ?? []
@@ -131,28 +135,35 @@ struct Attention: Command {
             object.add("dead_letters", json: RawJSON.array(rawLetters))
             object.add("divergent", json: rawDivergent)
             object.add("rule_violations", json: rawViolations)
+            object.add("rejected_proposals", json: rawRejected)
             object.add("peers", json: rawPeers)
             if let next { object.add("next", next) } else { object.add("next", json: Array("null".utf8)) }
             output.line(bytes: object.bytes)
         } else {
             for line in Attention.lines(
-                conflicts: conflicts, letters: letters, divergent: divergent, violations: violations, peers: peers)
+                conflicts: conflicts, letters: letters, divergent: divergent, violations: violations,
+                rejected: rejected, peers: peers)
             {
                 output.line(line)
             }
         }
         output.flush()
         if !global.json { Pages.hintMore(next) }
-        if !(conflicts.isEmpty && letters.isEmpty && divergent.isEmpty && violations.isEmpty && peers.isEmpty) {
+        if !(conflicts.isEmpty && letters.isEmpty && divergent.isEmpty && violations.isEmpty && rejected.isEmpty
+            && peers.isEmpty)
+        {
             throw CommandFailure(exitCode: ExitStatus.failed, nil)
         }
     }
 
     static func lines(
         conflicts: [[String: Any]], letters: [[String: Any]], divergent: [[String: Any]] = [],
-        violations: [[String: Any]] = [], peers: [[String: Any]]
+        violations: [[String: Any]] = [], rejected: [[String: Any]] = [], peers: [[String: Any]]
     ) -> [String] {
-        guard !(conflicts.isEmpty && letters.isEmpty && divergent.isEmpty && violations.isEmpty && peers.isEmpty) else {
+        guard
+            !(conflicts.isEmpty && letters.isEmpty && divergent.isEmpty && violations.isEmpty && rejected.isEmpty
+                && peers.isEmpty)
+        else {
             return ["nothing needs attention"]
         }
         var lines: [String] = []
@@ -198,6 +209,18 @@ struct Attention: Command {
                     [
                         "  " + (item["id"] as? String ?? "?"), item["entity"] as? String ?? "?",
                         "from " + (item["peer"] as? String ?? "-"), item["rule"] as? String ?? "?",
+                    ]
+                })
+        }
+        if !rejected.isEmpty {
+            lines.append(
+                "rejected proposals (status moves of this node the authority refused; read the entity and propose again):"
+            )
+            lines += Format.table(
+                rejected.map { item in
+                    [
+                        "  " + (item["entity"] as? String ?? "?"), "-> " + (item["status"] as? String ?? "?"),
+                        item["reason"] as? String ?? "?",
                     ]
                 })
         }

@@ -72,6 +72,19 @@ enum EntityText {
         let status = state["status"] as? [String: Any]
         let current = status?["current"].map { $0 is JSONTree.Null ? "-" : RawJSON.display($0) } ?? "-"
         rows.append(["status:", current])
+        // Proposals (a type with an authority): waiting for its decision, or refused by it.
+        for entry in status?["proposed"] as? [[String: Any]] ?? [] {
+            rows.append([
+                "proposed:",
+                "\(entry["status"].map(RawJSON.display) ?? "?") (\(entry["id"] as? String ?? "?"), waiting for the authority)",
+            ])
+        }
+        for entry in status?["rejected"] as? [[String: Any]] ?? [] {
+            rows.append([
+                "rejected:",
+                "\(entry["status"].map(RawJSON.display) ?? "?") (\(entry["id"] as? String ?? "?")): \(entry["reason"] as? String ?? "")",
+            ])
+        }
         var lines = Format.table(rows)
 
         if history, let entries = status?["history"] as? [[String: Any]], !entries.isEmpty {

@@ -47,6 +47,8 @@ struct Status: Command {
         if divergent > 0 { attentionWords.append(Format.count(divergent, "divergent event")) }
         let violations = attention["rule_violations"] as? Int ?? 0
         if violations > 0 { attentionWords.append(Format.count(violations, "rule violation")) }
+        let rejectedProposals = attention["rejected_proposals"] as? Int ?? 0
+        if rejectedProposals > 0 { attentionWords.append(Format.count(rejectedProposals, "rejected proposal")) }
         // Failing and terminal peers count under needs attention; name them.
         let failingNames = peers.filter { ["failing", "terminal"].contains($0["state"] as? String) }
             .compactMap { $0["name"] as? String }

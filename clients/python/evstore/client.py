@@ -651,11 +651,13 @@ class Client:
         ``{"conflicts": [{"entity", "fields", "status"}], "dead_letters": [as
         dead_letters gives them], "divergent": [{"id", "origin", "peer", "peer_node",
         "here", "there", "detected_at"}], "rule_violations": [{"id", "origin", "entity",
-        "rule", "peer", "detected_at"}], "peers": [{"name", "url", "state", "failures",
-        "last_error", "since"}]}``. Nothing needs attention when all five are empty."""
+        "rule", "peer", "detected_at"}], "rejected_proposals": [{"id", "entity", "status",
+        "reason", "decision"}], "peers": [{"name", "url", "state", "failures", "last_error",
+        "since"}]}``. Nothing needs attention when all six are empty."""
         if page_size < 1:
             raise ValueError("page_size must be at least 1")
-        merged: JSONObject = {"conflicts": [], "dead_letters": [], "divergent": [], "rule_violations": [], "peers": []}
+        merged: JSONObject = {"conflicts": [], "dead_letters": [], "divergent": [], "rule_violations": [],
+                              "rejected_proposals": [], "peers": []}
         cursor: Optional[str] = None
         while True:
             page = self.call("attention", {"limit": page_size, "after": cursor})
@@ -664,6 +666,7 @@ class Client:
             merged["peers"] = page.get("peers") or []
             merged["divergent"] = page.get("divergent") or []
             merged["rule_violations"] = page.get("rule_violations") or []
+            merged["rejected_proposals"] = page.get("rejected_proposals") or []
             following = page.get("next")
             if not isinstance(following, str) or following == cursor:
                 return merged

@@ -289,7 +289,7 @@ class ClientTests(DaemonTestCase):
             self.assertIsInstance(status[member], int)
         self.assertGreaterEqual(status["events"], 1)
         self.assertIsInstance(status["digest"], str)
-        self.assertEqual(set(status["needs_attention"]), {"conflicts", "dead_letters", "divergent", "rule_violations", "failing_peers"})
+        self.assertEqual(set(status["needs_attention"]), {"conflicts", "dead_letters", "divergent", "rule_violations", "rejected_proposals", "failing_peers"})
         self.assertIn("max_skew_ms", status["clock"])
         self.assertEqual(status["peers"], [])
 
@@ -477,7 +477,8 @@ class ItemSyncTests(unittest.TestCase):
 
     def test_get_sync_list_pending_for_and_attention(self) -> None:
         with evstore.connect(self.field.socket_path, timeout=TIMEOUT) as db:
-            self.assertEqual(db.attention(), {"conflicts": [], "dead_letters": [], "divergent": [], "rule_violations": [], "peers": []})
+            self.assertEqual(db.attention(), {"conflicts": [], "dead_letters": [], "divergent": [], "rule_violations": [],
+                                              "rejected_proposals": [], "peers": []})
             db.add_peer("hq", "unix://" + self.hq.socket_path)
             db.add_peer("down", "unix://" + os.path.join(self.field.root, "nobody.sock"))
             db.append(Event.status("job/1", "assigned"))
@@ -506,7 +507,8 @@ class ItemSyncTests(unittest.TestCase):
             self.assertEqual(db.get("job/2", sync=True)["sync"], {"hq": "synced", "down": "failed"})
             attention = db.attention(page_size=1)
             counts = db.status()["needs_attention"]
-            self.assertEqual(counts, {"conflicts": 1, "dead_letters": 0, "divergent": 0, "rule_violations": 0, "failing_peers": 1})
+            self.assertEqual(counts, {"conflicts": 1, "dead_letters": 0, "divergent": 0, "rule_violations": 0,
+                                      "rejected_proposals": 0, "failing_peers": 1})
             self.assertEqual(attention["conflicts"], [{"entity": "job/1", "fields": ["address"], "status": False}])
             self.assertEqual(len(attention["conflicts"]), counts["conflicts"])
             self.assertEqual(len(attention["dead_letters"]), counts["dead_letters"])
