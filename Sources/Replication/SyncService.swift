@@ -548,6 +548,7 @@ package final class SyncService: Sendable {
                 schedules[peer.name] = schedule
             }
         }
+        warnOfSharedName(outcome.report, peer: peer.name)
         if outcome.error == nil {
             remember(
                 peer.name, node: outcome.report.peerNode, vector: outcome.report.peerVector,
@@ -599,6 +600,17 @@ package final class SyncService: Sendable {
         }
         logDivergence(report, peer: label)
         return Outcome(name: name, url: url, report: report, error: failure, milliseconds: milliseconds)
+    }
+
+    /// A peer whose hello gives this node's own name with another node id: two nodes claim
+    /// one name, and where a types file makes that name an authority both decide. Said in the
+    /// log on every session; a second decision on one proposal is listed under attention.
+    func warnOfSharedName(_ report: SyncReport, peer: String) {
+        guard let name = node.name, report.peerName == name, let other = report.peerNode, other != node.log.nodeID
+        else { return }
+        logger.warning(
+            "peer \(peer) is node \(other) and calls itself \(name), this node's name: two nodes claim one name. If a types file names \(name) as an authority, both decide; give one of them another node_name"
+        )
     }
 
     /// Events a session found held with other content on the peer: one of the two nodes
@@ -686,6 +698,7 @@ package final class SyncService: Sendable {
                 "sync from \(session.peerLabel): received \(report.received), sent \(report.sent) (\(report.bytesReceived) bytes in, \(report.bytesSent) out, protocol \(report.protocolVersion ?? 1))"
             )
             logDivergence(report, peer: session.peerLabel)
+            warnOfSharedName(report, peer: session.peerLabel)
             // A configured peer that syncs with us: what it holds is known now too.
             let at = now()
             let names = known.withLock { known in known.filter { $0.value.node == report.peerNode }.map(\.key) }

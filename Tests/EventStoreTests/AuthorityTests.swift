@@ -173,4 +173,37 @@ struct AuthorityTests {
             #expect(throws: EventStoreError.self, "\(bad)") { try EventCodec.decodeStored(Array(bad.utf8)) }
         }
     }
+    @Test func twoNodesClaimingTheAuthoritysNameAreDetectedAndStillConverge() throws {
+        let (hq, laptop) = try Self.nodes()
+        let impostor = try TempStore()
+        var rules = try TypeRules(parsing: Self.types)
+        rules.localNode = "hq"
+        impostor.log.typeRules = rules
+        _ = try hq.log.append([Self.status("job/6", "assigned")])
+        try Self.exchange(hq, laptop)
+        try Self.exchange(hq, impostor)
+        _ = try laptop.log.append([Self.status("job/6", "en_route")])
+        // The impostor moved the job on before the proposal reached it: it rejects, HQ accepts.
+        _ = try impostor.log.append([Self.status("job/6", "cancelled")])
+        _ = try hq.log.ingest(try allStoredEvents(laptop.log), from: "laptop")
+        _ = try impostor.log.ingest(try allStoredEvents(laptop.log), from: "laptop")
+        #expect(try Self.decisions(hq.log).count == 1)
+        #expect(try Self.decisions(impostor.log).count == 1)
+        for _ in 0..<2 {
+            try Self.exchange(hq, impostor)
+            try Self.exchange(hq, laptop)
+        }
+        let digests = try [hq, laptop, impostor].map { try $0.log.statistics().digest }
+        #expect(digests.allSatisfy { $0 == digests[0] }, "the three converge")
+        // Every node that took a second decision lists it; the smaller id counts everywhere.
+        for store in [hq, impostor] {
+            let violations = try store.log.ruleViolations()
+            #expect(violations.contains { $0.rule.contains("a second decision on proposal") }, "\(violations)")
+        }
+        let decisions = try Self.decisions(hq.log).sorted { $0.id < $1.id }
+        #expect(decisions.count == 2)
+        guard case .decide(_, let accept, _) = decisions[0].body else { return }
+        let state = try #require(try laptop.log.state(of: entity("job/6")))
+        #expect(state.rejected.isEmpty == accept)
+    }
 }

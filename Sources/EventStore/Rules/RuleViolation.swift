@@ -74,6 +74,10 @@ extension WriteBatch {
     /// Records `event`, replicated and about to be folded, when it breaks a rule of the types
     /// file against the entity's state before it (at most `RuleViolation.maxRecords`).
     mutating func recordRuleViolation(of event: Event, peer: String?, txn: inout WriteTransaction) throws {
+        if case .decide(let proposal, _, _) = event.body {
+            try recordSecondDecision(event, on: proposal, peer: peer, txn: &txn)
+            return
+        }
         guard !rules.types.isEmpty, rules.types[event.entity.type] != nil, let change = InputEvent.Change(event.body)
         else { return }
         let slot = try slot(event.entity, txn: txn)
@@ -83,22 +87,49 @@ extension WriteBatch {
                 currentStatus: touched[slot].state.currentStatus?.status)
             return
         } catch {
-            let record = RuleViolation(
-                id: event.id, origin: event.origin, entity: event.entity, rule: error.message, peer: peer,
-                detectedAt: now)
-            let prefix = Array(RuleViolation.keyPrefix.utf8)
-            let held = try txn.withCursor(log.tables.peers) { cursor -> Int in
-                var count = 0
-                var item = try cursor.seek(prefix)
-                while let (key, _) = item, key.starts(with: prefix), count < RuleViolation.maxRecords {
-                    count += 1
-                    item = try cursor.next()
-                }
-                return count
-            }
-            guard held < RuleViolation.maxRecords else { return }
-            try txn.put(log.tables.peers, Array(record.key.utf8), record.encoded())
+            try put(
+                RuleViolation(
+                    id: event.id, origin: event.origin, entity: event.entity, rule: error.message, peer: peer,
+                    detectedAt: now), txn: &txn)
         }
+    }
+
+    /// Records a decision, replicated and about to be folded, on a proposal this node holds
+    /// decided already: only two nodes deciding as one authority make two. The fold counts
+    /// the decision with the smaller id, on every node alike; this says that it happened.
+    mutating func recordSecondDecision(_ event: Event, on proposal: ULID, peer: String?, txn: inout WriteTransaction)
+        throws
+    {
+        let slot = try slot(event.entity, txn: txn)
+        guard touched[slot].state.pendingIndex(proposal) == nil else { return }
+        let tables = log.tables
+        let held = try txn.withCursor(tables.entityIndex) { cursor in
+            try cursor.seekBoth(event.entity.bytes, proposal.bytes)?.value == proposal.bytes
+        }
+        guard held else { return }
+        let authority = rules.types[event.entity.type]?.authority.map { " (\($0))" } ?? ""
+        try put(
+            RuleViolation(
+                id: event.id, origin: event.origin, entity: event.entity,
+                rule:
+                    "a second decision on proposal \(proposal): two nodes decide the status of \(event.entity.type) as its authority\(authority); the decision with the smaller id counts on every node. Give one of them another node_name",
+                peer: peer, detectedAt: now), txn: &txn)
+    }
+
+    /// Keeps `record`, unless `RuleViolation.maxRecords` are kept already.
+    mutating func put(_ record: RuleViolation, txn: inout WriteTransaction) throws {
+        let prefix = Array(RuleViolation.keyPrefix.utf8)
+        let held = try txn.withCursor(log.tables.peers) { cursor -> Int in
+            var count = 0
+            var item = try cursor.seek(prefix)
+            while let (key, _) = item, key.starts(with: prefix), count < RuleViolation.maxRecords {
+                count += 1
+                item = try cursor.next()
+            }
+            return count
+        }
+        guard held < RuleViolation.maxRecords else { return }
+        try txn.put(log.tables.peers, Array(record.key.utf8), record.encoded())
     }
 }
 
