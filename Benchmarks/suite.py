@@ -44,8 +44,8 @@ PROGRAMS = {
     "lmdb_ceiling": (["lmdb.h", "zstd.h", "zdict.h"], "liblmdb-dev libzstd-dev", ["-llmdb", "-lzstd", "-lm"]),
     "redis_streams": (["hiredis/hiredis.h"], "libhiredis-dev", ["-pthread", "-lhiredis", "-lm"]),
 }
-PARTS = ["bench", "lmdb", "sqlite", "redis", "socket", "nats"]
-ALIASES = {"baselines": ["lmdb", "sqlite", "redis"], "evstore": ["bench", "socket", "nats"]}
+PARTS = ["bench", "lmdb", "sqlite", "redis", "socket", "nats", "types"]
+ALIASES = {"baselines": ["lmdb", "sqlite", "redis"], "evstore": ["bench", "socket", "nats", "types"]}
 PART_PROGRAM = {"lmdb": "lmdb_ceiling", "sqlite": "sqlite_outbox", "redis": "redis_streams"}
 SOURCES = {
     "bench": "evstore (in process)",
@@ -54,6 +54,7 @@ SOURCES = {
     "lmdb": "LMDB ceiling",
     "redis": "Redis Streams",
     "nats": "evstore-nats",
+    "types": "evstore (types file)",
 }
 
 
@@ -404,6 +405,12 @@ def run_parts(options, runner, workload, large):
                    "--json", out / "nats-results.json"]
         if runner.run("nats", command):
             load("nats", out / "nats-results.json")
+    if "types" in options.parts:
+        # What checking every append against a types file costs, in alternating rounds.
+        command = [sys.executable, ROOT / "Benchmarks" / "types_file.py", "--bin", options.bin, "--workload", workload,
+                   "--repeat", options.repeat, "--json", out / "types-results.json"]
+        if runner.run("types", command):
+            load("types", out / "types-results.json")
     return results
 
 
@@ -513,6 +520,8 @@ def targets(figures, results):
                      "< 200 ms", lambda v: v < 200),
         value_target(figures, "idle daemon's anonymous memory, 1M-event store",
                      ("socket", "idle daemon RssAnon, large store"), "≤ 30 MiB", lambda v: v <= 30),
+        value_target(figures, "bulk append with a types file / without", ("types", "types file / none"), "≥ 0.9×",
+                     lambda v: v >= 0.9),
     ]
 
 

@@ -201,7 +201,11 @@ struct ItemSyncTests {
         try makeFailing(a, "down")
 
         let counts = try client.call("status")["needs_attention"] as! [String: Int]
-        #expect(counts == ["conflicts": 3, "dead_letters": 2, "divergent": 0, "rule_violations": 0, "failing_peers": 1])
+        #expect(
+            counts == [
+                "conflicts": 3, "dead_letters": 2, "divergent": 0, "rule_violations": 0, "rejected_proposals": 0,
+                "failing_peers": 1,
+            ])
 
         // One item a page: every conflict, then every dead letter, each once.
         var conflicts: [[String: Any]] = []
