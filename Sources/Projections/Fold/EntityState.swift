@@ -108,6 +108,27 @@ public struct RejectedProposal: Equatable, Sendable {
     }
 }
 
+/// A decision whose proposal is not folded yet: it came first, through another peer or in
+/// another origin's batch. Kept so the proposal, when it comes, is decided at once rather
+/// than by folding the entity again.
+public struct AwaitingDecision: Equatable, Sendable {
+    public var id: ULID
+    public var proposal: ULID
+    public var accept: Bool
+    public var reason: String?
+    /// Whether an event other than a decision names the proposal too: then its arrival
+    /// folds the entity again.
+    public var alsoNamed: Bool
+
+    public init(id: ULID, proposal: ULID, accept: Bool, reason: String?, alsoNamed: Bool) {
+        self.id = id
+        self.proposal = proposal
+        self.accept = accept
+        self.reason = reason
+        self.alsoNamed = alsoNamed
+    }
+}
+
 /// The folded state of one entity.
 ///
 /// It holds exactly what is needed to fold further events in without reading the old
@@ -147,6 +168,8 @@ public struct EntityState: Equatable, Sendable {
     /// The newest proposal of each origin that made one, sorted by origin (`id` is the
     /// proposal's, `status` its status): what tells a rejection superseded.
     public internal(set) var proposers: [StatusEntry]
+    /// Decisions on proposals not folded here, by proposal then id.
+    public internal(set) var awaiting: [AwaitingDecision]
 
     public init(entity: EntityKey) {
         self.entity = entity
@@ -163,11 +186,14 @@ public struct EntityState: Equatable, Sendable {
         self.proposals = []
         self.rejected = []
         self.proposers = []
+        self.awaiting = []
     }
 
     /// Whether the entity holds any proposal, pending or rejected (the state's encoding and
     /// JSON carry them only then).
-    public var hasProposals: Bool { !proposals.isEmpty || !rejected.isEmpty || !proposers.isEmpty }
+    public var hasProposals: Bool {
+        !proposals.isEmpty || !rejected.isEmpty || !proposers.isEmpty || !awaiting.isEmpty
+    }
 
     public var isDeleted: Bool { !liveDeletes.isEmpty }
     public var exists: Bool { eventCount > 0 }

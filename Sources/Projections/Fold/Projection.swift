@@ -44,11 +44,24 @@ public enum Projection {
 
         // Each proposal's decision: the decide event with the smallest id that names it.
         var decisions: [ULID: (id: ULID, accept: Bool, reason: String?)] = [:]
+        // What events other than decisions name, for decisions whose proposal is missing.
+        var namedOtherwise = Set<ULID>()
         for event in ordered {
-            if case .decide(let proposal, let accept, let reason) = event.body, decisions[proposal] == nil {
-                decisions[proposal] = (event.id, accept, reason)
+            if case .decide(let proposal, let accept, let reason) = event.body {
+                if decisions[proposal] == nil { decisions[proposal] = (event.id, accept, reason) }
+            } else {
+                namedOtherwise.formUnion(event.body.namedIDs)
             }
         }
+        for event in ordered {
+            if case .decide(let proposal, let accept, let reason) = event.body, byID[proposal] == nil {
+                state.awaiting.append(
+                    AwaitingDecision(
+                        id: event.id, proposal: proposal, accept: accept, reason: reason,
+                        alsoNamed: namedOtherwise.contains(proposal)))
+            }
+        }
+        state.awaiting.sort { $0.proposal == $1.proposal ? $0.id < $1.id : $0.proposal < $1.proposal }
         // What each register's events are named by.
         var namedByField: [String: Set<ULID>] = [:]
         var namedByStatus = Set<ULID>()
@@ -155,13 +168,24 @@ extension EntityState {
     ///   names this one.
     public mutating func apply(_ event: Event, isFolded: (ULID) -> Bool) -> ApplyOutcome {
         precondition(event.entity == entity, "event of \(event.entity) applied to \(entity)")
-        if dangling.containsSorted(event.id) { return .needsRefold }
+        // A proposal that only its one decision named so far is decided at once; anything
+        // else a folded event names already needs the whole fold.
+        var decision: AwaitingDecision?
+        if dangling.containsSorted(event.id) {
+            let waiting = awaiting.filter { $0.proposal == event.id }
+            guard case .propose = event.body, waiting.count == 1, !waiting[0].alsoNamed else { return .needsRefold }
+            decision = waiting[0]
+        }
         // A decision on a proposal folded but no longer pending: a second decision, which
         // counts only when its id is the smaller one. Rare; the whole fold settles it.
         if case .decide(let proposal, _, _) = event.body, pendingIndex(proposal) == nil, isFolded(proposal) {
             return .needsRefold
         }
 
+        if let decision {
+            dangling.removeSorted(event.id)
+            awaiting.removeAll { $0.proposal == decision.proposal }
+        }
         eventCount += 1
         if version.map({ $0 < event.id }) ?? true { version = event.id }
 
@@ -195,25 +219,24 @@ extension EntityState {
             for id in base where !statusHeads.contains(where: { $0.id == id }) && pendingIndex(id) == nil {
                 unmatched.append(id)
             }
+            if let decision, let index = pendingIndex(event.id) {
+                decide(
+                    index, decision: decision.id, accept: decision.accept, reason: decision.reason,
+                    unmatched: &unmatched)
+            }
         case .decide(let proposal, let accept, let reason):
             if let index = pendingIndex(proposal) {
-                let pending = proposals.remove(at: index)
-                if accept {
-                    if !pending.superseded {
-                        statusHeads.insert(
-                            StatusEntry(id: pending.id, origin: pending.origin, status: pending.status),
-                            at: statusHeads.partitioningIndex { $0.id < pending.id })
-                    }
-                    supersede(pending.base, unmatched: &unmatched)
-                } else if latestProposal(of: pending.origin) == pending.id {
-                    rejected.insert(
-                        RejectedProposal(
-                            id: pending.id, origin: pending.origin, status: pending.status, reason: reason ?? "",
-                            decision: event.id),
-                        at: rejected.partitioningIndex { $0.id < pending.id })
-                }
+                decide(index, decision: event.id, accept: accept, reason: reason, unmatched: &unmatched)
             } else {
-                // Not folded (checked above): it stays dangling until it arrives.
+                // Not folded (checked above): it stays dangling, and the decision waits for it.
+                let alsoNamed = dangling.containsSorted(proposal) && !awaiting.contains { $0.proposal == proposal }
+                let entry = AwaitingDecision(
+                    id: event.id, proposal: proposal, accept: accept, reason: reason, alsoNamed: alsoNamed)
+                awaiting.insert(
+                    entry,
+                    at: awaiting.partitioningIndex {
+                        $0.proposal == proposal ? $0.id < event.id : $0.proposal < proposal
+                    })
                 unmatched.append(proposal)
             }
         case .add(let set, let element):
@@ -227,10 +250,35 @@ extension EntityState {
         case .incr(let counter, let amount):
             add(amount, toCounter: counter)
         }
+        let isDecision = event.body.kind == .decide
         for id in unmatched where id != event.id && !isFolded(id) {
             dangling.insertSorted(id)
+            // A proposal that a decision waits for, named by another kind of event too.
+            if !isDecision {
+                for index in awaiting.indices where awaiting[index].proposal == id { awaiting[index].alsoNamed = true }
+            }
         }
         return .applied
+    }
+
+    /// Decides the pending proposal at `index`: accepted, it becomes a status event (a head
+    /// unless one names it already); rejected, it is listed while it is its origin's newest.
+    mutating func decide(_ index: Int, decision: ULID, accept: Bool, reason: String?, unmatched: inout [ULID]) {
+        let pending = proposals.remove(at: index)
+        if accept {
+            if !pending.superseded {
+                statusHeads.insert(
+                    StatusEntry(id: pending.id, origin: pending.origin, status: pending.status),
+                    at: statusHeads.partitioningIndex { $0.id < pending.id })
+            }
+            supersede(pending.base, unmatched: &unmatched)
+        } else if latestProposal(of: pending.origin) == pending.id {
+            rejected.insert(
+                RejectedProposal(
+                    id: pending.id, origin: pending.origin, status: pending.status, reason: reason ?? "",
+                    decision: decision),
+                at: rejected.partitioningIndex { $0.id < pending.id })
+        }
     }
 
     /// Removes the status heads `base` names; a pending proposal it names is marked, so it

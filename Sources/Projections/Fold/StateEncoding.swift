@@ -87,6 +87,13 @@ extension EntityState {
                 entry.origin.append(to: &out)
                 out.appendLengthPrefixed(entry.status)
             }
+            out.appendVarint(awaiting.count)
+            for entry in awaiting {
+                entry.id.append(to: &out)
+                entry.proposal.append(to: &out)
+                out.append((entry.accept ? 1 : 0) | (entry.alsoNamed ? 2 : 0) | (entry.reason == nil ? 0 : 4))
+                if let reason = entry.reason { out.appendLengthPrefixed(reason) }
+            }
         }
         return out
     }
@@ -182,6 +189,19 @@ extension EntityState {
                     throw CorruptDataError("proposers out of order")
                 }
                 proposers.append(entry)
+            }
+            for _ in 0..<(try reader.count(minimumElementSize: 33)) {
+                let id = try reader.ulid()
+                let proposal = try reader.ulid()
+                let flags = try reader.byte()
+                guard flags < 8 else { throw CorruptDataError("a waiting decision's flags are \(flags)") }
+                let reason = flags & 4 != 0 ? try reader.string() : nil
+                let entry = AwaitingDecision(
+                    id: id, proposal: proposal, accept: flags & 1 != 0, reason: reason, alsoNamed: flags & 2 != 0)
+                guard awaiting.last.map({ ($0.proposal, $0.id) < (proposal, id) }) ?? true else {
+                    throw CorruptDataError("waiting decisions out of order")
+                }
+                awaiting.append(entry)
             }
             guard hasProposals else { throw CorruptDataError("an empty proposals section is never written") }
         }
