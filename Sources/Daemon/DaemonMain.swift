@@ -358,6 +358,7 @@ final class Daemon: Sendable {
             return (Evstored.Exit.unavailable, WeakLog(nil))
         }
         servingContext.withLock { $0 = Serving(context: context, sync: sync, log: log) }
+        Daemon.decidePendingProposals(writer, logger: logger)
 
         logger.info("access: \(configuration.accessSummary)")
         let events: String
@@ -426,6 +427,23 @@ final class Daemon: Sendable {
     /// SIGHUP: re-reads the config file and applies what can change while serving.
     /// `authority` and `offline` are read and shown, not yet enforced: said once per load,
     /// so nobody takes a status decided anywhere for one decided by the authority.
+    /// Decides the proposals this node holds undecided of the types it is the authority of:
+    /// those that reached it before its types file or its name made it their authority.
+    static func decidePendingProposals(_ writer: Writer, logger: Logger) {
+        var total = 0
+        do {
+            while true {
+                let (decided, more) = try writer.perform(DecidePendingJob(), from: -10)
+                total += decided
+                guard more else { break }
+            }
+        } catch {
+            logger.error("cannot decide the proposals this node holds: \(error)")
+            return
+        }
+        if total > 0 { logger.notice("decided \(total) proposals held from before this node was their authority") }
+    }
+
     static func warnOfUnenforced(_ rules: TypeRules, logger: Logger) {
         let named = rules.types.filter { $0.value.offline == "refuse" }.keys.sorted()
         if !named.isEmpty {
@@ -480,6 +498,7 @@ final class Daemon: Sendable {
                 if rules != serving.log.typeRules {
                     serving.log.typeRules = rules
                     Daemon.warnOfUnenforced(rules, logger: logger)
+                    Daemon.decidePendingProposals(context.writer, logger: logger)
                     logger.info(
                         "SIGHUP: rules for \(rules.types.count) types from \(current.typesFile ?? "no types file")")
                 }

@@ -88,4 +88,30 @@ struct AuthorityDaemonTests {
         #expect(try statusOf(hq, "job/2")["current"] as? String == "on_site")
         #expect(try statusOf(laptop, "job/2")["current"] as? String == "on_site")
     }
+    @Test("proposals that reached HQ before its types file named it the authority are decided on SIGHUP")
+    func decidedOnReload() throws {
+        let (root, file) = try TypesFileTests.directory(rules: AuthorityDaemonTests.rules)
+        let hqFile = root + "/hq-types.json"
+        try "{}".write(toFile: hqFile, atomically: true, encoding: .utf8)
+        let hq = try DaemonProcess(root: root + "/hq", arguments: ["--node", "hq", "--types-file", hqFile])
+        let laptop = try DaemonProcess(root: root + "/laptop", arguments: ["--node", "laptop", "--types-file", file])
+        defer {
+            hq.removeFiles()
+            laptop.removeFiles()
+        }
+        _ = try hq.client().call("append", eventsParams([status("job/1", "assigned")]))
+        _ = try laptop.client().call("peers.add", #"{"name":"hq","url":"unix://\#(hq.socketPath)"}"#)
+        _ = try laptop.client().call("sync", #"{"peer":"hq"}"#)
+        _ = try laptop.client().call("append", eventsParams([status("job/1", "en_route")]))
+        _ = try laptop.client().call("sync", #"{"peer":"hq"}"#)
+        #expect((try statusOf(hq, "job/1")["proposed"] as? [[String: Any]])?.count == 1)
+
+        try AuthorityDaemonTests.rules.write(toFile: hqFile, atomically: true, encoding: .utf8)
+        hq.signal(SIGHUP)
+        let deadline = Date().addingTimeInterval(10)
+        while !hq.stderr.contains("decided 1 proposals"), Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
+        #expect(hq.stderr.contains("decided 1 proposals held from before"), "\(hq.stderr)")
+        _ = try laptop.client().call("sync", #"{"peer":"hq"}"#)
+        #expect(try statusOf(laptop, "job/1")["current"] as? String == "en_route")
+    }
 }

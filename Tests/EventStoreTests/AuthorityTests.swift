@@ -206,4 +206,30 @@ struct AuthorityTests {
         let state = try #require(try laptop.log.state(of: entity("job/6")))
         #expect(state.rejected.isEmpty == accept)
     }
+    @Test func proposalsHeldBeforeANodeBecameTheirAuthorityAreDecidedThen() throws {
+        let (hq, laptop) = try Self.nodes()
+        // HQ runs without the authority in its file yet: it holds proposals undecided.
+        hq.log.typeRules = TypeRules(types: [:], localNode: "hq")
+        _ = try hq.log.append([Self.status("job/7", "assigned"), Self.status("job/8", "assigned")])
+        try Self.exchange(hq, laptop)
+        _ = try laptop.log.append([Self.status("job/7", "en_route"), Self.status("job/8", "cancelled")])
+        try Self.exchange(hq, laptop)
+        // Meanwhile HQ moved job/8 on: that proposal is stale when it comes to be decided.
+        _ = try hq.log.append([Self.status("job/8", "en_route")])
+        #expect(try Self.decisions(hq.log).isEmpty)
+        #expect(try hq.log.state(of: entity("job/7"))?.proposals.count == 1)
+
+        var rules = try TypeRules(parsing: Self.types)
+        rules.localNode = "hq"
+        hq.log.typeRules = rules
+        let first = try hq.log.perform(DecidePendingJob(limit: 1))
+        #expect(first.decided == 1 && first.more)
+        let rest = try hq.log.perform(DecidePendingJob())
+        #expect(rest.decided == 1 && !rest.more)
+        #expect(try hq.log.perform(DecidePendingJob()).decided == 0, "each is decided once")
+        try Self.exchange(hq, laptop)
+        #expect(try laptop.log.state(of: entity("job/7"))?.currentStatus?.status == "en_route")
+        #expect(try laptop.log.state(of: entity("job/8"))?.rejected.first?.reason.hasPrefix("stale") == true)
+        #expect(try hq.log.statistics().digest == laptop.log.statistics().digest)
+    }
 }

@@ -128,7 +128,10 @@ func simulate(seed: UInt64, replicas count: Int, steps: Int, skewedReplica: Bool
         if Int.random(in: 0..<5, using: &rng) == 0 {
             let other = Int.random(in: 0..<count, using: &rng)
             // Deliver a random subset, in random order: replication gives no causal order.
-            for event in replicas[other].known.values.shuffled(using: &rng) where Bool.random(using: &rng) {
+            // Sorted first: a dictionary's order differs between runs, and a seed must give
+            // the same events every time.
+            let known = replicas[other].known.values.sorted { $0.id < $1.id }
+            for event in known.shuffled(using: &rng) where Bool.random(using: &rng) {
                 replicas[r].learn(event)
             }
         } else {

@@ -430,6 +430,40 @@ struct WriteBatch {
         try WriteBatch.fold(decision, seq: seq, into: &touched[slot], log: log, txn: txn)
     }
 
+    /// Decides up to `limit` pending proposals of the types this node decides, entity by
+    /// entity (each one's in id order); whether some are left.
+    mutating func decidePending(limit: Int, txn: inout WriteTransaction, writer: inout EventLog.Writer) throws
+        -> (decided: Int, more: Bool)
+    {
+        var decided = 0
+        for type in rules.types.keys.sorted() where rules.decides(type: type) {
+            let prefix = Array((type + "/").utf8)
+            var entities: [EntityKey] = []
+            try txn.withCursor(log.tables.projections) { cursor in
+                var item = try cursor.seek(prefix)
+                while let (key, value) = item, key.starts(with: prefix) {
+                    let entity = EntityKey(validated: key)
+                    if try !EventLog.decodeProjection(value, entity: entity).1.proposals.isEmpty {
+                        entities.append(entity)
+                    }
+                    item = try cursor.next()
+                }
+            }
+            for entity in entities {
+                let slot = try slot(entity, txn: txn)
+                for pending in touched[slot].state.proposals {
+                    guard decided < limit else { return (decided, true) }
+                    let proposal = Event(
+                        id: pending.id, origin: pending.origin, entity: entity,
+                        body: .propose(pending.status, base: pending.base))
+                    try decide(proposal, slot: slot, txn: &txn, writer: &writer)
+                    decided += 1
+                }
+            }
+        }
+        return (decided, false)
+    }
+
     /// Why the authority rejects the proposal of `status` made from the status heads `base`,
     /// or nil when it accepts it.
     static func rejection(of status: String, base: [ULID], entity: EntityKey, state: EntityState, rules: TypeRules)

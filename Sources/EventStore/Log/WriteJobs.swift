@@ -104,3 +104,15 @@ public struct RemoveConsumerJob: WriteJob {
         try scope.log.removeConsumer(name, txn: &scope.txn)
     }
 }
+
+/// The proposals held undecided of the types this node is now the authority of (its types
+/// file or its name changed, or they arrived before it was): decided as on arrival, at most
+/// `limit` a job; `more` says whether another job has some left.
+public struct DecidePendingJob: WriteJob {
+    public var limit: Int
+    public init(limit: Int = 1000) { self.limit = limit }
+    public var weight: Int { limit }
+    public func run(in scope: inout WriteScope) throws -> (decided: Int, more: Bool) {
+        try scope.batch.decidePending(limit: limit, txn: &scope.txn, writer: &scope.writer)
+    }
+}

@@ -71,8 +71,11 @@ public struct TypeRules: Equatable, Sendable {
     }
 
     /// Whether this node decides the status proposals of `entity`.
-    public func decides(_ entity: EntityKey) -> Bool {
-        guard let authority = types[entity.type]?.authority else { return false }
+    public func decides(_ entity: EntityKey) -> Bool { decides(type: entity.type) }
+
+    /// Whether this node decides the status proposals of entities of `type`.
+    public func decides(type: String) -> Bool {
+        guard let authority = types[type]?.authority else { return false }
         return authority == localNode
     }
 
