@@ -289,7 +289,7 @@ final class Daemon: Sendable {
         }
         do {
             log.typeRules = try configuration.typeRules()
-            Daemon.warnOfUnenforced(log.typeRules, logger: logger)
+            Daemon.describeAuthorities(log.typeRules, logger: logger)
         } catch {
             logger.error("cannot start: \(error)")
             return (Evstored.Exit.config, WeakLog(nil))
@@ -315,7 +315,9 @@ final class Daemon: Sendable {
         let writer = Writer(log: log, hub: hub, logger: logger)
         let health = Health()
         let sync = SyncService(
-            node: SyncNode(log: log, name: configuration.nodeName, writer: writer),
+            node: SyncNode(
+                log: log, name: configuration.nodeName, writer: writer,
+                forwarded: { [log] line in Admission.answerForwarded(line, rules: { log.typeRules }, writer: writer) }),
             settings: SyncService.Settings(configuration), logger: logger, health: health)
         let methods = Methods(
             log: log, node: Methods.NodeInfo(name: configuration.nodeName, dataDirectory: configuration.dataDirectory),
@@ -444,11 +446,11 @@ final class Daemon: Sendable {
         if total > 0 { logger.notice("decided \(total) proposals held from before this node was their authority") }
     }
 
-    static func warnOfUnenforced(_ rules: TypeRules, logger: Logger) {
-        let named = rules.types.filter { $0.value.offline == "refuse" }.keys.sorted()
-        if !named.isEmpty {
-            logger.warning(
-                "types_file: offline \"refuse\" of \(named.joined(separator: ", ")) is not enforced by this version: every node accepts their appends"
+    static func describeAuthorities(_ rules: TypeRules, logger: Logger) {
+        let handed = rules.types.filter { $0.value.offline == "refuse" && $0.value.authority != rules.localNode }
+        for (type, authority) in handed.compactMapValues(\.authority).sorted(by: { $0.key < $1.key }) {
+            logger.info(
+                "types_file: appends of \(type) are made only at \(authority): this node hands them to it over a peer that reaches it, and refuses them (unavailable) when none answers"
             )
         }
         let authorities = Set(rules.types.values.compactMap(\.authority))
@@ -497,7 +499,7 @@ final class Daemon: Sendable {
                 let rules = try current.typeRules()
                 if rules != serving.log.typeRules {
                     serving.log.typeRules = rules
-                    Daemon.warnOfUnenforced(rules, logger: logger)
+                    Daemon.describeAuthorities(rules, logger: logger)
                     Daemon.decidePendingProposals(context.writer, logger: logger)
                     logger.info(
                         "SIGHUP: rules for \(rules.types.count) types from \(current.typesFile ?? "no types file")")

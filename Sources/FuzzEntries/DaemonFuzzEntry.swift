@@ -32,6 +32,8 @@ public enum DaemonFuzzEntry {
         theirs.close()
         defer { mine.close() }
         let channel = FrameChannel(connection: mine, timeoutSeconds: 5, buffered: stream)
+        // Every capability agreed, so that the frames they add are decoded too.
+        channel.agreement = Frame.Agreement(version: 2, capabilities: Set(Frame.capabilities))
         let version = try channel.readPreamble()
         guard Frame.protocolVersions.contains(version) else {
             throw SyncError(.protocolMismatch, "the peer speaks protocol \(version)")
@@ -78,6 +80,9 @@ public enum DaemonFuzzEntry {
         case .ack: _ = try Messages.decode(Messages.Ack.self, frame.payload, frame: "ack")
         case .done: _ = try Messages.decode(Messages.Done.self, frame.payload, frame: "done")
         case .error: _ = try Messages.decode(Messages.Failure.self, frame.payload, frame: "error")
+        // What the authority and the node that handed it an append read of each other.
+        case .forward: _ = RequestParser.parse(frame.payload, maxBatch: 1)
+        case .forwarded: _ = Response.read(frame.payload)
         }
     }
 
@@ -261,8 +266,9 @@ public final class FuzzDispatcher: Sendable {
         switch request.method {
         case MethodTable.append:
             if case .events(let events) = request.params {
-                let appended = Admission().decide(events, from: Self.client).result(writer: parts.writer, source: 1)
-                return request.id.map { Response.line(id: $0, append: appended) } ?? []
+                let line = Admission().decide(events, from: Self.client).responseLine(
+                    id: request.id ?? RequestParser.nullID, writer: parts.writer, source: 1)
+                return request.id == nil ? [] : line
             }
             if case .invalid(let error) = request.params {
                 result = .failure(error)

@@ -13,6 +13,10 @@ package struct Frame: Equatable, Sendable {
         case ack = 0x41  // "A"
         case done = 0x44  // "D"
         case error = 0x45  // "E"
+        /// An append handed to the node that makes it (`forward`): a JSON-RPC request line.
+        case forward = 0x46  // "F"
+        /// That node's answer to it: a JSON-RPC response line.
+        case forwarded = 0x66  // "f"
 
         /// What a session must have agreed to before either side sends a frame of a kind:
         /// the protocol version that added it, or a capability both hellos named.
@@ -34,6 +38,8 @@ package struct Frame: Equatable, Sendable {
             case .hello, .reconcile: (.version(1), Messages.maxBytes)
             // A few counters, or a reason and a sentence.
             case .ack, .done, .error: (.version(1), Frame.maxSmallPayloadBytes)
+            // An append as a client may send one, and its answer (ids and versions of each event).
+            case .forward, .forwarded: (.capability(Frame.forwardCapability), Messages.maxBytes)
             }
         }
 
@@ -45,6 +51,11 @@ package struct Frame: Equatable, Sendable {
     package struct Agreement: Equatable, Sendable {
         package var version: Int
         package var capabilities: Set<String>
+
+        package init(version: Int, capabilities: Set<String>) {
+            self.version = version
+            self.capabilities = capabilities
+        }
 
         /// Before the hellos (and with a node that speaks only protocol 1, as 0.4 does).
         package static let first = Agreement(version: 1, capabilities: [])
@@ -76,11 +87,15 @@ package struct Frame: Equatable, Sendable {
     package static let protocolVersion = 1
     /// The capabilities this node speaks; each names the frame kinds it adds in
     /// `Kind.rule`, or the members it adds to frames of protocol 2.
-    package static let capabilities: [String] = [verifyCapability]
+    package static let capabilities: [String] = [verifyCapability, forwardCapability]
     /// Content checks: the responder's hello carries a window of the events both sides
     /// hold with its content hashes, the initiator's done the ones it holds otherwise
     /// (`DivergenceLedger`). No frame kind of its own.
     package static let verifyCapability = "verify"
+    /// Appends made only at a type's authority (`offline: "refuse"`): a session whose
+    /// initiator's hello says `forward` carries one `forward` frame, the responder answers
+    /// with one `forwarded` frame, and nothing is synced.
+    package static let forwardCapability = "forward"
     /// Each side's first bytes: "EVSYNC/" and the version in decimal, then a newline.
     package static func preamble(version: Int = protocolVersion) -> [UInt8] { Array("EVSYNC/\(version)\n".utf8) }
     package static let preamblePrefix = Array("EVSYNC/".utf8)

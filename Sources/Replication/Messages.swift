@@ -40,13 +40,17 @@ package enum Messages {
         /// previous session, each with the responder's content hash (the answer comes in the
         /// initiator's `done` as `divergent`).
         package var checks: [Check]? = nil
+        /// In the initiator's hello, with the `forward` capability: the session hands one
+        /// append to the responder and syncs nothing. A node without the capability ignores
+        /// it (and the initiator, finding no `forward` agreed, ends the session).
+        package var forward: Bool? = nil
 
         package enum CodingKeys: String, CodingKey {
             case protocolVersion = "protocol"
             case node, name, vector, ranges, clock
             case deadLetters = "dead_letters"
             case deadLettersCut = "dead_letters_cut"
-            case protocols, capabilities, windows, checks
+            case protocols, capabilities, windows, checks, forward
         }
 
         /// Checks one hello may carry at most (about 4.5 MB).

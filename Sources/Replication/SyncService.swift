@@ -115,15 +115,19 @@ package final class SyncService: Sendable {
     package let health: Health
     /// Milliseconds since the epoch.
     package let now: @Sendable () -> UInt64
-    private let settings: Mutex<Settings>
+    let settings: Mutex<Settings>
     private let schedules = Mutex<[String: PeerSchedule]>([:])
     /// Per peer name: the peer's node id and, merged over the sessions, what it holds.
     private let known = Mutex<[String: Known]>([:])
     /// The outgoing sessions in progress: several at once, one per target.
-    private let outgoing: OutgoingSessions
+    let outgoing: OutgoingSessions
     /// The `sync` calls in progress, each holding a request thread while its sessions run:
     /// at most half the request threads, so the other clients' requests always have some.
-    private let syncCalls = Atomic<Int>(0)
+    /// Appends handed to their authority (`forward`) wait on request threads too, and count here.
+    let syncCalls = Atomic<Int>(0)
+    /// Per peer name, the name the peer gave in its last hello: how an authority is found
+    /// among peers named otherwise.
+    let helloNames = Mutex<[String: String]>([:])
     /// Held while a `state/<name>` record is built and stored, so two sessions' records of
     /// one peer (an outgoing and an incoming one) are stored in the order they were built.
     private let persisting = Mutex<Void>(())
@@ -131,7 +135,7 @@ package final class SyncService: Sendable {
     /// take the peers past `max_peers`.
     private let adding = Mutex<Void>(())
     private let wake = DispatchSemaphore(value: 0)
-    private let stopping = Atomic<Bool>(false)
+    let stopping = Atomic<Bool>(false)
     private let finished = DispatchSemaphore(value: 0)
     private let running = Atomic<Bool>(false)
     /// Sessions other nodes started that are being answered, held to `max_incoming_sessions`:
@@ -549,6 +553,7 @@ package final class SyncService: Sendable {
             }
         }
         warnOfSharedName(outcome.report, peer: peer.name)
+        if let name = outcome.report.peerName { helloNames.withLock { $0[peer.name] = name } }
         if outcome.error == nil {
             remember(
                 peer.name, node: outcome.report.peerNode, vector: outcome.report.peerVector,
@@ -693,6 +698,10 @@ package final class SyncService: Sendable {
             peerLabel: "", limits: settings.limits)
         do {
             let report = try session.respond(initiatorVersion: version)
+            if report.forwarded {
+                logger.info("\(session.peerLabel) handed this node an append (forward)")
+                return
+            }
             if report.received > 0 { refreshFingerprints() }
             logger.info(
                 "sync from \(session.peerLabel): received \(report.received), sent \(report.sent) (\(report.bytesReceived) bytes in, \(report.bytesSent) out, protocol \(report.protocolVersion ?? 1))"

@@ -1,6 +1,7 @@
 import EventStore
 import FoundationEssentials
 import Projections
+import Wire
 
 /// What replication writes through: in the daemon its one writer, which commits each job
 /// in a group commit with the appends waiting and returns its output.
@@ -29,23 +30,39 @@ package struct SyncNode: Sendable {
     package let ingest: @Sendable ([ReplicatedEvent], IngestPeer, Int) throws(EventStoreError) -> IngestResult
     /// Stores (nil: deletes) entries of the peers table: peer records and sync state.
     package let storePeerEntries: @Sendable ([PeerEntry]) throws(EventStoreError) -> Void
+    /// Answers an append another node hands to this one (`forward`): the JSON-RPC request
+    /// line in, the response line out. The daemon runs it through its own admission stage
+    /// and writer; tools answer that they take none.
+    package let forwarded: @Sendable ([UInt8]) -> [UInt8]
     /// The windows of content checks per peer, shared by the node's sessions.
     package let divergence = DivergenceLedger()
 
     package init(
         log: EventLog, name: String?,
         ingest: @escaping @Sendable ([ReplicatedEvent], IngestPeer, Int) throws(EventStoreError) -> IngestResult,
-        storePeerEntries: @escaping @Sendable ([PeerEntry]) throws(EventStoreError) -> Void
+        storePeerEntries: @escaping @Sendable ([PeerEntry]) throws(EventStoreError) -> Void,
+        forwarded: @escaping @Sendable ([UInt8]) -> [UInt8] = SyncNode.takesNoForwards
     ) {
         self.log = log
         self.name = name
         self.ingest = ingest
         self.storePeerEntries = storePeerEntries
+        self.forwarded = forwarded
+    }
+
+    /// The answer of a node that takes no forwarded appends.
+    package static let takesNoForwards: @Sendable ([UInt8]) -> [UInt8] = { _ in
+        Response.line(
+            id: RequestParser.nullID,
+            error: RPCError.application(.unavailable, "this node takes no appends handed to it by other nodes"))
     }
 
     /// Writes through the daemon's writer: the session thread decodes, the writer commits
     /// (group-committed with the appends waiting), the session waits for the result.
-    package init(log: EventLog, name: String?, writer: some JobWriter) {
+    package init(
+        log: EventLog, name: String?, writer: some JobWriter,
+        forwarded: @escaping @Sendable ([UInt8]) -> [UInt8] = SyncNode.takesNoForwards
+    ) {
         self.init(
             log: log, name: name,
             ingest: { (events, peer, maxDeadLetters) throws(EventStoreError) in
@@ -54,7 +71,7 @@ package struct SyncNode: Sendable {
             },
             storePeerEntries: { (entries) throws(EventStoreError) in
                 try writer.perform(PeerEntriesJob(entries), from: -3)
-            })
+            }, forwarded: forwarded)
     }
 
     /// Writes straight into the log (tools and tests).
@@ -136,6 +153,8 @@ package struct SyncReport: Sendable, Equatable {
     /// Of the responder's windows, those the initiator found different (checked event by
     /// event at the next session).
     package var windowsDiffering = 0
+    /// The session carried an append handed to the responder (`forward`) and synced nothing.
+    package var forwarded = false
 }
 
 /// One sync session over a frame channel, from either end.
@@ -239,6 +258,9 @@ package final class SyncSession {
             try channel.writePreamble()
             let (theirHello, theirs) = try readHello(peerVersion: version, sentAt: nil)
             try agree(theirHello, initiating: false)
+            if theirHello.forward == true, channel.agreement.capabilities.contains(Frame.forwardCapability) {
+                return try answerForward()
+            }
             let mine = try vector()
             var reconciler = Reconciler(source: node.log, maxIDs: limits.reconcileIDs)
             let opening = try storage { () throws(EventStoreError) in try reconciler.opening(mine: mine, theirs: theirs)
@@ -274,6 +296,61 @@ package final class SyncSession {
             report.peerVector = theirs.merging(mine) { max($0, $1) }.merging(sentThrough) { max($0, $1) }
         }
         return finished()
+    }
+
+    /// Whether a `forward` frame left: the append may be stored at the peer from then on,
+    /// whatever became of the session.
+    package private(set) var forwardSent = false
+
+    /// Hands `request` (a JSON-RPC `append` request line) to the peer, which must call
+    /// itself `authority` and speak `forward`, and returns its answer (a JSON-RPC response
+    /// line). Nothing is synced: the events come back by the next sync.
+    package func forward(_ request: [UInt8], to authority: String) throws(SyncError) -> [UInt8] {
+        var answer: [UInt8] = []
+        try failing { () throws(SyncError) in
+            let sentAt = node.log.options.wallClock()
+            try channel.writePreamble()
+            var hello = Messages.Hello(
+                protocolVersion: Frame.protocolVersion, node: node.log.nodeID.description, name: node.name,
+                vector: [:], clock: sentAt)
+            hello.protocols = Array(Frame.protocolVersions)
+            hello.capabilities = Frame.capabilities
+            hello.forward = true
+            try send(.hello, hello)
+            let (theirs, _) = try readHello(peerVersion: try channel.readPreamble(), sentAt: sentAt)
+            try agree(theirs, initiating: true)
+            guard channel.agreement.capabilities.contains(Frame.forwardCapability) else {
+                throw SyncError(
+                    .protocolMismatch,
+                    "the peer speaks sync protocol \(channel.agreement.version) without \(Frame.forwardCapability), so it takes no appends handed to it: upgrade it"
+                )
+            }
+            guard report.peerName == authority else {
+                throw SyncError(
+                    .invalidPeer,
+                    "the peer calls itself \(report.peerName.map { "\"\($0)\"" } ?? "by no name"), not \(authority), the authority: nothing was handed to it"
+                )
+            }
+            try channel.write(Frame(kind: .forward, payload: request))
+            forwardSent = true
+            answer = try expect(.forwarded).payload
+        }
+        _ = finished()
+        return answer
+    }
+
+    /// The responder's side of a `forward` session: its hello (no ranges, no checks), then
+    /// the answer to the one append.
+    private func answerForward() throws(SyncError) {
+        var hello = Messages.Hello(
+            protocolVersion: channel.agreement.version, node: node.log.nodeID.description, name: node.name,
+            vector: [:], clock: node.log.options.wallClock())
+        hello.protocols = Array(Frame.protocolVersions)
+        hello.capabilities = Frame.capabilities
+        try send(.hello, hello)
+        let request = try expect(.forward).payload
+        report.forwarded = true
+        try channel.write(Frame(kind: .forwarded, payload: node.forwarded(request)))
     }
 
     /// What the peer sent before it hung up, when that was not the protocol.

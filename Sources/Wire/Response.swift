@@ -78,3 +78,46 @@ package enum Response {
         text.withUTF8Buffer { out.append(contentsOf: $0) }
     }
 }
+
+extension Response {
+    /// A response line read back — another node's answer, handed on to a client: the raw
+    /// JSON of its result, or its error; nil for a line that is not a response.
+    package static func read(_ line: [UInt8]) -> Result<[UInt8], RPCError>? {
+        var scanner = JSONScanner(line)
+        var result: [UInt8]?
+        var error: RPCError?
+        do {
+            try scanner.readObject { (key, scanner) throws(JSONError) in
+                scanner.skipWhitespace()
+                let start = scanner.offset
+                try scanner.skipValue()
+                if key.elementsEqual("result".utf8) {
+                    result = Array(line[start..<scanner.offset])
+                } else if key.elementsEqual("error".utf8) {
+                    error = RPCError(json: Array(line[start..<scanner.offset]))
+                }
+            }
+            try scanner.expectEnd()
+        } catch {
+            return nil
+        }
+        switch (result, error) {
+        case (let result?, nil): return .success(result)
+        case (nil, let error?): return .failure(error)
+        default: return nil
+        }
+    }
+}
+
+extension RPCError {
+    /// An `error` member's value as `json()` writes it; one without a code and a message
+    /// is an internal error of the node that sent it.
+    init(json: [UInt8]) {
+        let object = (try? JSONTree.parse(json)) as? [String: Any] ?? [:]
+        let data = object["data"] as? [String: Any]
+        self.init(
+            code: object["code"] as? Int ?? RPCError.internalErrorCode,
+            message: object["message"] as? String ?? "the other node's answer carried no message",
+            reason: data?["reason"] as? String, index: data?["index"] as? Int)
+    }
+}

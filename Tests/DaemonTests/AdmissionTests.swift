@@ -1,12 +1,14 @@
-@testable import Daemon
 import EventStore
 import Foundation
 import Logging
 import Projections
-@testable import Replication
-@testable import Server
 import StoreTestSupport
 import Testing
+import Wire
+
+@testable import Daemon
+@testable import Replication
+@testable import Server
 @testable import Writer
 
 /// The admission stage between a parsed append and the writer: it refuses what the client
@@ -16,7 +18,9 @@ import Testing
         ClientAccess(credentials: nil, groups: [], grant: AccessPolicy.Grant(level: level, why: "the test's"))
     }
 
-    @Test("a client without write access is refused by name, an empty batch answered, the rest admitted whole; a stopping writer refuses")
+    @Test(
+        "a client without write access is refused by name, an empty batch answered, the rest admitted whole; a stopping writer refuses"
+    )
     func outcomes() throws {
         let store = try TempStore()
         defer { store.remove() }
@@ -40,7 +44,9 @@ import Testing
                 continue
             }
             #expect(job.inputs.map(\.entity) == events.map(\.entity))
-            #expect(try Admission.Outcome.admit(job).result(writer: writer, source: 1).get().appended == 2)
+            let line = Admission.Outcome.admit(job).responseLine(id: Array("7".utf8), writer: writer, source: 1)
+            let answer = try #require(Response.read(line)).get()
+            #expect(String(decoding: answer, as: UTF8.self).contains(#""appended":2"#), "\(answer)")
         }
         guard case .answer(let empty) = admission.decide([], from: Self.client(.write)) else {
             Issue.record("an empty batch went to the writer")
@@ -53,7 +59,8 @@ import Testing
         writer.stop()
         // A stopping daemon refuses what is admitted: the writer answers it.
         let stopping = admission.decide(events, from: Self.client(.write))
-        guard case .failure(let error) = stopping.result(writer: writer, source: 1) else {
+        guard case .failure(let error) = Response.read(stopping.responseLine(id: [0x31], writer: writer, source: 1))
+        else {
             Issue.record("a stopping writer took \(stopping)")
             return
         }

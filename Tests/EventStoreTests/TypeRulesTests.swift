@@ -49,6 +49,7 @@ struct TypeRulesTests {
             (#"{"job": {"status": {"final": []}}}"#, "job.status.final: not a rule"),
             (#"{"job": {"offline": "maybe"}}"#, "job.offline"),
             (#"{"job": {"authority": ""}}"#, "job.authority: a node name"),
+            (#"{"payment": {"offline": "refuse"}}"#, "payment.offline: \"refuse\" needs \"authority\""),
         ])
     func badFiles(text: String, message: String) {
         #expect {

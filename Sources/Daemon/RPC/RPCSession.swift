@@ -129,9 +129,12 @@ final class RPCSession: ConnectionSession, @unchecked Sendable {
                 }
                 return false
             case let outcome:
-                // Answered or refused at once: nothing goes to the writer.
-                let result = outcome.result(writer: context.writer, source: identifier)
-                outbox.fill(slot, with: id.map { Response.line(id: $0, append: result) } ?? [])
+                // Answered or refused at once, or by the authority (this thread waits for
+                // it, so a connection hands on one append at a time): nothing goes to the
+                // writer. A notification handed on is still handed on.
+                let line = outcome.responseLine(
+                    id: id ?? RequestParser.nullID, writer: context.writer, source: identifier)
+                outbox.fill(slot, with: id == nil ? [] : line)
                 return true
             }
         }
@@ -259,8 +262,9 @@ final class RPCSession: ConnectionSession, @unchecked Sendable {
                                     reason: "too_large"))
                         } ?? []
                 } else if request.method == MethodTable.append, case .events(let events) = request.params {
-                    let result = admit(events).result(writer: context.writer, source: identifier)
-                    line = request.id.map { Response.line(id: $0, append: result) } ?? []
+                    let answer = admit(events).responseLine(
+                        id: request.id ?? RequestParser.nullID, writer: context.writer, source: identifier)
+                    line = request.id == nil ? [] : answer
                 } else if let error = refusal(of: request) {
                     line = request.id.map { Response.line(id: $0, error: error) } ?? []
                 } else if request.method == MethodTable.watch {
@@ -291,7 +295,18 @@ final class RPCSession: ConnectionSession, @unchecked Sendable {
 /// session shares.
 struct RPCSessions: SessionFactory {
     let methods: Methods
-    let admission = Admission()
+    let admission: Admission
+
+    init(methods: Methods) {
+        self.methods = methods
+        let log = methods.log
+        let sync = methods.sync
+        self.admission = Admission(
+            rules: { log.typeRules },
+            forward: { request, authority in
+                sync.forward(request, to: authority)
+            })
+    }
 
     func session(
         context: ServerContext, outbox: Outbox, client: ClientAccess, identifier: Int, limits: Limits

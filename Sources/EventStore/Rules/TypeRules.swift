@@ -70,6 +70,15 @@ public struct TypeRules: Equatable, Sendable {
         return authority != localNode
     }
 
+    /// The authority an append of `entity` must be made at when it is not this node (the
+    /// type's `offline` is "refuse"); nil when this node may append it.
+    public func refusedOffline(_ entity: EntityKey) -> String? {
+        guard let rules = types[entity.type], rules.offline == "refuse", let authority = rules.authority,
+            authority != localNode
+        else { return nil }
+        return authority
+    }
+
     /// Whether this node decides the status proposals of `entity`.
     public func decides(_ entity: EntityKey) -> Bool { decides(type: entity.type) }
 
@@ -241,6 +250,10 @@ extension TypeRules.Rules {
                 throw TypeRulesError("\(type).offline: \"refuse\" or \"allow\"")
             }
             offline = mode
+        }
+        if offline == "refuse", authority == nil {
+            throw TypeRulesError(
+                "\(type).offline: \"refuse\" needs \"authority\", the node where the type's appends are made")
         }
     }
 }

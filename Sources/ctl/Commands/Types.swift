@@ -58,7 +58,12 @@ struct Types: Command {
             }
         }
         if let authority = rules["authority"] as? String { lines.append("authority: \(authority)") }
-        if let offline = rules["offline"] as? String { lines.append("offline: \(offline)") }
+        if let offline = rules["offline"] as? String {
+            lines.append(
+                offline == "refuse"
+                    ? "offline: refuse (appended only at the authority; elsewhere handed to it, or unavailable)"
+                    : "offline: \(offline)")
+        }
         return lines
     }
 }

@@ -1,13 +1,14 @@
-@testable import Daemon
 import EventStore
 import Foundation
-@testable import Lifecycle
 import Projections
-@testable import Replication
-@testable import Server
 import TestSupport
 import Testing
 import UnixSocket
+
+@testable import Daemon
+@testable import Lifecycle
+@testable import Replication
+@testable import Server
 @testable import Writer
 
 /// Sync protocol 2: the hellos carry the versions and capabilities each side speaks, the
@@ -57,7 +58,9 @@ struct NegotiationTests {
         #expect(b.stderr.contains("protocol 2"), "\(b.stderr.suffix(800))")
     }
 
-    @Test("a hello without versions (a node of protocol 1) gets protocol 1 and the hello 0.4 sent, without the new members")
+    @Test(
+        "a hello without versions (a node of protocol 1) gets protocol 1 and the hello 0.4 sent, without the new members"
+    )
     func protocolOneOnly() throws {
         let daemon = try DaemonProcess()
         defer { daemon.removeFiles() }
@@ -117,5 +120,11 @@ struct NegotiationTests {
             #expect(kind.maxPayloadBytes > 0 && kind.maxPayloadBytes <= Frame.maxPayloadBytes)
         }
         #expect(Frame.Agreement(version: 2, capabilities: []).allows(.batch))
+        // A capability's kinds only once both sides named it.
+        for kind in [Frame.Kind.forward, .forwarded] {
+            #expect(!Frame.Agreement.first.allows(kind) && !Frame.Agreement(version: 2, capabilities: []).allows(kind))
+            #expect(Frame.Agreement(version: 2, capabilities: [Frame.forwardCapability]).allows(kind))
+            #expect(kind.maxPayloadBytes > 0 && kind.maxPayloadBytes <= Frame.maxPayloadBytes)
+        }
     }
 }
