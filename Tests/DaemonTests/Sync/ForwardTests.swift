@@ -27,6 +27,14 @@ struct ForwardTests {
         return condition()
     }
 
+    /// Payments the daemon made itself (its origin): those handed on are made at the authority.
+    static func ownPayments(_ daemon: DaemonProcess) throws -> Int {
+        let node = try daemon.client().call("status")["node"] as? [String: Any]
+        let id = node?["id"] as? String ?? ""
+        let events = try daemon.client().call("log", #"{"type":"payment","origin":"\#(id)","limit":10000}"#)["events"]
+        return (events as? [Any])?.count ?? -1
+    }
+
     func head(_ daemon: DaemonProcess) throws -> Int {
         try daemon.client().call("log", #"{"limit":1}"#)["head"] as? Int ?? -1
     }
@@ -56,11 +64,10 @@ struct ForwardTests {
         _ = try laptop.client().call("append", eventsParams([#"{"entity":"job/1","kind":"edit","fields":{"a":1}}"#]))
 
         _ = try laptop.client().call("peers.add", #"{"name":"hq","url":"unix://\#(hq.socketPath)"}"#)
-        let laptopHead = try head(laptop)
         let answer = try laptop.client().call("append", eventsParams([ForwardTests.payment("1", key: "pay-1")]))
         let ids = answer["ids"] as? [String] ?? []
         #expect(ids.count == 1, "\(answer)")
-        #expect(try head(laptop) == laptopHead, "nothing is stored on the laptop first")
+        #expect(try ForwardTests.ownPayments(laptop) == 0, "nothing is stored on the laptop first")
         let atHQ = try hq.client().call("get", #"{"entity":"payment/1"}"#)
         #expect((atHQ["fields"] as? [String: Any])?["amount"] as? Int == 120, "\(atHQ)")
         let logged = try hq.client().call("log", #"{"entity":"payment/1"}"#)["events"] as? [[String: Any]]
@@ -102,14 +109,84 @@ struct ForwardTests {
 
         // HQ gone: refused within sync_timeout_s, nothing stored; the laptop goes on serving.
         #expect(try hq.stop() == 0)
-        let stoppedHead = try head(laptop)
         let started = Date()
         let gone = try laptop.client().failure("append", eventsParams([ForwardTests.payment("4")]))
         let took = Date().timeIntervalSince(started)
         #expect(gone.reason == "unavailable" && gone.message.contains("reconnect to take this action"), "\(gone)")
         #expect(took < 3 + 1, "\(took) s")
-        #expect(try head(laptop) == stoppedHead)
+        #expect(try ForwardTests.ownPayments(laptop) == 0)
         _ = try laptop.client().call("status")
+    }
+
+    @Test(
+        "kill -9 of the authority in the middle of forwards: each append is on the authority once, under the id a retry with its key returns, or nowhere; never on the forwarding node",
+        arguments: [3, 17, 40])
+    func authorityKilledMidForward(afterMilliseconds: Int) throws {
+        let (root, file) = try TypesFileTests.directory(rules: ForwardTests.rules)
+        let hqArguments = ["--node", "hq", "--types-file", file]
+        var hq = try DaemonProcess(root: root + "/hq", arguments: hqArguments)
+        let laptop = try DaemonProcess(
+            root: root + "/laptop", arguments: ["--node", "laptop", "--types-file", file, "--sync-timeout-s", "3"])
+        defer {
+            hq.removeFiles()
+            laptop.removeFiles()
+            try? FileManager.default.removeItem(atPath: root)
+        }
+        _ = try laptop.client().call("peers.add", #"{"name":"hq","url":"unix://\#(hq.socketPath)"}"#)
+        // Two clients append payments, each with its own key, until HQ dies under them.
+        let answered = Mutex<[String: String]>([:])
+        let failed = Mutex<[String]>([])
+        let stop = Atomic<Bool>(false)
+        let threads = (0..<2).map { client in
+            Thread {
+                guard let connection = try? laptop.client() else { return }
+                var n = 0
+                while !stop.load(ordering: .relaxed) {
+                    let key = "pay-\(client)-\(n)"
+                    let params = eventsParams([ForwardTests.payment("\(client)-\(n)", key: key)])
+                    if let response = try? connection.request("append", params),
+                        let ids = (response["result"] as? [String: Any])?["ids"] as? [String]
+                    {
+                        answered.withLock { $0[key] = ids.first }
+                    } else {
+                        failed.withLock { $0.append(key) }
+                        return
+                    }
+                    n += 1
+                }
+            }
+        }
+        for thread in threads { thread.start() }
+        Thread.sleep(forTimeInterval: Double(afterMilliseconds) / 1000)
+        hq.signal(SIGKILL)
+        _ = try hq.waitForExit()
+        #expect(wait(10) { failed.withLock { $0.count } == 2 }, "both clients saw the authority go")
+        stop.store(true, ordering: .relaxed)
+        #expect(try ForwardTests.ownPayments(laptop) == 0, "nothing was stored on the laptop")
+
+        hq = try DaemonProcess(root: root + "/hq", arguments: hqArguments)
+        // A retry of each key that failed: the authority answers it once, whether it had it or not.
+        for key in failed.withLock({ $0 }) {
+            let entity = "payment/" + key.dropFirst("pay-".count)
+            let before = try hq.client().call("log", #"{"entity":"\#(entity)"}"#)["events"] as? [[String: Any]] ?? []
+            #expect(before.count <= 1)
+            let retried = try laptop.client().call(
+                "append", eventsParams([ForwardTests.payment(String(key.dropFirst("pay-".count)), key: key)]))
+            let id = (retried["ids"] as? [String])?.first
+            if let held = before.first { #expect(held["id"] as? String == id, "the retry returned the id held") }
+            answered.withLock { $0[key] = id }
+        }
+        // Every answered append is on the authority exactly once, under the id it was answered with.
+        let events =
+            try hq.client().call("log", #"{"type":"payment","limit":10000}"#)["events"] as? [[String: Any]] ?? []
+        let held = Dictionary(grouping: events, by: { $0["entity"] as? String ?? "" })
+        let all = answered.withLock { $0 }
+        #expect(held.count == all.count, "\(held.count) entities on HQ, \(all.count) answered")
+        for (key, id) in all {
+            let entity = "payment/" + key.dropFirst("pay-".count)
+            #expect(held[entity]?.count == 1 && held[entity]?.first?["id"] as? String == id, "\(key)")
+        }
+        #expect(try ForwardTests.ownPayments(laptop) == 0, "the laptop made none of them")
     }
 
     @Test("the batch's answer carries the authority's answer in its place")

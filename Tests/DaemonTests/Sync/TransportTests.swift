@@ -176,6 +176,52 @@ struct TransportTests {
         #expect((status["needs_attention"] as? [String: Any])?["failing_peers"] as? Int == 1)
     }
 
+    @Test(
+        "an append of a type made only at its authority is handed to it over ssh:// as over unix://",
+        .enabled(
+            if: getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/sbin/sshd"), "sshd runs as root"),
+        .timeLimit(.minutes(10)))
+    func forwardOverSSH() throws {
+        let evctl = try builtBinary("evctl")
+        let server = try SSHServer(evctlDirectory: evctl.deletingLastPathComponent().path)
+        defer { server.stop() }
+        let (root, file) = try TypesFileTests.directory(rules: ForwardTests.rules)
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let hq = try DaemonProcess(root: root + "/hq", arguments: ["--node", "hq", "--types-file", file])
+        let overSSH = try DaemonProcess(
+            root: root + "/ssh",
+            arguments: [
+                "--node", "van-ssh", "--types-file", file, "--ssh-command", server.sshCommand(key: "client_key"),
+            ])
+        let overUnix = try DaemonProcess(root: root + "/unix", arguments: ["--node", "van-unix", "--types-file", file])
+        defer {
+            for daemon in [hq, overSSH, overUnix] { daemon.removeFiles() }
+        }
+        _ = try overSSH.client().call(
+            "peers.add", #"{"name":"hq","url":"ssh://root@127.0.0.1:\#(server.port)\#(hq.socketPath)"}"#)
+        _ = try overUnix.client().call("peers.add", #"{"name":"hq","url":"unix://\#(hq.socketPath)"}"#)
+        // The round trips, printed (timings are for `make bench`; these are a debug build's).
+        var report: [String] = []
+        for (label, daemon) in [("ssh://", overSSH), ("unix://", overUnix)] {
+            let client = try daemon.client()
+            var seconds: [Double] = []
+            for n in 0..<40 {
+                let begin = Date()
+                let answer = try client.call("append", eventsParams([ForwardTests.payment("\(label.prefix(3))-\(n)")]))
+                seconds.append(Date().timeIntervalSince(begin))
+                #expect((answer["ids"] as? [String])?.count == 1, "\(answer)")
+            }
+            seconds.sort()
+            report.append(
+                "\(label) p50 \(String(format: "%.1f", seconds[19] * 1000)) ms, p99 \(String(format: "%.1f", seconds[39] * 1000)) ms"
+            )
+            #expect(try ForwardTests.ownPayments(daemon) == 0, "nothing made at \(label)'s node")
+        }
+        let held = try hq.client().call("log", #"{"type":"payment","limit":1000}"#)["events"] as? [[String: Any]]
+        #expect(held?.count == 80)
+        print("forward round trips over 40 appends each: " + report.joined(separator: "; "))
+    }
+
     @Test("peers from the config file sync in the background; an unreachable one retries with backoff, shown in status")
     func background() throws {
         let b = try DaemonProcess(arguments: ["--node", "b"])
