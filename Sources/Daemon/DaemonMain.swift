@@ -319,10 +319,17 @@ final class Daemon: Sendable {
                 log: log, name: configuration.nodeName, writer: writer,
                 forwarded: { [log] line in Admission.answerForwarded(line, rules: { log.typeRules }, writer: writer) }),
             settings: SyncService.Settings(configuration), logger: logger, health: health)
+        let blobs: BlobStore
+        do {
+            blobs = try BlobStore(directory: configuration.dataDirectory + "/blobs", limits: configuration.blobLimits)
+        } catch {
+            logger.error("cannot open the blob store in \(configuration.dataDirectory)/blobs: \(error)")
+            return (Evstored.Exit.ioError, WeakLog(nil))
+        }
         let methods = Methods(
             log: log, node: Methods.NodeInfo(name: configuration.nodeName, dataDirectory: configuration.dataDirectory),
             startedAt: Date(), writer: writer, sync: sync, backupDirectory: configuration.backupDirectory,
-            maxPageBytes: configuration.maxPageBytes, maxConsumers: configuration.maxConsumers)
+            maxPageBytes: configuration.maxPageBytes, maxConsumers: configuration.maxConsumers, blobs: blobs)
         let context = ServerContext(
             writer: writer, hub: hub, sessions: RPCSessions(methods: methods), incoming: sync, logger: logger,
             limits: Limits(configuration),

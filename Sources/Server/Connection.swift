@@ -749,7 +749,7 @@ package final class Connection: @unchecked Sendable {
     }
 
     private func end() {
-        session.endWatches()
+        session.end()
         current = nil
         outbox.finish()
         work.withLock { work in

@@ -29,8 +29,8 @@ package protocol ConnectionSession: AnyObject, Sendable {
     func isAppend(_ parsed: ParsedLine) -> Bool
     /// Stores what a client that sent `lines` and left expects stored (its appends).
     func storeAppends(of lines: [ParsedLine])
-    /// The connection ends: the session's watches go.
-    func endWatches()
+    /// The connection ends: what the session holds for it (its watches, its blob uploads) goes.
+    func end()
     /// Logs a refusal of `what` to this client.
     func logRefusal(_ what: String, message: String)
 }

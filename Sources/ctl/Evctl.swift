@@ -34,7 +34,7 @@ struct Evctl: Command {
                 New.self, Append.self, Get.self, List.self, Types.self, Log.self, Consumers.self, Status.self,
                 Attention.self,
                 Metrics.self, Conflicts.self, Resolve.self, DeadLetters.self, Rebuild.self, Backup.self, Export.self,
-                Import.self, Sync.self, Peers.self,
+                Import.self, Sync.self, Peers.self, Blob.self,
                 SyncServe.self,
             ],
             version: version,

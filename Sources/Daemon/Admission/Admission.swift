@@ -21,13 +21,18 @@ package struct Admission: Sendable {
     /// Hands an append (its request line) to the authority named and waits for its answer;
     /// nil where appends are not handed on (an append another node handed to this one).
     let forward: (@Sendable (_ request: [UInt8], _ authority: String) -> ForwardOutcome)?
+    /// The blobs this node holds: an event naming a blob is admitted only once it is here
+    /// (nil: not checked, for an append another node handed to this one, which checked it).
+    let blobs: BlobStore?
 
     package init(
         rules: @escaping @Sendable () -> TypeRules = { TypeRules() },
-        forward: (@Sendable (_ request: [UInt8], _ authority: String) -> ForwardOutcome)? = nil
+        forward: (@Sendable (_ request: [UInt8], _ authority: String) -> ForwardOutcome)? = nil,
+        blobs: BlobStore? = nil
     ) {
         self.rules = rules
         self.forward = forward
+        self.blobs = blobs
     }
 
     package enum Outcome: Sendable {
@@ -81,6 +86,7 @@ package struct Admission: Sendable {
     package func decide(_ events: [InputEvent], from client: ClientAccess) -> Outcome {
         if let refusal = client.refusal(of: MethodTable.append) { return .refuse(refusal) }
         guard !events.isEmpty else { return .answer(AppendResult(ids: [], versions: [:], written: [])) }
+        if let blobs, let refusal = Admission.missingBlob(in: events, blobs: blobs) { return .refuse(refusal) }
         let rules = self.rules()
         if !rules.types.isEmpty,
             let (index, authority) = events.enumerated().lazy.compactMap({ index, event in
@@ -99,6 +105,32 @@ package struct Admission: Sendable {
                 ))
         }
         return .admit(AppendJob(events))
+    }
+}
+
+extension Admission {
+    /// The refusal of the first event that names a blob this node does not hold, or holds
+    /// with another size than the reference says.
+    static func missingBlob(in events: [InputEvent], blobs: BlobStore) -> RPCError? {
+        for (index, event) in events.enumerated() {
+            for reference in event.blobReferences {
+                guard let size = blobs.size(of: reference.hash) else {
+                    return RPCError(
+                        EventStoreError(
+                            .invalidEvent,
+                            "event \(index) names blob \(reference.hash), which this node does not hold: put the blob first (evctl blob put FILE)",
+                            index: index))
+                }
+                guard size == reference.size else {
+                    return RPCError(
+                        EventStoreError(
+                            .invalidEvent,
+                            "event \(index) says blob \(reference.hash) is \(reference.size) bytes; it is \(size)",
+                            index: index))
+                }
+            }
+        }
+        return nil
     }
 }
 

@@ -102,6 +102,8 @@ package struct Configuration: Equatable, Sendable {
     /// Durable consumers the store keeps; a new one past it is refused.
     var maxConsumers = Configuration.defaultMaxConsumers
     static let defaultMaxConsumers = 64
+    /// The blob store's bounds: one blob, all of them, the free space they leave, uploads.
+    var blobLimits = BlobStore.Limits()
     var logLevel = Logger.Level.info
     /// Where this host's identity is read (a data directory copied to another machine
     /// takes a fresh node id). Containers that share or lack /etc/machine-id point it at a
@@ -328,6 +330,18 @@ package struct Configuration: Equatable, Sendable {
         Option(
             key: "max_consumers", help: "durable consumers the store keeps; a new one past it is refused (64)",
             field: .at(\.maxConsumers), reloads: false),
+        Option(
+            key: "max_blob_bytes", help: "the largest blob, bytes (256 MiB)", field: .at(\.blobLimits.maxBlobBytes),
+            reloads: false),
+        Option(
+            key: "max_blob_store_bytes", help: "all blobs and the uploads under way, bytes (16 GiB)",
+            field: .at(\.blobLimits.maxTotalBytes), reloads: false),
+        Option(
+            key: "blob_reserve_bytes", help: "free space no blob may take, left for the event log, bytes (1 GiB)",
+            field: .at(\.blobLimits.reserveBytes), reloads: false),
+        Option(
+            key: "max_blob_uploads", help: "blob uploads under way at once, in all (16; 2 per connection)",
+            field: .at(\.blobLimits.maxUploads), reloads: false),
         Option(
             key: "log_level", help: "debug, info, notice, warning or error (info)", field: .at(\.logLevel),
             reloads: true),
@@ -607,6 +621,10 @@ package struct Configuration: Equatable, Sendable {
         case "max_batch_response_bytes": maxBatchResponseBytes = try integer((64 << 10)...(1 << 40))
         case "max_page_bytes": maxPageBytes = try integer((64 << 10)...(1 << 30))
         case "max_consumers": maxConsumers = try integer(1...10_000)
+        case "max_blob_bytes": blobLimits.maxBlobBytes = UInt64(try integer(0...(1 << 40)))
+        case "max_blob_store_bytes": blobLimits.maxTotalBytes = UInt64(try integer(0...(1 << 50)))
+        case "blob_reserve_bytes": blobLimits.reserveBytes = UInt64(try integer(0...(1 << 50)))
+        case "max_blob_uploads": blobLimits.maxUploads = try integer(1...1024)
         case "machine_id_file": machineIDFile = text
         case "types_file": typesFile = text.isEmpty ? nil : text
         case "backup_dir":

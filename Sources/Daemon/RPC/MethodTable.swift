@@ -8,6 +8,9 @@ struct Method: Sendable {
         /// Answered at once by `Methods`, on the request thread; given the client's access
         /// level, which decides the peer URLs it may give.
         case methods(@Sendable (Methods, Request, AccessLevel) throws -> [UInt8])
+        /// Answered at once by `Methods`, given the client's connection, which owns what the
+        /// method begins until it ends (a blob upload).
+        case owned(@Sendable (Methods, Request, Int) throws -> [UInt8])
         /// Answered by the connection, which owns its ordering: `append` (through the
         /// writer, in the connection's order) and `watch` (a subscription to the hub).
         case connection
@@ -109,6 +112,30 @@ package enum MethodTable {
         Method(
             name: "consumers.remove", access: .write, params: ["name"],
             handler: .methods { methods, request, _ in try methods.consumersRemove(request) }),
+        // Blobs: bytes in base64, in pieces a line can carry; an upload is its connection's.
+        Method(
+            name: "blob.put", access: .write, params: ["data", "hash"],
+            handler: .owned { methods, request, connection in try methods.blobPut(request, connection: connection) }),
+        Method(
+            name: "blob.upload", access: .write, params: ["size"],
+            handler: .owned { methods, request, connection in try methods.blobUpload(request, connection: connection) }
+        ),
+        Method(
+            name: "blob.write", access: .write, params: ["upload", "offset", "data"],
+            handler: .owned { methods, request, connection in try methods.blobWrite(request, connection: connection) }),
+        Method(
+            name: "blob.commit", access: .write, params: ["upload", "hash"],
+            handler: .owned { methods, request, connection in try methods.blobCommit(request, connection: connection) }
+        ),
+        Method(
+            name: "blob.abort", access: .write, params: ["upload"],
+            handler: .owned { methods, request, connection in try methods.blobAbort(request, connection: connection) }),
+        Method(
+            name: "blob.get", access: .read, params: ["hash", "offset", "length"],
+            handler: .methods { methods, request, _ in try methods.blobGet(request) }),
+        Method(
+            name: "blob.stat", access: .read, params: ["hash"],
+            handler: .methods { methods, request, _ in try methods.blobStat(request) }),
     ]
 
     static let byName: [String: Method] = Dictionary(uniqueKeysWithValues: methods.map { ($0.name, $0) })

@@ -38,7 +38,7 @@ extension Methods {
         }
         out.endObject()
         guard state.last == UInt8(ascii: "}") else { return state }
-        var json = state
+        var json = withBlobStates(state)
         json.removeLast()
         json.append(contentsOf: Array(#","sync":"#.utf8))
         json.append(contentsOf: out.bytes)

@@ -29,6 +29,8 @@ package struct Methods: Sendable {
     var maxPageBytes = Configuration.defaultMaxPageBytes
     /// `max_consumers`: the durable consumers the store keeps.
     var maxConsumers = Configuration.defaultMaxConsumers
+    /// The blobs (nil only in tests that make no blob store).
+    var blobs: BlobStore? = nil
 
     package struct NodeInfo: Sendable {
         var name: String?
@@ -43,12 +45,17 @@ package struct Methods: Sendable {
     /// Runs `method` for a client with access `level` and returns its `result` as JSON.
     /// The connection has checked `level` against the method; `level` further decides
     /// which peer URLs the client may give.
-    package func call(_ request: Request, level: AccessLevel = .full) throws(RPCError) -> [UInt8] {
+    /// `connection` identifies the client's connection, which owns what it begins (a blob
+    /// upload) until it ends.
+    package func call(_ request: Request, level: AccessLevel = .full, connection: Int = -1) throws(RPCError)
+        -> [UInt8]
+    {
         do {
-            guard let method = MethodTable[request.method], case .methods(let handler) = method.handler else {
-                throw RPCError.methodNotFound(request.method, methods: Methods.names)
+            switch MethodTable[request.method]?.handler {
+            case .methods(let handler): return try handler(self, request, level)
+            case .owned(let handler): return try handler(self, request, connection)
+            case .connection, nil: throw RPCError.methodNotFound(request.method, methods: Methods.names)
             }
-            return try handler(self, request, level)
         } catch let error as RPCError {
             throw error
         } catch let error as EventStoreError {
@@ -65,7 +72,7 @@ package struct Methods: Sendable {
         guard let state = try log.canonicalState(of: entity) else {
             throw RPCError.application(.notFound, "no event of \(entity) is held on this node")
         }
-        return state
+        return withBlobStates(state)
     }
 
     func list(_ request: Request) throws -> [UInt8] {
@@ -173,6 +180,15 @@ package struct Methods: Sendable {
         out.member("bytes", statistics.bytesUsed)
         out.member("digest", statistics.digest.description)
         out.member("seq", Int(clamping: statistics.seq))
+        if let blobs {
+            let held = blobs.statistics()
+            out.key("blobs")
+            out.beginObject()
+            out.member("count", held.blobs)
+            out.member("bytes", Int(clamping: held.bytes))
+            out.member("uploads", held.uploads)
+            out.endObject()
+        }
         out.key("consumers")
         Methods.write(try log.consumers(), head: statistics.seq, to: &out)
         out.key("clock")

@@ -64,8 +64,9 @@ final class RPCSession: ConnectionSession, @unchecked Sendable {
         }
     }
 
-    /// The session ends: its watches go.
-    func endWatches() {
+    /// The session ends: its watches and its blob uploads go.
+    func end() {
+        methods.blobs?.abortAll(owner: identifier)
         for subscription in subscriptions { context.hub.remove(subscription) }
         subscriptions.removeAll()
         watches.store(0, ordering: .relaxed)
@@ -165,7 +166,7 @@ final class RPCSession: ConnectionSession, @unchecked Sendable {
             }
         } else {
             do throws(RPCError) {
-                result = .success(try methods.call(request, level: client.grant.level))
+                result = .success(try methods.call(request, level: client.grant.level, connection: identifier))
             } catch {
                 result = .failure(error)
             }
@@ -305,7 +306,8 @@ struct RPCSessions: SessionFactory {
             rules: { log.typeRules },
             forward: { request, authority in
                 sync.forward(request, to: authority)
-            })
+            },
+            blobs: methods.blobs)
     }
 
     func session(

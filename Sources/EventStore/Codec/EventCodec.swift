@@ -160,6 +160,12 @@ public enum EventCodec {
                 throw .invalid("an edit needs \"fields\": an object of field names to values (null clears a field)")
             }
             guard !fields.isEmpty else { throw .invalid("\"fields\" must set at least one field") }
+            // A value meant as a blob reference is one: a malformed one is refused here.
+            for field in fields where BlobReference.isMarked(field.value) {
+                do { _ = try BlobReference.parse(field.value) } catch {
+                    throw .invalid("field \"\(field.name)\": \(error.message)")
+                }
+            }
             return .edit(fields)
         case .status:
             guard let status = m.status else { throw .invalid("a status event needs \"status\": a string") }
@@ -169,6 +175,9 @@ public enum EventCodec {
             let name = try Validation.name(set, what: "set name")
             guard let element = m.element else {
                 throw .invalid("an \(kind.rawValue) event needs \"element\": any JSON value")
+            }
+            if BlobReference.isMarked(element) {
+                do { _ = try BlobReference.parse(element) } catch { throw .invalid("\"element\": \(error.message)") }
             }
             return kind == .add ? .add(set: name, element: element) : .remove(set: name, element: element)
         case .delete: return .delete

@@ -121,6 +121,15 @@ enum EntityText {
             lines += counters.keys.sorted().map { "  \($0): \(RawJSON.display(counters[$0]!))" }
         }
 
+        let blobs = state["blobs"] as? [String: Any] ?? [:]
+        if !blobs.isEmpty {
+            lines.append("blobs:")
+            lines += blobs.keys.sorted().map { hash in
+                let held = blobs[hash] as? String ?? "?"
+                return "  \(hash): \(held)" + (held == "pending" ? " (its bytes are not on this node yet)" : "")
+            }
+        }
+
         lines += conflictLines(state)
         if let sync = state["sync"] as? [String: Any] { lines += syncLines(sync) }
         return lines

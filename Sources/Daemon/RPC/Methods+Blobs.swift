@@ -1,0 +1,173 @@
+import EventStore
+import Projections
+import Wire
+
+/// The blob methods: bytes travel in base64 in pieces a request line can carry
+/// (`blob.write` takes and `blob.get` gives at most `maxPieceBytes` at a time).
+extension Methods {
+    /// The most bytes one `blob.write` or `blob.get` moves (4 MiB, 5.3 MiB in base64, well
+    /// inside the 16 MiB line).
+    static let maxPieceBytes = 4 << 20
+    /// What `blob.get` gives when `length` is not said.
+    static let defaultPieceBytes = 1 << 20
+
+    private func blobStore() throws(RPCError) -> BlobStore {
+        guard let blobs else { throw RPCError.application(.unavailable, "this daemon keeps no blobs") }
+        return blobs
+    }
+
+    private static func hash(_ params: Params, _ name: String) throws(RPCError) -> BlobHash? {
+        guard let text = try params.string(name) else { return nil }
+        guard let hash = BlobHash(text) else {
+            throw RPCError.invalidParams(
+                "\"\(name)\" is a blob's hash, \"sha256:\" and 64 lowercase hex digits, not \"\(text.prefix(80))\"")
+        }
+        return hash
+    }
+
+    private static func bytes(_ params: Params) throws(RPCError) -> [UInt8] {
+        guard let text = try params.stringBytes("data") else {
+            throw RPCError.invalidParams("\"data\" is required: the bytes, in base64")
+        }
+        guard let bytes = Base64.decode(text) else {
+            throw RPCError.invalidParams("\"data\" is not base64 (RFC 4648, with padding)")
+        }
+        return bytes
+    }
+
+    private static func committed(_ hash: BlobHash, size: UInt64, existed: Bool) -> [UInt8] {
+        var out = JSONWriter()
+        out.beginObject()
+        out.member("hash", hash.description)
+        out.member("size", Int(size))
+        out.member("existed", existed)
+        out.endObject()
+        return out.bytes
+    }
+
+    /// `blob.put`: a whole blob in one request.
+    func blobPut(_ request: Request, connection: Int) throws -> [UInt8] {
+        let params = try Params(request)
+        let bytes = try Self.bytes(params)
+        let (hash, size, existed) = try blobStore().put(bytes, owner: connection, expected: Self.hash(params, "hash"))
+        return Self.committed(hash, size: size, existed: existed)
+    }
+
+    /// `blob.upload`: begins an upload of `size` bytes.
+    func blobUpload(_ request: Request, connection: Int) throws -> [UInt8] {
+        let params = try Params(request)
+        guard let size = try params.int("size", in: 0...Int.max) else {
+            throw RPCError.invalidParams("\"size\" is required: the blob's size in bytes")
+        }
+        let upload = try blobStore().begin(size: UInt64(size), owner: connection)
+        var out = JSONWriter()
+        out.beginObject()
+        out.member("upload", Int(upload))
+        out.endObject()
+        return out.bytes
+    }
+
+    private static func upload(_ params: Params) throws(RPCError) -> UInt64 {
+        guard let upload = try params.int("upload", in: 1...Int.max) else {
+            throw RPCError.invalidParams("\"upload\" is required: the number blob.upload answered")
+        }
+        return UInt64(upload)
+    }
+
+    /// `blob.write`: the next bytes of an upload, at `offset` (what it has received).
+    func blobWrite(_ request: Request, connection: Int) throws -> [UInt8] {
+        let params = try Params(request)
+        let upload = try Self.upload(params)
+        guard let offset = try params.int("offset", in: 0...Int.max) else {
+            throw RPCError.invalidParams("\"offset\" is required: where these bytes go, what the upload has received")
+        }
+        let bytes = try Self.bytes(params)
+        guard bytes.count <= Self.maxPieceBytes else {
+            throw RPCError.application(
+                .tooLarge, "one blob.write carries at most \(Self.maxPieceBytes) bytes; this one has \(bytes.count)")
+        }
+        let received = try blobStore().write(upload, offset: UInt64(offset), bytes: bytes, owner: connection)
+        var out = JSONWriter()
+        out.beginObject()
+        out.member("received", Int(received))
+        out.endObject()
+        return out.bytes
+    }
+
+    /// `blob.commit`: ends an upload; the blob is on the disk, under its hash, when it answers.
+    func blobCommit(_ request: Request, connection: Int) throws -> [UInt8] {
+        let params = try Params(request)
+        let upload = try Self.upload(params)
+        let (hash, size, existed) = try blobStore().commit(
+            upload, owner: connection, expected: Self.hash(params, "hash"))
+        return Self.committed(hash, size: size, existed: existed)
+    }
+
+    /// `blob.abort`: drops an upload and what it received.
+    func blobAbort(_ request: Request, connection: Int) throws -> [UInt8] {
+        let params = try Params(request)
+        let upload = try Self.upload(params)
+        let blobs = try blobStore()
+        _ = try blobs.received(upload, owner: connection)
+        blobs.abort(upload, owner: connection)
+        return Array(#"{"aborted":true}"#.utf8)
+    }
+
+    /// `blob.get`: up to `length` bytes of a blob from `offset`, with its size.
+    func blobGet(_ request: Request) throws -> [UInt8] {
+        let params = try Params(request)
+        guard let hash = try Self.hash(params, "hash") else {
+            throw RPCError.invalidParams("\"hash\" is required: the blob's hash")
+        }
+        let offset = try params.int("offset", in: 0...Int.max) ?? 0
+        let length = try params.int("length", in: 0...Self.maxPieceBytes) ?? Self.defaultPieceBytes
+        let (size, bytes) = try blobStore().read(hash, offset: UInt64(offset), length: length)
+        var out = JSONWriter()
+        out.beginObject()
+        out.member("hash", hash.description)
+        out.member("size", Int(size))
+        out.member("offset", offset)
+        out.key("data")
+        out.raw(Array("\"".utf8) + Base64.encode(bytes) + Array("\"".utf8))
+        out.endObject()
+        return out.bytes
+    }
+
+    /// `blob.stat`: whether this node holds a blob.
+    func blobStat(_ request: Request) throws -> [UInt8] {
+        let params = try Params(request)
+        guard let hash = try Self.hash(params, "hash") else {
+            throw RPCError.invalidParams("\"hash\" is required: the blob's hash")
+        }
+        let size = try blobStore().size(of: hash)
+        var out = JSONWriter()
+        out.beginObject()
+        out.member("hash", hash.description)
+        out.member("state", size == nil ? "unknown" : "present")
+        if let size { out.member("size", Int(size)) }
+        out.endObject()
+        return out.bytes
+    }
+
+    /// An entity's state with `blobs` added when it names any: each blob's hash and whether
+    /// its bytes are here (`present`) or not yet (`pending`). Node-local, as `rev` is, so the
+    /// state itself stays the same on every node.
+    func withBlobStates(_ state: [UInt8]) -> [UInt8] {
+        guard let blobs, state.last == UInt8(ascii: "}") else { return state }
+        let hashes = BlobReference.hashes(inJSON: state)
+        guard !hashes.isEmpty else { return state }
+        var out = JSONWriter()
+        out.beginObject()
+        for hash in hashes {
+            out.key(hash.description)
+            out.string(blobs.contains(hash) ? "present" : "pending")
+        }
+        out.endObject()
+        var json = state
+        json.removeLast()
+        json.append(contentsOf: Array(#","blobs":"#.utf8))
+        json.append(contentsOf: out.bytes)
+        json.append(UInt8(ascii: "}"))
+        return json
+    }
+}

@@ -1,0 +1,422 @@
+import FoundationEssentials
+import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The blobs of one data directory: photos, signatures, documents, each a file named by
+/// the SHA-256 of its bytes under `blobs/sha256/`, written whole and durably before its
+/// name is given out, never changed after.
+///
+/// Blob bytes never pass through the writer or LMDB: LMDB has one write transaction at a
+/// time, so a 100 MiB blob written there would hold up every append for as long as it
+/// takes. A blob arrives as an upload (`begin`, `write` in order, `commit`) into a file of
+/// its own under `blobs/uploads/`, hashed as it arrives; `commit` checks the size and the
+/// hash, syncs the file and renames it into place, so a blob is either whole under its name
+/// or absent. Uploads left by a crash are removed when the store opens.
+///
+/// Bounded: each blob by `maxBlobBytes`; all blobs, and the uploads under way, by
+/// `maxTotalBytes`; and none is taken that would leave the file system less than
+/// `reserveBytes` free, so the event log runs out of room long after blobs do. Uploads are
+/// bounded in number, in all and per owner (a connection).
+public final class BlobStore: Sendable {
+    public struct Limits: Sendable, Equatable {
+        /// `max_blob_bytes`: the largest blob.
+        public var maxBlobBytes: UInt64 = 256 << 20
+        /// `max_blob_store_bytes`: all blobs, with the uploads under way.
+        public var maxTotalBytes: UInt64 = 16 << 30
+        /// `blob_reserve_bytes`: what a blob may not take of the file system's free space.
+        public var reserveBytes: UInt64 = 1 << 30
+        /// `max_blob_uploads`: uploads under way at once, in all.
+        public var maxUploads = 16
+        /// Uploads one owner (a client's connection) may have under way at once.
+        public var maxUploadsPerOwner = 2
+        /// An upload with no write for this long may be taken back to make room for another.
+        public var idleUploadSeconds: Double = 120
+
+        public init() {}
+    }
+
+    /// What the store holds.
+    public struct Statistics: Sendable, Equatable {
+        public var blobs: Int
+        public var bytes: UInt64
+        public var uploads: Int
+    }
+
+    public let directory: String
+    public let limits: Limits
+    private var blobDirectory: String { directory + "/sha256" }
+    private var uploadDirectory: String { directory + "/uploads" }
+
+    private struct State {
+        var uploads: [UInt64: Upload] = [:]
+        var nextUpload: UInt64 = 1
+        var blobs = 0
+        var bytes: UInt64 = 0
+        /// The declared sizes of the uploads under way.
+        var reserved: UInt64 = 0
+    }
+
+    private let state: Mutex<State>
+
+    /// Opens (creating) the blob store in `directory`, removing what a crash left of uploads,
+    /// and counts what it holds.
+    public init(directory: String, limits: Limits = Limits()) throws(EventStoreError) {
+        self.directory = directory
+        self.limits = limits
+        for path in [directory, directory + "/sha256", directory + "/uploads"] {
+            if mkdir(path, 0o700) != 0, errno != EEXIST {
+                throw Self.failure("cannot create \(path)", errno)
+            }
+        }
+        var initial = State()
+        for name in Self.names(in: directory + "/uploads") {
+            unlink(directory + "/uploads/" + name)
+        }
+        for prefix in Self.names(in: directory + "/sha256") {
+            let folder = directory + "/sha256/" + prefix
+            for name in Self.names(in: folder) {
+                var info = stat()
+                guard stat(folder + "/" + name, &info) == 0, BlobHash(BlobHash.prefix + name) != nil else { continue }
+                initial.blobs += 1
+                initial.bytes += UInt64(info.st_size)
+            }
+        }
+        state = Mutex(initial)
+    }
+
+    // MARK: - Reading
+
+    /// The size of the blob `hash`, nil when this store does not hold it.
+    public func size(of hash: BlobHash) -> UInt64? {
+        var info = stat()
+        guard stat(path(of: hash), &info) == 0 else { return nil }
+        return UInt64(info.st_size)
+    }
+
+    public func contains(_ hash: BlobHash) -> Bool { size(of: hash) != nil }
+
+    /// Up to `length` bytes of the blob `hash` from `offset`, with the blob's size.
+    public func read(_ hash: BlobHash, offset: UInt64, length: Int) throws(EventStoreError) -> (
+        size: UInt64, bytes: [UInt8]
+    ) {
+        let descriptor = open(path(of: hash), O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else {
+            if errno == ENOENT { throw EventStoreError(.notFound, "this node holds no blob \(hash)") }
+            throw Self.failure("cannot open blob \(hash)", errno)
+        }
+        defer { close(descriptor) }
+        var info = stat()
+        guard fstat(descriptor, &info) == 0 else { throw Self.failure("cannot read blob \(hash)", errno) }
+        let size = UInt64(info.st_size)
+        guard offset <= size else {
+            throw EventStoreError(.invalidParams, "offset \(offset) is past the end of blob \(hash), \(size) bytes")
+        }
+        let count = Int(min(UInt64(length), size - offset))
+        var bytes = [UInt8](repeating: 0, count: count)
+        var done = 0
+        while done < count {
+            let n = bytes.withUnsafeMutableBytes { buffer in
+                pread(descriptor, buffer.baseAddress! + done, count - done, off_t(offset) + off_t(done))
+            }
+            if n < 0, errno == EINTR { continue }
+            guard n > 0 else { throw Self.failure("cannot read blob \(hash)", n == 0 ? EIO : errno) }
+            done += n
+        }
+        return (size, bytes)
+    }
+
+    public func statistics() -> Statistics {
+        state.withLock { Statistics(blobs: $0.blobs, bytes: $0.bytes, uploads: $0.uploads.count) }
+    }
+
+    // MARK: - Uploads
+
+    /// Starts an upload of a blob of `size` bytes for `owner`: its number, for `write` and
+    /// `commit`. Its size is counted against the total from now on.
+    public func begin(size: UInt64, owner: Int) throws(EventStoreError) -> UInt64 {
+        guard size <= limits.maxBlobBytes else {
+            throw EventStoreError(
+                .tooLarge, "a blob of \(size) bytes is over max_blob_bytes, \(limits.maxBlobBytes): nothing was stored")
+        }
+        let free = freeBytes()
+        let now = Self.now()
+        let number: UInt64 = try state.withLock { state throws(EventStoreError) in
+            if state.uploads.count >= limits.maxUploads {
+                // Room is made by taking back the uploads nobody wrote to for a while.
+                for (number, upload) in state.uploads where now - upload.lastActivity > limits.idleUploadSeconds {
+                    state.uploads[number] = nil
+                    state.reserved -= upload.size
+                    upload.discard()
+                }
+            }
+            guard state.uploads.count < limits.maxUploads else {
+                throw EventStoreError(
+                    .unavailable,
+                    "\(limits.maxUploads) blob uploads are under way (max_blob_uploads): try again when one has ended")
+            }
+            guard state.uploads.values.count(where: { $0.owner == owner }) < limits.maxUploadsPerOwner else {
+                throw EventStoreError(
+                    .unavailable,
+                    "this connection has \(limits.maxUploadsPerOwner) blob uploads under way already: commit or abort one first"
+                )
+            }
+            guard state.bytes + state.reserved + size <= limits.maxTotalBytes else {
+                throw EventStoreError(
+                    .storageFull,
+                    "the blobs would take more than max_blob_store_bytes, \(limits.maxTotalBytes) (held \(state.bytes), being uploaded \(state.reserved)): nothing was stored"
+                )
+            }
+            if let free, free < state.reserved + size + limits.reserveBytes {
+                throw EventStoreError(
+                    .storageFull,
+                    "the disk has \(free) bytes free, and a blob may not leave less than blob_reserve_bytes, \(limits.reserveBytes), for the event log: nothing was stored"
+                )
+            }
+            let number = state.nextUpload
+            state.nextUpload += 1
+            let path = uploadDirectory + "/\(number)"
+            let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+            guard descriptor >= 0 else { throw Self.failure("cannot create \(path)", errno) }
+            state.uploads[number] = Upload(
+                path: path, descriptor: descriptor, size: size, owner: owner, lastActivity: now)
+            state.reserved += size
+            return number
+        }
+        return number
+    }
+
+    /// Adds `bytes` at `offset` to the upload `number` of `owner`: uploads are written in
+    /// order, so `offset` is what it has received. Returns what it has received then.
+    @discardableResult
+    public func write(_ number: UInt64, offset: UInt64, bytes: [UInt8], owner: Int) throws(EventStoreError) -> UInt64 {
+        let upload = try self.upload(number, owner: owner)
+        do {
+            return try upload.write(bytes, at: offset)
+        } catch {
+            if error.reason == .storageFull || error.reason == .unavailable { take(number) }
+            throw error
+        }
+    }
+
+    /// Ends the upload `number` of `owner`: its bytes, checked to be its declared size and
+    /// (when given) to hash to `expected`, are synced to the disk and take their name.
+    /// Returns the blob's hash and whether this store held it already.
+    public func commit(_ number: UInt64, owner: Int, expected: BlobHash?) throws(EventStoreError) -> (
+        hash: BlobHash, size: UInt64, existed: Bool
+    ) {
+        let upload = try self.upload(number, owner: owner)
+        let digest: [UInt8]
+        do {
+            digest = try upload.finish()
+        } catch {
+            // Short: the upload stays for the rest.
+            if error.reason == .invalidParams { throw error }
+            take(number)
+            throw error
+        }
+        take(number, keepFile: true)
+        let hash = BlobHash(digest: digest)
+        defer { unlink(upload.path) }
+        if let expected, expected != hash {
+            throw EventStoreError(
+                .invalidParams, "the bytes uploaded hash to \(hash), not \(expected): nothing was stored")
+        }
+        let folder = blobDirectory + "/" + String(hash.hex.prefix(2))
+        if contains(hash) { return (hash, upload.size, true) }
+        if mkdir(folder, 0o700) == 0 {
+            try Self.syncDirectory(blobDirectory)
+        } else if errno != EEXIST {
+            throw Self.failure("cannot create \(folder)", errno)
+        }
+        guard rename(upload.path, path(of: hash)) == 0 else { throw Self.failure("cannot store blob \(hash)", errno) }
+        try Self.syncDirectory(folder)
+        state.withLock {
+            $0.blobs += 1
+            $0.bytes += upload.size
+        }
+        return (hash, upload.size, false)
+    }
+
+    /// Stores `bytes` as a blob in one call (an upload begun, written and committed).
+    public func put(_ bytes: [UInt8], owner: Int, expected: BlobHash? = nil) throws(EventStoreError) -> (
+        hash: BlobHash, size: UInt64, existed: Bool
+    ) {
+        let number = try begin(size: UInt64(bytes.count), owner: owner)
+        do {
+            try write(number, offset: 0, bytes: bytes, owner: owner)
+            return try commit(number, owner: owner, expected: expected)
+        } catch {
+            abort(number, owner: owner)
+            throw error
+        }
+    }
+
+    /// Drops the upload `number` of `owner` and what it received.
+    public func abort(_ number: UInt64, owner: Int) {
+        guard (try? upload(number, owner: owner)) != nil else { return }
+        take(number)
+    }
+
+    /// Drops every upload of `owner` (its connection ended).
+    public func abortAll(owner: Int) {
+        let numbers = state.withLock { $0.uploads.filter { $0.value.owner == owner }.map(\.key) }
+        for number in numbers { take(number) }
+    }
+
+    /// The bytes the upload `number` of `owner` has received.
+    public func received(_ number: UInt64, owner: Int) throws(EventStoreError) -> UInt64 {
+        try upload(number, owner: owner).received
+    }
+
+    private func upload(_ number: UInt64, owner: Int) throws(EventStoreError) -> Upload {
+        guard let upload = state.withLock({ $0.uploads[number] }), upload.owner == owner else {
+            throw EventStoreError(
+                .notFound, "no blob upload \(number) is under way on this connection (an upload ends with its connection)")
+        }
+        return upload
+    }
+
+    /// Removes the upload `number` from those under way (and its file, unless kept).
+    private func take(_ number: UInt64, keepFile: Bool = false) {
+        guard let upload = state.withLock({ state -> Upload? in
+            guard let upload = state.uploads.removeValue(forKey: number) else { return nil }
+            state.reserved -= upload.size
+            return upload
+        })
+        else { return }
+        if keepFile { upload.closeFile() } else { upload.discard() }
+    }
+
+    // MARK: - Files
+
+    public func path(of hash: BlobHash) -> String {
+        let hex = hash.hex
+        return blobDirectory + "/" + String(hex.prefix(2)) + "/" + hex
+    }
+
+    private func freeBytes() -> UInt64? {
+        var info = statvfs()
+        guard statvfs(directory, &info) == 0 else { return nil }
+        return UInt64(info.f_bavail) * UInt64(info.f_frsize)
+    }
+
+    static func syncDirectory(_ path: String) throws(EventStoreError) {
+        let descriptor = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard descriptor >= 0 else { throw failure("cannot open \(path)", errno) }
+        defer { close(descriptor) }
+        guard fsync(descriptor) == 0 else { throw failure("cannot sync \(path)", errno) }
+    }
+
+    static func names(in directory: String) -> [String] {
+        guard let handle = opendir(directory) else { return [] }
+        defer { closedir(handle) }
+        var names: [String] = []
+        while let entry = readdir(handle) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
+            }
+            if name != ".", name != ".." { names.append(name) }
+        }
+        return names
+    }
+
+    static func failure(_ what: String, _ code: Int32) -> EventStoreError {
+        if code == ENOSPC || code == EDQUOT {
+            return EventStoreError(.storageFull, "\(what): the disk is full (nothing was stored)")
+        }
+        return EventStoreError(.unavailable, "\(what): \(String(cString: strerror(code)))")
+    }
+
+    static func now() -> Double {
+        var time = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &time)
+        return Double(time.tv_sec) + Double(time.tv_nsec) / 1e9
+    }
+}
+
+/// One blob upload under way: its file, hashed as it is written, in order.
+private final class Upload: Sendable {
+    let path: String
+    let size: UInt64
+    let owner: Int
+
+    private struct Progress {
+        var descriptor: Int32
+        var received: UInt64 = 0
+        var lastActivity: Double
+        let hasher = SHA256.Hasher()
+    }
+
+    private let progress: Mutex<Progress>
+
+    init(path: String, descriptor: Int32, size: UInt64, owner: Int, lastActivity: Double) {
+        self.path = path
+        self.size = size
+        self.owner = owner
+        progress = Mutex(Progress(descriptor: descriptor, lastActivity: lastActivity))
+    }
+
+    var received: UInt64 { progress.withLock { $0.received } }
+    var lastActivity: Double { progress.withLock { $0.lastActivity } }
+
+    func write(_ bytes: [UInt8], at offset: UInt64) throws(EventStoreError) -> UInt64 {
+        try progress.withLock { progress throws(EventStoreError) in
+            guard progress.descriptor >= 0 else { throw EventStoreError(.notFound, "the upload has ended") }
+            guard offset == progress.received else {
+                throw EventStoreError(
+                    .invalidParams,
+                    "the upload has received \(progress.received) bytes, so the next write is at offset \(progress.received), not \(offset)"
+                )
+            }
+            guard UInt64(bytes.count) <= size - progress.received else {
+                throw EventStoreError(
+                    .tooLarge,
+                    "the upload was begun for \(size) bytes and has received \(progress.received): \(bytes.count) more are too many"
+                )
+            }
+            var done = 0
+            while done < bytes.count {
+                let n = bytes.withUnsafeBytes { buffer in
+                    pwrite(
+                        progress.descriptor, buffer.baseAddress! + done, bytes.count - done,
+                        off_t(offset) + off_t(done))
+                }
+                if n < 0, errno == EINTR { continue }
+                guard n > 0 else { throw BlobStore.failure("cannot write the upload", n == 0 ? EIO : errno) }
+                done += n
+            }
+            progress.hasher.update(bytes)
+            progress.received += UInt64(bytes.count)
+            progress.lastActivity = BlobStore.now()
+            return progress.received
+        }
+    }
+
+    /// The digest of the whole upload, once its file is on the disk.
+    func finish() throws(EventStoreError) -> [UInt8] {
+        try progress.withLock { progress throws(EventStoreError) in
+            guard progress.received == size else {
+                throw EventStoreError(
+                    .invalidParams,
+                    "the upload has received \(progress.received) of its \(size) bytes: write the rest before you commit it")
+            }
+            guard fsync(progress.descriptor) == 0 else { throw BlobStore.failure("cannot sync the upload", errno) }
+            return progress.hasher.finish()
+        }
+    }
+
+    func closeFile() {
+        progress.withLock { progress in
+            if progress.descriptor >= 0 { close(progress.descriptor) }
+            progress.descriptor = -1
+        }
+    }
+
+    func discard() {
+        closeFile()
+        unlink(path)
+    }
+}
