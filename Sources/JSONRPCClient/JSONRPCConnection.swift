@@ -121,6 +121,19 @@ public final class JSONRPCConnection: Sendable {
         return id
     }
 
+    /// Sends one request with the next id, passing `descriptor` with it (`SCM_RIGHTS`): the
+    /// daemon gets its own descriptor of the same open file. Returns the id.
+    @discardableResult
+    public func send(_ method: String, params: [UInt8], passing descriptor: Int32) throws(ClientError) -> Int {
+        let id = nextID.add(1, ordering: .relaxed).oldValue
+        do {
+            try socket.write(JSONRPCConnection.requestLine(id: id, method: method, params: params), passing: descriptor)
+        } catch {
+            throw .lost(error)
+        }
+        return id
+    }
+
     public func write(_ bytes: [UInt8]) throws(ClientError) {
         do {
             try socket.write(bytes)

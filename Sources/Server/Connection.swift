@@ -119,6 +119,11 @@ package final class Connection: @unchecked Sendable {
     }
 
     private let work: Mutex<Work>
+    /// Descriptors the client passed with its requests (`SCM_RIGHTS`), oldest first, for the
+    /// request that takes one (a blob's file); at most `maxPassedDescriptors` are held, more
+    /// are closed as they arrive, and those left are closed when the connection ends.
+    private let passed = Mutex<[Int32]>([])
+    package static let maxPassedDescriptors = 2
     /// Queued for the loop's attention (at most once at a time).
     package let attentionQueued = Atomic<Bool>(false)
     /// Runs the requests: dispatch, batches, appends through admission, watches. Its
@@ -260,9 +265,11 @@ package final class Connection: @unchecked Sendable {
                     guard context.budget.allows(holding: buffer.capacity + count + queuedBytes) else {
                         throw LoopRead.budget
                     }
-                    guard let n = try socket.readAvailable(into: &buffer, count: count, scratch: scratch) else {
-                        throw LoopRead.wouldBlock
-                    }
+                    var descriptors: [Int32] = []
+                    let read = try socket.readAvailable(
+                        into: &buffer, count: count, scratch: scratch, descriptors: &descriptors)
+                    if !descriptors.isEmpty { hold(descriptors) }
+                    guard let n = read else { throw LoopRead.wouldBlock }
                     readerCharge.set(buffer.capacity)
                     budget -= max(n, 1)
                     return n
@@ -748,7 +755,22 @@ package final class Connection: @unchecked Sendable {
         session.storeAppends(of: lines)
     }
 
+    /// Keeps what the client passed, up to the bound; the rest is closed at once.
+    private func hold(_ descriptors: [Int32]) {
+        let extra: [Int32] = passed.withLock { held in
+            let room = max(0, Connection.maxPassedDescriptors - held.count)
+            held += descriptors.prefix(room)
+            return Array(descriptors.dropFirst(room))
+        }
+        for descriptor in extra { FileDescriptor.close(descriptor) }
+    }
+
     private func end() {
+        let left = passed.withLock { held in
+            defer { held.removeAll() }
+            return held
+        }
+        for descriptor in left { FileDescriptor.close(descriptor) }
         session.end()
         current = nil
         outbox.finish()
@@ -763,6 +785,10 @@ package final class Connection: @unchecked Sendable {
 }
 
 extension Connection: SessionOwner {
+    package func takeDescriptor() -> Int32? {
+        passed.withLock { $0.isEmpty ? nil : $0.removeFirst() }
+    }
+
     package func catchingUp() { work.withLock { $0.catchingUp = true } }
     package var clientHasLeft: Bool { socket.peerHasClosed }
 }

@@ -11,6 +11,8 @@ package protocol SessionOwner: AnyObject, Sendable {
     func caughtUp()
     /// Whether the client has hung up (a batch stops there).
     var clientHasLeft: Bool { get }
+    /// The oldest descriptor the client passed and no request has taken (its to close).
+    func takeDescriptor() -> Int32?
 }
 
 /// What a connection hands the lines it read to: the session of the layer above, which

@@ -26,6 +26,12 @@ public enum FileDescriptor {
         }
     }
 
+    /// Closes `descriptor` (one passed by a peer, say); what `close` reports is of no use
+    /// then, as the descriptor is gone either way.
+    public static func close(_ descriptor: Int32) {
+        _ = Glibc.close(descriptor)
+    }
+
     /// Writes the text's UTF-8 bytes.
     public static func write(_ text: String, to descriptor: Int32) throws(SocketError) {
         try write(Array(text.utf8), to: descriptor)

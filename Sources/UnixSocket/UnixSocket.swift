@@ -101,6 +101,111 @@ public final class UnixConnection: @unchecked Sendable {
         }
     }
 
+    /// The most descriptors one read takes from the socket's control messages; the kernel
+    /// closes any more that came with the same bytes.
+    public static let maxDescriptorsPerRead = 2
+
+    /// `readAvailable`, also taking the file descriptors the peer passed with these bytes
+    /// (`SCM_RIGHTS`), which are appended to `descriptors`, close-on-exec: they are the
+    /// caller's to close. The corresponding C function is `recvmsg`.
+    public func readAvailable(
+        into buffer: inout [UInt8], count: Int, scratch: UnsafeMutableRawBufferPointer, descriptors: inout [Int32]
+    ) throws(SocketError) -> Int? {
+        let limit = min(count, scratch.count)
+        let space = UnixConnection.controlSpace
+        var control = [UInt64](repeating: 0, count: (space + 7) / 8)
+        while true {
+            var vector = iovec(iov_base: scratch.baseAddress, iov_len: limit)
+            let n = control.withUnsafeMutableBytes { control in
+                withUnsafeMutablePointer(to: &vector) { vector in
+                    var message = msghdr()
+                    message.msg_iov = vector
+                    message.msg_iovlen = 1
+                    message.msg_control = control.baseAddress
+                    message.msg_controllen = space
+                    let n = recvmsg(descriptor, &message, Int32(MSG_DONTWAIT) | Int32(MSG_CMSG_CLOEXEC))
+                    if n >= 0 { UnixConnection.takeDescriptors(&message, into: &descriptors) }
+                    return n
+                }
+            }
+            if n >= 0 {
+                buffer.append(contentsOf: UnsafeRawBufferPointer(rebasing: scratch[..<n]))
+                return n
+            }
+            if errno == EINTR { continue }
+            if errno == EAGAIN || errno == EWOULDBLOCK { return nil }
+            throw SocketError.last("read")
+        }
+    }
+
+    /// `CMSG_SPACE` of `maxDescriptorsPerRead` descriptors: a header, then the data aligned
+    /// to the size of a `size_t`.
+    private static var controlSpace: Int {
+        let align = MemoryLayout<Int>.size
+        let header = (MemoryLayout<cmsghdr>.size + align - 1) / align * align
+        let data = (maxDescriptorsPerRead * MemoryLayout<Int32>.size + align - 1) / align * align
+        return header + data
+    }
+
+    /// The descriptors of the `SCM_RIGHTS` messages in `message`'s control buffer (the
+    /// walk `CMSG_FIRSTHDR`/`CMSG_NXTHDR` make).
+    private static func takeDescriptors(_ message: inout msghdr, into descriptors: inout [Int32]) {
+        guard let base = message.msg_control, message.msg_controllen >= MemoryLayout<cmsghdr>.size else { return }
+        let align = MemoryLayout<Int>.size
+        let header = (MemoryLayout<cmsghdr>.size + align - 1) / align * align
+        var offset = 0
+        while offset + MemoryLayout<cmsghdr>.size <= message.msg_controllen {
+            let entry = base.advanced(by: offset).loadUnaligned(as: cmsghdr.self)
+            let length = Int(entry.cmsg_len)
+            guard length >= header, offset + length <= message.msg_controllen else { return }
+            if entry.cmsg_level == SOL_SOCKET, entry.cmsg_type == Int32(SCM_RIGHTS) {
+                let count = (length - header) / MemoryLayout<Int32>.size
+                for index in 0..<count {
+                    descriptors.append(
+                        base.advanced(by: offset + header + index * MemoryLayout<Int32>.size).loadUnaligned(
+                            as: Int32.self))
+                }
+            }
+            offset += (length + align - 1) / align * align
+        }
+    }
+
+    /// Writes all of `bytes`, passing `descriptor` with them (`SCM_RIGHTS`): the peer
+    /// receives its own descriptor of the same open file. The corresponding C function is
+    /// `sendmsg`.
+    public func write(_ bytes: [UInt8], passing passed: Int32) throws(SocketError) {
+        precondition(!bytes.isEmpty, "a descriptor goes with at least one byte")
+        let align = MemoryLayout<Int>.size
+        let header = (MemoryLayout<cmsghdr>.size + align - 1) / align * align
+        let space = header + (MemoryLayout<Int32>.size + align - 1) / align * align
+        var control = [UInt64](repeating: 0, count: (space + 7) / 8)
+        let sent: Int = bytes.withUnsafeBytes { raw in
+            control.withUnsafeMutableBytes { control in
+                var entry = cmsghdr()
+                entry.cmsg_len = header + MemoryLayout<Int32>.size
+                entry.cmsg_level = SOL_SOCKET
+                entry.cmsg_type = Int32(SCM_RIGHTS)
+                control.storeBytes(of: entry, as: cmsghdr.self)
+                control.storeBytes(of: passed, toByteOffset: header, as: Int32.self)
+                var vector = iovec(iov_base: UnsafeMutableRawPointer(mutating: raw.baseAddress), iov_len: raw.count)
+                return withUnsafeMutablePointer(to: &vector) { vector in
+                    var message = msghdr()
+                    message.msg_iov = vector
+                    message.msg_iovlen = 1
+                    message.msg_control = control.baseAddress
+                    message.msg_controllen = space
+                    while true {
+                        let n = sendmsg(descriptor, &message, Int32(MSG_NOSIGNAL))
+                        if n < 0, errno == EINTR { continue }
+                        return n
+                    }
+                }
+            }
+        }
+        guard sent > 0 else { throw SocketError.last("sendmsg") }
+        if sent < bytes.count { try write(Array(bytes[sent...])) }
+    }
+
     /// Waits up to `timeout` seconds for bytes to read (or the end of the stream); false
     /// when the time ran out first. The corresponding C function is `poll`.
     public func waitReadable(timeout: Double) throws(SocketError) -> Bool {

@@ -59,6 +59,16 @@ struct BlobTests {
             let (got, said) = try evctl(daemon, ["blob", "get", hash, copy])
             #expect(got == 0, "\(said)")
             #expect(try sha256sum(copy) == hash, "size \(size)")
+            if size <= piece + 1 {
+                // The base64 pieces, both ways: put again (held already) and got through a pipe.
+                let (again, output) = try evctl(daemon, ["blob", "put", "--base64", "--json", path])
+                #expect(again == 0 && output.contains(#""existed":true"#), "\(output)")
+                let piped = daemon.root + "/piped-\(index)"
+                let (status, said) = try runProgram(
+                    "/bin/sh", ["-c", "'\(try builtBinary("evctl").path)' --socket '\(daemon.socketPath)' blob get \(hash) | cat > '\(piped)'"])
+                #expect(status == 0, "\(said)")
+                #expect(try sha256sum(piped) == hash, "size \(size)")
+            }
             let stat = try daemon.client().call("blob.stat", #"{"hash":"\#(hash)"}"#)
             #expect(stat["state"] as? String == "present" && stat["size"] as? Int == size)
             try FileManager.default.removeItem(atPath: copy)
@@ -84,6 +94,46 @@ struct BlobTests {
         #expect(try client.failure("blob.put", #"{"data":"a b"}"#).reason == "invalid_params")
         #expect(try client.call("blob.stat", #"{"hash":"\#(unknown)"}"#)["state"] as? String == "unknown")
         #expect(try client.call("status")["events"] as? Int == 0)
+    }
+
+    @Test("descriptors passed on the socket: one a request does not claim is kept at most two per connection and closed with it; a request with fd and none passed, or a pipe, is refused")
+    func passedDescriptorsAreBounded() throws {
+        let daemon = try DaemonProcess()
+        defer { daemon.removeFiles() }
+        let probe = try daemon.client()
+        #expect(try probe.failure("blob.put", #"{"fd":true}"#).message.contains("none came"))
+        let pid = daemon.process.processIdentifier
+        func openDescriptors() throws -> Int { try FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd").count }
+        let before = try openDescriptors()
+        // 40 connections at once, each passing five descriptors with requests that claim none.
+        let clients = try (0..<40).map { _ in try daemon.client() }
+        let file = open(daemon.root + "/passed", O_RDWR | O_CREAT, 0o600)
+        defer { close(file) }
+        DispatchQueue.concurrentPerform(iterations: clients.count) { index in
+            for _ in 0..<5 {
+                try? clients[index].connection.write(
+                    Array(#"{"jsonrpc":"2.0","id":1,"method":"status"}"#.utf8) + [0x0A], passing: file)
+                _ = try? clients[index].readJSON()
+            }
+        }
+        let held = try openDescriptors() - before
+        // The 40 connections themselves, and at most two descriptors each.
+        #expect(held >= 40 && held <= 40 * 3, "\(held) descriptors more than before")
+        for client in clients { client.connection.close() }
+        let deadline = Date().addingTimeInterval(10)
+        while Date() < deadline, try openDescriptors() > before { Thread.sleep(forTimeInterval: 0.05) }
+        #expect(try openDescriptors() <= before)
+
+        // A pipe is not a file to store or to write a blob to.
+        var ends: [Int32] = [0, 0]
+        #expect(pipe(&ends) == 0)
+        defer { close(ends[0]); close(ends[1]) }
+        let client = try daemon.client()
+        try client.connection.write(
+            Array(#"{"jsonrpc":"2.0","id":1,"method":"blob.put","params":{"fd":true}}"#.utf8) + [0x0A], passing: ends[0])
+        let refused = try client.readJSON()["error"] as? [String: Any]
+        #expect((refused?["message"] as? String)?.contains("not of a regular file") == true, "\(String(describing: refused))")
+        #expect((try probe.call("status")["blobs"] as? [String: Any])?["count"] as? Int == 0)
     }
 
     @Test("a blob over max_blob_bytes is refused with nothing stored; so is a commit whose bytes are not the hash given")
@@ -222,10 +272,11 @@ struct BlobTests {
         try writeRandomFile(path, size: 64 << 20)
         let hash = try sha256sum(path)
 
-        // The client killed mid-put.
+        // The client killed mid-put, in base64 pieces. (With the file's descriptor passed,
+        // the daemon reads the file itself, and the put ends whole whether evctl waits or not.)
         let put = Process()
         put.executableURL = try builtBinary("evctl")
-        put.arguments = ["--socket", daemon.socketPath, "blob", "put", path]
+        put.arguments = ["--socket", daemon.socketPath, "blob", "put", "--base64", path]
         put.standardOutput = FileHandle.nullDevice
         put.standardError = FileHandle.nullDevice
         try put.run()

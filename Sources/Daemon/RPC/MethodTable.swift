@@ -9,8 +9,9 @@ struct Method: Sendable {
         /// level, which decides the peer URLs it may give.
         case methods(@Sendable (Methods, Request, AccessLevel) throws -> [UInt8])
         /// Answered at once by `Methods`, given the client's connection, which owns what the
-        /// method begins until it ends (a blob upload).
-        case owned(@Sendable (Methods, Request, Int) throws -> [UInt8])
+        /// method begins until it ends (a blob upload) and holds what the client passed (a
+        /// descriptor).
+        case owned(@Sendable (Methods, Request, Caller) throws -> [UInt8])
         /// Answered by the connection, which owns its ordering: `append` (through the
         /// writer, in the connection's order) and `watch` (a subscription to the hub).
         case connection
@@ -24,6 +25,20 @@ struct Method: Sendable {
     /// Of those, the ones kept as raw JSON text (`import`'s events).
     var verbatim: [String] = []
     let handler: Handler
+}
+
+/// The connection a request came on, as a method that holds something for it sees it.
+package struct Caller: Sendable {
+    /// Its identifier: what it begins is its own until it ends.
+    let connection: Int
+    /// The oldest descriptor the client passed with its requests that no request has taken
+    /// (the method's to close); nil when there is none.
+    let takeDescriptor: @Sendable () -> Int32?
+
+    package init(connection: Int, takeDescriptor: @escaping @Sendable () -> Int32? = { nil }) {
+        self.connection = connection
+        self.takeDescriptor = takeDescriptor
+    }
 }
 
 /// Every method of the socket API, in one table that the server dispatches by, the access
@@ -114,25 +129,25 @@ package enum MethodTable {
             handler: .methods { methods, request, _ in try methods.consumersRemove(request) }),
         // Blobs: bytes in base64, in pieces a line can carry; an upload is its connection's.
         Method(
-            name: "blob.put", access: .write, params: ["data", "hash"],
-            handler: .owned { methods, request, connection in try methods.blobPut(request, connection: connection) }),
+            name: "blob.put", access: .write, params: ["data", "hash", "fd"],
+            handler: .owned { methods, request, caller in try methods.blobPut(request, caller: caller) }),
         Method(
             name: "blob.upload", access: .write, params: ["size"],
-            handler: .owned { methods, request, connection in try methods.blobUpload(request, connection: connection) }
+            handler: .owned { methods, request, caller in try methods.blobUpload(request, connection: caller.connection) }
         ),
         Method(
             name: "blob.write", access: .write, params: ["upload", "offset", "data"],
-            handler: .owned { methods, request, connection in try methods.blobWrite(request, connection: connection) }),
+            handler: .owned { methods, request, caller in try methods.blobWrite(request, connection: caller.connection) }),
         Method(
             name: "blob.commit", access: .write, params: ["upload", "hash"],
-            handler: .owned { methods, request, connection in try methods.blobCommit(request, connection: connection) }
+            handler: .owned { methods, request, caller in try methods.blobCommit(request, connection: caller.connection) }
         ),
         Method(
             name: "blob.abort", access: .write, params: ["upload"],
-            handler: .owned { methods, request, connection in try methods.blobAbort(request, connection: connection) }),
+            handler: .owned { methods, request, caller in try methods.blobAbort(request, connection: caller.connection) }),
         Method(
-            name: "blob.get", access: .read, params: ["hash", "offset", "length"],
-            handler: .methods { methods, request, _ in try methods.blobGet(request) }),
+            name: "blob.get", access: .read, params: ["hash", "offset", "length", "fd"],
+            handler: .owned { methods, request, caller in try methods.blobGet(request, caller: caller) }),
         Method(
             name: "blob.stat", access: .read, params: ["hash"],
             handler: .methods { methods, request, _ in try methods.blobStat(request) }),

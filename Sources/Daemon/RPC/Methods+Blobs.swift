@@ -1,5 +1,6 @@
 import EventStore
 import Projections
+import UnixSocket
 import Wire
 
 /// The blob methods: bytes travel in base64 in pieces a request line can carry
@@ -45,11 +46,35 @@ extension Methods {
         return out.bytes
     }
 
-    /// `blob.put`: a whole blob in one request.
-    func blobPut(_ request: Request, connection: Int) throws -> [UInt8] {
+    /// The descriptor the client passed for a request with `"fd": true`, nil without it.
+    private static func passedDescriptor(_ params: Params, _ caller: Caller, _ method: String) throws(RPCError)
+        -> Int32?
+    {
+        guard try params.bool("fd") == true else { return nil }
+        guard let descriptor = caller.takeDescriptor() else {
+            throw RPCError.invalidParams(
+                "\(method) with \"fd\": true takes a file descriptor passed with the request (SCM_RIGHTS on the socket); none came"
+            )
+        }
+        return descriptor
+    }
+
+    /// `blob.put`: a whole blob in one request, its bytes in `data` or read from the regular
+    /// file whose descriptor the client passed (`"fd": true`).
+    func blobPut(_ request: Request, caller: Caller) throws -> [UInt8] {
         let params = try Params(request)
+        let expected = try Self.hash(params, "hash")
+        let blobs = try blobStore()
+        if let descriptor = try Self.passedDescriptor(params, caller, "blob.put") {
+            defer { FileDescriptor.close(descriptor) }
+            if try params.stringBytes("data") != nil {
+                throw RPCError.invalidParams("blob.put takes \"data\" or \"fd\", not both")
+            }
+            let (hash, size, existed) = try blobs.put(from: descriptor, owner: caller.connection, expected: expected)
+            return Self.committed(hash, size: size, existed: existed)
+        }
         let bytes = try Self.bytes(params)
-        let (hash, size, existed) = try blobStore().put(bytes, owner: connection, expected: Self.hash(params, "hash"))
+        let (hash, size, existed) = try blobs.put(bytes, owner: caller.connection, expected: expected)
         return Self.committed(hash, size: size, existed: existed)
     }
 
@@ -113,11 +138,23 @@ extension Methods {
         return Array(#"{"aborted":true}"#.utf8)
     }
 
-    /// `blob.get`: up to `length` bytes of a blob from `offset`, with its size.
-    func blobGet(_ request: Request) throws -> [UInt8] {
+    /// `blob.get`: up to `length` bytes of a blob from `offset`, with its size; or, with
+    /// `"fd": true`, the whole blob written to the regular file whose descriptor the client
+    /// passed (open for writing), in the kernel.
+    func blobGet(_ request: Request, caller: Caller) throws -> [UInt8] {
         let params = try Params(request)
         guard let hash = try Self.hash(params, "hash") else {
             throw RPCError.invalidParams("\"hash\" is required: the blob's hash")
+        }
+        if let descriptor = try Self.passedDescriptor(params, caller, "blob.get") {
+            defer { FileDescriptor.close(descriptor) }
+            let size = try blobStore().copy(hash, to: descriptor)
+            var out = JSONWriter()
+            out.beginObject()
+            out.member("hash", hash.description)
+            out.member("size", Int(size))
+            out.endObject()
+            return out.bytes
         }
         let offset = try params.int("offset", in: 0...Int.max) ?? 0
         let length = try params.int("length", in: 0...Self.maxPieceBytes) ?? Self.defaultPieceBytes

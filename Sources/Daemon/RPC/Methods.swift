@@ -45,15 +45,15 @@ package struct Methods: Sendable {
     /// Runs `method` for a client with access `level` and returns its `result` as JSON.
     /// The connection has checked `level` against the method; `level` further decides
     /// which peer URLs the client may give.
-    /// `connection` identifies the client's connection, which owns what it begins (a blob
-    /// upload) until it ends.
-    package func call(_ request: Request, level: AccessLevel = .full, connection: Int = -1) throws(RPCError)
-        -> [UInt8]
-    {
+    /// `caller` is the client's connection, which owns what it begins (a blob upload) until
+    /// it ends, and holds the descriptors it passed.
+    package func call(
+        _ request: Request, level: AccessLevel = .full, caller: Caller = Caller(connection: -1)
+    ) throws(RPCError) -> [UInt8] {
         do {
             switch MethodTable[request.method]?.handler {
             case .methods(let handler): return try handler(self, request, level)
-            case .owned(let handler): return try handler(self, request, connection)
+            case .owned(let handler): return try handler(self, request, caller)
             case .connection, nil: throw RPCError.methodNotFound(request.method, methods: Methods.names)
             }
         } catch let error as RPCError {

@@ -166,7 +166,8 @@ final class RPCSession: ConnectionSession, @unchecked Sendable {
             }
         } else {
             do throws(RPCError) {
-                result = .success(try methods.call(request, level: client.grant.level, connection: identifier))
+                let caller = Caller(connection: identifier) { [weak self] in self?.owner?.takeDescriptor() }
+                result = .success(try methods.call(request, level: client.grant.level, caller: caller))
             } catch {
                 result = .failure(error)
             }

@@ -72,12 +72,12 @@ public final class BlobStore: Sendable {
             }
         }
         var initial = State()
-        for name in Self.names(in: directory + "/uploads") {
+        for name in BlobFile.names(in: directory + "/uploads") {
             unlink(directory + "/uploads/" + name)
         }
-        for prefix in Self.names(in: directory + "/sha256") {
+        for prefix in BlobFile.names(in: directory + "/sha256") {
             let folder = directory + "/sha256/" + prefix
-            for name in Self.names(in: folder) {
+            for name in BlobFile.names(in: folder) {
                 var info = stat()
                 guard stat(folder + "/" + name, &info) == 0, BlobHash(BlobHash.prefix + name) != nil else { continue }
                 initial.blobs += 1
@@ -114,17 +114,7 @@ public final class BlobStore: Sendable {
         guard offset <= size else {
             throw EventStoreError(.invalidParams, "offset \(offset) is past the end of blob \(hash), \(size) bytes")
         }
-        let count = Int(min(UInt64(length), size - offset))
-        var bytes = [UInt8](repeating: 0, count: count)
-        var done = 0
-        while done < count {
-            let n = bytes.withUnsafeMutableBytes { buffer in
-                pread(descriptor, buffer.baseAddress! + done, count - done, off_t(offset) + off_t(done))
-            }
-            if n < 0, errno == EINTR { continue }
-            guard n > 0 else { throw Self.failure("cannot read blob \(hash)", n == 0 ? EIO : errno) }
-            done += n
-        }
+        let bytes = try BlobFile.read(descriptor, count: Int(min(UInt64(length), size - offset)), at: offset)
         return (size, bytes)
     }
 
@@ -254,6 +244,50 @@ public final class BlobStore: Sendable {
         }
     }
 
+    /// Stores the regular file open on `descriptor` as a blob (a client passed it), read
+    /// from its start in pieces.
+    public func put(from descriptor: Int32, owner: Int, expected: BlobHash? = nil) throws(EventStoreError) -> (
+        hash: BlobHash, size: UInt64, existed: Bool
+    ) {
+        guard let size = BlobFile.regularFileSize(descriptor) else {
+            throw EventStoreError(.invalidParams, "the descriptor passed is not of a regular file")
+        }
+        let number = try begin(size: size, owner: owner)
+        do throws(EventStoreError) {
+            var offset: UInt64 = 0
+            while offset < size {
+                let piece = try BlobFile.read(descriptor, count: Int(min(size - offset, 1 << 20)), at: offset)
+                guard !piece.isEmpty else {
+                    throw EventStoreError(
+                        .invalidParams, "the file passed ended at \(offset) of the \(size) bytes it had: nothing was stored")
+                }
+                try write(number, offset: offset, bytes: piece, owner: owner)
+                offset += UInt64(piece.count)
+            }
+            return try commit(number, owner: owner, expected: expected)
+        } catch {
+            abort(number, owner: owner)
+            throw error
+        }
+    }
+
+    /// Writes the blob `hash` to the regular file open for writing on `descriptor` (a client
+    /// passed it), at its offset, in the kernel; its size.
+    public func copy(_ hash: BlobHash, to target: Int32) throws(EventStoreError) -> UInt64 {
+        guard BlobFile.regularFileSize(target) != nil, BlobFile.isWritable(target) else {
+            throw EventStoreError(.invalidParams, "the descriptor passed is not of a regular file open for writing")
+        }
+        let source = open(path(of: hash), O_RDONLY | O_CLOEXEC)
+        guard source >= 0 else {
+            if errno == ENOENT { throw EventStoreError(.notFound, "this node holds no blob \(hash)") }
+            throw Self.failure("cannot open blob \(hash)", errno)
+        }
+        defer { close(source) }
+        guard let size = BlobFile.regularFileSize(source) else { throw Self.failure("cannot read blob \(hash)", EIO) }
+        try BlobFile.copy(source, to: target, count: size)
+        return size
+    }
+
     /// Drops the upload `number` of `owner` and what it received.
     public func abort(_ number: UInt64, owner: Int) {
         guard (try? upload(number, owner: owner)) != nil else { return }
@@ -310,19 +344,6 @@ public final class BlobStore: Sendable {
         guard fsync(descriptor) == 0 else { throw failure("cannot sync \(path)", errno) }
     }
 
-    static func names(in directory: String) -> [String] {
-        guard let handle = opendir(directory) else { return [] }
-        defer { closedir(handle) }
-        var names: [String] = []
-        while let entry = readdir(handle) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
-            }
-            if name != ".", name != ".." { names.append(name) }
-        }
-        return names
-    }
-
     static func failure(_ what: String, _ code: Int32) -> EventStoreError {
         if code == ENOSPC || code == EDQUOT {
             return EventStoreError(.storageFull, "\(what): the disk is full (nothing was stored)")
@@ -377,17 +398,7 @@ private final class Upload: Sendable {
                     "the upload was begun for \(size) bytes and has received \(progress.received): \(bytes.count) more are too many"
                 )
             }
-            var done = 0
-            while done < bytes.count {
-                let n = bytes.withUnsafeBytes { buffer in
-                    pwrite(
-                        progress.descriptor, buffer.baseAddress! + done, bytes.count - done,
-                        off_t(offset) + off_t(done))
-                }
-                if n < 0, errno == EINTR { continue }
-                guard n > 0 else { throw BlobStore.failure("cannot write the upload", n == 0 ? EIO : errno) }
-                done += n
-            }
+            try BlobFile.write(progress.descriptor, bytes, at: offset)
             progress.hasher.update(bytes)
             progress.received += UInt64(bytes.count)
             progress.lastActivity = BlobStore.now()

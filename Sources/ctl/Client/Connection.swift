@@ -86,6 +86,28 @@ final class Connection: Sendable {
         return CommandFailure(exitCode: error.exitStatus, error.description)
     }
 
+    /// Sends a request passing `descriptor` with it, and waits for its reply; an error reply
+    /// becomes a failure with the exit status of its reason.
+    func call(_ method: String, _ params: JSONObjectWriter, passing descriptor: Int32) throws(CommandFailure) -> Reply {
+        let id: Int
+        do {
+            id = try link.send(method, params: params.bytes, passing: descriptor)
+        } catch {
+            if case .lost = error, let refusal = refusalLeft() { throw refusal }
+            throw translate(error)
+        }
+        while true {
+            switch try receive() {
+            case .notification:
+                continue
+            case .reply(let reply):
+                guard reply.id == id || reply.id == nil else { continue }
+                if let error = reply.error { throw CommandFailure(exitCode: error.exitStatus, error.description) }
+                return reply
+            }
+        }
+    }
+
     /// Sends a request and waits for its reply; an error reply becomes a failure with the
     /// exit status of its reason.
     func call(_ method: String, _ params: JSONObjectWriter = JSONObjectWriter()) throws(CommandFailure) -> Reply {

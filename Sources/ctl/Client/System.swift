@@ -132,6 +132,13 @@ enum System {
         return info
     }
 
+    /// What `fstat` says of the open `descriptor`, or nil when it cannot.
+    static func status(descriptor: Int32) -> stat? {
+        var info = stat()
+        guard fstat(descriptor, &info) == 0 else { return nil }
+        return info
+    }
+
     static func exists(_ path: String) -> Bool { status(path) != nil }
 
     static func isDirectory(_ info: stat) -> Bool { info.st_mode & S_IFMT == S_IFDIR }

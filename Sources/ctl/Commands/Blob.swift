@@ -52,29 +52,27 @@ struct BlobPut: Command {
             arguments: [
                 .positional("FILE", completion: .files, help: "The file to store."),
                 .option("type", value: "TYPE", help: "Its media type, kept in the reference (image/jpeg, application/pdf)."),
+                .flag(
+                    "base64",
+                    help: "Send the bytes in base64 pieces instead of passing the open file to the daemon (for a daemon on another kernel's socket)."
+                ),
             ])
     }
 
     var global: GlobalOptions
     var path: String
     var type: String?
+    var base64: Bool
 
     init(_ arguments: ParsedArguments) {
         global = GlobalOptions(arguments)
         path = arguments["FILE"] ?? ""
         type = arguments["type"]
+        base64 = arguments.flag("base64")
     }
 
-    func run() throws {
-        let file = open(path, O_RDONLY | O_CLOEXEC)
-        guard file >= 0 else { throw Blob.failure("cannot open \(path)", errno) }
-        defer { close(file) }
-        var info = stat()
-        guard fstat(file, &info) == 0, info.st_mode & S_IFMT == S_IFREG else {
-            throw CommandFailure(exitCode: ExitStatus.noInput, "\(path) is not a regular file.")
-        }
-        let size = Int(info.st_size)
-        let connection = try global.connect()
+    /// Sends the file in base64 pieces: `blob.upload`, `blob.write`s, `blob.commit`.
+    private func upload(_ file: Int32, size: Int, on connection: Connection) throws -> Reply {
         var begin = JSONObjectWriter()
         begin.add("size", size)
         let upload = (try connection.call("blob.upload", begin).result as? [String: Any])?["upload"] as? Int ?? 0
@@ -95,7 +93,27 @@ struct BlobPut: Command {
         }
         var end = JSONObjectWriter()
         end.add("upload", upload)
-        let reply = try connection.call("blob.commit", end)
+        return try connection.call("blob.commit", end)
+    }
+
+    func run() throws {
+        let file = open(path, O_RDONLY | O_CLOEXEC)
+        guard file >= 0 else { throw Blob.failure("cannot open \(path)", errno) }
+        defer { close(file) }
+        var info = stat()
+        guard fstat(file, &info) == 0, info.st_mode & S_IFMT == S_IFREG else {
+            throw CommandFailure(exitCode: ExitStatus.noInput, "\(path) is not a regular file.")
+        }
+        let connection = try global.connect()
+        let reply: Reply
+        if base64 {
+            reply = try upload(file, size: Int(info.st_size), on: connection)
+        } else {
+            // The daemon reads the open file itself: no copy through this process.
+            var params = JSONObjectWriter()
+            params.add("fd", true)
+            reply = try connection.call("blob.put", params, passing: file)
+        }
         var output = StandardOutput()
         if global.json {
             output.line(bytes: reply.resultBytes)
@@ -136,7 +154,16 @@ struct BlobGet: Command {
         path = arguments["FILE"]
     }
 
-    /// Writes each piece of the blob to `descriptor`, in order.
+    /// Has the daemon write the whole blob to the regular file open on `descriptor`.
+    private func pass(_ connection: Connection, _ descriptor: Int32) throws(CommandFailure) {
+        var params = JSONObjectWriter()
+        params.add("hash", hash)
+        params.add("fd", true)
+        _ = try connection.call("blob.get", params, passing: descriptor)
+    }
+
+    /// Writes each piece of the blob to `descriptor`, in order (a pipe or a terminal, which
+    /// the daemon does not write to for a client).
     private func copy(_ connection: Connection, to descriptor: Int32) throws(CommandFailure) {
         var offset = 0
         while true {
@@ -164,8 +191,12 @@ struct BlobGet: Command {
         let connection = try global.connect()
         if let path {
             try TextFile.replace(path, mode: 0o644) { (descriptor: Int32) throws(CommandFailure) in
-                try copy(connection, to: descriptor)
+                try pass(connection, descriptor)
             }
+        } else if let info = System.status(descriptor: FileDescriptor.standardOutput), info.st_mode & S_IFMT == S_IFREG,
+            fcntl(FileDescriptor.standardOutput, F_GETFL) & O_APPEND == 0
+        {
+            try pass(connection, FileDescriptor.standardOutput)
         } else {
             try copy(connection, to: FileDescriptor.standardOutput)
         }
