@@ -44,7 +44,7 @@ PROGRAMS = {
     "lmdb_ceiling": (["lmdb.h", "zstd.h", "zdict.h"], "liblmdb-dev libzstd-dev", ["-llmdb", "-lzstd", "-lm"]),
     "redis_streams": (["hiredis/hiredis.h"], "libhiredis-dev", ["-pthread", "-lhiredis", "-lm"]),
 }
-PARTS = ["bench", "lmdb", "sqlite", "redis", "socket", "nats", "types"]
+PARTS = ["bench", "lmdb", "sqlite", "redis", "socket", "nats", "types", "blobs"]
 ALIASES = {"baselines": ["lmdb", "sqlite", "redis"], "evstore": ["bench", "socket", "nats", "types"]}
 PART_PROGRAM = {"lmdb": "lmdb_ceiling", "sqlite": "sqlite_outbox", "redis": "redis_streams"}
 SOURCES = {
@@ -55,6 +55,7 @@ SOURCES = {
     "redis": "Redis Streams",
     "nats": "evstore-nats",
     "types": "evstore (types file)",
+    "blobs": "evstore (blobs)",
 }
 
 
@@ -411,6 +412,12 @@ def run_parts(options, runner, workload, large):
                    "--repeat", options.repeat, "--json", out / "types-results.json"]
         if runner.run("types", command):
             load("types", out / "types-results.json")
+    if "blobs" in options.parts:
+        # Blob put and get over the socket against cp of the same file on the same disk.
+        command = [sys.executable, ROOT / "Benchmarks" / "blobs.py", "--bin", options.bin, "--repeat", options.repeat,
+                   "--json", out / "blobs-results.json"]
+        if runner.run("blobs", command):
+            load("blobs", out / "blobs-results.json")
     return results
 
 
@@ -522,6 +529,9 @@ def targets(figures, results):
                      ("socket", "idle daemon RssAnon, large store"), "≤ 30 MiB", lambda v: v <= 30),
         value_target(figures, "bulk append with a types file / without", ("types", "types file / none"), "≥ 0.9×",
                      lambda v: v >= 0.9),
+        value_target(figures, "blob put of 100 MiB / cp + fsync", ("blobs", "blob put / cp \\+ fsync"), "≥ 0.5×",
+                     lambda v: v >= 0.5),
+        value_target(figures, "blob get of 100 MiB / cp", ("blobs", "blob get / cp"), "≥ 0.5×", lambda v: v >= 0.5),
     ]
 
 
