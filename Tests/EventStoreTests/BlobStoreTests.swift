@@ -173,6 +173,12 @@ struct BlobStoreTests {
         for text in bad {
             #expect(throws: EventStoreError.self, "\(text)") { try BlobReference.parse(value(text)) }
         }
+        // Refused on a local input, kept as it is in a stored event (a peer's, an import's).
+        let plain = #"{"entity":"job/1","kind":"edit","fields":{"photo":{"$blob":"not a hash"}}}"#
+        #expect(throws: EventStoreError.self) { try EventCodec.decodeInput(Array(plain.utf8)) }
+        let stored = #"{"entity":"job/1","fields":{"photo":{"$blob":"not a hash"}},"id":"01JD0000000000000000000000","kind":"edit","origin":"01JD0000000000000000000001"}"#
+        #expect(throws: Never.self) { try EventCodec.decodeStored(Array(stored.utf8)) }
+
         // In an entity's state: each hash once, in order.
         let other = BlobHash.of([1])
         let state = #"{"fields":{"a":{"$blob":"\#(hash)","size":1},"b":{"$blob":"\#(other)","size":1}},"sets":{"s":[{"$blob":"\#(hash)","size":1}]}}"#

@@ -74,8 +74,10 @@ public enum EventCodec {
         return try input(from: members)
     }
 
-    static func input(from m: Members) throws(EventStoreError) -> InputEvent {
-        try details(of: InputEvent(entity: entity(of: m), change: change(from: m)), from: m)
+    /// `stored`: the event is a stored one (from disk, a peer or an import), whose values are
+    /// kept as they are; only a local input's blob references are checked.
+    static func input(from m: Members, stored: Bool = false) throws(EventStoreError) -> InputEvent {
+        try details(of: InputEvent(entity: entity(of: m), change: change(from: m, stored: stored)), from: m)
     }
 
     static func entity(of m: Members) throws(EventStoreError) -> EntityKey {
@@ -126,7 +128,7 @@ public enum EventCodec {
         return rev
     }
 
-    static func change(from m: Members) throws(EventStoreError) -> InputEvent.Change {
+    static func change(from m: Members, stored: Bool = false) throws(EventStoreError) -> InputEvent.Change {
         guard let kindBytes = m.kind else {
             throw .invalid("\"kind\" is required: one of \(EventKind.names)")
         }
@@ -160,8 +162,9 @@ public enum EventCodec {
                 throw .invalid("an edit needs \"fields\": an object of field names to values (null clears a field)")
             }
             guard !fields.isEmpty else { throw .invalid("\"fields\" must set at least one field") }
-            // A value meant as a blob reference is one: a malformed one is refused here.
-            for field in fields where BlobReference.isMarked(field.value) {
+            // A value meant as a blob reference is one: a malformed one is refused here. A
+            // stored event is never refused for it (another release may have written it).
+            for field in fields where !stored && BlobReference.isMarked(field.value) {
                 do { _ = try BlobReference.parse(field.value) } catch {
                     throw .invalid("field \"\(field.name)\": \(error.message)")
                 }
@@ -176,7 +179,7 @@ public enum EventCodec {
             guard let element = m.element else {
                 throw .invalid("an \(kind.rawValue) event needs \"element\": any JSON value")
             }
-            if BlobReference.isMarked(element) {
+            if !stored, BlobReference.isMarked(element) {
                 do { _ = try BlobReference.parse(element) } catch { throw .invalid("\"element\": \(error.message)") }
             }
             return kind == .add ? .add(set: name, element: element) : .remove(set: name, element: element)
@@ -322,7 +325,7 @@ public enum EventCodec {
             // A decision has no change of its own; `delete` stands in for the checks of the rest.
             input = try details(of: InputEvent(entity: entity(of: m), change: .delete), from: m)
         } else {
-            input = try self.input(from: m)
+            input = try self.input(from: m, stored: true)
         }
         if m.proposal != nil, input.change.kind != .status || decision != nil {
             throw .invalid("\"proposal\" is only allowed on a status event")
