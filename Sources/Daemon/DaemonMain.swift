@@ -439,6 +439,9 @@ final class Daemon: Sendable {
     /// Decides the proposals this node holds undecided of the types it is the authority of:
     /// those that reached it before its types file or its name made it their authority.
     static func decidePendingProposals(_ writer: Writer, logger: Logger) {
+        // Only an authority decides: elsewhere no job goes to the writer (nor a commit).
+        let rules = writer.log.typeRules
+        guard let local = rules.localNode, rules.types.values.contains(where: { $0.authority == local }) else { return }
         var total = 0
         do {
             while true {
