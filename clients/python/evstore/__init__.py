@@ -53,7 +53,7 @@ from .errors import (
     WatchOverflow,
     error_from_response,
 )
-from .events import Event, new_entity_id, new_ulid
+from .events import Event, blob_reference, new_entity_id, new_ulid
 
 __version__ = "0.5.0"
 """The version of the client (that of the evstore release it comes with)."""
@@ -89,6 +89,7 @@ __all__ = [
     "WatchOverflow",
     "START",
     "ZERO_ID",
+    "blob_reference",
     "connect",
     "default_socket_candidates",
     "error_from_response",

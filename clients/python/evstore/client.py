@@ -1,4 +1,7 @@
 """The connection to `evstored`: newline-delimited JSON-RPC 2.0 over its Unix socket."""
+import base64
+import binascii
+import hashlib
 import json
 import os
 import socket as _socket
@@ -8,6 +11,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Union
 
 from .errors import (
     ConnectionLost,
+    Corrupt,
     EvstoreConnectionError,
     EvstoreError,
     ProtocolError,
@@ -200,6 +204,21 @@ def _encode(request: Mapping[str, Any]) -> bytes:
     """A request as its line. Raises ``TypeError`` or ``ValueError`` (NaN, infinity) for
     what JSON cannot carry, before anything is sent."""
     return json.dumps(request, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode() + b"\n"
+
+
+def _base64(data: memoryview) -> str:
+    """Bytes as the daemon takes them: base64, RFC 4648's standard alphabet, with padding."""
+    return base64.b64encode(data).decode("ascii")
+
+
+def _unbase64(text: Any, path: str) -> bytes:
+    """The bytes of a ``data`` member the daemon sent in base64."""
+    if not isinstance(text, str):
+        raise ProtocolError(f"the evstore daemon at {path} answered without the blob's bytes")
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError) as error:
+        raise ProtocolError(f"the evstore daemon at {path} sent bytes that are not base64: {error}") from error
 
 
 def _unreachable(path: str, error: OSError) -> Unreachable:
@@ -776,6 +795,105 @@ class Client:
         """
         sessions: List[JSONObject] = self.call("sync", {"peer": peer}, timeout=timeout)["peers"]
         return sessions
+
+    # --- blobs ---
+
+    #: The most bytes `put_blob` sends in one ``blob.put``, and the size of each
+    #: ``blob.write`` of a larger blob's upload (3 MiB: 4 MiB in base64).
+    BLOB_PIECE_BYTES = 3 << 20
+
+    #: The bytes `get_blob` asks for in each ``blob.get``: the most the daemon gives in one.
+    BLOB_GET_BYTES = 4 << 20
+
+    def put_blob(self, data: bytes, hash: Optional[str] = None) -> JSONObject:
+        """Stores ``data`` as a blob (a photo, a signature, a document: anything too large
+        for an event) and returns ``{"hash", "size", "existed"}``. ``hash`` is
+        ``sha256:`` and the 64 hex digits of the bytes' SHA-256: with ``size``, what an
+        event names the blob by (`blob_reference`). ``existed`` is True when the node held
+        the blob already (nothing changed).
+
+        Up to `BLOB_PIECE_BYTES` go in one ``blob.put``; more in an upload on this
+        client's connection: ``blob.upload``, ``blob.write`` in pieces of
+        `BLOB_PIECE_BYTES`, ``blob.commit``. The blob exists, whole and synced to the
+        daemon's disk, once this returns, and not before: an upload that fails is aborted
+        (or, when the connection failed, dropped by the daemon with it).
+
+        Args:
+            data: the blob's bytes (any bytes-like object).
+            hash: the hash the bytes must have; when they do not, nothing is stored.
+
+        Raises:
+            TooLarge: the blob is over the daemon's ``max_blob_bytes``.
+            StorageFull: the blobs would pass ``max_blob_store_bytes``, or leave the disk
+                less than ``blob_reserve_bytes`` free; nothing was stored.
+            Unavailable: ``max_blob_uploads`` uploads are under way, or two of this
+                connection's: retry later.
+            InvalidParams: the bytes do not hash to ``hash``.
+            Forbidden: the connection's access is read-only.
+        """
+        if isinstance(data, str):
+            raise TypeError("data is bytes: encode the text first")
+        view = memoryview(data).cast("B")
+        size = len(view)
+        if size <= self.BLOB_PIECE_BYTES:
+            result: JSONObject = self.call("blob.put", {"data": _base64(view), "hash": hash})
+            return result
+        upload = self.call("blob.upload", {"size": size})["upload"]
+        try:
+            for offset in range(0, size, self.BLOB_PIECE_BYTES):
+                piece = view[offset:offset + self.BLOB_PIECE_BYTES]
+                self.call("blob.write", {"upload": upload, "offset": offset, "data": _base64(piece)})
+            result = self.call("blob.commit", {"upload": upload, "hash": hash})
+        except EvstoreError as error:
+            # A failed connection took the upload with it; otherwise it may still be under
+            # way (a refused piece), and is dropped so it holds no place.
+            if not isinstance(error, (EvstoreConnectionError, ProtocolError)):
+                try:
+                    self.call("blob.abort", {"upload": upload})
+                except EvstoreError:
+                    pass
+            raise
+        return result
+
+    def get_blob(self, hash: str) -> bytes:
+        """The bytes of the blob ``hash`` (``sha256:<hex>``), read in ``blob.get`` pieces of
+        `BLOB_GET_BYTES` and checked against the hash.
+
+        Raises:
+            NotFound: this node does not hold the blob (`blob_stat` tells without
+                raising). A blob an event names may be pending here: its event came from a
+                peer, and its bytes were not put on this node.
+            InvalidParams: ``hash`` is not ``sha256:`` and 64 lowercase hex digits.
+            Corrupt: the bytes read do not hash to ``hash`` (the blob's file is damaged).
+        """
+        received = bytearray()
+        while True:
+            result = self.call("blob.get", {"hash": hash, "offset": len(received), "length": self.BLOB_GET_BYTES})
+            piece = _unbase64(result.get("data"), self.socket_path)
+            received += piece
+            size = result.get("size")
+            if not isinstance(size, int) or isinstance(size, bool):
+                raise ProtocolError(f"the evstore daemon at {self.socket_path} answered blob.get without a size")
+            if len(received) >= size or not piece:
+                break
+        if len(received) != size:
+            raise ProtocolError(
+                f"the evstore daemon at {self.socket_path} gave {len(received)} bytes of blob {hash}, "
+                f"which it says is {size} bytes")
+        digest = "sha256:" + hashlib.sha256(received).hexdigest()
+        if digest != hash:
+            raise Corrupt(f"the bytes of blob {hash} read from the daemon hash to {digest}: its file is damaged")
+        return bytes(received)
+
+    def blob_stat(self, hash: str) -> JSONObject:
+        """Whether this node holds the blob ``hash``: ``{"hash", "state": "present",
+        "size"}``, or ``{"hash", "state": "unknown"}`` when it does not.
+
+        Raises:
+            InvalidParams: ``hash`` is not ``sha256:`` and 64 lowercase hex digits.
+        """
+        result: JSONObject = self.call("blob.stat", {"hash": hash})
+        return result
 
     # --- watching ---
 

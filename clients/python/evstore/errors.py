@@ -84,7 +84,8 @@ class EvstoreError(Exception):
 
 class NotFound(EvstoreError):
     """No event of the entity is held on this node (``not_found``, -32001); also an
-    unknown peer name."""
+    unknown peer name, a blob this node does not hold, or a blob upload that is not under
+    way on this connection."""
 
     default_reason = "not_found"
 
@@ -103,8 +104,9 @@ class Deleted(EvstoreError):
 
 
 class TooLarge(EvstoreError):
-    """An event is over the daemon's ``max_event_bytes`` (-32004), or a request line is
-    over its ``max_line_bytes`` (-32600) (``too_large``)."""
+    """An event is over the daemon's ``max_event_bytes``, or a blob over its
+    ``max_blob_bytes`` (-32004), or a request line is over its ``max_line_bytes``
+    (-32600) (``too_large``)."""
 
     default_reason = "too_large"
 
@@ -125,14 +127,15 @@ class InvalidTransition(EvstoreError):
 
 class StorageFull(EvstoreError):
     """The disk or the daemon's ``map_max_bytes`` is full (``storage_full``, -32006):
-    nothing was written; reads still work."""
+    nothing was written; reads still work. For a blob: the blobs would pass
+    ``max_blob_store_bytes``, or leave the disk less than ``blob_reserve_bytes`` free."""
 
     default_reason = "storage_full"
 
 
 class Unavailable(EvstoreError):
-    """The daemon is stopping, or its storage failed: retry later (``unavailable``,
-    -32007)."""
+    """The daemon is stopping, or its storage failed, or it has as many blob uploads under
+    way as it takes: retry later (``unavailable``, -32007)."""
 
     default_reason = "unavailable"
 

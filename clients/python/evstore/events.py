@@ -1,4 +1,4 @@
-"""Events in the input form, and fresh entity ids.
+"""Events in the input form, blob references, and fresh entity ids.
 
 An event is a plain dict (``{"entity": "job/42", "kind": "status", "status":
 "en_route"}``): `Client.append` takes any mapping. `Event` builds them with the names of
@@ -7,12 +7,17 @@ the members checked by the type checker::
     Event.status("job/42", "en_route", by="ana")
     Event.edit("job/42", {"address": "12 Main St", "phone": None})
     Event.add("job/42", "parts", "valve-3")
+
+An event names a blob (a photo, a document: bytes `Client.put_blob` stored) by the value
+`blob_reference` makes of what `put_blob` returned::
+
+    Event.edit("job/42", {"photo": blob_reference(db.put_blob(jpeg), "image/jpeg")})
 """
 import os
 import time
 from typing import Any, Dict, Mapping, Optional
 
-__all__ = ["Event", "new_ulid", "new_entity_id"]
+__all__ = ["Event", "blob_reference", "new_ulid", "new_entity_id"]
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
@@ -27,6 +32,31 @@ def new_ulid() -> str:
 def new_entity_id(type: str) -> str:
     """A fresh entity id, ``TYPE/ULID``, as ``evctl new TYPE`` prints it."""
     return f"{type}/{new_ulid()}"
+
+
+def blob_reference(result: Mapping[str, Any], type: Optional[str] = None) -> Dict[str, Any]:
+    """The value by which an event names a blob, a field's value or a set's element:
+    ``{"$blob": "sha256:<hex>", "size": N, "type": type}``, from what `Client.put_blob`
+    returned (or `Client.blob_stat` of a blob present), ``type`` left out when None.
+
+    The daemon refuses an ``edit`` or ``add`` that names a blob it does not hold, or says
+    another size than the blob's (`InvalidEvent`): put the blob on the node first.
+
+    Args:
+        result: ``{"hash", "size", ...}``.
+        type: the blob's media type, such as ``"image/jpeg"`` (1 to 255 bytes without
+            control characters).
+    """
+    hash = result.get("hash")
+    size = result.get("size")
+    if not isinstance(hash, str) or isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise ValueError("a blob reference is made of a blob's \"hash\" and \"size\", as put_blob returns them")
+    if type is not None and not isinstance(type, str):
+        raise TypeError("type is a media type (a str), such as \"image/jpeg\"")
+    reference: Dict[str, Any] = {"$blob": hash, "size": size}
+    if type is not None:
+        reference["type"] = type
+    return reference
 
 
 class Event(Dict[str, Any]):

@@ -1,5 +1,6 @@
 """The client against a real daemon: one `evstored` for the class, each test on
 entities of its own."""
+import hashlib
 import json
 import os
 import signal
@@ -277,6 +278,102 @@ class ClientTests(DaemonTestCase):
     def test_call_refuses_watch(self) -> None:
         with self.assertRaises(ValueError):
             self.db.call("watch")
+
+    # --- blobs ---
+
+    def test_blobs_round_trip_by_put_and_by_upload(self) -> None:
+        piece = evstore.Client.BLOB_PIECE_BYTES
+        # 0 and 1 byte and a whole piece in one blob.put; a piece and one byte in an upload.
+        for data in (b"", b"\x00", os.urandom(piece), os.urandom(piece + 1)):
+            with self.subTest(size=len(data)):
+                expected = "sha256:" + hashlib.sha256(data).hexdigest()
+                put = self.db.put_blob(data)
+                self.assertEqual((put["hash"], put["size"]), (expected, len(data)))
+                self.assertEqual(self.db.get_blob(expected), data)
+                self.assertEqual(self.db.blob_stat(expected), {"hash": expected, "state": "present", "size": len(data)})
+                again = self.db.put_blob(data, hash=expected)
+                self.assertEqual((again["hash"], again["existed"]), (expected, True))
+        blobs = self.db.status()["blobs"]
+        self.assertGreaterEqual(blobs["count"], 4)
+        self.assertGreaterEqual(blobs["bytes"], 2 * piece + 2)
+        self.assertEqual(blobs["uploads"], 0)
+
+    def test_get_blob_reads_every_piece(self) -> None:
+        data = os.urandom((5 << 20) + 7)
+        with evstore.connect(self.daemon.socket_path, timeout=TIMEOUT) as db:
+            db.BLOB_PIECE_BYTES = 1 << 20  # an upload of six pieces
+            db.BLOB_GET_BYTES = 1 << 20  # and six blob.get to read it back
+            put = db.put_blob(bytearray(data))
+            self.assertEqual(put["hash"], "sha256:" + hashlib.sha256(data).hexdigest())
+            self.assertEqual(db.get_blob(put["hash"]), data)
+        self.assertEqual(self.db.get_blob(put["hash"]), data)
+        with self.assertRaises(TypeError):
+            self.db.put_blob("text")  # type: ignore[arg-type]
+
+    def test_a_blob_whose_bytes_do_not_hash_as_said_is_not_stored(self) -> None:
+        wrong = "sha256:" + hashlib.sha256(b"something else").hexdigest()
+        for size in (1000, evstore.Client.BLOB_PIECE_BYTES + 1):  # blob.put, an upload
+            with self.subTest(size=size):
+                data = os.urandom(size)
+                with self.assertRaises(evstore.InvalidParams) as caught:
+                    self.db.put_blob(data, hash=wrong)
+                self.assertIn("nothing was stored", caught.exception.message)
+                actual = "sha256:" + hashlib.sha256(data).hexdigest()
+                self.assertEqual(self.db.blob_stat(actual), {"hash": actual, "state": "unknown"})
+                with self.assertRaises(evstore.NotFound) as missing:
+                    self.db.get_blob(actual)
+                self.assertIn("holds no blob", missing.exception.message)
+        self.assertEqual(self.db.status()["blobs"]["uploads"], 0)
+        with self.assertRaises(evstore.InvalidParams):
+            self.db.get_blob("sha256:12")
+
+    def test_an_event_names_a_blob_only_once_this_node_holds_it(self) -> None:
+        job = evstore.new_entity_id("job")
+        data = os.urandom(100)
+        absent = {"hash": "sha256:" + hashlib.sha256(data).hexdigest(), "size": 100}
+        with self.assertRaises(evstore.InvalidEvent) as caught:
+            self.db.append(Event.status(job, "new"),
+                           Event.edit(job, {"photo": evstore.blob_reference(absent, "image/jpeg")}))
+        error = caught.exception
+        self.assertEqual((error.code, error.reason, error.index), (-32005, "invalid_event", 1))
+        self.assertIn("which this node does not hold: put the blob first", error.message)
+        with self.assertRaises(evstore.NotFound):  # the batch is refused whole
+            self.db.get(job)
+        with self.assertRaises(evstore.InvalidEvent) as malformed:
+            self.db.append(Event.edit(job, {"photo": {"$blob": "sha256:XYZ", "size": 100}}))
+        self.assertIn("64 lowercase hex digits", malformed.exception.message)
+
+        put = self.db.put_blob(data)
+        self.assertEqual(put["hash"], absent["hash"])
+        with self.assertRaises(evstore.InvalidEvent) as sized:
+            self.db.append(Event.add(job, "photos", evstore.blob_reference(dict(put, size=99))))
+        self.assertIn("is 99 bytes; it is 100", sized.exception.message)
+        reference = evstore.blob_reference(put, "image/jpeg")
+        self.assertEqual(reference, {"$blob": put["hash"], "size": 100, "type": "image/jpeg"})
+        self.db.append(Event.edit(job, {"photo": reference}), Event.add(job, "photos", evstore.blob_reference(put)))
+        state = self.db.get(job)
+        self.assertEqual(state["fields"]["photo"], reference)
+        self.assertEqual(state["sets"]["photos"], [{"$blob": put["hash"], "size": 100}])
+        self.assertEqual(state["blobs"], {put["hash"]: "present"})
+        # A remove needs no blob; an entity that names none has no "blobs".
+        self.db.append(Event.remove(job, "photos", {"$blob": "sha256:" + "1" * 64, "size": 1}))
+        other = evstore.new_entity_id("job")
+        self.db.append(Event.status(other, "new"))
+        self.assertNotIn("blobs", self.db.get(other))
+
+    def test_an_upload_is_its_connections(self) -> None:
+        with evstore.connect(self.daemon.socket_path, timeout=TIMEOUT) as db:
+            uploads = [db.call("blob.upload", {"size": 10})["upload"] for _ in range(2)]
+            with self.assertRaises(evstore.Unavailable) as caught:  # two per connection
+                db.put_blob(os.urandom(100))
+            self.assertIn("this connection", caught.exception.message)
+            with self.assertRaises(evstore.NotFound):  # another connection's
+                self.db.call("blob.abort", {"upload": uploads[0]})
+            self.assertEqual(self.db.status()["blobs"]["uploads"], 2)
+        deadline = time.monotonic() + 10
+        while self.db.status()["blobs"]["uploads"] != 0:  # dropped with the connection
+            self.assertLess(time.monotonic(), deadline, "the uploads outlived their connection")
+            time.sleep(0.05)
 
     # --- the rest of the API ---
 

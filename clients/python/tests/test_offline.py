@@ -137,6 +137,17 @@ class EventTests(unittest.TestCase):
         self.assertEqual(Event.restore("job/1"), {"entity": "job/1", "kind": "restore"})
         self.assertIsInstance(Event.delete("job/1"), dict)
 
+    def test_blob_reference(self) -> None:
+        put = {"hash": "sha256:" + "ab" * 32, "size": 48213, "existed": False}
+        self.assertEqual(evstore.blob_reference(put, "image/jpeg"),
+                         {"$blob": put["hash"], "size": 48213, "type": "image/jpeg"})
+        self.assertEqual(evstore.blob_reference(put), {"$blob": put["hash"], "size": 48213})
+        for bad in ({"hash": put["hash"]}, {"hash": put["hash"], "size": True}, {"size": 1}):
+            with self.assertRaises(ValueError):
+                evstore.blob_reference(bad)
+        with self.assertRaises(TypeError):
+            evstore.blob_reference(put, 3)  # type: ignore[arg-type]
+
     def test_ids(self) -> None:
         first = evstore.new_ulid()
         time.sleep(0.002)
