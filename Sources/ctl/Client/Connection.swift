@@ -96,16 +96,9 @@ final class Connection: Sendable {
             if case .lost = error, let refusal = refusalLeft() { throw refusal }
             throw translate(error)
         }
-        while true {
-            switch try receive() {
-            case .notification:
-                continue
-            case .reply(let reply):
-                guard reply.id == id || reply.id == nil else { continue }
-                if let error = reply.error { throw CommandFailure(exitCode: error.exitStatus, error.description) }
-                return reply
-            }
-        }
+        let reply = try reply(to: id)
+        if let error = reply.error { throw CommandFailure(exitCode: error.exitStatus, error.description) }
+        return reply
     }
 
     /// Sends a request and waits for its reply; an error reply becomes a failure with the
@@ -121,7 +114,11 @@ final class Connection: Sendable {
     /// Sends a request and waits for its reply, an error reply included, for a command that
     /// decides on the error's reason itself.
     func exchange(_ method: String, _ params: JSONObjectWriter = JSONObjectWriter()) throws(CommandFailure) -> Reply {
-        let id = try send(method, params)
+        try reply(to: send(method, params))
+    }
+
+    /// The reply to the request `id`, past notifications and replies to others.
+    private func reply(to id: Int) throws(CommandFailure) -> Reply {
         while true {
             switch try receive() {
             case .notification:
