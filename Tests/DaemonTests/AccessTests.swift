@@ -37,7 +37,7 @@ struct AccessTests {
         #expect(
             reads == [
                 "get", "list", "log", "watch", "status", "types", "conflicts", "dead_letters", "peers.list",
-                "peers.show", "attention", "consumers.list",
+                "peers.show", "attention", "consumers.list", "blob.get", "blob.stat",
             ])
         #expect(MethodAccess.required.values.allSatisfy { $0 != .none })
         #expect(MethodAccess.syncSession == .write)
