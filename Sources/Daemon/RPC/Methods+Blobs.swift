@@ -132,9 +132,10 @@ extension Methods {
     func blobAbort(_ request: Request, connection: Int) throws -> [UInt8] {
         let params = try Params(request)
         let upload = try Self.upload(params)
-        let blobs = try blobStore()
-        _ = try blobs.received(upload, owner: connection)
-        blobs.abort(upload, owner: connection)
+        guard try blobStore().abort(upload, owner: connection) else {
+            throw RPCError.application(
+                .notFound, "no blob upload \(upload) is under way on this connection (an upload ends with its connection)")
+        }
         return Array(#"{"aborted":true}"#.utf8)
     }
 

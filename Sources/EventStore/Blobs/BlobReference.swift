@@ -146,19 +146,19 @@ extension InputEvent {
     /// The blobs this event names in its values (checked as the event was decoded): what
     /// must be held before it may be appended. A removed element needs no blob.
     public var blobReferences: [BlobReference] {
-        let values: [JSONBytes] =
-            switch change {
-            case .edit(let fields): fields.map(\.value)
-            case .add(_, let element): [element]
-            default: []
-            }
         var references: [BlobReference] = []
-        for value in values where BlobReference.isMarked(value) {
+        func take(_ value: JSONBytes) {
+            guard BlobReference.isMarked(value) else { return }
             do throws(EventStoreError) {
                 if let reference = try BlobReference.parse(value) { references.append(reference) }
             } catch {
-                continue  // refused as the event was decoded; not reached
+                return  // refused as the event was decoded: not reached
             }
+        }
+        switch change {
+        case .edit(let fields): for field in fields { take(field.value) }
+        case .add(_, let element): take(element)
+        default: break
         }
         return references
     }

@@ -288,10 +288,12 @@ public final class BlobStore: Sendable {
         return size
     }
 
-    /// Drops the upload `number` of `owner` and what it received.
-    public func abort(_ number: UInt64, owner: Int) {
-        guard (try? upload(number, owner: owner)) != nil else { return }
+    /// Drops the upload `number` of `owner` and what it received; whether it was under way.
+    @discardableResult
+    public func abort(_ number: UInt64, owner: Int) -> Bool {
+        guard held(number, owner: owner) != nil else { return false }
         take(number)
+        return true
     }
 
     /// Drops every upload of `owner` (its connection ended).
@@ -300,13 +302,14 @@ public final class BlobStore: Sendable {
         for number in numbers { take(number) }
     }
 
-    /// The bytes the upload `number` of `owner` has received.
-    public func received(_ number: UInt64, owner: Int) throws(EventStoreError) -> UInt64 {
-        try upload(number, owner: owner).received
+    /// The upload `number` when `owner` has it under way.
+    private func held(_ number: UInt64, owner: Int) -> Upload? {
+        guard let upload = state.withLock({ $0.uploads[number] }), upload.owner == owner else { return nil }
+        return upload
     }
 
     private func upload(_ number: UInt64, owner: Int) throws(EventStoreError) -> Upload {
-        guard let upload = state.withLock({ $0.uploads[number] }), upload.owner == owner else {
+        guard let upload = held(number, owner: owner) else {
             throw EventStoreError(
                 .notFound, "no blob upload \(number) is under way on this connection (an upload ends with its connection)")
         }
@@ -380,7 +383,6 @@ private final class Upload: Sendable {
         progress = Mutex(Progress(descriptor: descriptor, lastActivity: lastActivity))
     }
 
-    var received: UInt64 { progress.withLock { $0.received } }
     var lastActivity: Double { progress.withLock { $0.lastActivity } }
 
     func write(_ bytes: [UInt8], at offset: UInt64) throws(EventStoreError) -> UInt64 {
