@@ -269,9 +269,17 @@ final class Daemon: Sendable {
         _ configuration: Configuration, stopRequested: DispatchSemaphore,
         servingContext: borrowing Mutex<Serving?>
     ) -> (Int32, WeakLog) {
+        let blobs: BlobStore
+        do {
+            blobs = try BlobStore(directory: configuration.dataDirectory + "/blobs", limits: configuration.blobLimits)
+        } catch {
+            logger.error("cannot open the blob store in \(configuration.dataDirectory)/blobs: \(error)")
+            return (Evstored.Exit.ioError, WeakLog(nil))
+        }
         let log: EventLog
         do {
             var options = StoreOptions()
+            options.blobPresent = { [blobs] hash in blobs.contains(hash) }
             options.maxEventBytes = configuration.maxEventBytes
             options.maxClockSkewMilliseconds = UInt64(configuration.maxClockSkewSeconds) * 1000
             options.environment.maxMapSize = configuration.mapMaxBytes
@@ -314,18 +322,11 @@ final class Daemon: Sendable {
         let hub = WatchHub(logger: logger, limits: WatchLimits(configuration))
         let writer = Writer(log: log, hub: hub, logger: logger)
         let health = Health()
-        let sync = SyncService(
-            node: SyncNode(
-                log: log, name: configuration.nodeName, writer: writer,
-                forwarded: { [log] line in Admission.answerForwarded(line, rules: { log.typeRules }, writer: writer) }),
-            settings: SyncService.Settings(configuration), logger: logger, health: health)
-        let blobs: BlobStore
-        do {
-            blobs = try BlobStore(directory: configuration.dataDirectory + "/blobs", limits: configuration.blobLimits)
-        } catch {
-            logger.error("cannot open the blob store in \(configuration.dataDirectory)/blobs: \(error)")
-            return (Evstored.Exit.ioError, WeakLog(nil))
-        }
+        var node = SyncNode(
+            log: log, name: configuration.nodeName, writer: writer,
+            forwarded: { [log] line in Admission.answerForwarded(line, rules: { log.typeRules }, writer: writer) })
+        node.blobs = Daemon.syncBlobs(blobs, log: log, writer: writer, logger: logger)
+        let sync = SyncService(node: node, settings: SyncService.Settings(configuration), logger: logger, health: health)
         let methods = Methods(
             log: log, node: Methods.NodeInfo(name: configuration.nodeName, dataDirectory: configuration.dataDirectory),
             startedAt: Date(), writer: writer, sync: sync, backupDirectory: configuration.backupDirectory,
@@ -398,6 +399,30 @@ final class Daemon: Sendable {
         }
         servingContext.withLock { $0 = nil }
         return (0, WeakLog(log))
+    }
+
+    /// The node's blobs for sync: what it lacks comes from the store's pending list, from a
+    /// place chosen at random each time, so blobs no peer holds never keep the rest from
+    /// being asked for; what arrives leaves the list through the writer.
+    static func syncBlobs(_ store: BlobStore, log: EventLog, writer: Writer, logger: Logger) -> SyncBlobs {
+        SyncBlobs(
+            store: store,
+            pending: { [log] (limit) throws(EventStoreError) in
+                let start = BlobHash(digest: (0..<32).map { _ in UInt8.random(in: 0...255) })
+                var found = try log.pendingBlobs(after: start, limit: limit)
+                if found.count < limit {
+                    found += try log.pendingBlobs(limit: limit - found.count).filter { $0.hash.hex <= start.hex }
+                }
+                return found.map { ($0.hash, $0.size) }
+            },
+            arrived: { [writer] hashes in
+                do {
+                    try writer.perform(BlobsArrivedJob(hashes), from: -3)
+                } catch {
+                    // Still listed, it is only asked for again and found held.
+                    logger.warning("cannot take \(hashes.count) received blobs off the pending list: \(error)")
+                }
+            })
     }
 
     /// The socket systemd passed, or a new one at the configured path.

@@ -83,6 +83,11 @@ public enum DaemonFuzzEntry {
         // What the authority and the node that handed it an append read of each other.
         case .forward: _ = RequestParser.parse(frame.payload, maxBatch: 1)
         case .forwarded: _ = Response.read(frame.payload)
+        case .want:
+            let wants = try Messages.decode(Messages.Wants.self, frame.payload, frame: "want")
+            for want in wants.blobs { _ = BlobHash(want.hash) }
+        case .chunk: _ = try BlobChunk.decode(frame.payload)
+        case .blobsDone: _ = try Messages.decode(Messages.BlobsDone.self, frame.payload, frame: "blobs_done")
         }
     }
 

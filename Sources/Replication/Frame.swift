@@ -17,6 +17,12 @@ package struct Frame: Equatable, Sendable {
         case forward = 0x46  // "F"
         /// That node's answer to it: a JSON-RPC response line.
         case forwarded = 0x66  // "f"
+        /// The blobs the sender lacks, each from the offset it holds (`blobs`): JSON.
+        case want = 0x57  // "W"
+        /// Bytes of one blob (`BlobChunk`): binary.
+        case chunk = 0x43  // "C"
+        /// The end of the answer to a want: JSON, the blobs served and those not held.
+        case blobsDone = 0x63  // "c"
 
         /// What a session must have agreed to before either side sends a frame of a kind:
         /// the protocol version that added it, or a capability both hellos named.
@@ -40,6 +46,9 @@ package struct Frame: Equatable, Sendable {
             case .ack, .done, .error: (.version(1), Frame.maxSmallPayloadBytes)
             // An append as a client may send one, and its answer (ids and versions of each event).
             case .forward, .forwarded: (.capability(Frame.forwardCapability), Messages.maxBytes)
+            // At most 256 hashes with sizes and offsets; a chunk is a header and 1 MiB.
+            case .want, .blobsDone: (.capability(Frame.blobsCapability), Frame.maxSmallPayloadBytes)
+            case .chunk: (.capability(Frame.blobsCapability), BlobChunk.headerBytes + BlobChunk.maxBytes)
             }
         }
 
@@ -87,7 +96,7 @@ package struct Frame: Equatable, Sendable {
     package static let protocolVersion = 1
     /// The capabilities this node speaks; each names the frame kinds it adds in
     /// `Kind.rule`, or the members it adds to frames of protocol 2.
-    package static let capabilities: [String] = [verifyCapability, forwardCapability]
+    package static let capabilities: [String] = [verifyCapability, forwardCapability, blobsCapability]
     /// Content checks: the responder's hello carries a window of the events both sides
     /// hold with its content hashes, the initiator's done the ones it holds otherwise
     /// (`DivergenceLedger`). No frame kind of its own.
@@ -96,6 +105,10 @@ package struct Frame: Equatable, Sendable {
     /// initiator's hello says `forward` carries one `forward` frame, the responder answers
     /// with one `forwarded` frame, and nothing is synced.
     package static let forwardCapability = "forward"
+    /// Attachments: once both sides have sent their events, the initiator sends a `want`
+    /// of the blobs it lacks, the responder its `chunk` frames and `blobs_done`; then the
+    /// other way. A node that keeps no blobs does not name it.
+    package static let blobsCapability = "blobs"
     /// Each side's first bytes: "EVSYNC/" and the version in decimal, then a newline.
     package static func preamble(version: Int = protocolVersion) -> [UInt8] { Array("EVSYNC/\(version)\n".utf8) }
     package static let preamblePrefix = Array("EVSYNC/".utf8)

@@ -107,6 +107,9 @@ package final class SyncService: Sendable {
         package var schedule: PeerSchedule
         /// Nil when it could not be counted (the read failed): never 0 for "unknown".
         package var pending: Int?
+        /// The blobs it asked for at its last session that were not sent whole; nil before
+        /// a session that agreed to `blobs`.
+        package var blobsPending: Int? = nil
     }
 
     package let node: SyncNode
@@ -128,6 +131,9 @@ package final class SyncService: Sendable {
     /// Per peer name, the name the peer gave in its last hello: how an authority is found
     /// among peers named otherwise.
     let helloNames = Mutex<[String: String]>([:])
+    /// Per peer name, the blobs it asked for at its last session that this node holds and
+    /// did not send whole (the session was cut): pending for that peer.
+    let blobsWanted = Mutex<[String: Int]>([:])
     /// Held while a `state/<name>` record is built and stored, so two sessions' records of
     /// one peer (an outgoing and an incoming one) are stored in the order they were built.
     private let persisting = Mutex<Void>(())
@@ -165,6 +171,13 @@ package final class SyncService: Sendable {
         self.now = now
         outgoing = OutgoingSessions(limit: settings.maxOutgoingSessions)
         loadKnown()
+        takeBlobPolicies(settings)
+    }
+
+    /// The blob policies of the configured peers, for the sessions.
+    private func takeBlobPolicies(_ settings: Settings) {
+        let policies = Dictionary(settings.configPeers.map { ($0.name, $0.blobs) }, uniquingKeysWith: { first, _ in first })
+        node.blobs?.policies.withLock { $0 = policies }
     }
 
     package static let wallClock: @Sendable () -> UInt64 = { UInt64(max(0, Date().timeIntervalSince1970 * 1000)) }
@@ -272,6 +285,7 @@ package final class SyncService: Sendable {
     package func update(_ fresh: Settings) {
         let before = Dictionary(peers().map { ($0.name, $0.url) }, uniquingKeysWith: { first, _ in first })
         settings.withLock { $0 = fresh }
+        takeBlobPolicies(fresh)
         outgoing.setLimit(fresh.maxOutgoingSessions)
         let current = now()
         let changed = peers().filter { before[$0.name] != $0.url }.map(\.name)
@@ -554,6 +568,9 @@ package final class SyncService: Sendable {
         }
         warnOfSharedName(outcome.report, peer: peer.name)
         if let name = outcome.report.peerName { helloNames.withLock { $0[peer.name] = name } }
+        if outcome.report.capabilities.contains(Frame.blobsCapability) {
+            blobsWanted.withLock { $0[peer.name] = outcome.report.blobsPeerWants }
+        }
         if outcome.error == nil {
             remember(
                 peer.name, node: outcome.report.peerNode, vector: outcome.report.peerVector,
@@ -577,6 +594,7 @@ package final class SyncService: Sendable {
             let session = SyncSession(
                 node: node, channel: FrameChannel(connection: link.connection, timeoutSeconds: settings.timeout),
                 peerLabel: name ?? url, limits: settings.limits)
+            session.configuredPeer = name
             if let name {
                 // What the peer acknowledged is held there: `pending` counts down batch by batch.
                 session.acknowledged = { [self] origin, through in advance(name, origin: origin, through: through) }
@@ -599,8 +617,12 @@ package final class SyncService: Sendable {
         if let failure {
             logger.warning("sync with \(label) failed after \(milliseconds) ms: \(failure)")
         } else {
+            let blobs =
+                report.blobsSent + report.blobsReceived > 0
+                ? ", blobs sent \(report.blobsSent) (\(report.blobBytesSent) bytes), received \(report.blobsReceived) (\(report.blobBytesReceived) bytes)"
+                : ""
             logger.info(
-                "sync with \(label): sent \(report.sent), received \(report.received) in \(milliseconds) ms (\(report.bytesSent) bytes out, \(report.bytesReceived) in, protocol \(report.protocolVersion ?? 1))"
+                "sync with \(label): sent \(report.sent), received \(report.received)\(blobs) in \(milliseconds) ms (\(report.bytesSent) bytes out, \(report.bytesReceived) in, protocol \(report.protocolVersion ?? 1))"
             )
         }
         logDivergence(report, peer: label)
@@ -826,7 +848,9 @@ package final class SyncService: Sendable {
             } catch {
                 pending = nil
             }
-            return PeerStatus(peer: peer, schedule: schedule, pending: pending)
+            return PeerStatus(
+                peer: peer, schedule: schedule, pending: pending,
+                blobsPending: blobsWanted.withLock { $0[peer.name] })
         }
     }
 

@@ -1,6 +1,7 @@
 import EventStore
 import FoundationEssentials
 import Projections
+import Synchronization
 import Wire
 
 /// What replication writes through: in the daemon its one writer, which commits each job
@@ -13,10 +14,13 @@ package protocol JobWriter: Sendable {
 package struct NamedPeer: Equatable, Sendable {
     package var name: String
     package var url: String
+    /// What this node fetches of the peer's blobs.
+    package var blobs: BlobPolicy
 
-    package init(name: String, url: String) {
+    package init(name: String, url: String, blobs: BlobPolicy = .eager) {
         self.name = name
         self.url = url
+        self.blobs = blobs
     }
 }
 
@@ -36,6 +40,14 @@ package struct SyncNode: Sendable {
     package let forwarded: @Sendable ([UInt8]) -> [UInt8]
     /// The windows of content checks per peer, shared by the node's sessions.
     package let divergence = DivergenceLedger()
+    /// The node's blobs, which sessions agreeing to `blobs` move; nil: the node keeps none
+    /// (tools, tests), and its hellos leave the capability out.
+    package var blobs: SyncBlobs?
+
+    /// The capabilities this node's hellos name.
+    package var capabilities: [String] {
+        blobs == nil ? Frame.capabilities.filter { $0 != Frame.blobsCapability } : Frame.capabilities
+    }
 
     package init(
         log: EventLog, name: String?,
@@ -155,6 +167,18 @@ package struct SyncReport: Sendable, Equatable {
     package var windowsDiffering = 0
     /// The session carried an append handed to the responder (`forward`) and synced nothing.
     package var forwarded = false
+    /// Blobs (`blobs`): those this side asked the peer for, received whole, passed over
+    /// (another session was receiving them, or no upload was free), and the peer said it
+    /// does not hold; the blobs and bytes sent, and those the peer asked for, this side
+    /// holds and did not send whole (a cut session).
+    package var blobsAsked = 0
+    package var blobsReceived = 0
+    package var blobsUnasked = 0
+    package var blobsMissing = 0
+    package var blobBytesReceived = 0
+    package var blobsSent = 0
+    package var blobBytesSent = 0
+    package var blobsPeerWants = 0
 }
 
 /// One sync session over a frame channel, from either end.
@@ -169,7 +193,7 @@ package final class SyncSession {
     package let channel: FrameChannel
     /// The peer, as named in dead letters and logs.
     private(set) var peerLabel: String
-    private(set) var report = SyncReport()
+    var report = SyncReport()
     /// Per origin, the greatest id pushed (events appended during the session included).
     private var sentThrough: [ULID: ULID] = [:]
     /// Called as the peer acknowledges a batch of one origin's events sent in id order from
@@ -200,6 +224,13 @@ package final class SyncSession {
     private var recheckReply: [Messages.WireRange]?
 
     /// The session's clock starts now: it must be over `limits.sessionSeconds` later.
+    /// The peer's name in this node's configuration, for a session this node started with
+    /// a configured peer: what its blob policy is looked up by (else the peer's hello name).
+    package var configuredPeer: String?
+    /// The owner of this session's blob receipts in the blob store: one per session.
+    let blobOwner = -1_000_000 - SyncSession.sessions.add(1, ordering: .relaxed).newValue
+    private static let sessions = Atomic<Int>(0)
+
     package init(node: SyncNode, channel: FrameChannel, peerLabel: String, limits: SyncLimits = SyncLimits()) {
         self.node = node
         self.channel = channel
@@ -219,7 +250,7 @@ package final class SyncSession {
                     protocolVersion: Frame.protocolVersion, node: node.log.nodeID.description, name: node.name,
                     vector: mine.wire, ranges: nil, clock: sentAt)
                 hello.protocols = Array(Frame.protocolVersions)
-                hello.capabilities = Frame.capabilities
+                hello.capabilities = node.capabilities
                 try listDeadLetters(in: &hello)
                 try send(.hello, hello)
             } catch {
@@ -245,6 +276,10 @@ package final class SyncSession {
             }
             try push(lacking: theirs, extras: reconciler.theyLack, mine: mine)
             try receive()
+            if channel.agreement.capabilities.contains(Frame.blobsCapability), let blobs = node.blobs {
+                try fetchBlobs(blobs)
+                try serveBlobs(blobs)
+            }
             try checkOverflow(reconciler)
             report.peerVector = theirs.merging(mine) { max($0, $1) }.merging(sentThrough) { max($0, $1) }
         }
@@ -272,7 +307,7 @@ package final class SyncSession {
             // A node of protocol 1 gets the hello 0.4 sent; a newer one our versions too.
             if theirHello.protocols != nil {
                 hello.protocols = Array(Frame.protocolVersions)
-                hello.capabilities = Frame.capabilities
+                hello.capabilities = node.capabilities
             }
             if channel.agreement.capabilities.contains(Frame.verifyCapability) {
                 (hello.windows, hello.checks) = try checks(mine: mine, theirs: theirs)
@@ -292,6 +327,10 @@ package final class SyncSession {
             }
             try receive()
             try push(lacking: theirs, extras: reconciler.theyLack, mine: mine)
+            if channel.agreement.capabilities.contains(Frame.blobsCapability), let blobs = node.blobs {
+                try serveBlobs(blobs)
+                try fetchBlobs(blobs)
+            }
             try checkOverflow(reconciler)
             report.peerVector = theirs.merging(mine) { max($0, $1) }.merging(sentThrough) { max($0, $1) }
         }
@@ -314,7 +353,7 @@ package final class SyncSession {
                 protocolVersion: Frame.protocolVersion, node: node.log.nodeID.description, name: node.name,
                 vector: [:], clock: sentAt)
             hello.protocols = Array(Frame.protocolVersions)
-            hello.capabilities = Frame.capabilities
+            hello.capabilities = node.capabilities
             hello.forward = true
             try send(.hello, hello)
             let (theirs, _) = try readHello(peerVersion: try channel.readPreamble(), sentAt: sentAt)
@@ -346,7 +385,7 @@ package final class SyncSession {
             protocolVersion: channel.agreement.version, node: node.log.nodeID.description, name: node.name,
             vector: [:], clock: node.log.options.wallClock())
         hello.protocols = Array(Frame.protocolVersions)
-        hello.capabilities = Frame.capabilities
+        hello.capabilities = node.capabilities
         try send(.hello, hello)
         let request = try expect(.forward).payload
         report.forwarded = true
@@ -443,7 +482,7 @@ package final class SyncSession {
             }
             version = common
         }
-        let capabilities = version >= 2 ? Set(Frame.capabilities).intersection(hello.capabilities ?? []) : []
+        let capabilities = version >= 2 ? Set(node.capabilities).intersection(hello.capabilities ?? []) : []
         channel.agreement = Frame.Agreement(version: version, capabilities: capabilities)
         report.protocolVersion = version
         report.capabilities = capabilities.sorted()
@@ -821,12 +860,12 @@ package final class SyncSession {
 
     // MARK: Frames
 
-    private func send(_ kind: Frame.Kind, _ message: some Encodable) throws(SyncError) {
+    func send(_ kind: Frame.Kind, _ message: some Encodable) throws(SyncError) {
         try channel.write(Frame(kind: kind, payload: Messages.encode(message)))
     }
 
     /// The next frame; an error frame from the peer ends the session with its reason.
-    private func read() throws(SyncError) -> Frame {
+    func read() throws(SyncError) -> Frame {
         let frame = try channel.read()
         if frame.kind == .error {
             var failure = try Messages.decode(Messages.Failure.self, frame.payload, frame: "error")
@@ -845,7 +884,7 @@ package final class SyncSession {
         return frame
     }
 
-    private func expect(_ kind: Frame.Kind) throws(SyncError) -> Frame {
+    func expect(_ kind: Frame.Kind) throws(SyncError) -> Frame {
         let frame = try read()
         guard frame.kind == kind else {
             throw SyncError(.protocolError, "the peer sent a \(frame.kind) frame where a \(kind) frame belongs")
@@ -854,7 +893,7 @@ package final class SyncSession {
     }
 
     /// Runs a store call; its failure becomes a `storage` (or `storage_full`) error.
-    private func storage<R>(_ body: () throws(EventStoreError) -> R) throws(SyncError) -> R {
+    func storage<R>(_ body: () throws(EventStoreError) -> R) throws(SyncError) -> R {
         do {
             return try body()
         } catch {

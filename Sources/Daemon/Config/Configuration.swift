@@ -195,7 +195,7 @@ package struct Configuration: Equatable, Sendable {
             key: "node", help: "a human name for this node (the node id is generated)", field: .at(\.nodeName),
             reloads: false),
         Option(
-            key: "peers", help: "peers to sync with: [{\"name\",\"url\"}]", fileOnly: true, field: .at(\.peers),
+            key: "peers", help: "peers to sync with: [{\"name\",\"url\",\"blobs\":\"eager|lazy|none\"}]", fileOnly: true, field: .at(\.peers),
             reloads: true),
         Option(
             key: "sync_interval_s", help: "seconds between background syncs with each peer (30)",
@@ -520,7 +520,17 @@ package struct Configuration: Equatable, Sendable {
                 } catch {
                     throw Invalid(message: "peer \"\(name)\" in \(source): \(error.message)")
                 }
-                return Peer(name: name, url: url)
+                var policy = BlobPolicy.eager
+                if let value = item["blobs"] {
+                    guard let text = value as? String, let given = BlobPolicy(rawValue: text) else {
+                        throw Invalid(
+                            message:
+                                "peer \"\(name)\" in \(source): \"blobs\" must be \"eager\" (fetch every blob its events name), \"lazy\" (only those a client asks for) or \"none\""
+                        )
+                    }
+                    policy = given
+                }
+                return Peer(name: name, url: url, blobs: policy)
             }
             return
         }

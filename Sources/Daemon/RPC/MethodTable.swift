@@ -146,7 +146,7 @@ package enum MethodTable {
             name: "blob.abort", access: .write, params: ["upload"],
             handler: .owned { methods, request, caller in try methods.blobAbort(request, connection: caller.connection) }),
         Method(
-            name: "blob.get", access: .read, params: ["hash", "offset", "length", "fd"],
+            name: "blob.get", access: .read, params: ["hash", "offset", "length", "fd", "fetch"],
             handler: .owned { methods, request, caller in try methods.blobGet(request, caller: caller) }),
         Method(
             name: "blob.stat", access: .read, params: ["hash"],

@@ -36,6 +36,11 @@ extension Methods {
         return bytes
     }
 
+    /// A blob now held leaves the pending list (its events came before it).
+    private func arrived(_ hash: BlobHash) throws {
+        if try log.listsPendingBlob(hash) { try writer.perform(BlobsArrivedJob([hash]), from: -3) }
+    }
+
     private static func committed(_ hash: BlobHash, size: UInt64, existed: Bool) -> [UInt8] {
         var out = JSONWriter()
         out.beginObject()
@@ -71,10 +76,12 @@ extension Methods {
                 throw RPCError.invalidParams("blob.put takes \"data\" or \"fd\", not both")
             }
             let (hash, size, existed) = try blobs.put(from: descriptor, owner: caller.connection, expected: expected)
+            try arrived(hash)
             return Self.committed(hash, size: size, existed: existed)
         }
         let bytes = try Self.bytes(params)
         let (hash, size, existed) = try blobs.put(bytes, owner: caller.connection, expected: expected)
+        try arrived(hash)
         return Self.committed(hash, size: size, existed: existed)
     }
 
@@ -125,6 +132,7 @@ extension Methods {
         let upload = try Self.upload(params)
         let (hash, size, existed) = try blobStore().commit(
             upload, owner: connection, expected: Self.hash(params, "hash"))
+        try arrived(hash)
         return Self.committed(hash, size: size, existed: existed)
     }
 
@@ -147,8 +155,10 @@ extension Methods {
         guard let hash = try Self.hash(params, "hash") else {
             throw RPCError.invalidParams("\"hash\" is required: the blob's hash")
         }
-        if let descriptor = try Self.passedDescriptor(params, caller, "blob.get") {
-            defer { FileDescriptor.close(descriptor) }
+        let descriptor = try Self.passedDescriptor(params, caller, "blob.get")
+        defer { if let descriptor { FileDescriptor.close(descriptor) } }
+        try fetchIfPending(hash, params)
+        if let descriptor {
             let size = try blobStore().copy(hash, to: descriptor)
             var out = JSONWriter()
             out.beginObject()
@@ -171,18 +181,45 @@ extension Methods {
         return out.bytes
     }
 
-    /// `blob.stat`: whether this node holds a blob.
+    /// A blob the events here name and whose bytes are not here yet is fetched from the
+    /// peers before `blob.get` answers (unless `"fetch": false`): asked of every peer but
+    /// those of policy `none`, first, in a sync with each (as `sync` runs it, on this
+    /// request's thread, within its bound). Still not here after that: `not_found`, saying so.
+    private func fetchIfPending(_ hash: BlobHash, _ params: Params) throws {
+        let store = try blobStore()
+        guard !store.contains(hash), let pending = try log.isPendingBlob(hash) else { return }
+        guard try params.bool("fetch") != false, let wanted = sync.node.blobs, !sync.peers().isEmpty else {
+            throw Self.stillPending(hash, asked: false)
+        }
+        wanted.demand(hash, size: pending.size)
+        defer { wanted.withdraw(hash) }
+        _ = try sync.syncNow(nil)
+        guard store.contains(hash) else { throw Self.stillPending(hash, asked: true) }
+    }
+
+    private static func stillPending(_ hash: BlobHash, asked: Bool) -> RPCError {
+        RPCError.application(
+            .notFound,
+            "blob \(hash) is pending: an event here names it, and its bytes have not come yet"
+                + (asked ? "; no peer reached now holds it" : "; it comes with the next sync from a peer that holds it"))
+    }
+
+    /// `blob.stat`: whether this node holds a blob (`present`), knows it only from an event
+    /// whose blob has not come yet (`pending`, with the bytes received so far), or neither.
     func blobStat(_ request: Request) throws -> [UInt8] {
         let params = try Params(request)
         guard let hash = try Self.hash(params, "hash") else {
             throw RPCError.invalidParams("\"hash\" is required: the blob's hash")
         }
-        let size = try blobStore().size(of: hash)
+        let store = try blobStore()
+        let size = store.size(of: hash)
+        let pending = size == nil ? try log.isPendingBlob(hash) : nil
         var out = JSONWriter()
         out.beginObject()
         out.member("hash", hash.description)
-        out.member("state", size == nil ? "unknown" : "present")
-        if let size { out.member("size", Int(size)) }
+        out.member("state", size != nil ? "present" : pending != nil ? "pending" : "unknown")
+        if let size = size ?? pending?.size { out.member("size", Int(clamping: size)) }
+        if pending != nil { out.member("received", Int(clamping: store.partialSize(hash) ?? 0)) }
         out.endObject()
         return out.bytes
     }

@@ -187,6 +187,9 @@ package struct Methods: Sendable {
             out.member("count", held.blobs)
             out.member("bytes", Int(clamping: held.bytes))
             out.member("uploads", held.uploads)
+            out.member("pending", try log.pendingBlobEntries())
+            out.member("receiving", held.receiving)
+            out.member("partial_bytes", Int(clamping: held.partialBytes))
             out.endObject()
         }
         out.key("consumers")
@@ -235,6 +238,7 @@ package struct Methods: Sendable {
                 out.key("pending")
                 out.null()
             }
+            if let blobs = peer.blobsPending { out.member("blobs_pending", blobs) }
             out.member("failures", peer.schedule.failures)
             out.member("next_attempt", EventLog.timestamp(milliseconds: peer.schedule.nextAttempt))
             out.key("last_error")

@@ -43,12 +43,16 @@ public final class BlobStore: Sendable {
         public var blobs: Int
         public var bytes: UInt64
         public var uploads: Int
+        /// Blobs sessions are receiving now, and the bytes kept of those partly received.
+        public var receiving: Int = 0
+        public var partialBytes: UInt64 = 0
     }
 
     public let directory: String
     public let limits: Limits
     private var blobDirectory: String { directory + "/sha256" }
     private var uploadDirectory: String { directory + "/uploads" }
+    private var partialDirectory: String { directory + "/partial" }
 
     private struct State {
         var uploads: [UInt64: Upload] = [:]
@@ -57,6 +61,10 @@ public final class BlobStore: Sendable {
         var bytes: UInt64 = 0
         /// The declared sizes of the uploads under way.
         var reserved: UInt64 = 0
+        /// The bytes of the partial files no session is adding to.
+        var partialBytes: UInt64 = 0
+        /// The blobs a session is receiving into their partial files.
+        var receiving = Set<BlobHash>()
     }
 
     private let state: Mutex<State>
@@ -66,7 +74,7 @@ public final class BlobStore: Sendable {
     public init(directory: String, limits: Limits = Limits()) throws(EventStoreError) {
         self.directory = directory
         self.limits = limits
-        for path in [directory, directory + "/sha256", directory + "/uploads"] {
+        for path in [directory, directory + "/sha256", directory + "/uploads", directory + "/partial"] {
             if mkdir(path, 0o700) != 0, errno != EEXIST {
                 throw Self.failure("cannot create \(path)", errno)
             }
@@ -74,6 +82,15 @@ public final class BlobStore: Sendable {
         var initial = State()
         for name in BlobFile.names(in: directory + "/uploads") {
             unlink(directory + "/uploads/" + name)
+        }
+        // What sessions received of blobs not yet whole stays, for the next session.
+        for name in BlobFile.names(in: directory + "/partial") {
+            var info = stat()
+            if BlobHash(BlobHash.prefix + name) != nil, stat(directory + "/partial/" + name, &info) == 0 {
+                initial.partialBytes += UInt64(info.st_size)
+            } else {
+                unlink(directory + "/partial/" + name)
+            }
         }
         for prefix in BlobFile.names(in: directory + "/sha256") {
             let folder = directory + "/sha256/" + prefix
@@ -119,7 +136,11 @@ public final class BlobStore: Sendable {
     }
 
     public func statistics() -> Statistics {
-        state.withLock { Statistics(blobs: $0.blobs, bytes: $0.bytes, uploads: $0.uploads.count) }
+        state.withLock {
+            Statistics(
+                blobs: $0.blobs, bytes: $0.bytes, uploads: $0.uploads.count - $0.receiving.count,
+                receiving: $0.receiving.count, partialBytes: $0.partialBytes)
+        }
     }
 
     // MARK: - Uploads
@@ -134,37 +155,14 @@ public final class BlobStore: Sendable {
         let free = freeBytes()
         let now = Self.now()
         let number: UInt64 = try state.withLock { state throws(EventStoreError) in
-            if state.uploads.count >= limits.maxUploads {
-                // Room is made by taking back the uploads nobody wrote to for a while.
-                for (number, upload) in state.uploads where now - upload.lastActivity > limits.idleUploadSeconds {
-                    state.uploads[number] = nil
-                    state.reserved -= upload.size
-                    upload.discard()
-                }
-            }
-            guard state.uploads.count < limits.maxUploads else {
-                throw EventStoreError(
-                    .unavailable,
-                    "\(limits.maxUploads) blob uploads are under way (max_blob_uploads): try again when one has ended")
-            }
+            try makeRoom(&state, now: now)
             guard state.uploads.values.count(where: { $0.owner == owner }) < limits.maxUploadsPerOwner else {
                 throw EventStoreError(
                     .unavailable,
                     "this connection has \(limits.maxUploadsPerOwner) blob uploads under way already: commit or abort one first"
                 )
             }
-            guard state.bytes + state.reserved + size <= limits.maxTotalBytes else {
-                throw EventStoreError(
-                    .storageFull,
-                    "the blobs would take more than max_blob_store_bytes, \(limits.maxTotalBytes) (held \(state.bytes), being uploaded \(state.reserved)): nothing was stored"
-                )
-            }
-            if let free, free < state.reserved + size + limits.reserveBytes {
-                throw EventStoreError(
-                    .storageFull,
-                    "the disk has \(free) bytes free, and a blob may not leave less than blob_reserve_bytes, \(limits.reserveBytes), for the event log: nothing was stored"
-                )
-            }
+            try checkRoom(state, for: size, free: free)
             let number = state.nextUpload
             state.nextUpload += 1
             let path = uploadDirectory + "/\(number)"
@@ -176,6 +174,135 @@ public final class BlobStore: Sendable {
             return number
         }
         return number
+    }
+
+    /// Takes back, when every upload is under way, those nobody wrote to for a while; then
+    /// refuses a new one if none could be.
+    private func makeRoom(_ state: inout State, now: Double) throws(EventStoreError) {
+        if state.uploads.count >= limits.maxUploads {
+            for (number, upload) in state.uploads where now - upload.lastActivity > limits.idleUploadSeconds {
+                state.uploads[number] = nil
+                state.reserved -= upload.size
+                if let hash = upload.partial {
+                    state.receiving.remove(hash)
+                    upload.closeFile()
+                } else {
+                    upload.discard()
+                }
+            }
+        }
+        guard state.uploads.count < limits.maxUploads else {
+            throw EventStoreError(
+                .unavailable,
+                "\(limits.maxUploads) blob uploads are under way (max_blob_uploads): try again when one has ended")
+        }
+    }
+
+    /// Refuses `size` more bytes past the total or the disk's reserve.
+    private func checkRoom(_ state: State, for size: UInt64, free: UInt64?) throws(EventStoreError) {
+        guard state.bytes + state.reserved + state.partialBytes + size <= limits.maxTotalBytes else {
+            throw EventStoreError(
+                .storageFull,
+                "the blobs would take more than max_blob_store_bytes, \(limits.maxTotalBytes) (held \(state.bytes), being uploaded \(state.reserved), partly received \(state.partialBytes)): nothing was stored"
+            )
+        }
+        if let free, free < state.reserved + size + limits.reserveBytes {
+            throw EventStoreError(
+                .storageFull,
+                "the disk has \(free) bytes free, and a blob may not leave less than blob_reserve_bytes, \(limits.reserveBytes), for the event log: nothing was stored"
+            )
+        }
+    }
+
+    // MARK: - Receiving from peers
+
+    /// The bytes a session received of the blob `hash` and kept (its partial file), nil
+    /// when none.
+    public func partialSize(_ hash: BlobHash) -> UInt64? {
+        var info = stat()
+        guard stat(partialDirectory + "/" + hash.hex, &info) == 0 else { return nil }
+        return UInt64(info.st_size)
+    }
+
+    /// Goes on receiving the blob `hash` of `size` bytes for `owner` (a sync session), from
+    /// what earlier sessions kept of it: the upload's number, and the offset the rest
+    /// starts at. The kept bytes are hashed again first; the whole blob is checked against
+    /// `hash` when it is committed. Refused (`unavailable`) while another session receives it.
+    public func resume(_ hash: BlobHash, size: UInt64, owner: Int) throws(EventStoreError) -> (
+        number: UInt64, offset: UInt64
+    ) {
+        guard size <= limits.maxBlobBytes else {
+            throw EventStoreError(
+                .tooLarge, "a blob of \(size) bytes is over max_blob_bytes, \(limits.maxBlobBytes): it is not fetched")
+        }
+        let path = partialDirectory + "/" + hash.hex
+        let claimed = state.withLock { $0.receiving.insert(hash).inserted }
+        guard claimed else { throw EventStoreError(.unavailable, "another session is receiving \(hash)") }
+        var registered = false
+        defer { if !registered { state.withLock { _ = $0.receiving.remove(hash) } } }
+        let descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { throw Self.failure("cannot open \(path)", errno) }
+        var held = BlobFile.regularFileSize(descriptor) ?? 0
+        let hasher = SHA256.Hasher()
+        do throws(EventStoreError) {
+            if held > size {
+                guard ftruncate(descriptor, 0) == 0 else { throw Self.failure("cannot truncate \(path)", errno) }
+                state.withLock { $0.partialBytes -= min($0.partialBytes, held) }
+                held = 0
+            }
+            var offset: UInt64 = 0
+            while offset < held {
+                let piece = try BlobFile.read(descriptor, count: Int(min(held - offset, 1 << 20)), at: offset)
+                guard !piece.isEmpty else { break }
+                hasher.update(piece)
+                offset += UInt64(piece.count)
+            }
+            held = offset
+        } catch {
+            close(descriptor)
+            throw error
+        }
+        let free = freeBytes()
+        let number: UInt64
+        do throws(EventStoreError) {
+            number = try state.withLock { state throws(EventStoreError) in
+                try makeRoom(&state, now: Self.now())
+                var others = state
+                others.partialBytes -= min(others.partialBytes, held)
+                try checkRoom(others, for: size, free: free.map { $0 + held })
+                let number = state.nextUpload
+                state.nextUpload += 1
+                state.uploads[number] = Upload(
+                    path: path, descriptor: descriptor, size: size, owner: owner, lastActivity: Self.now(),
+                    received: held, hasher: hasher, partial: hash)
+                state.reserved += size
+                state.partialBytes = others.partialBytes
+                return number
+            }
+        } catch {
+            close(descriptor)
+            throw error
+        }
+        registered = true
+        return (number, held)
+    }
+
+    /// Ends the receipts of `owner` (its session ended) that are not whole: what they
+    /// received is synced and kept for the next session.
+    public func releaseAll(owner: Int) {
+        let released = state.withLock { state -> [Upload] in
+            let mine = state.uploads.filter { $0.value.owner == owner && $0.value.partial != nil }
+            for (number, upload) in mine {
+                state.uploads[number] = nil
+                state.reserved -= upload.size
+                state.receiving.remove(upload.partial!)
+            }
+            return Array(mine.values)
+        }
+        for upload in released {
+            let kept = upload.closeKeeping()
+            state.withLock { $0.partialBytes += kept }
+        }
     }
 
     /// Adds `bytes` at `offset` to the upload `number` of `owner`: uploads are written in
@@ -321,6 +448,7 @@ public final class BlobStore: Sendable {
         guard let upload = state.withLock({ state -> Upload? in
             guard let upload = state.uploads.removeValue(forKey: number) else { return nil }
             state.reserved -= upload.size
+            if let hash = upload.partial { state.receiving.remove(hash) }
             return upload
         })
         else { return }
@@ -366,21 +494,40 @@ private final class Upload: Sendable {
     let path: String
     let size: UInt64
     let owner: Int
+    /// The blob a sync session receives into its partial file, kept when the session ends.
+    let partial: BlobHash?
 
     private struct Progress {
         var descriptor: Int32
-        var received: UInt64 = 0
+        var received: UInt64
         var lastActivity: Double
-        let hasher = SHA256.Hasher()
+        let hasher: SHA256.Hasher
     }
 
     private let progress: Mutex<Progress>
 
-    init(path: String, descriptor: Int32, size: UInt64, owner: Int, lastActivity: Double) {
+    init(
+        path: String, descriptor: Int32, size: UInt64, owner: Int, lastActivity: Double, received: UInt64 = 0,
+        hasher: SHA256.Hasher = SHA256.Hasher(), partial: BlobHash? = nil
+    ) {
         self.path = path
         self.size = size
         self.owner = owner
-        progress = Mutex(Progress(descriptor: descriptor, lastActivity: lastActivity))
+        self.partial = partial
+        progress = Mutex(
+            Progress(descriptor: descriptor, received: received, lastActivity: lastActivity, hasher: hasher))
+    }
+
+    /// Syncs and closes the file, keeping it: the bytes it holds.
+    func closeKeeping() -> UInt64 {
+        progress.withLock { progress in
+            if progress.descriptor >= 0 {
+                fsync(progress.descriptor)
+                close(progress.descriptor)
+            }
+            progress.descriptor = -1
+            return progress.received
+        }
     }
 
     var lastActivity: Double { progress.withLock { $0.lastActivity } }

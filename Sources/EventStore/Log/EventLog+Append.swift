@@ -391,6 +391,7 @@ struct WriteBatch {
             try txn.put(tables.events, key, value, flags: .noOverwrite)
         }
         try txn.put(tables.entityIndex, event.entity.bytes, key)
+        try recordPendingBlobs(of: event, txn: &txn)
         originEntries.append((event.origin, event.id))
         // Every path that stores an event comes through here, so every stored event takes a
         // seq, in the transaction that stores it.

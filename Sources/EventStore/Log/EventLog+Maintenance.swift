@@ -42,7 +42,8 @@ extension EventLog {
     /// leaves the old store, upgraded at the next open): before format 3, every event takes
     /// a seq, in id order (the order an older release's `log` gave), and the head is
     /// recorded; a format-3 store's per-event seq entries go into blocks; before format 5,
-    /// the origin index is written again with full pages; then every projection is folded
+    /// the origin index is written again with full pages; before format 6, the blobs the
+    /// events name and the node lacks are listed (`blob_pending`); then every projection is folded
     /// again, with its rev and its status history (in the record when short, else in
     /// `status_history`), and the format marker is written.
     func upgrade() throws(EventStoreError) {
@@ -95,6 +96,7 @@ extension EventLog {
                         seq = max(seq, try EventLog.sequenceHead(txn: txn, tables: tables))
                     }
                     if format < 5 { try repackOriginIndex(txn: &txn) }
+                    if format < 6 { try listPendingBlobs(txn: &txn) }
                     _ = try rebuildProjections(txn: &txn, verify: false)
                     return seq
                 }

@@ -101,6 +101,10 @@ public final class EventLog: Sendable {
         /// consumer name → its record (`Consumer.record`): durable cursors over the commit
         /// sequence. Node-local, never replicated.
         case consumers
+        /// blob digest (32 bytes) → its size (8 bytes, big-endian) and the id of the first
+        /// stored event that named it (16): the blobs events name whose bytes this node does
+        /// not hold, which sync asks peers for. Node-local, never replicated.
+        case blobPending
         /// small named values: format, node id, digest, dictionary version, sequence head.
         case meta
 
@@ -121,6 +125,7 @@ public final class EventLog: Sendable {
             case .skew: "clock_skew"
             case .sequence: "seq_blocks"
             case .consumers: "consumers"
+            case .blobPending: "blob_pending"
             case .meta: "meta"
             }
         }
@@ -128,7 +133,7 @@ public final class EventLog: Sendable {
         var flags: DatabaseFlags {
             switch self {
             case .events, .projections, .keys, .conflicts, .deadLetters, .deadLetterIDs, .peers, .dictionaries, .skew,
-                .sequence, .consumers, .meta:
+                .sequence, .consumers, .blobPending, .meta:
                 []
             case .entityIndex, .originIndex: [.dupSort, .dupFixed]
             case .statusIndex, .statusHistory: [.dupSort]
@@ -162,6 +167,7 @@ public final class EventLog: Sendable {
         var skew: Database { self[.skew] }
         var sequence: Database { self[.sequence] }
         var consumers: Database { self[.consumers] }
+        var blobPending: Database { self[.blobPending] }
         var meta: Database { self[.meta] }
     }
 
@@ -190,9 +196,10 @@ public final class EventLog: Sendable {
     /// in the `seq` table, `meta/seq`, and each projection's `rev`; format 4 keeps the
     /// sequence in blocks (`seq_blocks`, `SequenceBlocks`); format 5 keeps a short status
     /// history in its entity's projection record (only longer ones in `status_history`),
-    /// the rev as a varint, and fills the origin index's pages. An older store is upgraded when it is
-    /// opened (`upgrade()`), in one transaction.
-    public static let formatVersion: UInt32 = 5
+    /// the rev as a varint, and fills the origin index's pages; format 6 lists the blobs
+    /// events name and the node lacks (`blob_pending`). An older store is upgraded when it
+    /// is opened (`upgrade()`), in one transaction.
+    public static let formatVersion: UInt32 = 6
 
     /// Opens (creating when needed) the store in `directory`.
     ///

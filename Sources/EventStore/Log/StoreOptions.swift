@@ -29,6 +29,10 @@ public struct StoreOptions: Sendable {
     /// on a host with another one — a data directory copied to another machine — it takes
     /// a fresh node id (`EventLog.previousNodeID` tells). Nil: not checked.
     public var machineID: String?
+    /// Whether the node holds the bytes of a blob (its `BlobStore`): a stored event naming
+    /// one it does not is listed in `blob_pending` for sync to fetch. Nil: the store has no
+    /// blobs beside it, and nothing is listed.
+    public var blobPresent: (@Sendable (BlobHash) -> Bool)?
     /// Milliseconds since the Unix epoch; tests inject their own.
     public var wallClock: @Sendable () -> UInt64 = StoreOptions.systemMilliseconds
 

@@ -22,7 +22,9 @@ struct Blob: Command {
                   evctl append job/42 set photo:='{"$blob":"sha256:9f86d0...","size":48213,"type":"image/jpeg"}'
 
                 Get writes a blob to FILE (replaced whole once every byte is here) or to \
-                standard output; stat says whether this node holds it. `evctl get` lists \
+                standard output; a blob an event here names whose bytes have not come yet \
+                is fetched from the peers first (from a peer of policy lazy only so). Stat \
+                says whether this node holds it, or knows it as pending. `evctl get` lists \
                 the blobs an entity names as present or pending (its bytes not here yet).
                 """,
             subcommands: [BlobPut.self, BlobGet.self, BlobStat.self])
@@ -223,9 +225,17 @@ struct BlobStat: Command {
         var params = JSONObjectWriter()
         params.add("hash", hash)
         try global.printResult(of: "blob.stat", params) { result in
-            let state = result["state"] as? String ?? "unknown"
-            guard state == "present" else { return ["\(hash): not held on this node"] }
-            return ["\(hash): present, \(Format.count(result["size"] as? Int ?? 0, "byte"))"]
+            let size = Format.count(result["size"] as? Int ?? 0, "byte")
+            switch result["state"] as? String {
+            case "present": return ["\(hash): present, \(size)"]
+            case "pending":
+                let received = result["received"] as? Int ?? 0
+                return [
+                    "\(hash): pending, \(size): an event here names it and its bytes have not come yet"
+                        + (received > 0 ? " (\(Format.count(received, "byte")) received)" : "")
+                ]
+            default: return ["\(hash): unknown on this node"]
+            }
         }
     }
 }

@@ -65,11 +65,17 @@ struct Status: Command {
         } else {
             pendingText =
                 peers.map { peer in
-                    "\(pendingCount(peer)) pending for \(peer["name"] as? String ?? "?")"
+                    let name = peer["name"] as? String ?? "?"
+                    let blobs = peer["blobs_pending"] as? Int ?? 0
+                    return "\(pendingCount(peer)) pending for \(name)"
+                        + (blobs > 0 ? ", \(Format.count(blobs, "blob")) pending for \(name)" : "")
                 }.joined(separator: ", ")
         }
+        let blobs = status["blobs"] as? [String: Any]
+        let blobsPendingHere = blobs?["pending"] as? Int ?? 0
+        let blobsText = blobsPendingHere > 0 ? "; \(Format.count(blobsPendingHere, "blob")) not here yet" : ""
         var lines = [
-            "saved locally: \(Format.count(events, "event")) in \(Format.count(entities, "entity", "entities")); "
+            "saved locally: \(Format.count(events, "event")) in \(Format.count(entities, "entity", "entities"))\(blobsText); "
                 + "\(pendingText); needs attention: \(attentionText)"
         ]
         if !problems.isEmpty {
@@ -85,6 +91,11 @@ struct Status: Command {
             ["events:", String(events)],
             ["entities:", String(entities)],
             ["size:", Format.bytes(status["bytes"] as? Int ?? 0)],
+            [
+                "blobs:",
+                "\(blobs?["count"] as? Int ?? 0) (\(Format.bytes(blobs?["bytes"] as? Int ?? 0)))"
+                    + (blobsPendingHere > 0 ? ", \(blobsPendingHere) named by events here and not here yet" : ""),
+            ],
             ["digest:", status["digest"] as? String ?? "-"],
         ]
         let clock = status["clock"] as? [String: Any] ?? [:]

@@ -1,0 +1,133 @@
+import Projections
+
+/// A blob stored events name and this node does not hold.
+public struct PendingBlob: Equatable, Sendable {
+    public var hash: BlobHash
+    public var size: UInt64
+    /// The first stored event that named it.
+    public var since: ULID
+}
+
+extension Event {
+    /// The blobs this event names in its values (an edit's, an added element); a value
+    /// that is not a well-formed reference names none (a peer's event is stored whatever
+    /// its values say).
+    public var blobReferences: [BlobReference] {
+        var references: [BlobReference] = []
+        func take(_ value: JSONBytes) {
+            guard BlobReference.isMarked(value) else { return }
+            do throws(EventStoreError) {
+                if let reference = try BlobReference.parse(value) { references.append(reference) }
+            } catch {
+                return  // malformed: names no blob
+            }
+        }
+        switch body {
+        case .edit(let fields, _): for field in fields { take(field.value) }
+        case .add(_, let element): take(element)
+        default: break
+        }
+        return references
+    }
+}
+
+extension EventLog {
+    /// The blobs stored events name whose bytes this node does not hold, in hash order from
+    /// `after`, at most `limit` (entries whose blob arrived since are left out).
+    public func pendingBlobs(after: BlobHash? = nil, limit: Int = .max) throws(EventStoreError) -> [PendingBlob] {
+        let present = options.blobPresent
+        return try reading { txn in
+            var found: [PendingBlob] = []
+            try txn.withCursor(tables.blobPending) { cursor in
+                var item = try after.map { try cursor.seek($0.digest) } ?? cursor.first()
+                if let after, item?.key == after.digest { item = try cursor.next() }
+                while let (key, value) = item, found.count < limit {
+                    if let blob = EventLog.pendingBlob(key, value), !(present?(blob.hash) ?? false) {
+                        found.append(blob)
+                    }
+                    item = try cursor.next()
+                }
+            }
+            return found
+        }
+    }
+
+    /// Whether `hash` is pending here: named by a stored event, its bytes not held.
+    public func isPendingBlob(_ hash: BlobHash) throws(EventStoreError) -> PendingBlob? {
+        let present = options.blobPresent
+        return try reading { txn in
+            guard let value = try txn.get(tables.blobPending, hash.digest),
+                let blob = EventLog.pendingBlob(hash.digest, value), !(present?(hash) ?? false)
+            else { return nil }
+            return blob
+        }
+    }
+
+    /// Whether the pending list has an entry for `hash`, its bytes held or not.
+    public func listsPendingBlob(_ hash: BlobHash) throws(EventStoreError) -> Bool {
+        try reading { txn in try txn.get(tables.blobPending, hash.digest) != nil }
+    }
+
+    /// The entries of the pending list (a blob that arrived since may still have one until
+    /// a session or a put takes it off).
+    public func pendingBlobEntries() throws(EventStoreError) -> Int {
+        try reading { txn in try txn.stat(tables.blobPending).entries }
+    }
+
+    static func pendingBlob(_ key: [UInt8], _ value: [UInt8]) -> PendingBlob? {
+        guard key.count == 32, value.count == 24, let since = ULID(bytes: Array(value[8...])) else { return nil }
+        return PendingBlob(hash: BlobHash(digest: key), size: uint64(bigEndian: Array(value[..<8])), since: since)
+    }
+
+    /// Lists every blob the stored events name and the node does not hold (the upgrade to
+    /// format 6; nothing when the store has no blobs beside it).
+    func listPendingBlobs(txn: inout WriteTransaction) throws {
+        guard let present = options.blobPresent else { return }
+        var entities: [EntityKey] = []
+        try txn.withCursor(tables.entityIndex) { cursor in
+            var item = try cursor.first()
+            while let current = item {
+                entities.append(EntityKey(validated: current.key))
+                item = try cursor.nextNoDup()
+            }
+        }
+        for entity in entities {
+            for event in try events(of: entity, txn: txn) {
+                try EventLog.recordPending(event, present: present, table: tables.blobPending, txn: &txn)
+            }
+        }
+    }
+
+    /// Lists the blobs `event` names that the node does not hold and are not listed yet.
+    static func recordPending(
+        _ event: Event, present: (BlobHash) -> Bool, table: Database, txn: inout WriteTransaction
+    ) throws {
+        for reference in event.blobReferences where !present(reference.hash) {
+            if try txn.get(table, reference.hash.digest) == nil {
+                try txn.put(table, reference.hash.digest, bigEndian(reference.size) + event.id.bytes)
+            }
+        }
+    }
+}
+
+extension WriteBatch {
+    /// Lists the blobs a stored event names that the node does not hold (a peer's event
+    /// whose blob has not come yet), in the event's transaction.
+    func recordPendingBlobs(of event: Event, txn: inout WriteTransaction) throws {
+        guard let present = log.options.blobPresent else { return }
+        switch event.body {
+        case .edit, .add: try EventLog.recordPending(event, present: present, table: log.tables.blobPending, txn: &txn)
+        default: return
+        }
+    }
+}
+
+/// Blobs that arrived whole (sync received them, a client put them): no longer pending.
+public struct BlobsArrivedJob: WriteJob {
+    public var hashes: [BlobHash]
+    public init(_ hashes: [BlobHash]) { self.hashes = hashes }
+    public var weight: Int { hashes.count }
+    public func run(in scope: inout WriteScope) throws {
+        for hash in hashes { _ = try scope.txn.delete(scope.log.tables.blobPending, hash.digest) }
+    }
+}
