@@ -49,8 +49,7 @@ import Testing
         options.maxEventBytes = 131_072
         var log: EventLog? = try EventLog.open(directory: directory, options: options)
         let format = try log!.reading { txn in try txn.get(log!.tables.meta, EventLog.Meta.format) }
-        #expect(format == bigEndian(UInt32(5)))
-        #expect(EventLog.formatVersion == 5)
+        #expect(format == bigEndian(EventLog.formatVersion))
 
         // Every event, as 0.4.0's `log` gave them (id order), now with seqs 1...N in that order.
         let expectedLog = try UpgradeTests.lines(name, "log.ndjson")
@@ -173,7 +172,7 @@ import Testing
             atPath: UpgradeTests.formatThree.appendingPathComponent("data.mdb").path, toPath: directory + "/data.mdb")
         var log: EventLog? = try EventLog.open(directory: directory)
         let format = try log!.reading { txn in try txn.get(log!.tables.meta, EventLog.Meta.format) }
-        #expect(format == bigEndian(UInt32(5)))
+        #expect(format == bigEndian(EventLog.formatVersion))
 
         let data = try Data(contentsOf: UpgradeTests.formatThree.appendingPathComponent("log.ndjson"))
         let expected = try Array(data).split(separator: 0x0A).map { line -> (UInt64, String) in
@@ -226,7 +225,7 @@ import Testing
         options.maxEventBytes = 131_072
         var log: EventLog? = try EventLog.open(directory: directory, options: options)
         let format = try log!.reading { txn in try txn.get(log!.tables.meta, EventLog.Meta.format) }
-        #expect(format == bigEndian(UInt32(5)))
+        #expect(format == bigEndian(EventLog.formatVersion))
         // Every history here is short: each is in its entity's record now.
         #expect(try log!.reading { txn in try txn.stat(log!.tables.statusHistory).entries } == 0)
 

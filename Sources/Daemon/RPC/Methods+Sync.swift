@@ -51,6 +51,18 @@ extension Methods {
             out.member("divergent", outcome.report.divergent)
             out.member("bytes_sent", outcome.report.bytesSent)
             out.member("bytes_received", outcome.report.bytesReceived)
+            // Blobs (`blobs`): whole ones each way with their bytes, those the peer did not
+            // hold, and those it asked for that this node holds and did not send whole.
+            out.key("blobs")
+            out.beginObject()
+            out.member("asked", outcome.report.blobsAsked)
+            out.member("received", outcome.report.blobsReceived)
+            out.member("bytes_received", outcome.report.blobBytesReceived)
+            out.member("missing", outcome.report.blobsMissing)
+            out.member("sent", outcome.report.blobsSent)
+            out.member("bytes_sent", outcome.report.blobBytesSent)
+            out.member("peer_wants", outcome.report.blobsPeerWants)
+            out.endObject()
             out.member("duration_ms", outcome.milliseconds)
             // The sync protocol the session ran, once the hellos agreed on one.
             out.key("protocol")

@@ -107,6 +107,10 @@ struct Sync: Command {
             Format.bytes(result["bytes_received"] as? Int ?? 0) + " in",
             Format.milliseconds(result["duration_ms"] as? Int ?? 0),
         ]
+        let blobs = result["blobs"] as? [String: Any] ?? [:]
+        let blobsIn = blobs["received"] as? Int ?? 0
+        let blobsOut = blobs["sent"] as? Int ?? 0
+        if blobsIn + blobsOut > 0 { words.append("blobs sent \(blobsOut), received \(blobsIn)") }
         let deadLetters = result["dead_letters"] as? Int ?? 0
         if deadLetters > 0 { words.append(Format.count(deadLetters, "dead letter") + " (evctl dead-letters)") }
         let reconciled = result["reconciled"] as? Int ?? 0
