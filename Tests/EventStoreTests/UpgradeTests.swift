@@ -303,3 +303,97 @@ import Testing
         #expect(try log!.consumer(named: "hq")?.seq == 610)
     }
 }
+
+/// The store format 5 wrote (`Tests/Fixtures/store-format-5`, with the blob it held beside
+/// it), opened by this version: the upgrade to format 6 lists the blobs the stored events
+/// name that the node does not hold, and everything else answers as format 5 gave it.
+@Suite struct FormatFiveUpgradeTests {
+    static let fixture = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("Fixtures/store-format-5")
+
+    @Test func formatFiveStoreListsItsPendingBlobsAndAnswersAsBefore() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "evstore-upgrade5-\(UUID().uuidString)"
+        ).path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let fixture = FormatFiveUpgradeTests.fixture
+        try FileManager.default.copyItem(
+            atPath: fixture.appendingPathComponent("data.mdb").path, toPath: directory + "/data.mdb")
+        try FileManager.default.copyItem(
+            atPath: fixture.appendingPathComponent("blobs").path, toPath: directory + "/blobs")
+        let blobs = try BlobStore(directory: directory + "/blobs")
+        var options = StoreOptions()
+        options.maxEventBytes = 131_072
+        options.blobPresent = { [blobs] hash in blobs.contains(hash) }
+        let status = try #require(
+            try JSONSerialization.jsonObject(with: Data(contentsOf: fixture.appendingPathComponent("status.json")))
+                as? [String: Any])
+        func hash(_ key: String) throws -> BlobHash {
+            let text = try #require(status[key] as? String)
+            return try #require(BlobHash(text))
+        }
+        let held = try hash("blob_held")
+        let absent = try hash("blob_absent")
+        let overwritten = try hash("blob_overwritten")
+        #expect(blobs.contains(held) && !blobs.contains(absent) && !blobs.contains(overwritten))
+
+        var log: EventLog? = try EventLog.open(directory: directory, options: options)
+        let format = try log!.reading { txn in try txn.get(log!.tables.meta, EventLog.Meta.format) }
+        #expect(format == bigEndian(EventLog.formatVersion))
+        #expect(EventLog.formatVersion == 6)
+
+        // Named by stored events and not held: the signature b made and the photo b
+        // overwrote (still named by a stored event). The held one is not pending.
+        let pending = try log!.pendingBlobs()
+        #expect(Set(pending.map(\.hash)) == [absent, overwritten], "\(pending)")
+        #expect(try log!.isPendingBlob(held) == nil)
+        #expect(try log!.isPendingBlob(absent)?.size == UInt64("a signature a never receives".utf8.count))
+
+        // Every event with its seq, every state byte for byte, counts and digest.
+        let logLines = try Array(Data(contentsOf: fixture.appendingPathComponent("log.ndjson")))
+            .split(separator: 0x0A).map(Array.init)
+        let prefix = Array(#"{"seq":"#.utf8)
+        let expected = try logLines.map { line -> (seq: UInt64, event: [UInt8]) in
+            let text = String(decoding: line, as: UTF8.self)
+            let marker = try #require(text.range(of: #","event":"#))
+            let seq = try #require(
+                UInt64(text[text.index(text.startIndex, offsetBy: prefix.count)..<marker.lowerBound]))
+            return (seq, Array(text[marker.upperBound...].dropLast().utf8))
+        }
+        #expect(expected.count == status["events"] as? Int)
+        let feed = try log!.feed(after: 0, limit: 100_000, scanLimit: 100_000)
+        #expect(feed.events.map(\.seq) == expected.map(\.seq))
+        #expect(feed.events.map { EventCodec.encodeStored($0.event, includeID: true) } == expected.map(\.event))
+
+        let states = try Array(Data(contentsOf: fixture.appendingPathComponent("states.ndjson")))
+            .split(separator: 0x0A).map(Array.init)
+        for line in states {
+            let name = try #require(
+                (try JSONSerialization.jsonObject(with: Data(line)) as? [String: Any])?["entity"] as? String)
+            #expect(try log!.canonicalState(of: entity(name)) == line, "state of \(name)")
+        }
+        #expect(states.count == status["entities"] as? Int)
+        let statistics = try log!.statistics()
+        #expect(statistics.events == status["events"] as? Int)
+        #expect(statistics.entities == status["entities"] as? Int)
+        #expect(statistics.digest.description == status["digest"] as? String)
+        #expect(statistics.conflicts == status["conflicts"] as? Int)
+        #expect(statistics.deadLetters == status["dead_letters"] as? Int)
+        #expect(statistics.seq == UInt64(status["seq"] as? Int ?? 0))
+        #expect(try log!.deadLetters(limit: 100).map { $0.id ?? "" } == status["dead_letter_ids"] as? [String])
+        let report = try log!.rebuild(verify: true)
+        #expect(report.mismatched.isEmpty && !report.digestMismatch && report.unsequenced == 0)
+
+        // Once upgraded, the list is kept in the events' transactions: a new reference to
+        // a blob not held is listed, and one that arrives is taken off by the writer's job.
+        log = nil
+        log = try EventLog.open(directory: directory, options: options)
+        #expect(Set(try log!.pendingBlobs().map(\.hash)) == [absent, overwritten])
+        let keyed = InputEvent(entity: entity("job/fx5-keyed"), change: .status("assigned"), key: "fx5-key-1")
+        #expect(try log!.append([keyed]).ids.map(\.description) == [try #require(status["idempotency_id"] as? String)])
+        let seq = UInt64(try #require(status["seq"] as? Int))
+        let next = try log!.append([InputEvent(entity: entity("job/fx5-after"), change: .status("open"))])
+        #expect(next.revs[entity("job/fx5-after")] == seq + 1)
+    }
+}
