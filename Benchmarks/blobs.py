@@ -6,6 +6,11 @@ to the same directory, plain and followed by fsync (a put returns once the blob 
 disk). The daemon's peak resident memory while it takes a blob of --large-mib MiB in
 base64 pieces is reported beside its resident memory before.
 
+Sync: a second daemon fetches each round's blob from the first (`evctl sync` with the
+first's socket, the blob named by an event there), against `cp` + fsync of the same file
+(the receiver syncs what it keeps); the bytes that crossed the link per blob byte; and
+both daemons' peak resident memory while a --large-mib MiB blob moves between them.
+
 Standard library only. Usage:
   python3 Benchmarks/blobs.py --bin .build/release [--mib 100] [--large-mib 256] [--repeat 3] [--json OUT]
 """
@@ -81,8 +86,29 @@ def main():
         if not wait_for_socket(socket_path, daemon):
             raise RuntimeError(f"evstored did not start; see {scratch / 'evstored.log'}")
         client = [evctl, "--socket", str(socket_path)]
+        receiver_socket = scratch / "receiver.sock"
+        receiver_log = open(scratch / "receiver.log", "w")
+        receiver = subprocess.Popen([str(options.bin / "evstored"), "--data-dir", str(scratch / "receiver"), "--socket",
+                                     str(receiver_socket), "--max-blob-bytes", str((options.large_mib + 1) << 20),
+                                     "--sync-interval-s", "86400"],
+                                    stdout=receiver_log, stderr=subprocess.STDOUT)
+        if not wait_for_socket(receiver_socket, receiver):
+            raise RuntimeError(f"the receiving evstored did not start; see {scratch / 'receiver.log'}")
+        receiving = [evctl, "--socket", str(receiver_socket)]
         size = options.mib << 20
-        times = {name: [] for name in ["put", "put base64", "get", "get base64", "cp", "cp + fsync"]}
+        times = {name: [] for name in ["put", "put base64", "get", "get base64", "cp", "cp + fsync", "sync"]}
+        wire = []
+
+        def synced(digest, blob_size, entity):
+            """Names the blob in an event on the first daemon, then has the second sync: the
+            seconds it took and the bytes it received."""
+            reference = json.dumps({"$blob": digest, "size": blob_size})
+            timed([*client, "append", entity, "set", f"file:={reference}"])
+            elapsed, output = timed([*receiving, "--json", "sync", f"unix://{socket_path}"])
+            peer = json.loads(output)["peers"][0]
+            if peer["error"] is not None or peer["blobs"]["received"] != 1:
+                raise RuntimeError(f"the blob did not sync: {peer}")
+            return elapsed, peer["bytes_received"]
         for turn in range(options.repeat):
             # New bytes each round, so each put stores a new blob.
             source = scratch / f"in-{turn}"
@@ -102,6 +128,9 @@ def main():
             started = time.monotonic()
             subprocess.run([*client, "blob", "get", digest], stdout=subprocess.PIPE, check=True)
             times["get base64"].append(time.monotonic() - started)
+            elapsed, received = synced(digest, size, f"job/bench-{turn}")
+            times["sync"].append(elapsed)
+            wire.append(received / size)
             elapsed, _ = timed(["cp", str(source), str(target)])
             times["cp"].append(elapsed)
             target.unlink()
@@ -114,8 +143,12 @@ def main():
         large = scratch / "large"
         large.write_bytes(os.urandom(options.large_mib << 20))
         before = memory(daemon.pid, "VmRSS")
-        timed([*client, "blob", "put", "--base64", str(large)])
+        _, output = timed([*client, "blob", "put", "--base64", str(large)])
         peak = memory(daemon.pid, "VmHWM")
+        receiver_before = memory(receiver.pid, "VmRSS")
+        synced(json.loads(output)["$blob"], options.large_mib << 20, "job/bench-large")
+        receiver_peak = memory(receiver.pid, "VmHWM")
+        sender_peak = memory(daemon.pid, "VmHWM")
 
         median = {name: statistics.median(values) for name, values in times.items()}
         mib_per_s = {name: options.mib / value for name, value in median.items()}
@@ -128,6 +161,17 @@ def main():
              "unit": "×", "note": "both on the disk when they end"},
             {"name": "blob get / cp", "value": round(mib_per_s["get"] / mib_per_s["cp"], 3), "unit": "×",
              "note": "the file to write passed; neither synced"},
+            {"name": "blob sync between two daemons / cp + fsync",
+             "value": round(mib_per_s["sync"] / mib_per_s["cp + fsync"], 3), "unit": "×",
+             "note": "one blob per session, over a Unix socket; the receiver syncs it"},
+            {"name": "blob sync: bytes on the link per blob byte", "value": round(statistics.median(wire), 5),
+             "unit": "B/B", "note": "the whole session, events and frames included"},
+            {"name": f"receiving daemon resident memory before a {options.large_mib} MiB blob syncs",
+             "value": round(receiver_before, 1), "unit": "MiB", "note": ""},
+            {"name": f"receiving daemon peak resident memory, {options.large_mib} MiB blob synced",
+             "value": round(receiver_peak, 1), "unit": "MiB", "note": "VmHWM: bounded by chunks, not by the blob"},
+            {"name": f"sending daemon peak resident memory, after the {options.large_mib} MiB sync",
+             "value": round(sender_peak, 1), "unit": "MiB", "note": "VmHWM, its base64 put included"},
             {"name": "blob put base64 / cp + fsync",
              "value": round(mib_per_s["put base64"] / mib_per_s["cp + fsync"], 3), "unit": "×",
              "note": "3 MiB pieces"},
@@ -146,9 +190,10 @@ def main():
         print(f"blobs.py: {error}", file=sys.stderr)
         return 1
     finally:
-        if daemon:
-            daemon.terminate()
-            daemon.wait()
+        for process in [daemon, locals().get("receiver")]:
+            if process:
+                process.terminate()
+                process.wait()
         shutil.rmtree(scratch, ignore_errors=True)
 
 

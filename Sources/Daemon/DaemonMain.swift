@@ -327,10 +327,14 @@ final class Daemon: Sendable {
             forwarded: { [log] line in Admission.answerForwarded(line, rules: { log.typeRules }, writer: writer) })
         node.blobs = Daemon.syncBlobs(blobs, log: log, writer: writer, logger: logger)
         let sync = SyncService(node: node, settings: SyncService.Settings(configuration), logger: logger, health: health)
+        let retention = BlobRetentionService(
+            log: log, store: blobs, writer: writer, sync: sync, logger: logger,
+            retentionSeconds: configuration.blobRetentionSeconds)
         let methods = Methods(
             log: log, node: Methods.NodeInfo(name: configuration.nodeName, dataDirectory: configuration.dataDirectory),
             startedAt: Date(), writer: writer, sync: sync, backupDirectory: configuration.backupDirectory,
-            maxPageBytes: configuration.maxPageBytes, maxConsumers: configuration.maxConsumers, blobs: blobs)
+            maxPageBytes: configuration.maxPageBytes, maxConsumers: configuration.maxConsumers, blobs: blobs,
+            retention: retention)
         let context = ServerContext(
             writer: writer, hub: hub, sessions: RPCSessions(methods: methods), incoming: sync, logger: logger,
             limits: Limits(configuration),
@@ -355,6 +359,7 @@ final class Daemon: Sendable {
             Service(
                 "server", start: { if let error = server.start() { throw error } }, stop: { server.stop(timeout: 20) }),
             Service("sync scheduler", start: sync.start, stop: sync.stop),
+            Service("blob retention", start: retention.start, stop: retention.stop),
         ]
         #if os(Linux)
             let network = NetworkWatch(sync: sync, logger: logger)
@@ -367,7 +372,7 @@ final class Daemon: Sendable {
             logger.error("\(error)")
             return (Evstored.Exit.unavailable, WeakLog(nil))
         }
-        servingContext.withLock { $0 = Serving(context: context, sync: sync, log: log) }
+        servingContext.withLock { $0 = Serving(context: context, sync: sync, log: log, retention: retention) }
         Daemon.decidePendingProposals(writer, logger: logger)
 
         logger.info("access: \(configuration.accessSummary)")
@@ -501,6 +506,7 @@ final class Daemon: Sendable {
         let context: ServerContext
         let sync: SyncService
         let log: EventLog
+        let retention: BlobRetentionService
     }
 
     private func reload(_ serving: Serving) {
@@ -523,6 +529,7 @@ final class Daemon: Sendable {
                 logger.info("SIGHUP: access for new connections: \(current.accessSummary)")
             }
             serving.sync.update(SyncService.Settings(current))
+            serving.retention.retentionSeconds.store(current.blobRetentionSeconds, ordering: .relaxed)
             if current.mapMaxBytes != old.mapMaxBytes { serving.log.setMaxStorageBytes(current.mapMaxBytes) }
             // The writer's clock takes it at its next write: a dead letter refused for its
             // lead can be retried under the new bound.

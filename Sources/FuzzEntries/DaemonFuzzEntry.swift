@@ -87,7 +87,9 @@ public enum DaemonFuzzEntry {
             let wants = try Messages.decode(Messages.Wants.self, frame.payload, frame: "want")
             for want in wants.blobs { _ = BlobHash(want.hash) }
         case .chunk: _ = try BlobChunk.decode(frame.payload)
+        case .manifest: _ = try BlobManifest.decode(frame.payload)
         case .blobsDone: _ = try Messages.decode(Messages.BlobsDone.self, frame.payload, frame: "blobs_done")
+        case .blobsKept: _ = try Messages.decode(Messages.BlobsKept.self, frame.payload, frame: "blobs_kept")
         }
     }
 

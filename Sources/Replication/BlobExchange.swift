@@ -84,11 +84,19 @@ extension Messages {
         package var sent: Int
         package var missing: [String]
     }
+
+    /// A `blobs_kept` frame: how many of the blobs asked for the sender now holds whole,
+    /// synced to its disk, and the hashes of those it still lacks.
+    package struct BlobsKept: Codable, Equatable {
+        package var kept: Int
+        package var lacking: [String]
+    }
 }
 
 /// A `chunk` frame: 32 bytes of the blob's SHA-256, the offset (8 bytes, big-endian), then
 /// at most `maxBytes` of the blob's bytes from that offset. 512 KiB: a cut loses at most
-/// the chunk under way, and the 49 bytes of header and frame are 0.01 % of it.
+/// the chunk under way, and the 49 bytes of header and frame are 0.01 % of it. Chunks
+/// start at multiples of `maxBytes`, and each but a blob's last is `maxBytes` long.
 package enum BlobChunk {
     package static let maxBytes = 512 << 10
     package static let headerBytes = 40
@@ -111,22 +119,75 @@ package enum BlobChunk {
     }
 }
 
+/// A `manifest` frame, sent before a blob's first chunk: 32 bytes of the blob's SHA-256,
+/// its size (8 bytes, big-endian), the chunk size (4 bytes, big-endian: `BlobChunk.maxBytes`),
+/// then the SHA-256 of each chunk in order. The receiver checks every chunk against it
+/// before it keeps a byte of it, and what earlier sessions kept; the whole blob is checked
+/// against its own hash at the end, which also tells a manifest that lied.
+package enum BlobManifest {
+    package static let headerBytes = 44
+    /// Chunk hashes of a blob of up to 16 GiB (`max_blob_bytes` is 256 MiB by default).
+    package static let maxChunks = 32_768
+    package static let maxPayloadBytes = headerBytes + 32 * maxChunks
+
+    package static func encode(_ hash: BlobHash, size: UInt64, chunks: [[UInt8]]) -> [UInt8] {
+        var out = hash.digest
+        out.reserveCapacity(headerBytes + 32 * chunks.count)
+        for shift in stride(from: 56, through: 0, by: -8) { out.append(UInt8(truncatingIfNeeded: size >> UInt64(shift))) }
+        let chunkBytes = UInt32(BlobChunk.maxBytes)
+        for shift in stride(from: 24, through: 0, by: -8) { out.append(UInt8(truncatingIfNeeded: chunkBytes >> UInt32(shift))) }
+        for chunk in chunks { out.append(contentsOf: chunk) }
+        return out
+    }
+
+    /// The hash, size and chunk hashes; a manifest whose chunk size is not this node's, or
+    /// whose count of hashes does not fit the size, is a protocol error.
+    package static func decode(_ payload: [UInt8]) throws(SyncError) -> (BlobHash, UInt64, [[UInt8]]) {
+        guard payload.count >= headerBytes, (payload.count - headerBytes) % 32 == 0 else {
+            throw SyncError(.protocolError, "the peer's manifest frame is \(payload.count) bytes, not a header and whole hashes")
+        }
+        var size: UInt64 = 0
+        for byte in payload[32..<40] { size = size << 8 | UInt64(byte) }
+        var chunkBytes: UInt32 = 0
+        for byte in payload[40..<44] { chunkBytes = chunkBytes << 8 | UInt32(byte) }
+        guard chunkBytes == UInt32(BlobChunk.maxBytes) else {
+            throw SyncError(
+                .protocolError, "the peer's manifest has chunks of \(chunkBytes) bytes; this node's are \(BlobChunk.maxBytes)")
+        }
+        let count = (payload.count - headerBytes) / 32
+        guard UInt64(count) == (size + UInt64(chunkBytes) - 1) / UInt64(chunkBytes) else {
+            throw SyncError(.protocolError, "the peer's manifest lists \(count) chunk hashes for a blob of \(size) bytes")
+        }
+        let chunks = (0..<count).map { Array(payload[(headerBytes + 32 * $0)..<(headerBytes + 32 * $0 + 32)]) }
+        return (BlobHash(digest: Array(payload[0..<32])), size, chunks)
+    }
+}
+
 extension SyncSession {
-    /// Asks the peer for the blobs this node wants of it and takes them: each whole blob is
-    /// checked against its hash before it takes its name; a cut leaves what arrived in a
-    /// partial file the next session (with this peer or another) goes on from.
+    /// Asks the peer for the blobs this node wants of it and takes them: each chunk is
+    /// checked against the peer's manifest before it is kept, and each whole blob against
+    /// its hash before it takes its name; a cut leaves what arrived in a partial file that
+    /// the next session (with this peer or another) goes on from. Ends with `blobs_kept`,
+    /// once every blob received is on the disk.
     func fetchBlobs(_ blobs: SyncBlobs) throws(SyncError) {
         let owner = blobOwner
-        // What each blob asked for holds (its size, the bytes held); its upload once its
-        // first chunk came, or nil while it is skipped (another session is receiving it).
-        var asked: [BlobHash: (size: UInt64, offset: UInt64)] = [:]
-        var open: (hash: BlobHash, number: UInt64)?
-        var skipping = Set<BlobHash>()
+        let chunkBytes = UInt64(BlobChunk.maxBytes)
+        /// A blob asked for: its size and the offset asked from; once its manifest came, the
+        /// chunk hashes and the upload it is received into (nil while it is passed over).
+        struct Asked {
+            var size: UInt64
+            var offset: UInt64
+            var chunks: [[UInt8]]? = nil
+            var upload: UInt64? = nil
+            var passed = false
+        }
+        var asked: [BlobHash: Asked] = [:]
         var arrived: [BlobHash] = []
+        var announced = false
         defer {
             // What did not arrive whole stays for the next session.
             blobs.store.releaseAll(owner: owner)
-            if !arrived.isEmpty { blobs.arrived(arrived) }
+            if !announced, !arrived.isEmpty { blobs.arrived(arrived) }
         }
         var wants: [Messages.Wants.Want] = []
         for (hash, size) in try storage({ () throws(EventStoreError) in
@@ -136,18 +197,23 @@ extension SyncSession {
                 arrived.append(hash)
                 continue
             }
-            let offset = blobs.store.partialSize(hash).flatMap { $0 <= size ? $0 : nil } ?? 0
-            asked[hash] = (size, offset)
+            // What earlier sessions kept, in whole chunks: the rest is asked for.
+            let kept = blobs.store.partialSize(hash).flatMap { $0 <= size ? $0 : nil } ?? 0
+            let offset = kept - kept % chunkBytes
+            asked[hash] = Asked(size: size, offset: offset)
             wants.append(Messages.Wants.Want(hash: hash.description, size: size, offset: offset))
         }
         report.blobsAsked = wants.count
         try send(.want, Messages.Wants(blobs: wants))
+
         func finish(_ hash: BlobHash, _ number: UInt64) throws(SyncError) {
-            do throws(EventStoreError) {
-                _ = try blobs.store.commit(number, owner: owner, expected: hash)
-            } catch {
+            let committed = Result { () throws(EventStoreError) in
+                try blobs.store.commit(number, owner: owner, expected: hash)
+            }
+            if case .failure(let error) = committed {
                 if error.reason == .invalidParams {
-                    // Its bytes are gone; the blob is asked again, of this peer or another.
+                    // Every chunk matched the peer's manifest, and the whole does not match
+                    // the blob's hash: the manifest lied. Its bytes are gone.
                     throw SyncError(
                         .invalidPeer,
                         "the peer's bytes of \(hash) do not hash to it: they were dropped, and the blob is asked again at the next session"
@@ -159,56 +225,83 @@ extension SyncSession {
             arrived.append(hash)
             report.blobsReceived += 1
         }
-        func begin(_ hash: BlobHash) throws(SyncError) -> UInt64? {
-            let (size, offset) = asked[hash]!
+
+        /// Begins receiving `hash` under its manifest: what earlier sessions kept is held
+        /// against the manifest's hashes, and a blob whose kept chunks disagree with them,
+        /// or that another session receives now, is passed over this time.
+        func begin(_ hash: BlobHash, chunks: [[UInt8]]) throws(SyncError) {
+            let entry = asked[hash]!
+            asked[hash]!.chunks = chunks
+            let resumed: (number: UInt64, offset: UInt64, chunks: [[UInt8]])
             do throws(EventStoreError) {
-                let (number, held) = try blobs.store.resume(hash, size: size, owner: owner)
-                guard held == offset else {
-                    blobs.store.releaseAll(owner: owner)
-                    throw EventStoreError(.unavailable, "its partial file changed during the session")
-                }
-                return number
+                resumed = try blobs.store.resume(hash, size: entry.size, owner: owner, chunkBytes: BlobChunk.maxBytes)
             } catch {
                 if error.reason == .storageFull {
                     throw SyncError(.storageFull, "this node cannot take blob \(hash): \(error.message)")
                 }
                 // Being received in another session, or too many uploads: its chunks are
                 // passed over, and a later session asks for it again.
-                skipping.insert(hash)
+                asked[hash]!.passed = true
                 report.blobsUnasked += 1
-                return nil
+                return
             }
+            let agreeing = zip(resumed.chunks, chunks).prefix { $0 == $1 }.count
+            guard agreeing == resumed.chunks.count, resumed.offset == entry.offset else {
+                // The kept bytes are not what this peer's manifest says (or not what was
+                // asked from): kept only as far as they agree, and asked for again.
+                blobs.store.releaseAll(owner: owner)
+                try storage { () throws(EventStoreError) in
+                    try blobs.store.truncatePartial(hash, to: UInt64(agreeing) * chunkBytes)
+                }
+                asked[hash]!.passed = true
+                report.blobsUnasked += 1
+                return
+            }
+            asked[hash]!.upload = resumed.number
         }
+
         while true {
             let frame = try read()
             switch frame.kind {
+            case .manifest:
+                let (hash, size, chunks) = try BlobManifest.decode(frame.payload)
+                guard let entry = asked[hash], entry.size == size, entry.chunks == nil else {
+                    throw SyncError(.protocolError, "the peer sent a manifest of \(hash), which was not asked for (or twice)")
+                }
+                // One blob at a time: the one before is released, whole or not.
+                blobs.store.releaseAll(owner: owner)
+                for other in asked.keys where asked[other]!.upload != nil { asked[other]!.upload = nil }
+                try begin(hash, chunks: chunks)
             case .chunk:
                 let (hash, offset, bytes) = try BlobChunk.decode(frame.payload)
-                guard let (size, held) = asked[hash] else {
-                    throw SyncError(.protocolError, "the peer sent a chunk of \(hash), which was not asked for")
+                guard let entry = asked[hash], let chunks = entry.chunks else {
+                    throw SyncError(.protocolError, "the peer sent a chunk of \(hash) before its manifest, or unasked")
                 }
-                guard offset == held, !bytes.isEmpty, UInt64(bytes.count) <= size - offset else {
+                let index = Int(offset / chunkBytes)
+                let expectedLength = min(chunkBytes, entry.size - min(entry.size, offset))
+                guard offset == entry.offset, offset % chunkBytes == 0, index < chunks.count,
+                    UInt64(bytes.count) == expectedLength
+                else {
                     throw SyncError(
                         .protocolError,
-                        "the peer sent \(bytes.count) bytes of \(hash) at offset \(offset); \(held) of its \(size) bytes are held"
+                        "the peer sent \(bytes.count) bytes of \(hash) at offset \(offset); the next chunk of its \(entry.size) bytes is at \(entry.offset)"
                     )
                 }
                 report.blobBytesReceived += bytes.count
-                defer { asked[hash]!.offset += UInt64(bytes.count) }
-                if skipping.contains(hash) { continue }
-                if open?.hash != hash {
-                    // Blobs come one after another: the previous one is released, whole or not.
-                    if open != nil { blobs.store.releaseAll(owner: owner) }
-                    open = nil
-                    guard let number = try begin(hash) else { continue }
-                    open = (hash, number)
+                asked[hash]!.offset += UInt64(bytes.count)
+                guard !entry.passed, let number = entry.upload else { continue }
+                let chunk = Array(bytes)
+                guard SHA256.digest(chunk) == chunks[index] else {
+                    throw SyncError(
+                        .invalidPeer,
+                        "chunk \(index) of \(hash) from the peer does not match the hash its manifest gives: it was refused and nothing of it kept; the blob is asked again, of this peer or another, at the next session"
+                    )
                 }
-                let number = open!.number
                 let received = try storage { () throws(EventStoreError) in
-                    try blobs.store.write(number, offset: offset, bytes: Array(bytes), owner: owner)
+                    try blobs.store.write(number, offset: offset, bytes: chunk, owner: owner)
                 }
-                if received == size {
-                    open = nil
+                if received == entry.size {
+                    asked[hash]!.upload = nil
                     try finish(hash, number)
                 }
             case .blobsDone:
@@ -218,18 +311,27 @@ extension SyncSession {
                 // A blob of no bytes takes no chunk: the peer's done says it holds it.
                 for want in wants where want.size == 0 && !missing.contains(want.hash) {
                     let hash = BlobHash(want.hash)!
-                    if let number = try begin(hash) { try finish(hash, number) }
+                    try begin(hash, chunks: [])
+                    if let number = asked[hash]!.upload { try finish(hash, number) }
                 }
+                if !arrived.isEmpty { blobs.arrived(arrived) }
+                announced = true
+                let whole = Set(arrived.map(\.description))
+                try send(
+                    .blobsKept,
+                    Messages.BlobsKept(
+                        kept: report.blobsReceived, lacking: wants.map(\.hash).filter { !whole.contains($0) }))
                 return
             default:
                 throw SyncError(
-                    .protocolError, "the peer sent a \(frame.kind) frame where a chunk or blobs_done belongs")
+                    .protocolError, "the peer sent a \(frame.kind) frame where a manifest, a chunk or blobs_done belongs")
             }
         }
     }
 
-    /// Answers the peer's `want`: the chunks of each blob asked for that this node holds at
-    /// the size named, from the offset the peer holds, then `blobs_done`.
+    /// Answers the peer's `want`: for each blob asked for that this node holds at the size
+    /// named, its manifest and its chunks from the offset the peer holds, then `blobs_done`;
+    /// then waits for the peer's `blobs_kept`.
     func serveBlobs(_ blobs: SyncBlobs) throws(SyncError) {
         let wants = try Messages.decode(Messages.Wants.self, try expect(.want).payload, frame: "want")
         guard wants.blobs.count <= Messages.Wants.maxWants else {
@@ -237,12 +339,14 @@ extension SyncSession {
                 .protocolError,
                 "the peer's want frame asks for \(wants.blobs.count) blobs; at most \(Messages.Wants.maxWants) are allowed")
         }
+        let chunkBytes = UInt64(BlobChunk.maxBytes)
         var sent = 0
         var missing: [String] = []
         var held: [(hash: BlobHash, size: UInt64, offset: UInt64)] = []
         for want in wants.blobs {
             guard let hash = BlobHash(want.hash), let size = blobs.store.size(of: hash), size == want.size,
-                want.offset <= size
+                want.offset <= size, want.offset % chunkBytes == 0,
+                size <= UInt64(BlobManifest.maxChunks) * chunkBytes
             else {
                 missing.append(String(want.hash.prefix(71)))
                 continue
@@ -251,9 +355,17 @@ extension SyncSession {
             if !held.contains(where: { $0.hash == hash }) { held.append((hash, size, want.offset)) }
         }
         // What the peer asked for that this side holds and has not sent whole, as it goes:
-        // a cut session leaves the rest.
+        // a cut session leaves the rest, all pending for the peer until its blobs_kept.
         report.blobsPeerWants = held.count
+        report.peerLacksBlobs = held.map(\.hash)
         for (hash, size, start) in held {
+            // An empty blob takes neither manifest nor chunk: blobs_done says it is held.
+            if size > 0 {
+                let chunks = try storage { () throws(EventStoreError) in
+                    try blobs.store.chunkDigests(hash, chunkBytes: BlobChunk.maxBytes)
+                }
+                try channel.write(Frame(kind: .manifest, payload: BlobManifest.encode(hash, size: size, chunks: chunks)))
+            }
             var offset = start
             while offset < size {
                 let (_, bytes) = try storage { () throws(EventStoreError) in
@@ -269,5 +381,10 @@ extension SyncSession {
         }
         report.blobsSent += sent
         try send(.blobsDone, Messages.BlobsDone(sent: sent, missing: missing))
+        let kept = try Messages.decode(Messages.BlobsKept.self, try expect(.blobsKept).payload, frame: "blobs_kept")
+        // What it asked for and still lacks that this node holds: pending for that peer.
+        let lacking = Set(kept.lacking.prefix(Messages.Wants.maxWants).compactMap { BlobHash($0) })
+        report.peerLacksBlobs = held.map(\.hash).filter { lacking.contains($0) }
+        report.blobsPeerWants = report.peerLacksBlobs.count
     }
 }

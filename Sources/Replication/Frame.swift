@@ -21,8 +21,14 @@ package struct Frame: Equatable, Sendable {
         case want = 0x57  // "W"
         /// Bytes of one blob (`BlobChunk`): binary.
         case chunk = 0x43  // "C"
+        /// The SHA-256 of each chunk of one blob, before its first chunk (`BlobManifest`):
+        /// binary.
+        case manifest = 0x4D  // "M"
         /// The end of the answer to a want: JSON, the blobs served and those not held.
         case blobsDone = 0x63  // "c"
+        /// The answer to `blobs_done`: JSON, the blobs kept whole, all of them on the
+        /// receiver's disk by then.
+        case blobsKept = 0x6B  // "k"
 
         /// What a session must have agreed to before either side sends a frame of a kind:
         /// the protocol version that added it, or a capability both hellos named.
@@ -46,9 +52,11 @@ package struct Frame: Equatable, Sendable {
             case .ack, .done, .error: (.version(1), Frame.maxSmallPayloadBytes)
             // An append as a client may send one, and its answer (ids and versions of each event).
             case .forward, .forwarded: (.capability(Frame.forwardCapability), Messages.maxBytes)
-            // At most 256 hashes with sizes and offsets; a chunk is a header and 1 MiB.
-            case .want, .blobsDone: (.capability(Frame.blobsCapability), Frame.maxSmallPayloadBytes)
+            // At most 256 hashes with sizes and offsets; a chunk is a header and 512 KiB; a
+            // manifest a header and 32 bytes a chunk, of a blob of up to 16 GiB.
+            case .want, .blobsDone, .blobsKept: (.capability(Frame.blobsCapability), Frame.maxSmallPayloadBytes)
             case .chunk: (.capability(Frame.blobsCapability), BlobChunk.headerBytes + BlobChunk.maxBytes)
+            case .manifest: (.capability(Frame.blobsCapability), BlobManifest.maxPayloadBytes)
             }
         }
 
@@ -106,7 +114,8 @@ package struct Frame: Equatable, Sendable {
     /// with one `forwarded` frame, and nothing is synced.
     package static let forwardCapability = "forward"
     /// Attachments: once both sides have sent their events, the initiator sends a `want`
-    /// of the blobs it lacks, the responder its `chunk` frames and `blobs_done`; then the
+    /// of the blobs it lacks, the responder a `manifest` and the `chunk` frames of each,
+    /// then `blobs_done`, and the initiator `blobs_kept` once they are on its disk; then the
     /// other way. A node that keeps no blobs does not name it.
     package static let blobsCapability = "blobs"
     /// Each side's first bytes: "EVSYNC/" and the version in decimal, then a newline.

@@ -90,6 +90,8 @@ package final class SyncService: Sendable {
         package var name: String
         package var url: String
         package var fromConfig: Bool
+        /// What this node fetches of its blobs.
+        package var blobs: BlobPolicy = .eager
     }
 
     /// One peer's sync, for `sync`'s answer.
@@ -132,8 +134,9 @@ package final class SyncService: Sendable {
     /// among peers named otherwise.
     let helloNames = Mutex<[String: String]>([:])
     /// Per peer name, the blobs it asked for at its last session that this node holds and
-    /// did not send whole (the session was cut): pending for that peer.
-    let blobsWanted = Mutex<[String: Int]>([:])
+    /// it did not keep (the session was cut, or it could not store them): pending for that
+    /// peer, in `status` and in `get` with `sync`.
+    let blobsWanted = Mutex<[String: Set<BlobHash>]>([:])
     /// Held while a `state/<name>` record is built and stored, so two sessions' records of
     /// one peer (an outgoing and an incoming one) are stored in the order they were built.
     private let persisting = Mutex<Void>(())
@@ -174,9 +177,9 @@ package final class SyncService: Sendable {
         takeBlobPolicies(settings)
     }
 
-    /// The blob policies of the configured peers, for the sessions.
+    /// The blob policies of the peers (configured and added), for the sessions.
     private func takeBlobPolicies(_ settings: Settings) {
-        let policies = Dictionary(settings.configPeers.map { ($0.name, $0.blobs) }, uniquingKeysWith: { first, _ in first })
+        let policies = Dictionary(peers().map { ($0.name, $0.blobs) }, uniquingKeysWith: { first, _ in first })
         node.blobs?.policies.withLock { $0 = policies }
     }
 
@@ -186,14 +189,26 @@ package final class SyncService: Sendable {
 
     /// Config peers first, then those added through the API, each name once.
     package func peers() -> [Peer] {
-        let fromConfig = settings.withLock { $0.configPeers }.map { Peer(name: $0.name, url: $0.url, fromConfig: true) }
+        let fromConfig = settings.withLock { $0.configPeers }.map {
+            Peer(name: $0.name, url: $0.url, fromConfig: true, blobs: $0.blobs)
+        }
         var seen = Set(fromConfig.map(\.name))
         var all = fromConfig
-        for entry in storedPeerEntries() where entry.key.hasPrefix("peer/") {
+        let entries = storedPeerEntries()
+        // `peer_blobs/NAME`: the policy of a peer added with one other than eager.
+        var policies: [String: BlobPolicy] = [:]
+        for entry in entries where entry.key.hasPrefix(SyncService.policyPrefix) {
+            policies[String(entry.key.dropFirst(SyncService.policyPrefix.count))] = BlobPolicy(
+                rawValue: String(decoding: entry.value, as: UTF8.self))
+        }
+        for entry in entries where entry.key.hasPrefix("peer/") {
             let name = String(entry.key.dropFirst("peer/".count))
             guard !seen.contains(name) else { continue }
             seen.insert(name)
-            all.append(Peer(name: name, url: String(decoding: entry.value, as: UTF8.self), fromConfig: false))
+            all.append(
+                Peer(
+                    name: name, url: String(decoding: entry.value, as: UTF8.self), fromConfig: false,
+                    blobs: policies[name] ?? .eager))
         }
         return all
     }
@@ -222,7 +237,9 @@ package final class SyncService: Sendable {
         }
     }
 
-    package func add(name: String, url: String) throws(RPCError) -> [Peer] {
+    static let policyPrefix = "peer_blobs/"
+
+    package func add(name: String, url: String, blobs: BlobPolicy = .eager) throws(RPCError) -> [Peer] {
         guard PeerName.isValid(name) else {
             throw RPCError.invalidParams("peer name \"\(name)\" is not valid: \(PeerName.rule)")
         }
@@ -231,13 +248,24 @@ package final class SyncService: Sendable {
         } catch {
             throw RPCError.invalidParams(error.message)
         }
-        return try adding.withLock { _ throws(RPCError) in try store(name: name, url: url) }
+        let list = try adding.withLock { _ throws(RPCError) in try store(name: name, url: url, blobs: blobs) }
+        takeBlobPolicies(settings.withLock { $0 })
+        return list
     }
 
-    private func store(name: String, url: String) throws(RPCError) -> [Peer] {
+    private func store(name: String, url: String, blobs: BlobPolicy) throws(RPCError) -> [Peer] {
         let current = peers()
         if let existing = current.first(where: { $0.name == name }) {
-            guard existing.url != url else { return current }
+            guard existing.url != url || existing.blobs != blobs else { return current }
+            if !existing.fromConfig, existing.url == url {
+                // The same peer with another blob policy: the policy changes.
+                do {
+                    try node.storePeerEntries([SyncService.policyEntry(name, blobs)])
+                } catch {
+                    throw RPCError(error)
+                }
+                return peers()
+            }
             throw RPCError.application(
                 .conflict,
                 existing.fromConfig
@@ -252,13 +280,20 @@ package final class SyncService: Sendable {
                     + "peers.remove, or raise max_peers in the daemon's configuration and reload it")
         }
         do {
-            try node.storePeerEntries([PeerEntry(key: "peer/\(name)", value: Array(url.utf8))])
+            try node.storePeerEntries([
+                PeerEntry(key: "peer/\(name)", value: Array(url.utf8)), SyncService.policyEntry(name, blobs),
+            ])
         } catch {
             throw RPCError(error)
         }
         schedules.withLock { $0[name] = PeerSchedule(nextAttempt: now()) }
         wake.signal()
         return peers()
+    }
+
+    /// The peers-table entry of a peer's blob policy: none for eager, the default.
+    static func policyEntry(_ name: String, _ policy: BlobPolicy) -> PeerEntry {
+        PeerEntry(key: policyPrefix + name, value: policy == .eager ? nil : Array(policy.rawValue.utf8))
     }
 
     package func remove(name: String) throws(RPCError) -> [Peer] {
@@ -272,6 +307,7 @@ package final class SyncService: Sendable {
         do {
             try node.storePeerEntries([
                 PeerEntry(key: "peer/\(name)", value: nil), PeerEntry(key: "state/\(name)", value: nil),
+                SyncService.policyEntry(name, .eager),
             ])
         } catch {
             throw RPCError(error)
@@ -569,7 +605,7 @@ package final class SyncService: Sendable {
         warnOfSharedName(outcome.report, peer: peer.name)
         if let name = outcome.report.peerName { helloNames.withLock { $0[peer.name] = name } }
         if outcome.report.capabilities.contains(Frame.blobsCapability) {
-            blobsWanted.withLock { $0[peer.name] = outcome.report.blobsPeerWants }
+            blobsWanted.withLock { $0[peer.name] = Set(outcome.report.peerLacksBlobs) }
         }
         if outcome.error == nil {
             remember(
@@ -736,6 +772,9 @@ package final class SyncService: Sendable {
             for name in names {
                 remember(
                     name, node: report.peerNode, vector: report.peerVector, deadLetters: report.peerDeadLetters, at: at)
+                if report.capabilities.contains(Frame.blobsCapability) {
+                    blobsWanted.withLock { $0[name] = Set(report.peerLacksBlobs) }
+                }
             }
         } catch {
             logger.warning("sync from \(session.peerLabel.isEmpty ? "a peer" : session.peerLabel) failed: \(error)")
@@ -850,9 +889,12 @@ package final class SyncService: Sendable {
             }
             return PeerStatus(
                 peer: peer, schedule: schedule, pending: pending,
-                blobsPending: blobsWanted.withLock { $0[peer.name] })
+                blobsPending: blobsWanted.withLock { $0[peer.name]?.count })
         }
     }
+
+    /// The blobs this node holds that `peer` asked for at its last session and still lacks.
+    package func blobsLacking(_ peer: String) -> Set<BlobHash> { blobsWanted.withLock { $0[peer] ?? [] } }
 
     /// Every peer with what it is known to hold and its schedule, without counting what it
     /// lacks: per-item sync status looks only at the events it is asked about.

@@ -179,6 +179,9 @@ package struct SyncReport: Sendable, Equatable {
     package var blobsSent = 0
     package var blobBytesSent = 0
     package var blobsPeerWants = 0
+    /// The blobs this node holds that the peer asked for and still lacks once the session
+    /// ended (it was cut, or the peer could not keep them): pending for that peer.
+    package var peerLacksBlobs: [BlobHash] = []
 }
 
 /// One sync session over a frame channel, from either end.

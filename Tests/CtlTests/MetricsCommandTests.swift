@@ -84,6 +84,8 @@ struct MetricsCommandTests {
         }
         #expect(try evctl(["append", "job/1", "set", "a=1", "b=2"], socket: daemon.socketPath).status == 0)
         #expect(try evctl(["consumers", "add", "bridge", "--seq", "1"], socket: daemon.socketPath).status == 0)
+        try Data("a photo of the meter".utf8).write(to: URL(fileURLWithPath: daemon.directory + "/photo.jpg"))
+        #expect(try evctl(["blob", "put", daemon.directory + "/photo.jpg"], socket: daemon.socketPath).status == 0)
 
         let before = try MetricsCommandTests.status(daemon.socketPath)
         let (text, metrics) = try MetricsCommandTests.metrics(daemon.socketPath)
@@ -108,7 +110,11 @@ struct MetricsCommandTests {
         let appends = before["appends"] as? [String: Any]
         let attention = before["needs_attention"] as? [String: Any]
         let clock = before["clock"] as? [String: Any]
+        let blobs = before["blobs"] as? [String: Any]
         let equal: [(String, Double?)] = [
+            ("evstore_blobs", number(blobs, "count")),
+            ("evstore_blob_bytes", number(blobs, "bytes")),
+            ("evstore_blobs_pending", number(blobs, "pending")),
             ("evstore_stored_events", number(before, "events")),
             ("evstore_entities", number(before, "entities")),
             ("evstore_store_bytes", number(before, "bytes")),
@@ -128,6 +134,7 @@ struct MetricsCommandTests {
             #expect(expected != nil && metrics.value(metric) == expected, "\(metric)")
         }
         #expect(metrics.value("evstore_stored_events") == 4 && metrics.value("evstore_appended_events_total") == 4)
+        #expect(metrics.value("evstore_blobs") == 1 && metrics.value("evstore_blob_bytes") == 20)
         // A durable consumer's lag and place, and the head they are counted from.
         #expect(metrics.value("evstore_head_seq") == 4)
         #expect(metrics.value("evstore_consumer_lag_events", ["consumer": "bridge"]) == 3)

@@ -211,7 +211,9 @@ struct BlobTests {
         _ = try a.client().call(
             "append",
             eventsParams([#"{"entity":"job/9","kind":"edit","fields":{"photo":{"$blob":"\#(hash)","size":5}}}"#]))
-        _ = try b.client().call("peers.add", #"{"name":"a","url":"unix://\#(a.socketPath)"}"#)
+        // Policy none: the event comes, its blob does not.
+        let added = try b.client().call("peers.add", #"{"name":"a","url":"unix://\#(a.socketPath)","blobs":"none"}"#)
+        #expect((added["peers"] as? [[String: Any]])?.first?["blobs"] as? String == "none", "\(added)")
         _ = try b.client().call("sync", #"{"peer":"a"}"#)
         let state = try b.client().call("get", #"{"entity":"job/9"}"#)
         #expect((state["blobs"] as? [String: String]) == [hash: "pending"], "\(state)")
@@ -222,6 +224,12 @@ struct BlobTests {
         // Once the bytes are put here too, present.
         _ = try b.client().call("blob.put", #"{"data":"aGVsbG8="}"#)
         #expect(try b.client().call("get", #"{"entity":"job/9"}"#)["blobs"] as? [String: String] == [hash: "present"])
+        // The policy changes when the peer is added again with another; a bad one is refused.
+        let lazy = try b.client().call("peers.add", #"{"name":"a","url":"unix://\#(a.socketPath)","blobs":"lazy"}"#)
+        #expect((lazy["peers"] as? [[String: Any]])?.first?["blobs"] as? String == "lazy", "\(lazy)")
+        let refused = try b.client().failure(
+            "peers.add", #"{"name":"c","url":"unix://\#(a.socketPath)","blobs":"sometimes"}"#)
+        #expect(refused.reason == "invalid_params" && refused.message.contains("lazy"), "\(refused)")
     }
 
     @Test("32 connections at once each beginning three uploads: two per connection, max_blob_uploads in all, the rest refused; all go with their connections")

@@ -10,13 +10,16 @@ usage: sync-relay.py [options] -- COMMAND [ARG...]
   --cuts K           K runs (the later ones relay whole)
   --flip-at N        flip the lowest bit of byte N of what the command sends
   --corrupt-chunk    flip a bit in the data of the first chunk frame ("C") and write the
-                     frame's CRC-32C again, so that only the blob's hash can tell
+                     frame's CRC-32C again, so that only the chunk's hash can tell
+  --forge-manifest   with --corrupt-chunk: also write the SHA-256 of the flipped chunk into
+                     the blob's manifest frame ("M"), so that only the blob's hash can tell
   --count FILE       append to FILE the bytes relayed from the command, one line per run
   --rate N           relay at most about N bytes a second from the command
 
 The frames are: kind (1 byte), length (4, big-endian), CRC-32C of the payload (4), payload;
 the command's first line is its preamble (docs/sync.md).
 """
+import hashlib
 import os
 import signal
 import subprocess
@@ -55,7 +58,7 @@ def main():
     index = 0
     while index < len(options):
         name = options[index]
-        if name == "--corrupt-chunk":
+        if name in ("--corrupt-chunk", "--forge-manifest"):
             opts[name] = True
             index += 1
         else:
@@ -71,6 +74,7 @@ def main():
             cut = None
     flip = int(opts["--flip-at"]) if "--flip-at" in opts else None
     corrupt = opts.get("--corrupt-chunk", False)
+    forge = opts.get("--forge-manifest", False)
     rate = int(opts["--rate"]) if "--rate" in opts else None
 
     child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
@@ -95,6 +99,7 @@ def main():
     pending = b""
     preamble_done = False
     corrupted = False
+    held_manifest = None
 
     def finish(code):
         if "--count" in opts:
@@ -142,10 +147,21 @@ def main():
             if len(pending) < 9 + length:
                 break
             frame, pending = bytearray(pending[: 9 + length]), pending[9 + length:]
+            if forge and frame[0] == ord("M") and held_manifest is None:
+                # Held until the chunk it must agree with is flipped.
+                held_manifest = frame
+                continue
             if not corrupted and frame[0] == ord("C") and length > 40:
                 frame[9 + 40 + (length - 40) // 2] ^= 0x10
                 frame[5:9] = crc32c(bytes(frame[9:])).to_bytes(4, "big")
                 corrupted = True
+                if held_manifest is not None:
+                    chunk_bytes = int.from_bytes(held_manifest[9 + 40:9 + 44], "big")
+                    index = int.from_bytes(frame[9 + 32:9 + 40], "big") // chunk_bytes
+                    at = 9 + 44 + 32 * index
+                    held_manifest[at:at + 32] = hashlib.sha256(bytes(frame[9 + 40:])).digest()
+                    held_manifest[5:9] = crc32c(bytes(held_manifest[9:])).to_bytes(4, "big")
+                    send(bytes(held_manifest))
             send(bytes(frame))
     if pending:
         send(pending)

@@ -104,6 +104,8 @@ package struct Configuration: Equatable, Sendable {
     static let defaultMaxConsumers = 64
     /// The blob store's bounds: one blob, all of them, the free space they leave, uploads.
     var blobLimits = BlobStore.Limits()
+    /// How long a blob nothing needs is kept before retention removes it.
+    var blobRetentionSeconds = 30 * 86_400
     var logLevel = Logger.Level.info
     /// Where this host's identity is read (a data directory copied to another machine
     /// takes a fresh node id). Containers that share or lack /etc/machine-id point it at a
@@ -342,6 +344,10 @@ package struct Configuration: Equatable, Sendable {
         Option(
             key: "max_blob_uploads", help: "blob uploads under way at once, in all (16; 2 per connection)",
             field: .at(\.blobLimits.maxUploads), reloads: false),
+        Option(
+            key: "blob_retention_s",
+            help: "seconds a blob no live value and no peer's missing event needs is kept before it is removed (2592000, 30 days)",
+            field: .at(\.blobRetentionSeconds), reloads: true),
         Option(
             key: "log_level", help: "debug, info, notice, warning or error (info)", field: .at(\.logLevel),
             reloads: true),
@@ -635,6 +641,7 @@ package struct Configuration: Equatable, Sendable {
         case "max_blob_store_bytes": blobLimits.maxTotalBytes = UInt64(try integer(0...(1 << 50)))
         case "blob_reserve_bytes": blobLimits.reserveBytes = UInt64(try integer(0...(1 << 50)))
         case "max_blob_uploads": blobLimits.maxUploads = try integer(1...1024)
+        case "blob_retention_s": blobRetentionSeconds = try integer(0...(100 * 365 * 86_400))
         case "machine_id_file": machineIDFile = text
         case "types_file": typesFile = text.isEmpty ? nil : text
         case "backup_dir":

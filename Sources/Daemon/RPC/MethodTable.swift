@@ -86,7 +86,7 @@ package enum MethodTable {
             name: "sync", access: .write, params: ["peer"],
             handler: .methods { methods, request, level in try methods.syncNow(request, level: level) }),
         Method(
-            name: "peers.add", access: .write, params: ["name", "url"],
+            name: "peers.add", access: .write, params: ["name", "url", "blobs"],
             handler: .methods { methods, request, level in try methods.peers(request, level: level) }),
         Method(
             name: "peers.remove", access: .write, params: ["name"],
@@ -151,6 +151,9 @@ package enum MethodTable {
         Method(
             name: "blob.stat", access: .read, params: ["hash"],
             handler: .methods { methods, request, _ in try methods.blobStat(request) }),
+        Method(
+            name: "blob.gc", access: .write, params: ["dry_run"],
+            handler: .methods { methods, request, _ in try methods.blobGC(request) }),
     ]
 
     static let byName: [String: Method] = Dictionary(uniqueKeysWithValues: methods.map { ($0.name, $0) })

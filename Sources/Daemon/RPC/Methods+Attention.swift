@@ -15,9 +15,11 @@ extension Methods {
     /// `get` with `sync: true`: the state with `"sync":{"<peer>":"synced"|"pending"|"failed"}`
     /// added as its last member, one entry per configured peer.
     ///
-    /// `synced`: the peer's last known vector covers every event of the entity and it
-    /// dead-lettered none of them; `pending` otherwise; `failed` when the peer
-    /// dead-lettered one of them, or when pending while the peer is failing or terminal.
+    /// `synced`: the peer's last known vector covers every event of the entity, it
+    /// dead-lettered none of them, and it is not known to lack a blob the entity names that
+    /// this node holds (one it asked for at its last session and did not keep); `pending`
+    /// otherwise; `failed` when the peer dead-lettered one of them, or when pending while
+    /// the peer is failing or terminal.
     func getWithSync(_ entity: EntityKey) throws -> [UInt8] {
         let standings = sync.standings()
         guard
@@ -26,11 +28,14 @@ extension Methods {
         else {
             throw RPCError.application(.notFound, "no event of \(entity) is held on this node")
         }
+        let blobs = Set(BlobReference.hashes(inJSON: state))
         var out = JSONWriter()
         out.beginObject()
         for (standing, delivered) in zip(standings, delivery) {
             out.key(standing.peer.name)
             switch delivered {
+            case .held where !blobs.isEmpty && !blobs.isDisjoint(with: sync.blobsLacking(standing.peer.name)):
+                out.string(standing.schedule.needsAttention ? "failed" : "pending")
             case .held: out.string("synced")
             case .deadLettered: out.string("failed")
             case .lacking: out.string(standing.schedule.needsAttention ? "failed" : "pending")

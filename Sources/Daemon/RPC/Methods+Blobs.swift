@@ -246,3 +246,46 @@ extension Methods {
         return json
     }
 }
+
+extension Methods {
+    /// `blob.gc`: blob retention now (`evctl blob gc`): the blobs nothing needs that have
+    /// been unused for `blob_retention_s` are removed, and those unused for less are marked
+    /// or listed with when they go. With `"dry_run": true`, what it would do, changing nothing.
+    func blobGC(_ request: Request) throws -> [UInt8] {
+        let params = try Params(request)
+        let dryRun = try params.bool("dry_run") ?? false
+        guard let retention else { throw RPCError.application(.unavailable, "this daemon keeps no blobs") }
+        let report = try retention.run(dryRun: dryRun)
+        let retentionMilliseconds = UInt64(max(0, retention.retentionSeconds.load(ordering: .relaxed))) * 1000
+        func write(_ blobs: [UnusedBlob], removable: Bool, to out: inout JSONWriter) {
+            out.beginArray()
+            for blob in blobs {
+                out.beginObject()
+                out.member("hash", blob.hash.description)
+                if let size = blob.size { out.member("size", Int(clamping: size)) }
+                out.member("held", blob.size != nil)
+                out.member("unused_since", blob.since.map { EventLog.timestamp(milliseconds: $0) })
+                if !removable {
+                    out.member(
+                        "removed_after",
+                        EventLog.timestamp(
+                            milliseconds: (blob.since ?? StoreOptions.systemMilliseconds()) + retentionMilliseconds))
+                }
+                out.endObject()
+            }
+            out.endArray()
+        }
+        var out = JSONWriter()
+        out.beginObject()
+        out.member("dry_run", dryRun)
+        out.member("retention_s", retention.retentionSeconds.load(ordering: .relaxed))
+        out.member("needed", report.needed)
+        out.key(dryRun ? "would_remove" : "removed")
+        write(report.removed, removable: true, to: &out)
+        out.member("bytes", Int(clamping: report.bytesRemoved))
+        out.key("kept")
+        write(report.kept, removable: false, to: &out)
+        out.endObject()
+        return out.bytes
+    }
+}

@@ -86,7 +86,16 @@ extension Methods {
             }
             if let refusal = ClientAccess.refusal(ofPeerURL: url, level: level) { throw refusal }
             if let refusal = Methods.refusal(ofSocketURL: url, level: level) { throw refusal }
-            list = try sync.add(name: name, url: url)
+            var policy = BlobPolicy.eager
+            if let text = try params.string("blobs") {
+                guard let chosen = BlobPolicy(rawValue: text) else {
+                    throw RPCError.invalidParams(
+                        "\"blobs\" is \"eager\" (fetch every blob its events name), \"lazy\" (only those a client asks for) or \"none\", not \"\(text.prefix(40))\""
+                    )
+                }
+                policy = chosen
+            }
+            list = try sync.add(name: name, url: url, blobs: policy)
         case "peers.remove":
             let params = try Params(request)
             guard let name = try params.string("name") else {
@@ -102,6 +111,7 @@ extension Methods {
             out.member("name", peer.name)
             out.member("url", peer.url)
             out.member("source", peer.fromConfig ? "config" : "api")
+            out.member("blobs", peer.blobs.rawValue)
             out.endObject()
         }
     }

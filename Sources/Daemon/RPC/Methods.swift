@@ -31,6 +31,8 @@ package struct Methods: Sendable {
     var maxConsumers = Configuration.defaultMaxConsumers
     /// The blobs (nil only in tests that make no blob store).
     var blobs: BlobStore? = nil
+    /// Blob retention, which `blob.gc` runs now.
+    var retention: BlobRetentionService? = nil
 
     package struct NodeInfo: Sendable {
         var name: String?

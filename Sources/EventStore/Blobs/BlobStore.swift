@@ -135,6 +135,41 @@ public final class BlobStore: Sendable {
         return (size, bytes)
     }
 
+    /// Every blob held, with its size, in no particular order.
+    public func list() -> [(hash: BlobHash, size: UInt64)] {
+        var found: [(hash: BlobHash, size: UInt64)] = []
+        for prefix in BlobFile.names(in: blobDirectory) {
+            let folder = blobDirectory + "/" + prefix
+            for name in BlobFile.names(in: folder) {
+                var info = stat()
+                guard let hash = BlobHash(BlobHash.prefix + name), stat(folder + "/" + name, &info) == 0 else {
+                    continue
+                }
+                found.append((hash, UInt64(info.st_size)))
+            }
+        }
+        return found
+    }
+
+    /// Removes the blob `hash` (retention found nothing needs it) and what sessions received
+    /// of it, unless a session is receiving it now.
+    public func remove(_ hash: BlobHash) throws(EventStoreError) {
+        let path = path(of: hash)
+        var info = stat()
+        if stat(path, &info) == 0 {
+            guard unlink(path) == 0 || errno == ENOENT else { throw Self.failure("cannot remove blob \(hash)", errno) }
+            state.withLock {
+                $0.blobs -= min($0.blobs, 1)
+                $0.bytes -= min($0.bytes, UInt64(info.st_size))
+            }
+        }
+        let partial = partialDirectory + "/" + hash.hex
+        let receiving = state.withLock { $0.receiving.contains(hash) }
+        if !receiving, stat(partial, &info) == 0, unlink(partial) == 0 {
+            state.withLock { $0.partialBytes -= min($0.partialBytes, UInt64(info.st_size)) }
+        }
+    }
+
     public func statistics() -> Statistics {
         state.withLock {
             Statistics(
@@ -225,11 +260,13 @@ public final class BlobStore: Sendable {
     }
 
     /// Goes on receiving the blob `hash` of `size` bytes for `owner` (a sync session), from
-    /// what earlier sessions kept of it: the upload's number, and the offset the rest
-    /// starts at. The kept bytes are hashed again first; the whole blob is checked against
-    /// `hash` when it is committed. Refused (`unavailable`) while another session receives it.
-    public func resume(_ hash: BlobHash, size: UInt64, owner: Int) throws(EventStoreError) -> (
-        number: UInt64, offset: UInt64
+    /// what earlier sessions kept of it: the upload's number, the offset the rest starts at
+    /// (what is kept, cut to whole chunks of `chunkBytes`), and the SHA-256 of each chunk
+    /// kept, for the caller to hold against the peer's. The kept bytes are hashed again
+    /// first; the whole blob is checked against `hash` when it is committed. Refused
+    /// (`unavailable`) while another session receives it.
+    public func resume(_ hash: BlobHash, size: UInt64, owner: Int, chunkBytes: Int) throws(EventStoreError) -> (
+        number: UInt64, offset: UInt64, chunks: [[UInt8]]
     ) {
         guard size <= limits.maxBlobBytes else {
             throw EventStoreError(
@@ -242,19 +279,25 @@ public final class BlobStore: Sendable {
         defer { if !registered { state.withLock { _ = $0.receiving.remove(hash) } } }
         let descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else { throw Self.failure("cannot open \(path)", errno) }
-        var held = BlobFile.regularFileSize(descriptor) ?? 0
+        let found = BlobFile.regularFileSize(descriptor) ?? 0
+        var held = found > size ? 0 : found - found % UInt64(chunkBytes)
         let hasher = SHA256.Hasher()
+        var chunks: [[UInt8]] = []
         do throws(EventStoreError) {
-            if held > size {
-                guard ftruncate(descriptor, 0) == 0 else { throw Self.failure("cannot truncate \(path)", errno) }
-                state.withLock { $0.partialBytes -= min($0.partialBytes, held) }
-                held = 0
+            if held != found {
+                // Longer than the blob, or a chunk cut short (a kill mid-write): kept only
+                // up to the last whole chunk.
+                guard ftruncate(descriptor, off_t(held)) == 0 else {
+                    throw Self.failure("cannot truncate \(path)", errno)
+                }
+                state.withLock { $0.partialBytes -= min($0.partialBytes, found - held) }
             }
             var offset: UInt64 = 0
             while offset < held {
-                let piece = try BlobFile.read(descriptor, count: Int(min(held - offset, 1 << 20)), at: offset)
+                let piece = try BlobFile.read(descriptor, count: Int(min(held - offset, UInt64(chunkBytes))), at: offset)
                 guard !piece.isEmpty else { break }
                 hasher.update(piece)
+                chunks.append(SHA256.digest(piece))
                 offset += UInt64(piece.count)
             }
             held = offset
@@ -284,7 +327,42 @@ public final class BlobStore: Sendable {
             throw error
         }
         registered = true
-        return (number, held)
+        return (number, held, chunks)
+    }
+
+    /// Cuts what sessions kept of the blob `hash` to its first `length` bytes (the chunks a
+    /// peer's hashes agree with), unless a session is receiving it now.
+    public func truncatePartial(_ hash: BlobHash, to length: UInt64) throws(EventStoreError) {
+        let path = partialDirectory + "/" + hash.hex
+        try state.withLock { state throws(EventStoreError) in
+            guard !state.receiving.contains(hash) else { return }
+            var info = stat()
+            guard stat(path, &info) == 0, UInt64(info.st_size) > length else { return }
+            guard truncate(path, off_t(length)) == 0 else { throw Self.failure("cannot truncate \(path)", errno) }
+            state.partialBytes -= min(state.partialBytes, UInt64(info.st_size) - length)
+        }
+    }
+
+    /// The SHA-256 of each `chunkBytes` of the blob `hash`, in order (none for an empty
+    /// blob): what a peer checks each chunk against before it keeps it.
+    public func chunkDigests(_ hash: BlobHash, chunkBytes: Int) throws(EventStoreError) -> [[UInt8]] {
+        let descriptor = open(path(of: hash), O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else {
+            if errno == ENOENT { throw EventStoreError(.notFound, "this node holds no blob \(hash)") }
+            throw Self.failure("cannot open blob \(hash)", errno)
+        }
+        defer { close(descriptor) }
+        guard let size = BlobFile.regularFileSize(descriptor) else { throw Self.failure("cannot read blob \(hash)", EIO) }
+        var digests: [[UInt8]] = []
+        digests.reserveCapacity(Int((size + UInt64(chunkBytes) - 1) / UInt64(chunkBytes)))
+        var offset: UInt64 = 0
+        while offset < size {
+            let piece = try BlobFile.read(descriptor, count: Int(min(size - offset, UInt64(chunkBytes))), at: offset)
+            guard !piece.isEmpty else { throw Self.failure("blob \(hash) ended at \(offset) of \(size) bytes", EIO) }
+            digests.append(SHA256.digest(piece))
+            offset += UInt64(piece.count)
+        }
+        return digests
     }
 
     /// Ends the receipts of `owner` (its session ended) that are not whole: what they

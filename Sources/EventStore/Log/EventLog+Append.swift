@@ -191,6 +191,16 @@ struct WriteBatch {
                 return .keySeenBefore(id)
             }
         }
+        if let present = log.options.blobPresent {
+            // Checked here, in the writer, as well as before the job was queued: retention
+            // removes blobs in the writer too, so none can go between this check and the commit.
+            for reference in input.blobReferences where !present(reference.hash) {
+                throw EventStoreError(
+                    .invalidEvent,
+                    "the event names blob \(reference.hash), which this node does not hold: put the blob first (evctl blob put FILE)"
+                )
+            }
+        }
         let slot = try slot(input.entity, txn: txn)
         let entity = input.entity
         name(slot)
@@ -391,7 +401,7 @@ struct WriteBatch {
             try txn.put(tables.events, key, value, flags: .noOverwrite)
         }
         try txn.put(tables.entityIndex, event.entity.bytes, key)
-        try recordPendingBlobs(of: event, txn: &txn)
+        try recordBlobReferences(of: event, txn: &txn)
         originEntries.append((event.origin, event.id))
         // Every path that stores an event comes through here, so every stored event takes a
         // seq, in the transaction that stores it.

@@ -79,10 +79,9 @@ extension EventLog {
         return PendingBlob(hash: BlobHash(digest: key), size: uint64(bigEndian: Array(value[..<8])), since: since)
     }
 
-    /// Lists every blob the stored events name and the node does not hold (the upgrade to
-    /// format 6; nothing when the store has no blobs beside it).
-    func listPendingBlobs(txn: inout WriteTransaction) throws {
-        guard let present = options.blobPresent else { return }
+    /// Indexes every stored event's references to blobs (`blob_refs`) and lists the blobs
+    /// they name that the node does not hold (`blob_pending`): the upgrade to format 6.
+    func indexBlobReferences(txn: inout WriteTransaction) throws {
         var entities: [EntityKey] = []
         try txn.withCursor(tables.entityIndex) { cursor in
             var item = try cursor.first()
@@ -93,32 +92,42 @@ extension EventLog {
         }
         for entity in entities {
             for event in try events(of: entity, txn: txn) {
-                try EventLog.recordPending(event, present: present, table: tables.blobPending, txn: &txn)
+                try EventLog.recordReferences(event, options: options, tables: tables, txn: &txn)
             }
         }
     }
 
-    /// Lists the blobs `event` names that the node does not hold and are not listed yet.
-    static func recordPending(
-        _ event: Event, present: (BlobHash) -> Bool, table: Database, txn: inout WriteTransaction
+    /// The `blob_refs` key of `event`'s reference to `hash`.
+    static func referenceKey(_ hash: BlobHash, _ event: ULID) -> [UInt8] { hash.digest + event.bytes }
+
+    /// Indexes the references `event` makes and lists the blobs it names that the node does
+    /// not hold and are not listed yet.
+    static func recordReferences(
+        _ event: Event, options: StoreOptions, tables: Tables, txn: inout WriteTransaction
     ) throws {
-        for reference in event.blobReferences where !present(reference.hash) {
-            if try txn.get(table, reference.hash.digest) == nil {
-                try txn.put(table, reference.hash.digest, bigEndian(reference.size) + event.id.bytes)
+        switch event.body {
+        case .edit, .add: break
+        default: return
+        }
+        let references = event.blobReferences
+        guard !references.isEmpty else { return }
+        for reference in references {
+            try txn.put(tables.blobReferences, referenceKey(reference.hash, event.id), event.origin.bytes)
+        }
+        guard let present = options.blobPresent else { return }
+        for reference in references where !present(reference.hash) {
+            if try txn.get(tables.blobPending, reference.hash.digest) == nil {
+                try txn.put(tables.blobPending, reference.hash.digest, bigEndian(reference.size) + event.id.bytes)
             }
         }
     }
 }
 
 extension WriteBatch {
-    /// Lists the blobs a stored event names that the node does not hold (a peer's event
-    /// whose blob has not come yet), in the event's transaction.
-    func recordPendingBlobs(of event: Event, txn: inout WriteTransaction) throws {
-        guard let present = log.options.blobPresent else { return }
-        switch event.body {
-        case .edit, .add: try EventLog.recordPending(event, present: present, table: log.tables.blobPending, txn: &txn)
-        default: return
-        }
+    /// Indexes the references a stored event makes to blobs, and lists those the node does
+    /// not hold (a peer's event whose blob has not come yet), in the event's transaction.
+    func recordBlobReferences(of event: Event, txn: inout WriteTransaction) throws {
+        try EventLog.recordReferences(event, options: log.options, tables: log.tables, txn: &txn)
     }
 }
 

@@ -43,7 +43,8 @@ extension EventLog {
     /// a seq, in id order (the order an older release's `log` gave), and the head is
     /// recorded; a format-3 store's per-event seq entries go into blocks; before format 5,
     /// the origin index is written again with full pages; before format 6, the blobs the
-    /// events name and the node lacks are listed (`blob_pending`); then every projection is folded
+    /// events name and the node lacks are listed (`blob_pending`) and every reference to a
+    /// blob is indexed (`blob_refs`); then every projection is folded
     /// again, with its rev and its status history (in the record when short, else in
     /// `status_history`), and the format marker is written.
     func upgrade() throws(EventStoreError) {
@@ -96,7 +97,7 @@ extension EventLog {
                         seq = max(seq, try EventLog.sequenceHead(txn: txn, tables: tables))
                     }
                     if format < 5 { try repackOriginIndex(txn: &txn) }
-                    if format < 6 { try listPendingBlobs(txn: &txn) }
+                    if format < 6 { try indexBlobReferences(txn: &txn) }
                     _ = try rebuildProjections(txn: &txn, verify: false)
                     return seq
                 }
@@ -129,13 +130,30 @@ extension EventLog {
             try txn.drop(tables.statusIndex)
             try txn.drop(tables.conflicts)
             try txn.drop(tables.statusHistory)
+            try txn.drop(tables.blobReferences)
             for record in try rejectedOwnProposals(txn: txn) {
                 _ = try txn.delete(tables.peers, RejectedOwnProposal.key(record.proposal.id))
             }
         }
         var rejected: [RejectedOwnProposal] = []
+        // The references to blobs the events make: `blob_refs` written again, or compared.
+        var references: [[UInt8]: (entity: EntityKey, origin: ULID)] = [:]
         for entity in entities {
             let events = try self.events(of: entity, txn: txn)
+            for event in events {
+                switch event.body {
+                case .edit, .add: break
+                default: continue
+                }
+                for reference in event.blobReferences {
+                    let key = EventLog.referenceKey(reference.hash, event.id)
+                    if verify {
+                        references[key] = (entity, event.origin)
+                    } else {
+                        try txn.put(tables.blobReferences, key, event.origin.bytes)
+                    }
+                }
+            }
             let state = Projection.fold(entity, events)
             let history = Projection.statusHistory(entity, events)
             let rev = events.reduce(UInt64(0)) { max($0, seqs[$1.id] ?? 0) }
@@ -176,6 +194,7 @@ extension EventLog {
         report.unsequenced = try txn.stat(tables.events).entries - seqs.count
         if verify {
             report.mismatched.append(contentsOf: try projectionsWithoutEvents(txn: txn, known: Set(entities)))
+            report.mismatched.append(contentsOf: try referencesDiffering(from: references, txn: txn))
             // The records of this node's rejected proposals are what the states say.
             let held = try rejectedOwnProposals(txn: txn).sorted { $0.proposal.id < $1.proposal.id }
             let expected = rejected.sorted { $0.proposal.id < $1.proposal.id }
@@ -188,6 +207,37 @@ extension EventLog {
         // Every projection is now in this version's format.
         try txn.put(tables.meta, Meta.format, bigEndian(EventLog.formatVersion))
         return report
+    }
+
+    /// The entities whose references to blobs `blob_refs` lists otherwise than `expected`
+    /// (each reference's key, with its event's entity and origin) says.
+    func referencesDiffering(
+        from expected: [[UInt8]: (entity: EntityKey, origin: ULID)], txn: borrowing some TransactionReading & ~Copyable
+    ) throws -> [EntityKey] {
+        var differing = Set<EntityKey>()
+        var listed = 0
+        try txn.withCursor(tables.blobReferences) { cursor in
+            var item = try cursor.first()
+            while let current = item {
+                if let reference = expected[current.key] {
+                    listed += 1
+                    if current.value != reference.origin.bytes { differing.insert(reference.entity) }
+                } else if current.key.count == 48, let id = ULID(bytes: Array(current.key[32...])),
+                    let value = try txn.get(tables.events, id.bytes)
+                {
+                    differing.insert(try decodeValue(value, id: id, txn: txn).entity)
+                } else {
+                    throw CorruptDataError("blob_refs lists a reference by an event the store does not hold")
+                }
+                item = try cursor.next()
+            }
+        }
+        if listed < expected.count {
+            for (key, reference) in expected where try txn.get(tables.blobReferences, key) == nil {
+                differing.insert(reference.entity)
+            }
+        }
+        return differing.sorted { $0.bytes.lexicographicallyPrecedes($1.bytes) }
     }
 
     /// Writes the origin index again, each origin's ids appended in order: an index written

@@ -105,6 +105,14 @@ public final class EventLog: Sendable {
         /// stored event that named it (16): the blobs events name whose bytes this node does
         /// not hold, which sync asks peers for. Node-local, never replicated.
         case blobPending
+        /// blob digest (32 bytes) and event id (16) → the event's origin (16): every stored
+        /// event's references to blobs, which retention reads to tell a blob still needed
+        /// (`EventLog.blobNeed(_:peers:)`). Node-local, never replicated; `rebuild` writes
+        /// it again from the events.
+        case blobReferences
+        /// blob digest (32 bytes) → when retention first found the blob needed by nothing
+        /// (milliseconds since the Unix epoch, 8 bytes, big-endian). Node-local.
+        case blobUnused
         /// small named values: format, node id, digest, dictionary version, sequence head.
         case meta
 
@@ -126,6 +134,8 @@ public final class EventLog: Sendable {
             case .sequence: "seq_blocks"
             case .consumers: "consumers"
             case .blobPending: "blob_pending"
+            case .blobReferences: "blob_refs"
+            case .blobUnused: "blob_unused"
             case .meta: "meta"
             }
         }
@@ -133,7 +143,7 @@ public final class EventLog: Sendable {
         var flags: DatabaseFlags {
             switch self {
             case .events, .projections, .keys, .conflicts, .deadLetters, .deadLetterIDs, .peers, .dictionaries, .skew,
-                .sequence, .consumers, .blobPending, .meta:
+                .sequence, .consumers, .blobPending, .blobReferences, .blobUnused, .meta:
                 []
             case .entityIndex, .originIndex: [.dupSort, .dupFixed]
             case .statusIndex, .statusHistory: [.dupSort]
@@ -168,6 +178,8 @@ public final class EventLog: Sendable {
         var sequence: Database { self[.sequence] }
         var consumers: Database { self[.consumers] }
         var blobPending: Database { self[.blobPending] }
+        var blobReferences: Database { self[.blobReferences] }
+        var blobUnused: Database { self[.blobUnused] }
         var meta: Database { self[.meta] }
     }
 
@@ -197,7 +209,8 @@ public final class EventLog: Sendable {
     /// sequence in blocks (`seq_blocks`, `SequenceBlocks`); format 5 keeps a short status
     /// history in its entity's projection record (only longer ones in `status_history`),
     /// the rev as a varint, and fills the origin index's pages; format 6 lists the blobs
-    /// events name and the node lacks (`blob_pending`). An older store is upgraded when it
+    /// events name and the node lacks (`blob_pending`), every reference to a blob
+    /// (`blob_refs`) and the blobs retention found unused (`blob_unused`). An older store is upgraded when it
     /// is opened (`upgrade()`), in one transaction.
     public static let formatVersion: UInt32 = 6
 

@@ -26,8 +26,12 @@ struct Blob: Command {
                 is fetched from the peers first (from a peer of policy lazy only so). Stat \
                 says whether this node holds it, or knows it as pending. `evctl get` lists \
                 the blobs an entity names as present or pending (its bytes not here yet).
+
+                Gc removes the blobs nothing needs (no entity names them in its current \
+                state, and every peer holds the events that named them) once they have been \
+                unused for blob_retention_s (30 days); the daemon runs it every hour.
                 """,
-            subcommands: [BlobPut.self, BlobGet.self, BlobStat.self])
+            subcommands: [BlobPut.self, BlobGet.self, BlobStat.self, BlobGC.self])
     }
 
     init(_ arguments: ParsedArguments) {}
@@ -236,6 +240,53 @@ struct BlobStat: Command {
                 ]
             default: return ["\(hash): unknown on this node"]
             }
+        }
+    }
+}
+
+struct BlobGC: Command {
+    static var configuration: CommandConfiguration {
+        CommandConfiguration(
+            name: "gc",
+            abstract: "Remove the blobs nothing has needed for blob_retention_s; --dry-run lists what would go.",
+            discussion: """
+                A blob is needed while an entity that is not deleted names it (a field's \
+                value, one of a conflict's values, a set's element), or while a peer lacks an \
+                event that names it. One needed by nothing is marked the first time it is \
+                found so, and removed once blob_retention_s has passed since; until then it \
+                is listed as kept, with when it goes.
+                """,
+            arguments: [.flag("dry-run", help: "List what would be removed and kept, and change nothing.")])
+    }
+
+    var global: GlobalOptions
+    var dryRun: Bool
+
+    init(_ arguments: ParsedArguments) {
+        global = GlobalOptions(arguments)
+        dryRun = arguments.flag("dry-run")
+    }
+
+    func run() throws {
+        var params = JSONObjectWriter()
+        params.add("dry_run", dryRun)
+        try global.printResult(of: "blob.gc", params) { result in
+            let removed = result[dryRun ? "would_remove" : "removed"] as? [[String: Any]] ?? []
+            let kept = result["kept"] as? [[String: Any]] ?? []
+            let bytes = Format.bytes(result["bytes"] as? Int ?? 0)
+            var lines = [
+                (dryRun ? "would remove " : "removed ") + Format.count(removed.count, "blob") + " (\(bytes)); "
+                    + "kept \(kept.count) unused, \(result["needed"] as? Int ?? 0) needed"
+            ]
+            for blob in removed {
+                let size = blob["held"] as? Bool == true ? Format.bytes(blob["size"] as? Int ?? 0) : "pending, not held"
+                lines.append("  \(dryRun ? "would remove" : "removed") \(blob["hash"] as? String ?? "?") (\(size))")
+            }
+            for blob in kept {
+                lines.append(
+                    "  kept \(blob["hash"] as? String ?? "?") until \(blob["removed_after"] as? String ?? "?")")
+            }
+            return lines
         }
     }
 }

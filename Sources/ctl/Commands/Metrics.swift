@@ -137,9 +137,21 @@ struct Metrics: Command {
                 .int(problems.count))
         }
 
+        if let blobs = status["blobs"] as? [String: Any] {
+            gauge("evstore_blobs", "Blobs held (attachments: photos, signatures, documents).", int(blobs, "count"))
+            gauge("evstore_blob_bytes", "Bytes the blobs held take.", int(blobs, "bytes"))
+            gauge(
+                "evstore_blobs_pending", "Blobs events here name whose bytes have not come yet.", int(blobs, "pending"))
+            gauge(
+                "evstore_blob_partial_bytes", "Bytes kept of blobs partly received, for the next session to go on from.",
+                int(blobs, "partial_bytes"))
+            gauge("evstore_blob_uploads", "Blob uploads under way from clients.", int(blobs, "uploads"))
+        }
+
         let peers = status["peers"] as? [[String: Any]] ?? []
         gauge("evstore_peers", "Replication peers configured.", .int(peers.count))
         var pending: [Exposition.Sample] = []
+        var blobsPending: [Exposition.Sample] = []
         var lastSuccess: [Exposition.Sample] = []
         var sinceSuccess: [Exposition.Sample] = []
         var failures: [Exposition.Sample] = []
@@ -148,6 +160,7 @@ struct Metrics: Command {
             let name = peer["name"] as? String ?? ""
             let label = [("peer", name)]
             if let value = int(peer, "pending") { pending.append((label, value)) }
+            if let value = int(peer, "blobs_pending") { blobsPending.append((label, value)) }
             if let time = (peer["last_success"] as? String).flatMap(Format.date) {
                 lastSuccess.append((label, .double(time.timeIntervalSince1970)))
                 sinceSuccess.append((label, .double(max(0, now.timeIntervalSince(time)))))
@@ -161,6 +174,10 @@ struct Metrics: Command {
         out.family(
             "evstore_peer_pending_events", .gauge, "Local events the peer lacks by its last known version vector.",
             pending)
+        out.family(
+            "evstore_peer_pending_blobs", .gauge,
+            "Blobs held here that the peer asked for at its last session and does not hold; absent before a session that moved blobs.",
+            blobsPending)
         out.family(
             "evstore_peer_last_success_timestamp_seconds", .gauge,
             "When the last successful sync session with the peer ended, in seconds since the Unix epoch; "

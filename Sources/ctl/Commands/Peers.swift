@@ -31,11 +31,16 @@ struct PeersAdd: Command {
             abstract: "Add a peer; the daemon syncs with it right away and then in the background.",
             discussion: """
                 Adding a peer that exists with the same URL changes nothing. A name that is \
-                taken by another URL is a conflict (exit 3): remove the peer first.
+                taken by another URL is a conflict (exit 3): remove the peer first. Adding it \
+                again with the same URL and another --blobs changes its policy.
                 """,
             arguments: [
                 .positional("NAME", help: "1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit."),
                 .positional("URL", help: "Where the peer is reached (see below)."),
+                .option(
+                    "blobs", value: "POLICY", completion: .words(["eager", "lazy", "none"]),
+                    help: "Which of its blobs to fetch: eager (every one its events name; the default), lazy (only those `evctl blob get` asks for) or none."
+                ),
             ],
             sections: [HelpSection("peer URLs", PeerURLForms.helpText)])
     }
@@ -43,21 +48,27 @@ struct PeersAdd: Command {
     var global: GlobalOptions
     var name: String
     var url: String
+    var blobs: String?
 
     init(_ arguments: ParsedArguments) {
         global = GlobalOptions(arguments)
         name = arguments["NAME"] ?? ""
         url = arguments["URL"] ?? ""
+        blobs = arguments["blobs"]
     }
 
     func validate() throws {
         try PeerURLForms.check(url: url)
+        if let blobs, !["eager", "lazy", "none"].contains(blobs) {
+            throw UsageError("--blobs takes eager, lazy or none, not \(blobs)")
+        }
     }
 
     func run() throws {
         var params = JSONObjectWriter()
         params.add("name", name)
         params.add("url", url)
+        params.add("blobs", blobs)
         try global.printResult(of: "peers.add", params) { _ in
             ["peer \(name): \(url); `evctl sync \(name)` syncs now, `evctl status` shows how it goes"]
         }
@@ -109,9 +120,12 @@ struct PeersList: Command {
             let peers = result["peers"] as? [[String: Any]] ?? []
             guard !peers.isEmpty else { return ["no peers; add one with `evctl peers add NAME URL`"] }
             let rows = peers.map { peer in
-                [peer["name"] as? String ?? "?", peer["url"] as? String ?? "?", peer["source"] as? String ?? "?"]
+                [
+                    peer["name"] as? String ?? "?", peer["url"] as? String ?? "?", peer["source"] as? String ?? "?",
+                    peer["blobs"] as? String ?? "eager",
+                ]
             }
-            return Format.table([["NAME", "URL", "SOURCE"]] + rows)
+            return Format.table([["NAME", "URL", "SOURCE", "BLOBS"]] + rows)
         }
     }
 }

@@ -249,7 +249,7 @@ struct BlobSyncTests {
     }
 
     @Test(
-        "a chunk damaged on the link is refused and what came before it kept; a peer's bytes that do not hash to the blob are dropped; a good peer then delivers it",
+        "a chunk damaged on the link, or whose bytes do not match the peer's manifest, is refused and what came before it kept; bytes that match a forged manifest fail the blob's hash and are dropped; a good peer then delivers it",
         .enabled(if: hasTools), .timeLimit(.minutes(5)))
     func damagedChunksAreRefused() throws {
         let hq = try DaemonProcess(arguments: ["--node", "hq"])
@@ -257,10 +257,14 @@ struct BlobSyncTests {
         let van = try daemon(
             node: "van",
             peers: [
-                // A bit flipped in the second chunk (the events, a few hundred bytes, come first).
+                // A bit flipped in the second chunk (the events and the manifest, a few
+                // hundred bytes, come first): the frame's checksum tells.
                 ("flipping", try relayed(to: hq, ["--flip-at", String(Self.chunk + Self.chunk / 2)]), nil),
-                // A bit flipped in the first chunk sent, with the frame's checksum made good.
+                // A bit flipped in the first chunk sent, with the frame's checksum made good:
+                // the chunk's hash in the manifest tells.
                 ("lying", try relayed(to: hq, ["--corrupt-chunk"]), nil),
+                // The same, with the manifest made to agree: only the blob's hash tells.
+                ("forging", try relayed(to: hq, ["--corrupt-chunk", "--forge-manifest"]), nil),
                 ("hq", "unix://\(hq.socketPath)", nil),
             ])
         defer { van.removeFiles() }
@@ -276,9 +280,17 @@ struct BlobSyncTests {
         #expect(held["state"] as? String == "pending")
         #expect(held["received"] as? Int == Self.chunk, "the first chunk, whole, is kept: \(held)")
 
+        // Asked from the second chunk on; that chunk is refused, the first stays.
         let lied = try sync(van, "lying")
-        let error = lied["error"] as? [String: Any]
-        #expect((error?["message"] as? String)?.contains("do not hash") == true, "\(lied)")
+        var error = lied["error"] as? [String: Any]
+        #expect(error?["reason"] as? String == "invalid_peer", "\(lied)")
+        #expect((error?["message"] as? String)?.contains("chunk 1 of \(blob.hash)") == true, "\(lied)")
+        held = try stat(van, blob)
+        #expect(held["state"] as? String == "pending" && held["received"] as? Int == Self.chunk, "\(held)")
+
+        let forged = try sync(van, "forging")
+        error = forged["error"] as? [String: Any]
+        #expect((error?["message"] as? String)?.contains("do not hash") == true, "\(forged)")
         held = try stat(van, blob)
         #expect(held["state"] as? String == "pending" && held["received"] as? Int == 0, "dropped: \(held)")
         #expect(!FileManager.default.fileExists(atPath: van.dataDirectory + "/blobs/sha256/" + String(blob.hash.dropFirst(7).prefix(2)) + "/" + blob.hash.dropFirst(7)))
@@ -286,6 +298,73 @@ struct BlobSyncTests {
         #expect(try sync(van, "hq")["error"] is NSNull)
         #expect(try fetched(van, blob) == blob.hash)
         #expect(try digest(van) == digest(hq))
+    }
+
+    @Test(
+        "a blob begun from one peer is finished from another: the second sends only the chunks the first did not",
+        .enabled(if: hasTools), .timeLimit(.minutes(5)))
+    func resumedFromAnotherPeer() throws {
+        let hq = try DaemonProcess(arguments: ["--node", "hq"])
+        defer { hq.removeFiles() }
+        let depot = try daemon(node: "depot", peers: [("hq", "unix://\(hq.socketPath)", nil)])
+        defer { depot.removeFiles() }
+        let size = 8 * Self.chunk + 123
+        let blob = try put(hq, size: size, name: "survey.pdf")
+        try name(blob, in: "job/survey", field: "pdf", on: hq)
+        #expect(try sync(depot, "hq")["error"] is NSNull)
+        #expect(try fetched(depot, blob) == blob.hash)
+
+        // hq's link drops after about three chunks; the depot holds the blob too.
+        let van = try daemon(
+            node: "van",
+            peers: [("hq", try relayed(to: hq, ["--cut-after", String(3 * Self.chunk + 4096)]), nil)])
+        defer { van.removeFiles() }
+        try waitForStartSessions(van)
+        _ = try sync(van, "hq")
+        let kept = try stat(van, blob)["received"] as? Int ?? 0
+        #expect(kept >= 2 * Self.chunk && kept % Self.chunk == 0 && kept < size, "\(kept)")
+
+        let rest = try sync(van, "unix://\(depot.socketPath)")
+        #expect(rest["error"] is NSNull, "\(rest)")
+        let blobs = try #require(rest["blobs"] as? [String: Any])
+        #expect(blobs["received"] as? Int == 1)
+        #expect(blobs["bytes_received"] as? Int == size - kept, "\(blobs)")
+        #expect(try fetched(van, blob) == blob.hash)
+    }
+
+    @Test(
+        "get with sync says pending for a peer that has the events and not the blobs they name; status counts the blobs pending for it; both clear once it has them",
+        .enabled(if: hasTools), .timeLimit(.minutes(5)))
+    func syncStatusCountsBlobs() throws {
+        // hq cannot take a blob of this size until it is restarted with a larger bound.
+        let hqRoot = FileManager.default.temporaryDirectory.appendingPathComponent("evblob-\(UUID().uuidString.prefix(8))")
+            .path
+        var hq = try DaemonProcess(root: hqRoot, arguments: ["--node", "hq", "--max-blob-bytes", "1000"])
+        defer { hq.removeFiles() }
+        let van = try daemon(node: "van", peers: [("hq", "unix://\(hq.socketPath)", nil)])
+        defer { van.removeFiles() }
+        try waitForStartSessions(van)
+        let photo = try put(van, size: Self.chunk + 1, name: "photo")
+        try name(photo, in: "job/photo", on: van)
+        let outcome = try sync(van, "hq")
+        #expect(outcome["error"] is NSNull, "\(outcome)")
+        let state = try van.client().call("get", #"{"entity":"job/photo","sync":true}"#)
+        #expect((state["sync"] as? [String: String])?["hq"] == "pending", "\(state)")
+        let peers = try van.client().call("status")["peers"] as? [[String: Any]] ?? []
+        #expect(peers.first?["blobs_pending"] as? Int == 1, "\(peers)")
+        let (_, text) = try evctl(van, ["status"])
+        #expect(text.contains("1 blob pending for hq"), "\(text)")
+        // hq has the event, not the blob.
+        #expect(try stat(hq, photo)["state"] as? String == "pending")
+
+        #expect(try hq.stop() == 0)
+        hq = try DaemonProcess(root: hqRoot, arguments: ["--node", "hq"])
+        #expect(try sync(van, "hq")["error"] is NSNull)
+        #expect(try fetched(hq, photo) == photo.hash)
+        let after = try van.client().call("get", #"{"entity":"job/photo","sync":true}"#)
+        #expect((after["sync"] as? [String: String])?["hq"] == "synced", "\(after)")
+        let peersAfter = try van.client().call("status")["peers"] as? [[String: Any]] ?? []
+        #expect(peersAfter.first?["blobs_pending"] as? Int == 0, "\(peersAfter)")
     }
 
     @Test(
