@@ -102,11 +102,16 @@ package enum BlobChunk {
     package static let headerBytes = 40
 
     package static func encode(_ hash: BlobHash, offset: UInt64, bytes: [UInt8]) -> [UInt8] {
-        var out = hash.digest
+        var out: [UInt8] = []
         out.reserveCapacity(headerBytes + bytes.count)
-        for shift in stride(from: 56, through: 0, by: -8) { out.append(UInt8(truncatingIfNeeded: offset >> UInt64(shift))) }
+        appendHeader(hash, offset: offset, to: &out)
         out.append(contentsOf: bytes)
         return out
+    }
+
+    package static func appendHeader(_ hash: BlobHash, offset: UInt64, to out: inout [UInt8]) {
+        out.append(contentsOf: hash.digest)
+        for shift in stride(from: 56, through: 0, by: -8) { out.append(UInt8(truncatingIfNeeded: offset >> UInt64(shift))) }
     }
 
     package static func decode(_ payload: [UInt8]) throws(SyncError) -> (BlobHash, UInt64, ArraySlice<UInt8>) {
@@ -290,15 +295,14 @@ extension SyncSession {
                 report.blobBytesReceived += bytes.count
                 asked[hash]!.offset += UInt64(bytes.count)
                 guard !entry.passed, let number = entry.upload else { continue }
-                let chunk = Array(bytes)
-                guard SHA256.digest(chunk) == chunks[index] else {
+                guard SHA256.digest(bytes) == chunks[index] else {
                     throw SyncError(
                         .invalidPeer,
                         "chunk \(index) of \(hash) from the peer does not match the hash its manifest gives: it was refused and nothing of it kept; the blob is asked again, of this peer or another, at the next session"
                     )
                 }
                 let received = try storage { () throws(EventStoreError) in
-                    try blobs.store.write(number, offset: offset, bytes: chunk, owner: owner)
+                    try blobs.store.write(number, offset: offset, bytes: bytes, owner: owner)
                 }
                 if received == entry.size {
                     asked[hash]!.upload = nil
@@ -368,13 +372,17 @@ extension SyncSession {
             }
             var offset = start
             while offset < size {
-                let (_, bytes) = try storage { () throws(EventStoreError) in
-                    try blobs.store.read(hash, offset: offset, length: BlobChunk.maxBytes)
+                // The bytes are read into the frame that carries them.
+                var frame = Frame.beginEncoding(.chunk, capacity: BlobChunk.headerBytes + BlobChunk.maxBytes)
+                BlobChunk.appendHeader(hash, offset: offset, to: &frame)
+                let count = try storage { () throws(EventStoreError) in
+                    try blobs.store.read(hash, offset: offset, length: BlobChunk.maxBytes, appendingTo: &frame)
                 }
-                guard !bytes.isEmpty else { break }
-                try channel.write(Frame(kind: .chunk, payload: BlobChunk.encode(hash, offset: offset, bytes: bytes)))
-                offset += UInt64(bytes.count)
-                report.blobBytesSent += bytes.count
+                guard count > 0 else { break }
+                Frame.endEncoding(&frame)
+                try channel.write(encoded: frame)
+                offset += UInt64(count)
+                report.blobBytesSent += count
             }
             sent += 1
             report.blobsPeerWants -= 1

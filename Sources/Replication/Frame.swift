@@ -128,6 +128,25 @@ package struct Frame: Equatable, Sendable {
         return Int(String(decoding: line.dropFirst(preamblePrefix.count), as: UTF8.self))
     }
 
+    /// A frame's header with room for its length and checksum, to append the payload to;
+    /// `endEncoding` fills them in.
+    package static func beginEncoding(_ kind: Kind, capacity: Int) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(headerBytes + capacity)
+        out.append(kind.rawValue)
+        out.append(contentsOf: repeatElement(0, count: 8))
+        return out
+    }
+
+    package static func endEncoding(_ frame: inout [UInt8]) {
+        let length = UInt32(frame.count - headerBytes)
+        let checksum = CRC32C.checksum(frame[headerBytes...])
+        for (index, shift) in [24, 16, 8, 0].enumerated() {
+            frame[1 + index] = UInt8(truncatingIfNeeded: length >> UInt32(shift))
+            frame[5 + index] = UInt8(truncatingIfNeeded: checksum >> UInt32(shift))
+        }
+    }
+
     package func encoded() -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(Frame.headerBytes + payload.count)
@@ -279,6 +298,12 @@ package final class FrameChannel {
 
     package func write(_ frame: Frame) throws(SyncError) {
         try write(frame.encoded())
+    }
+
+    /// Writes a frame built in place (`Frame.beginEncoding`, `Frame.endEncoding`): a large
+    /// payload is not copied into a frame of its own.
+    package func write(encoded frame: [UInt8]) throws(SyncError) {
+        try write(frame)
     }
 
     /// Writes the frame that ends a failed session (an error frame), past the deadline too,

@@ -7,6 +7,30 @@
 /// The pointer work of the blob store is here and nowhere else.
 enum BlobFile {
     /// Reads `count` bytes at `offset`; fewer only at the end of the file.
+    /// Appends to `out` up to `count` bytes from `offset` (fewer at the end of the file):
+    /// how many it appended.
+    static func read(_ descriptor: Int32, count: Int, at offset: UInt64, appendingTo out: inout [UInt8])
+        throws(EventStoreError) -> Int
+    {
+        let start = out.count
+        out.append(contentsOf: repeatElement(0, count: count))
+        var done = 0
+        while done < count {
+            let n = out.withUnsafeMutableBytes { buffer in
+                pread(descriptor, buffer.baseAddress! + start + done, count - done, off_t(offset) + off_t(done))
+            }
+            if n < 0, errno == EINTR { continue }
+            guard n >= 0 else {
+                out.removeLast(count)
+                throw BlobStore.failure("cannot read", errno)
+            }
+            if n == 0 { break }
+            done += n
+        }
+        if done < count { out.removeLast(count - done) }
+        return done
+    }
+
     static func read(_ descriptor: Int32, count: Int, at offset: UInt64) throws(EventStoreError) -> [UInt8] {
         var bytes = [UInt8](repeating: 0, count: count)
         var done = 0
@@ -25,6 +49,10 @@ enum BlobFile {
 
     /// Writes all of `bytes` at `offset`.
     static func write(_ descriptor: Int32, _ bytes: [UInt8], at offset: UInt64) throws(EventStoreError) {
+        try write(descriptor, bytes[...], at: offset)
+    }
+
+    static func write(_ descriptor: Int32, _ bytes: ArraySlice<UInt8>, at offset: UInt64) throws(EventStoreError) {
         var done = 0
         while done < bytes.count {
             let n = bytes.withUnsafeBytes { buffer in

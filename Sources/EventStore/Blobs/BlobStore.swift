@@ -115,6 +115,20 @@ public final class BlobStore: Sendable {
 
     public func contains(_ hash: BlobHash) -> Bool { size(of: hash) != nil }
 
+    /// Appends to `out` up to `length` bytes of the blob `hash` from `offset` (fewer at its
+    /// end): how many it appended.
+    public func read(_ hash: BlobHash, offset: UInt64, length: Int, appendingTo out: inout [UInt8])
+        throws(EventStoreError) -> Int
+    {
+        let descriptor = open(path(of: hash), O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else {
+            if errno == ENOENT { throw EventStoreError(.notFound, "this node holds no blob \(hash)") }
+            throw Self.failure("cannot open blob \(hash)", errno)
+        }
+        defer { close(descriptor) }
+        return try BlobFile.read(descriptor, count: length, at: offset, appendingTo: &out)
+    }
+
     /// Up to `length` bytes of the blob `hash` from `offset`, with the blob's size.
     public func read(_ hash: BlobHash, offset: UInt64, length: Int) throws(EventStoreError) -> (
         size: UInt64, bytes: [UInt8]
@@ -387,6 +401,14 @@ public final class BlobStore: Sendable {
     /// order, so `offset` is what it has received. Returns what it has received then.
     @discardableResult
     public func write(_ number: UInt64, offset: UInt64, bytes: [UInt8], owner: Int) throws(EventStoreError) -> UInt64 {
+        try write(number, offset: offset, bytes: bytes[...], owner: owner)
+    }
+
+    /// As `write(_:offset:bytes:owner:)`, from a part of a buffer (a chunk frame's payload).
+    @discardableResult
+    public func write(_ number: UInt64, offset: UInt64, bytes: ArraySlice<UInt8>, owner: Int) throws(EventStoreError)
+        -> UInt64
+    {
         let upload = try self.upload(number, owner: owner)
         do {
             return try upload.write(bytes, at: offset)
@@ -610,7 +632,7 @@ private final class Upload: Sendable {
 
     var lastActivity: Double { progress.withLock { $0.lastActivity } }
 
-    func write(_ bytes: [UInt8], at offset: UInt64) throws(EventStoreError) -> UInt64 {
+    func write(_ bytes: ArraySlice<UInt8>, at offset: UInt64) throws(EventStoreError) -> UInt64 {
         try progress.withLock { progress throws(EventStoreError) in
             guard progress.descriptor >= 0 else { throw EventStoreError(.notFound, "the upload has ended") }
             guard offset == progress.received else {

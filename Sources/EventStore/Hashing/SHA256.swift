@@ -9,7 +9,10 @@ public enum SHA256 {
     public static let byteCount = 32
 
     /// The 32-byte digest of `bytes`.
-    public static func digest(_ bytes: [UInt8]) -> [UInt8] {
+    public static func digest(_ bytes: [UInt8]) -> [UInt8] { digest(bytes[...]) }
+
+    /// The 32-byte digest of `bytes`.
+    public static func digest(_ bytes: ArraySlice<UInt8>) -> [UInt8] {
         var out = [UInt8](repeating: 0, count: byteCount)
         var length: UInt32 = 0
         let ok = bytes.withUnsafeBufferPointer { input in

@@ -15,6 +15,31 @@ struct SyncProtocolTests {
     func crc() {
         #expect(CRC32C.checksum(Array("123456789".utf8)) == 0xE306_9283)
         #expect(CRC32C.checksum([UInt8]()) == 0)
+        // Eight bytes a step gives what one bit at a time gives, at every length and
+        // alignment, for arrays, slices and other sequences.
+        func bitwise(_ bytes: some Sequence<UInt8>) -> UInt32 {
+            var crc: UInt32 = 0xFFFF_FFFF
+            for byte in bytes {
+                crc ^= UInt32(byte)
+                for _ in 0..<8 { crc = crc & 1 == 1 ? (crc >> 1) ^ 0x82F6_3B78 : crc >> 1 }
+            }
+            return crc ^ 0xFFFF_FFFF
+        }
+        var generator = SystemRandomNumberGenerator()
+        let random = (0..<4096).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        for length in [0, 1, 7, 8, 9, 15, 16, 17, 63, 64, 65, 1000, 4095] {
+            for start in 0..<9 {
+                let slice = random[start..<min(random.count, start + length)]
+                #expect(CRC32C.checksum(slice) == bitwise(slice), "length \(length) from \(start)")
+                #expect(CRC32C.checksum(Array(slice)) == bitwise(slice))
+                #expect(CRC32C.checksum(slice.lazy.map { $0 }) == bitwise(slice))
+                // A frame built in place is the frame encoded whole.
+                var inPlace = Frame.beginEncoding(.chunk, capacity: slice.count)
+                inPlace.append(contentsOf: slice)
+                Frame.endEncoding(&inPlace)
+                #expect(inPlace == Frame(kind: .chunk, payload: Array(slice)).encoded())
+            }
+        }
     }
 
     @Test("the fingerprint's worked example in docs/sync.md")
