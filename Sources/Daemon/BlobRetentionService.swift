@@ -41,6 +41,7 @@ final class BlobRetentionService: Sendable {
 
     func start() {
         startServiceThread(name: "evstored-blob-retention") { [self] in
+            listMissing()
             while stopped.wait(timeout: .now() + BlobRetentionService.interval) == .timedOut {
                 do {
                     let report = try run(dryRun: false)
@@ -54,6 +55,26 @@ final class BlobRetentionService: Sendable {
                 }
             }
             done.signal()
+        }
+    }
+
+    /// Puts back on the pending list the blobs needed and not held that it lacks (their
+    /// files went after their events were stored: a backup restored without its blobs),
+    /// so that sessions fetch them again.
+    func listMissing() {
+        do {
+            let peers = sync.standings().map { PeerHoldings(vector: $0.known.vector, deadLettered: $0.known.deadLettered) }
+            let missing = try log.unlistedMissingBlobs(present: { [store] in store.contains($0) }, peers: peers)
+            guard !missing.isEmpty else { return }
+            for start in stride(from: 0, to: missing.count, by: BlobRetentionJob.maxCandidates) {
+                let part = Array(missing[start..<min(start + BlobRetentionJob.maxCandidates, missing.count)])
+                try writer.perform(ListPendingBlobsJob(part), from: -5)
+            }
+            logger.notice(
+                "\(missing.count) blobs events here need were not here and not on the pending list (their files were removed, or a backup restored without them): they are asked of the peers again"
+            )
+        } catch {
+            logger.warning("cannot look for blobs missing from the pending list: \(error)")
         }
     }
 

@@ -195,11 +195,20 @@ extension SyncSession {
             if !announced, !arrived.isEmpty { blobs.arrived(arrived) }
         }
         var wants: [Messages.Wants.Want] = []
+        // Wanted and not asked for this time: still lacking, as blobs_kept tells the peer.
+        var unasked: [String] = []
         for (hash, size) in try storage({ () throws(EventStoreError) in
             try blobs.wanted(by: blobs.policy(of: configuredPeer ?? report.peerName), limit: Messages.Wants.maxWants)
         }) where asked[hash] == nil {
             if blobs.store.contains(hash) {
                 arrived.append(hash)
+                continue
+            }
+            // Not asked for when it could not be kept: too large for this node, or being
+            // received by another session now (asked again later).
+            if size > blobs.store.limits.maxBlobBytes || blobs.store.isReceiving(hash) {
+                report.blobsUnasked += 1
+                unasked.append(hash.description)
                 continue
             }
             // What earlier sessions kept, in whole chunks: the rest is asked for.
@@ -324,7 +333,8 @@ extension SyncSession {
                 try send(
                     .blobsKept,
                     Messages.BlobsKept(
-                        kept: report.blobsReceived, lacking: wants.map(\.hash).filter { !whole.contains($0) }))
+                        kept: report.blobsReceived,
+                        lacking: Array((wants.map(\.hash).filter { !whole.contains($0) } + unasked).prefix(Messages.Wants.maxWants))))
                 return
             default:
                 throw SyncError(
@@ -390,9 +400,9 @@ extension SyncSession {
         report.blobsSent += sent
         try send(.blobsDone, Messages.BlobsDone(sent: sent, missing: missing))
         let kept = try Messages.decode(Messages.BlobsKept.self, try expect(.blobsKept).payload, frame: "blobs_kept")
-        // What it asked for and still lacks that this node holds: pending for that peer.
+        // What it wants and still lacks that this node holds: pending for that peer.
         let lacking = Set(kept.lacking.prefix(Messages.Wants.maxWants).compactMap { BlobHash($0) })
-        report.peerLacksBlobs = held.map(\.hash).filter { lacking.contains($0) }
+        report.peerLacksBlobs = lacking.filter { blobs.store.contains($0) }.sorted { $0.hex < $1.hex }
         report.blobsPeerWants = report.peerLacksBlobs.count
     }
 }

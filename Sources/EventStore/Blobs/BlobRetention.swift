@@ -183,3 +183,60 @@ public struct BlobRetentionJob: WriteJob {
         return report
     }
 }
+
+extension EventLog {
+    /// The blobs stored events name that something still needs (`blobNeed`), that
+    /// `present` says this node does not hold, and that the pending list lacks: those
+    /// whose files went after their events were stored (a backup restored without its
+    /// blobs directory, files removed by hand). Each with the size and id of the first
+    /// event that names it. The cost is the references (`blob_refs`), not the events.
+    public func unlistedMissingBlobs(present: (BlobHash) -> Bool, peers: [PeerHoldings]) throws(EventStoreError)
+        -> [PendingBlob]
+    {
+        try reading { txn in
+            var hashes: [BlobHash] = []
+            try txn.withCursor(tables.blobReferences) { cursor in
+                var item = try cursor.first()
+                while let current = item {
+                    guard current.key.count == 48 else {
+                        throw CorruptDataError("a blob_refs key is not a blob's digest and an event id")
+                    }
+                    let digest = Array(current.key[..<32])
+                    hashes.append(BlobHash(digest: digest))
+                    // The next blob's first reference.
+                    item = try cursor.seek(digest + [UInt8](repeating: 0xFF, count: 16))
+                    if item?.key.starts(with: digest) == true { item = try cursor.next() }
+                }
+            }
+            var found: [PendingBlob] = []
+            for hash in hashes where !present(hash) {
+                guard try txn.get(tables.blobPending, hash.digest) == nil,
+                    try blobNeed(hash, peers: peers, txn: txn).isNeeded
+                else { continue }
+                // The first event that names it gives its size.
+                let first = try txn.withCursor(tables.blobReferences) { try $0.seek(hash.digest) }
+                guard let first, let id = ULID(bytes: Array(first.key[32...])),
+                    let value = try txn.get(tables.events, id.bytes),
+                    let reference = try decodeValue(value, id: id, txn: txn).blobReferences.first(where: {
+                        $0.hash == hash
+                    })
+                else { continue }
+                found.append(PendingBlob(hash: hash, size: reference.size, since: id))
+            }
+            return found
+        }
+    }
+}
+
+/// Puts blobs on the pending list (`EventLog.unlistedMissingBlobs`), unless listed already.
+public struct ListPendingBlobsJob: WriteJob {
+    public var blobs: [PendingBlob]
+    public init(_ blobs: [PendingBlob]) { self.blobs = blobs }
+    public var weight: Int { blobs.count }
+    public func run(in scope: inout WriteScope) throws {
+        let table = scope.log.tables.blobPending
+        for blob in blobs where try scope.txn.get(table, blob.hash.digest) == nil {
+            try scope.txn.put(table, blob.hash.digest, bigEndian(blob.size) + blob.since.bytes)
+        }
+    }
+}

@@ -265,6 +265,9 @@ public final class BlobStore: Sendable {
 
     // MARK: - Receiving from peers
 
+    /// Whether a session is receiving the blob `hash` now.
+    public func isReceiving(_ hash: BlobHash) -> Bool { state.withLock { $0.receiving.contains(hash) } }
+
     /// The bytes a session received of the blob `hash` and kept (its partial file), nil
     /// when none.
     public func partialSize(_ hash: BlobHash) -> UInt64? {

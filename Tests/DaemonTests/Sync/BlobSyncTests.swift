@@ -368,6 +368,38 @@ struct BlobSyncTests {
     }
 
     @Test(
+        "a blob whose file went after its event was stored (a backup restored without its blobs) is pending again at the next start, and fetched",
+        .enabled(if: hasTools), .timeLimit(.minutes(5)))
+    func lostBlobIsFetchedAgain() throws {
+        let hq = try DaemonProcess(arguments: ["--node", "hq"])
+        defer { hq.removeFiles() }
+        let blob = try put(hq, size: Self.chunk + 7, name: "signature.png")
+        try name(blob, in: "job/signed", on: hq)
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("evblob-\(UUID().uuidString.prefix(8))")
+            .path
+        var van = try daemon(node: "van", peers: [("hq", "unix://\(hq.socketPath)", nil)], root: root)
+        defer { van.removeFiles() }
+        #expect(try sync(van, "hq")["error"] is NSNull)
+        #expect(try stat(van, blob)["state"] as? String == "present")
+        #expect(try van.stop() == 0)
+        let hex = String(blob.hash.dropFirst(7))
+        try FileManager.default.removeItem(atPath: van.dataDirectory + "/blobs/sha256/\(hex.prefix(2))/\(hex)")
+
+        van = try daemon(node: "van", peers: [("hq", "unix://\(hq.socketPath)", nil)], root: root)
+        var state: String?
+        for _ in 0..<100 {
+            state = try stat(van, blob)["state"] as? String
+            if state == "pending" || state == "present" { break }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        // Pending again (or, if the start's session came first, fetched already).
+        #expect(state == "pending" || state == "present", "\(state ?? "nil")")
+        _ = try sync(van, "hq")
+        #expect(try fetched(van, blob) == blob.hash)
+        #expect(try pendingHere(van) == 0)
+    }
+
+    @Test(
         "kill -9 of the receiving daemon and of the serving one mid-transfer: no blob is readable with wrong bytes, and the next session finishes what arrived",
         .enabled(if: hasTools), .timeLimit(.minutes(5)))
     func killedMidTransfer() throws {
