@@ -126,5 +126,31 @@ struct NegotiationTests {
             #expect(Frame.Agreement(version: 2, capabilities: [Frame.forwardCapability]).allows(kind))
             #expect(kind.maxPayloadBytes > 0 && kind.maxPayloadBytes <= Frame.maxPayloadBytes)
         }
+        for kind in [Frame.Kind.want, .manifest, .chunk, .blobsDone, .blobsKept] {
+            #expect(!Frame.Agreement.first.allows(kind) && !Frame.Agreement(version: 2, capabilities: []).allows(kind))
+            #expect(!Frame.Agreement(version: 2, capabilities: [Frame.forwardCapability]).allows(kind))
+            #expect(Frame.Agreement(version: 2, capabilities: [Frame.blobsCapability]).allows(kind))
+            #expect(kind.maxPayloadBytes > 0 && kind.maxPayloadBytes <= Frame.maxPayloadBytes)
+        }
+        // A manifest holds the hashes of a blob of 16 GiB, a chunk its header and 512 KiB.
+        #expect(Frame.Kind.manifest.maxPayloadBytes == BlobManifest.headerBytes + 32 * BlobManifest.maxChunks)
+        #expect(Frame.Kind.chunk.maxPayloadBytes == BlobChunk.headerBytes + BlobChunk.maxBytes)
+    }
+
+    @Test("a manifest is refused when its chunk size is not this node's or its hashes do not fit the blob's size")
+    func manifestChecks() throws {
+        let hash = BlobHash.of(Array("x".utf8))
+        let good = BlobManifest.encode(hash, size: UInt64(BlobChunk.maxBytes) + 1, chunks: [[UInt8](repeating: 1, count: 32), [UInt8](repeating: 2, count: 32)])
+        let (decoded, size, chunks) = try BlobManifest.decode(good)
+        #expect(decoded == hash && size == UInt64(BlobChunk.maxBytes) + 1 && chunks.count == 2)
+        // One hash short, a torn hash, another chunk size, a header cut short.
+        #expect(throws: SyncError.self) { try BlobManifest.decode(Array(good.dropLast(32))) }
+        #expect(throws: SyncError.self) { try BlobManifest.decode(Array(good.dropLast(5))) }
+        var otherSize = good
+        otherSize[42] ^= 1
+        #expect(throws: SyncError.self) { try BlobManifest.decode(otherSize) }
+        #expect(throws: SyncError.self) { try BlobManifest.decode(Array(good.prefix(40))) }
+        // An empty blob has no chunk.
+        #expect(try BlobManifest.decode(BlobManifest.encode(hash, size: 0, chunks: [])).2.isEmpty)
     }
 }
