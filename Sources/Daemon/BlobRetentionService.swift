@@ -63,7 +63,9 @@ final class BlobRetentionService: Sendable {
     /// so that sessions fetch them again.
     func listMissing() {
         do {
-            let peers = sync.standings().map { PeerHoldings(vector: $0.known.vector, deadLettered: $0.known.deadLettered) }
+            let peers = sync.standings().map {
+                PeerHoldings(vector: $0.known.vector, deadLettered: $0.known.deadLettered)
+            }
             let missing = try log.unlistedMissingBlobs(present: { [store] in store.contains($0) }, peers: peers)
             guard !missing.isEmpty else { return }
             for start in stride(from: 0, to: missing.count, by: BlobRetentionJob.maxCandidates) {
@@ -90,7 +92,9 @@ final class BlobRetentionService: Sendable {
             defer { busy = true }
             return !busy
         }
-        guard claimed else { throw EventStoreError(.unavailable, "a blob retention run is under way: try again when it has ended") }
+        guard claimed else {
+            throw EventStoreError(.unavailable, "a blob retention run is under way: try again when it has ended")
+        }
         defer { running.withLock { $0 = false } }
 
         let peers = sync.standings().map { PeerHoldings(vector: $0.known.vector, deadLettered: $0.known.deadLettered) }

@@ -326,7 +326,8 @@ final class Daemon: Sendable {
             log: log, name: configuration.nodeName, writer: writer,
             forwarded: { [log] line in Admission.answerForwarded(line, rules: { log.typeRules }, writer: writer) })
         node.blobs = Daemon.syncBlobs(blobs, log: log, writer: writer, logger: logger)
-        let sync = SyncService(node: node, settings: SyncService.Settings(configuration), logger: logger, health: health)
+        let sync = SyncService(
+            node: node, settings: SyncService.Settings(configuration), logger: logger, health: health)
         let retention = BlobRetentionService(
             log: log, store: blobs, writer: writer, sync: sync, logger: logger,
             retentionSeconds: configuration.blobRetentionSeconds)

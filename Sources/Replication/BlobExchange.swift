@@ -111,7 +111,9 @@ package enum BlobChunk {
 
     package static func appendHeader(_ hash: BlobHash, offset: UInt64, to out: inout [UInt8]) {
         out.append(contentsOf: hash.digest)
-        for shift in stride(from: 56, through: 0, by: -8) { out.append(UInt8(truncatingIfNeeded: offset >> UInt64(shift))) }
+        for shift in stride(from: 56, through: 0, by: -8) {
+            out.append(UInt8(truncatingIfNeeded: offset >> UInt64(shift)))
+        }
     }
 
     package static func decode(_ payload: [UInt8]) throws(SyncError) -> (BlobHash, UInt64, ArraySlice<UInt8>) {
@@ -138,9 +140,13 @@ package enum BlobManifest {
     package static func encode(_ hash: BlobHash, size: UInt64, chunks: [[UInt8]]) -> [UInt8] {
         var out = hash.digest
         out.reserveCapacity(headerBytes + 32 * chunks.count)
-        for shift in stride(from: 56, through: 0, by: -8) { out.append(UInt8(truncatingIfNeeded: size >> UInt64(shift))) }
+        for shift in stride(from: 56, through: 0, by: -8) {
+            out.append(UInt8(truncatingIfNeeded: size >> UInt64(shift)))
+        }
         let chunkBytes = UInt32(BlobChunk.maxBytes)
-        for shift in stride(from: 24, through: 0, by: -8) { out.append(UInt8(truncatingIfNeeded: chunkBytes >> UInt32(shift))) }
+        for shift in stride(from: 24, through: 0, by: -8) {
+            out.append(UInt8(truncatingIfNeeded: chunkBytes >> UInt32(shift)))
+        }
         for chunk in chunks { out.append(contentsOf: chunk) }
         return out
     }
@@ -149,7 +155,8 @@ package enum BlobManifest {
     /// whose count of hashes does not fit the size, is a protocol error.
     package static func decode(_ payload: [UInt8]) throws(SyncError) -> (BlobHash, UInt64, [[UInt8]]) {
         guard payload.count >= headerBytes, (payload.count - headerBytes) % 32 == 0 else {
-            throw SyncError(.protocolError, "the peer's manifest frame is \(payload.count) bytes, not a header and whole hashes")
+            throw SyncError(
+                .protocolError, "the peer's manifest frame is \(payload.count) bytes, not a header and whole hashes")
         }
         var size: UInt64 = 0
         for byte in payload[32..<40] { size = size << 8 | UInt64(byte) }
@@ -157,11 +164,13 @@ package enum BlobManifest {
         for byte in payload[40..<44] { chunkBytes = chunkBytes << 8 | UInt32(byte) }
         guard chunkBytes == UInt32(BlobChunk.maxBytes) else {
             throw SyncError(
-                .protocolError, "the peer's manifest has chunks of \(chunkBytes) bytes; this node's are \(BlobChunk.maxBytes)")
+                .protocolError,
+                "the peer's manifest has chunks of \(chunkBytes) bytes; this node's are \(BlobChunk.maxBytes)")
         }
         let count = (payload.count - headerBytes) / 32
         guard UInt64(count) == (size + UInt64(chunkBytes) - 1) / UInt64(chunkBytes) else {
-            throw SyncError(.protocolError, "the peer's manifest lists \(count) chunk hashes for a blob of \(size) bytes")
+            throw SyncError(
+                .protocolError, "the peer's manifest lists \(count) chunk hashes for a blob of \(size) bytes")
         }
         let chunks = (0..<count).map { Array(payload[(headerBytes + 32 * $0)..<(headerBytes + 32 * $0 + 32)]) }
         return (BlobHash(digest: Array(payload[0..<32])), size, chunks)
@@ -280,7 +289,8 @@ extension SyncSession {
             case .manifest:
                 let (hash, size, chunks) = try BlobManifest.decode(frame.payload)
                 guard let entry = asked[hash], entry.size == size, entry.chunks == nil else {
-                    throw SyncError(.protocolError, "the peer sent a manifest of \(hash), which was not asked for (or twice)")
+                    throw SyncError(
+                        .protocolError, "the peer sent a manifest of \(hash), which was not asked for (or twice)")
                 }
                 // One blob at a time: the one before is released, whole or not.
                 blobs.store.releaseAll(owner: owner)
@@ -334,11 +344,14 @@ extension SyncSession {
                     .blobsKept,
                     Messages.BlobsKept(
                         kept: report.blobsReceived,
-                        lacking: Array((wants.map(\.hash).filter { !whole.contains($0) } + unasked).prefix(Messages.Wants.maxWants))))
+                        lacking: Array(
+                            (wants.map(\.hash).filter { !whole.contains($0) } + unasked).prefix(Messages.Wants.maxWants)
+                        )))
                 return
             default:
                 throw SyncError(
-                    .protocolError, "the peer sent a \(frame.kind) frame where a manifest, a chunk or blobs_done belongs")
+                    .protocolError,
+                    "the peer sent a \(frame.kind) frame where a manifest, a chunk or blobs_done belongs")
             }
         }
     }
@@ -351,7 +364,8 @@ extension SyncSession {
         guard wants.blobs.count <= Messages.Wants.maxWants else {
             throw SyncError(
                 .protocolError,
-                "the peer's want frame asks for \(wants.blobs.count) blobs; at most \(Messages.Wants.maxWants) are allowed")
+                "the peer's want frame asks for \(wants.blobs.count) blobs; at most \(Messages.Wants.maxWants) are allowed"
+            )
         }
         let chunkBytes = UInt64(BlobChunk.maxBytes)
         var sent = 0
@@ -378,7 +392,8 @@ extension SyncSession {
                 let chunks = try storage { () throws(EventStoreError) in
                     try blobs.store.chunkDigests(hash, chunkBytes: BlobChunk.maxBytes)
                 }
-                try channel.write(Frame(kind: .manifest, payload: BlobManifest.encode(hash, size: size, chunks: chunks)))
+                try channel.write(
+                    Frame(kind: .manifest, payload: BlobManifest.encode(hash, size: size, chunks: chunks)))
             }
             var offset = start
             while offset < size {

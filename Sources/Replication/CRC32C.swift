@@ -43,7 +43,8 @@ package enum CRC32C {
             let count = bytes.count
             while count - index >= 8 {
                 let low =
-                    crc ^ (UInt32(bytes[index]) | UInt32(bytes[index + 1]) << 8 | UInt32(bytes[index + 2]) << 16
+                    crc
+                    ^ (UInt32(bytes[index]) | UInt32(bytes[index + 1]) << 8 | UInt32(bytes[index + 2]) << 16
                         | UInt32(bytes[index + 3]) << 24)
                 crc =
                     t[7 * 256 + Int(low & 0xFF)] ^ t[6 * 256 + Int((low >> 8) & 0xFF)]

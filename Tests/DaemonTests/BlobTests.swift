@@ -65,7 +65,11 @@ struct BlobTests {
                 #expect(again == 0 && output.contains(#""existed":true"#), "\(output)")
                 let piped = daemon.root + "/piped-\(index)"
                 let (status, said) = try runProgram(
-                    "/bin/sh", ["-c", "'\(try builtBinary("evctl").path)' --socket '\(daemon.socketPath)' blob get \(hash) | cat > '\(piped)'"])
+                    "/bin/sh",
+                    [
+                        "-c",
+                        "'\(try builtBinary("evctl").path)' --socket '\(daemon.socketPath)' blob get \(hash) | cat > '\(piped)'",
+                    ])
                 #expect(status == 0, "\(said)")
                 #expect(try sha256sum(piped) == hash, "size \(size)")
             }
@@ -96,14 +100,18 @@ struct BlobTests {
         #expect(try client.call("status")["events"] as? Int == 0)
     }
 
-    @Test("descriptors passed on the socket: one a request does not claim is kept at most two per connection and closed with it; a request with fd and none passed, or a pipe, is refused")
+    @Test(
+        "descriptors passed on the socket: one a request does not claim is kept at most two per connection and closed with it; a request with fd and none passed, or a pipe, is refused"
+    )
     func passedDescriptorsAreBounded() throws {
         let daemon = try DaemonProcess()
         defer { daemon.removeFiles() }
         let probe = try daemon.client()
         #expect(try probe.failure("blob.put", #"{"fd":true}"#).message.contains("none came"))
         let pid = daemon.process.processIdentifier
-        func openDescriptors() throws -> Int { try FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd").count }
+        func openDescriptors() throws -> Int {
+            try FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd").count
+        }
         let before = try openDescriptors()
         // 40 connections at once, each passing five descriptors with requests that claim none.
         let clients = try (0..<40).map { _ in try daemon.client() }
@@ -127,16 +135,23 @@ struct BlobTests {
         // A pipe is not a file to store or to write a blob to.
         var ends: [Int32] = [0, 0]
         #expect(pipe(&ends) == 0)
-        defer { close(ends[0]); close(ends[1]) }
+        defer {
+            close(ends[0])
+            close(ends[1])
+        }
         let client = try daemon.client()
         try client.connection.write(
-            Array(#"{"jsonrpc":"2.0","id":1,"method":"blob.put","params":{"fd":true}}"#.utf8) + [0x0A], passing: ends[0])
+            Array(#"{"jsonrpc":"2.0","id":1,"method":"blob.put","params":{"fd":true}}"#.utf8) + [0x0A], passing: ends[0]
+        )
         let refused = try client.readJSON()["error"] as? [String: Any]
-        #expect((refused?["message"] as? String)?.contains("not of a regular file") == true, "\(String(describing: refused))")
+        #expect(
+            (refused?["message"] as? String)?.contains("not of a regular file") == true,
+            "\(String(describing: refused))")
         #expect((try probe.call("status")["blobs"] as? [String: Any])?["count"] as? Int == 0)
     }
 
-    @Test("a blob over max_blob_bytes is refused with nothing stored; so is a commit whose bytes are not the hash given")
+    @Test(
+        "a blob over max_blob_bytes is refused with nothing stored; so is a commit whose bytes are not the hash given")
     func oversizedAndMisHashedRefused() throws {
         let daemon = try DaemonProcess(arguments: ["--max-blob-bytes", "1000"])
         defer { daemon.removeFiles() }
@@ -156,7 +171,9 @@ struct BlobTests {
         #expect(try FileManager.default.contentsOfDirectory(atPath: daemon.dataDirectory + "/blobs/uploads").isEmpty)
     }
 
-    @Test("an event naming a blob this node lacks, or with the wrong size, or a malformed reference: refused, nothing stored")
+    @Test(
+        "an event naming a blob this node lacks, or with the wrong size, or a malformed reference: refused, nothing stored"
+    )
     func referencesAreChecked() throws {
         let daemon = try DaemonProcess()
         defer { daemon.removeFiles() }
@@ -173,8 +190,10 @@ struct BlobTests {
             (edit("job/1", #"{"$blob":"sha256:XYZ","size":5}"#), "64 lowercase hex"),
             (edit("job/1", #"{"$blob":"\#(hash)","size":-5}"#), "0 or more"),
             (edit("job/1", #"{"$blob":"\#(hash)"}"#), "\"size\""),
-            (#"{"entity":"job/1","kind":"add","set":"photos","element":{"$blob":"\#(unknown)","size":5}}"#,
-             "put the blob first"),
+            (
+                #"{"entity":"job/1","kind":"add","set":"photos","element":{"$blob":"\#(unknown)","size":5}}"#,
+                "put the blob first"
+            ),
         ]
         for (event, words) in cases {
             // Alone, and second in a batch whose first event is fine: the batch is refused whole.
@@ -232,7 +251,9 @@ struct BlobTests {
         #expect(refused.reason == "invalid_params" && refused.message.contains("lazy"), "\(refused)")
     }
 
-    @Test("32 connections at once each beginning three uploads: two per connection, max_blob_uploads in all, the rest refused; all go with their connections")
+    @Test(
+        "32 connections at once each beginning three uploads: two per connection, max_blob_uploads in all, the rest refused; all go with their connections"
+    )
     func uploadsAreBoundedUnderAttack() throws {
         let daemon = try DaemonProcess(arguments: ["--max-blob-uploads", "6"])
         defer { daemon.removeFiles() }
@@ -247,7 +268,9 @@ struct BlobTests {
                 } else {
                     let error = response["error"] as? [String: Any]
                     let message = error?["message"] as? String ?? "none"
-                    outcome = message.contains("max_blob_uploads") ? "total" : message.contains("this connection") ? "connection" : message
+                    outcome =
+                        message.contains("max_blob_uploads")
+                        ? "total" : message.contains("this connection") ? "connection" : message
                 }
                 outcomes.withLock { $0.append(outcome) }
             }
@@ -272,7 +295,9 @@ struct BlobTests {
         #expect(try probe.call("blob.upload", #"{"size":1}"#)["upload"] != nil)
     }
 
-    @Test("a put cut off halfway (evctl killed, then the daemon killed mid-upload): nothing half-stored is visible, the daemon serving")
+    @Test(
+        "a put cut off halfway (evctl killed, then the daemon killed mid-upload): nothing half-stored is visible, the daemon serving"
+    )
     func interruptedPutsLeaveNothing() throws {
         let daemon = try DaemonProcess()
         defer { daemon.removeFiles() }

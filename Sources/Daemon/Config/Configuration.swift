@@ -197,7 +197,8 @@ package struct Configuration: Equatable, Sendable {
             key: "node", help: "a human name for this node (the node id is generated)", field: .at(\.nodeName),
             reloads: false),
         Option(
-            key: "peers", help: "peers to sync with: [{\"name\",\"url\",\"blobs\":\"eager|lazy|none\"}]", fileOnly: true, field: .at(\.peers),
+            key: "peers", help: "peers to sync with: [{\"name\",\"url\",\"blobs\":\"eager|lazy|none\"}]",
+            fileOnly: true, field: .at(\.peers),
             reloads: true),
         Option(
             key: "sync_interval_s", help: "seconds between background syncs with each peer (30)",
@@ -346,7 +347,8 @@ package struct Configuration: Equatable, Sendable {
             field: .at(\.blobLimits.maxUploads), reloads: false),
         Option(
             key: "blob_retention_s",
-            help: "seconds a blob no live value and no peer's missing event needs is kept before it is removed (2592000, 30 days)",
+            help:
+                "seconds a blob no live value and no peer's missing event needs is kept before it is removed (2592000, 30 days)",
             field: .at(\.blobRetentionSeconds), reloads: true),
         Option(
             key: "log_level", help: "debug, info, notice, warning or error (info)", field: .at(\.logLevel),

@@ -133,18 +133,22 @@ package enum MethodTable {
             handler: .owned { methods, request, caller in try methods.blobPut(request, caller: caller) }),
         Method(
             name: "blob.upload", access: .write, params: ["size"],
-            handler: .owned { methods, request, caller in try methods.blobUpload(request, connection: caller.connection) }
+            handler: .owned { methods, request, caller in try methods.blobUpload(request, connection: caller.connection)
+            }
         ),
         Method(
             name: "blob.write", access: .write, params: ["upload", "offset", "data"],
-            handler: .owned { methods, request, caller in try methods.blobWrite(request, connection: caller.connection) }),
+            handler: .owned { methods, request, caller in try methods.blobWrite(request, connection: caller.connection)
+            }),
         Method(
             name: "blob.commit", access: .write, params: ["upload", "hash"],
-            handler: .owned { methods, request, caller in try methods.blobCommit(request, connection: caller.connection) }
+            handler: .owned { methods, request, caller in try methods.blobCommit(request, connection: caller.connection)
+            }
         ),
         Method(
             name: "blob.abort", access: .write, params: ["upload"],
-            handler: .owned { methods, request, caller in try methods.blobAbort(request, connection: caller.connection) }),
+            handler: .owned { methods, request, caller in try methods.blobAbort(request, connection: caller.connection)
+            }),
         Method(
             name: "blob.get", access: .read, params: ["hash", "offset", "length", "fd", "fetch"],
             handler: .owned { methods, request, caller in try methods.blobGet(request, caller: caller) }),

@@ -142,7 +142,8 @@ extension Methods {
         let upload = try Self.upload(params)
         guard try blobStore().abort(upload, owner: connection) else {
             throw RPCError.application(
-                .notFound, "no blob upload \(upload) is under way on this connection (an upload ends with its connection)")
+                .notFound,
+                "no blob upload \(upload) is under way on this connection (an upload ends with its connection)")
         }
         return Array(#"{"aborted":true}"#.utf8)
     }
@@ -201,7 +202,8 @@ extension Methods {
         RPCError.application(
             .notFound,
             "blob \(hash) is pending: an event here names it, and its bytes have not come yet"
-                + (asked ? "; no peer reached now holds it" : "; it comes with the next sync from a peer that holds it"))
+                + (asked ? "; no peer reached now holds it" : "; it comes with the next sync from a peer that holds it")
+        )
     }
 
     /// `blob.stat`: whether this node holds a blob (`present`), knows it only from an event

@@ -71,7 +71,9 @@ enum BlobFile {
         while UInt64(offset) < count {
             let n = sendfile(target, source, &offset, Int(min(count - UInt64(offset), 1 << 30)))
             if n < 0, errno == EINTR { continue }
-            guard n > 0 else { throw BlobStore.failure("cannot write the blob to the file given", n == 0 ? EIO : errno) }
+            guard n > 0 else {
+                throw BlobStore.failure("cannot write the blob to the file given", n == 0 ? EIO : errno)
+            }
         }
     }
 

@@ -106,7 +106,8 @@ extension EventLog {
 
     /// Retention without changing anything: what a run at `now` would remove and keep.
     public func blobRetentionDryRun(
-        _ candidates: [(hash: BlobHash, size: UInt64?)], peers: [PeerHoldings], now: UInt64, retentionMilliseconds: UInt64
+        _ candidates: [(hash: BlobHash, size: UInt64?)], peers: [PeerHoldings], now: UInt64,
+        retentionMilliseconds: UInt64
     ) throws(EventStoreError) -> BlobRetentionReport {
         try reading { txn in
             var report = BlobRetentionReport()

@@ -311,7 +311,8 @@ public final class BlobStore: Sendable {
             }
             var offset: UInt64 = 0
             while offset < held {
-                let piece = try BlobFile.read(descriptor, count: Int(min(held - offset, UInt64(chunkBytes))), at: offset)
+                let piece = try BlobFile.read(
+                    descriptor, count: Int(min(held - offset, UInt64(chunkBytes))), at: offset)
                 guard !piece.isEmpty else { break }
                 hasher.update(piece)
                 chunks.append(SHA256.digest(piece))
@@ -369,7 +370,9 @@ public final class BlobStore: Sendable {
             throw Self.failure("cannot open blob \(hash)", errno)
         }
         defer { close(descriptor) }
-        guard let size = BlobFile.regularFileSize(descriptor) else { throw Self.failure("cannot read blob \(hash)", EIO) }
+        guard let size = BlobFile.regularFileSize(descriptor) else {
+            throw Self.failure("cannot read blob \(hash)", EIO)
+        }
         var digests: [[UInt8]] = []
         digests.reserveCapacity(Int((size + UInt64(chunkBytes) - 1) / UInt64(chunkBytes)))
         var offset: UInt64 = 0
@@ -489,7 +492,8 @@ public final class BlobStore: Sendable {
                 let piece = try BlobFile.read(descriptor, count: Int(min(size - offset, 1 << 20)), at: offset)
                 guard !piece.isEmpty else {
                     throw EventStoreError(
-                        .invalidParams, "the file passed ended at \(offset) of the \(size) bytes it had: nothing was stored")
+                        .invalidParams,
+                        "the file passed ended at \(offset) of the \(size) bytes it had: nothing was stored")
                 }
                 try write(number, offset: offset, bytes: piece, owner: owner)
                 offset += UInt64(piece.count)
@@ -541,19 +545,21 @@ public final class BlobStore: Sendable {
     private func upload(_ number: UInt64, owner: Int) throws(EventStoreError) -> Upload {
         guard let upload = held(number, owner: owner) else {
             throw EventStoreError(
-                .notFound, "no blob upload \(number) is under way on this connection (an upload ends with its connection)")
+                .notFound,
+                "no blob upload \(number) is under way on this connection (an upload ends with its connection)")
         }
         return upload
     }
 
     /// Removes the upload `number` from those under way (and its file, unless kept).
     private func take(_ number: UInt64, keepFile: Bool = false) {
-        guard let upload = state.withLock({ state -> Upload? in
-            guard let upload = state.uploads.removeValue(forKey: number) else { return nil }
-            state.reserved -= upload.size
-            if let hash = upload.partial { state.receiving.remove(hash) }
-            return upload
-        })
+        guard
+            let upload = state.withLock({ state -> Upload? in
+                guard let upload = state.uploads.removeValue(forKey: number) else { return nil }
+                state.reserved -= upload.size
+                if let hash = upload.partial { state.receiving.remove(hash) }
+                return upload
+            })
         else { return }
         if keepFile { upload.closeFile() } else { upload.discard() }
     }
@@ -664,7 +670,8 @@ private final class Upload: Sendable {
             guard progress.received == size else {
                 throw EventStoreError(
                     .invalidParams,
-                    "the upload has received \(progress.received) of its \(size) bytes: write the rest before you commit it")
+                    "the upload has received \(progress.received) of its \(size) bytes: write the rest before you commit it"
+                )
             }
             guard fsync(progress.descriptor) == 0 else { throw BlobStore.failure("cannot sync the upload", errno) }
             return progress.hasher.finish()

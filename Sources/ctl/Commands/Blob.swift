@@ -57,10 +57,12 @@ struct BlobPut: Command {
                 """,
             arguments: [
                 .positional("FILE", completion: .files, help: "The file to store."),
-                .option("type", value: "TYPE", help: "Its media type, kept in the reference (image/jpeg, application/pdf)."),
+                .option(
+                    "type", value: "TYPE", help: "Its media type, kept in the reference (image/jpeg, application/pdf)."),
                 .flag(
                     "base64",
-                    help: "Send the bytes in base64 pieces instead of passing the open file to the daemon (for a daemon on another kernel's socket)."
+                    help:
+                        "Send the bytes in base64 pieces instead of passing the open file to the daemon (for a daemon on another kernel's socket)."
                 ),
             ])
     }
@@ -146,7 +148,8 @@ struct BlobGet: Command {
                 """,
             arguments: [
                 .positional("HASH", help: Blob.hashHelp),
-                .positional("FILE", optional: true, completion: .files, help: "Where to write it (default: standard output)."),
+                .positional(
+                    "FILE", optional: true, completion: .files, help: "Where to write it (default: standard output)."),
             ])
     }
 

@@ -143,7 +143,8 @@ struct Metrics: Command {
             gauge(
                 "evstore_blobs_pending", "Blobs events here name whose bytes have not come yet.", int(blobs, "pending"))
             gauge(
-                "evstore_blob_partial_bytes", "Bytes kept of blobs partly received, for the next session to go on from.",
+                "evstore_blob_partial_bytes",
+                "Bytes kept of blobs partly received, for the next session to go on from.",
                 int(blobs, "partial_bytes"))
             gauge("evstore_blob_uploads", "Blob uploads under way from clients.", int(blobs, "uploads"))
         }

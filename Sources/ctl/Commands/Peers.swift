@@ -39,7 +39,8 @@ struct PeersAdd: Command {
                 .positional("URL", help: "Where the peer is reached (see below)."),
                 .option(
                     "blobs", value: "POLICY", completion: .words(["eager", "lazy", "none"]),
-                    help: "Which of its blobs to fetch: eager (every one its events name; the default), lazy (only those `evctl blob get` asks for) or none."
+                    help:
+                        "Which of its blobs to fetch: eager (every one its events name; the default), lazy (only those `evctl blob get` asks for) or none."
                 ),
             ],
             sections: [HelpSection("peer URLs", PeerURLForms.helpText)])

@@ -47,7 +47,8 @@ struct BlobRetentionTests {
             .path
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
         let list = peers.map { #"{"name":"\#($0.0)","url":"\#($0.1)","blobs":"\#($0.2)"}"# }.joined(separator: ",")
-        try #"{"peers":[\#(list)],"sync_interval_s":3600,"backoff_base_s":3600,"backoff_cap_s":3600,"blob_retention_s":\#(retention)}"#
+        try
+            #"{"peers":[\#(list)],"sync_interval_s":3600,"backoff_base_s":3600,"backoff_cap_s":3600,"blob_retention_s":\#(retention)}"#
             .write(toFile: root + "/evstored.json", atomically: true, encoding: .utf8)
         return try DaemonProcess(root: root, arguments: ["--config", root + "/evstored.json", "--node", node])
     }
@@ -67,15 +68,17 @@ struct BlobRetentionTests {
         let ofDeleted = try put(hq, "the signature of a cancelled job")
         let inSet = try put(hq, "a document kept")
         let never = try put(hq, "put and never named")
-        try append(hq, [
-            #"{"entity":"job/1","kind":"edit","fields":{"photo":\#(overwritten.reference)}}"#,
-            #"{"entity":"job/1","kind":"edit","fields":{"photo":\#(live.reference)}}"#,
-            #"{"entity":"job/1","kind":"add","set":"documents","element":\#(removed.reference)}"#,
-            #"{"entity":"job/1","kind":"add","set":"documents","element":\#(inSet.reference)}"#,
-            #"{"entity":"job/1","kind":"remove","set":"documents","element":\#(removed.reference)}"#,
-            #"{"entity":"job/2","kind":"edit","fields":{"signature":\#(ofDeleted.reference)}}"#,
-            #"{"entity":"job/2","kind":"delete"}"#,
-        ])
+        try append(
+            hq,
+            [
+                #"{"entity":"job/1","kind":"edit","fields":{"photo":\#(overwritten.reference)}}"#,
+                #"{"entity":"job/1","kind":"edit","fields":{"photo":\#(live.reference)}}"#,
+                #"{"entity":"job/1","kind":"add","set":"documents","element":\#(removed.reference)}"#,
+                #"{"entity":"job/1","kind":"add","set":"documents","element":\#(inSet.reference)}"#,
+                #"{"entity":"job/1","kind":"remove","set":"documents","element":\#(removed.reference)}"#,
+                #"{"entity":"job/2","kind":"edit","fields":{"signature":\#(ofDeleted.reference)}}"#,
+                #"{"entity":"job/2","kind":"delete"}"#,
+            ])
 
         // The van lacks every event: only the blob no event names may go.
         let dry = try gc(hq, dryRun: true)
@@ -107,10 +110,12 @@ struct BlobRetentionTests {
 
         // A new event the van lacks needs its blob however the value changes after it.
         let unsent = try put(hq, "taken while the van is away")
-        try append(hq, [
-            #"{"entity":"job/4","kind":"edit","fields":{"photo":\#(unsent.reference)}}"#,
-            #"{"entity":"job/4","kind":"edit","fields":{"photo":null}}"#,
-        ])
+        try append(
+            hq,
+            [
+                #"{"entity":"job/4","kind":"edit","fields":{"photo":\#(unsent.reference)}}"#,
+                #"{"entity":"job/4","kind":"edit","fields":{"photo":null}}"#,
+            ])
         #expect(BlobRetentionTests.hashes(try gc(hq)["removed"]).isEmpty)
         #expect(try state(hq, unsent.hash) == "present")
         _ = try hq.client().call("sync", #"{"peer":"van"}"#)

@@ -53,7 +53,8 @@ struct BlobSyncTests {
     /// Appends an edit of `entity` naming `blob` in `field`.
     func name(_ blob: Blob, in entity: String, field: String = "photo", on daemon: DaemonProcess) throws {
         _ = try daemon.client().call(
-            "append", eventsParams([#"{"entity":"\#(entity)","kind":"edit","fields":{"\#(field)":\#(blob.reference)}}"#]))
+            "append",
+            eventsParams([#"{"entity":"\#(entity)","kind":"edit","fields":{"\#(field)":\#(blob.reference)}}"#]))
     }
 
     /// A daemon whose config file lists `peers` (name, URL, blob policy or nil), syncing
@@ -71,7 +72,8 @@ struct BlobSyncTests {
             return #"{"name":"\#(name)","url":"\#(url)"\#(policy.map { #","blobs":"\#($0)""# } ?? "")}"#
         }
         let config = root + "/evstored.json"
-        try #"{"peers":[\#(list.joined(separator: ","))],"sync_interval_s":3600,"backoff_base_s":3600,"backoff_cap_s":3600\#(settings)}"#
+        try
+            #"{"peers":[\#(list.joined(separator: ","))],"sync_interval_s":3600,"backoff_base_s":3600,"backoff_cap_s":3600\#(settings)}"#
             .write(toFile: config, atomically: true, encoding: .utf8)
         return try DaemonProcess(root: root, arguments: ["--config", config, "--node", node])
     }
@@ -79,7 +81,8 @@ struct BlobSyncTests {
     /// The relay in front of `daemon`'s `evctl sync-serve`, as an `exec:` URL.
     func relayed(to daemon: DaemonProcess, _ options: [String]) throws -> String {
         let evctl = try builtBinary("evctl").path
-        return "exec:/usr/bin/python3 \(BlobSyncTests.relay) \(options.joined(separator: " ")) -- \(evctl) --socket \(daemon.socketPath) sync-serve"
+        return
+            "exec:/usr/bin/python3 \(BlobSyncTests.relay) \(options.joined(separator: " ")) -- \(evctl) --socket \(daemon.socketPath) sync-serve"
     }
 
     /// One session with `peer` now: its outcome.
@@ -139,7 +142,9 @@ struct BlobSyncTests {
             blobs.append(blob)
         }
         _ = try hq.client().call(
-            "append", eventsParams([#"{"entity":"job/blob-set","kind":"add","set":"documents","element":\#(blobs[2].reference)}"#]))
+            "append",
+            eventsParams([#"{"entity":"job/blob-set","kind":"add","set":"documents","element":\#(blobs[2].reference)}"#]
+            ))
         try name(blobs[5], in: "job/blob-again", on: hq)
 
         for _ in 0..<2 { #expect(try sync(van, "hq")["error"] is NSNull) }
@@ -222,8 +227,10 @@ struct BlobSyncTests {
         let size = 50 << 20
         let blob = try put(hq, size: size, name: "survey.pdf")
         try name(blob, in: "job/survey", field: "pdf", on: hq)
-        let root = FileManager.default.temporaryDirectory.appendingPathComponent("evblob-\(UUID().uuidString.prefix(8))")
-            .path
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "evblob-\(UUID().uuidString.prefix(8))"
+        )
+        .path
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
         let counts = root + "/relayed"
         // Every session is cut after 9 MB from hq, five times; the sixth runs whole.
@@ -244,7 +251,8 @@ struct BlobSyncTests {
         let relayed = try String(contentsOfFile: counts, encoding: .utf8).split(separator: "\n").compactMap { Int($0) }
         #expect(relayed.filter { $0 == 9_000_000 }.count == 5, "\(relayed)")
         let total = relayed.reduce(0, +)
-        #expect(Double(total) <= 1.1 * Double(size), "\(total) bytes crossed the link for a blob of \(size): \(relayed)")
+        #expect(
+            Double(total) <= 1.1 * Double(size), "\(total) bytes crossed the link for a blob of \(size): \(relayed)")
         #expect((try van.client().call("status")["blobs"] as? [String: Any])?["partial_bytes"] as? Int == 0)
     }
 
@@ -293,7 +301,10 @@ struct BlobSyncTests {
         #expect((error?["message"] as? String)?.contains("do not hash") == true, "\(forged)")
         held = try stat(van, blob)
         #expect(held["state"] as? String == "pending" && held["received"] as? Int == 0, "dropped: \(held)")
-        #expect(!FileManager.default.fileExists(atPath: van.dataDirectory + "/blobs/sha256/" + String(blob.hash.dropFirst(7).prefix(2)) + "/" + blob.hash.dropFirst(7)))
+        #expect(
+            !FileManager.default.fileExists(
+                atPath: van.dataDirectory + "/blobs/sha256/" + String(blob.hash.dropFirst(7).prefix(2)) + "/"
+                    + blob.hash.dropFirst(7)))
 
         #expect(try sync(van, "hq")["error"] is NSNull)
         #expect(try fetched(van, blob) == blob.hash)
@@ -337,8 +348,10 @@ struct BlobSyncTests {
         .enabled(if: hasTools), .timeLimit(.minutes(5)))
     func syncStatusCountsBlobs() throws {
         // hq cannot take a blob of this size until it is restarted with a larger bound.
-        let hqRoot = FileManager.default.temporaryDirectory.appendingPathComponent("evblob-\(UUID().uuidString.prefix(8))")
-            .path
+        let hqRoot = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "evblob-\(UUID().uuidString.prefix(8))"
+        )
+        .path
         var hq = try DaemonProcess(root: hqRoot, arguments: ["--node", "hq", "--max-blob-bytes", "1000"])
         defer { hq.removeFiles() }
         let van = try daemon(node: "van", peers: [("hq", "unix://\(hq.socketPath)", nil)])
@@ -375,8 +388,10 @@ struct BlobSyncTests {
         defer { hq.removeFiles() }
         let blob = try put(hq, size: Self.chunk + 7, name: "signature.png")
         try name(blob, in: "job/signed", on: hq)
-        let root = FileManager.default.temporaryDirectory.appendingPathComponent("evblob-\(UUID().uuidString.prefix(8))")
-            .path
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "evblob-\(UUID().uuidString.prefix(8))"
+        )
+        .path
         var van = try daemon(node: "van", peers: [("hq", "unix://\(hq.socketPath)", nil)], root: root)
         defer { van.removeFiles() }
         #expect(try sync(van, "hq")["error"] is NSNull)
@@ -407,8 +422,10 @@ struct BlobSyncTests {
         defer { hq.removeFiles() }
         let blob = try put(hq, size: 24 << 20, name: "video")
         try name(blob, in: "job/video", on: hq)
-        let root = FileManager.default.temporaryDirectory.appendingPathComponent("evblob-\(UUID().uuidString.prefix(8))")
-            .path
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "evblob-\(UUID().uuidString.prefix(8))"
+        )
+        .path
         // About 8 MB a second, so the transfer takes a few seconds.
         let url = try relayed(to: hq, ["--rate", "8000000"])
         var van = try daemon(node: "van", peers: [("hq", url, nil)], root: root)
@@ -458,7 +475,8 @@ struct BlobSyncTests {
 
     @Test(
         "the disk fills up during a blob transfer: the session ends with storage_full, the events it brought stay, and the blob comes once there is room",
-        .enabled(if: hasTools && FullDiskTests.canMount, "needs sha256sum, python3, and root or CAP_SYS_ADMIN for a tmpfs"),
+        .enabled(
+            if: hasTools && FullDiskTests.canMount, "needs sha256sum, python3, and root or CAP_SYS_ADMIN for a tmpfs"),
         .timeLimit(.minutes(5)))
     func diskFullMidTransfer() throws {
         let hq = try DaemonProcess(arguments: ["--node", "hq"])
@@ -517,7 +535,8 @@ struct BlobSyncTests {
         // This release initiates to the previous one, then the previous one to this one.
         let first = try hq.client().call("sync", #"{"peer":"unix://\#(old.socketPath)"}"#)
         #expect((first["peers"] as? [[String: Any]])?.first?["error"] is NSNull, "\(first)")
-        let (status, output) = try runProgram(previous.evctl, ["--socket", old.socketPath, "sync", "unix://\(hq.socketPath)"])
+        let (status, output) = try runProgram(
+            previous.evctl, ["--socket", old.socketPath, "sync", "unix://\(hq.socketPath)"])
         #expect(status == 0, "\(output)")
         let there = try RPCClient(path: old.socketPath).call("get", #"{"entity":"job/signed"}"#)
         #expect(((there["fields"] as? [String: Any])?["signature"] as? [String: Any])?["$blob"] as? String == blob.hash)

@@ -140,7 +140,9 @@ struct NegotiationTests {
     @Test("a manifest is refused when its chunk size is not this node's or its hashes do not fit the blob's size")
     func manifestChecks() throws {
         let hash = BlobHash.of(Array("x".utf8))
-        let good = BlobManifest.encode(hash, size: UInt64(BlobChunk.maxBytes) + 1, chunks: [[UInt8](repeating: 1, count: 32), [UInt8](repeating: 2, count: 32)])
+        let good = BlobManifest.encode(
+            hash, size: UInt64(BlobChunk.maxBytes) + 1,
+            chunks: [[UInt8](repeating: 1, count: 32), [UInt8](repeating: 2, count: 32)])
         let (decoded, size, chunks) = try BlobManifest.decode(good)
         #expect(decoded == hash && size == UInt64(BlobChunk.maxBytes) + 1 && chunks.count == 2)
         // One hash short, a torn hash, another chunk size, a header cut short.

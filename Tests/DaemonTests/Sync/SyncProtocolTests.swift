@@ -1,12 +1,13 @@
-@testable import Daemon
 import EventStore
 import Foundation
 import Projections
-@testable import Replication
-@testable import Server
 import TestSupport
 import Testing
 import UnixSocket
+
+@testable import Daemon
+@testable import Replication
+@testable import Server
 @testable import Writer
 
 @Suite("Sync protocol pieces")
