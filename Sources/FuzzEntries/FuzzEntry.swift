@@ -58,12 +58,35 @@ public enum FuzzEntry {
 
     // MARK: Stored values
 
-    /// One stored event value (format byte, dictionary version, zstd frame), read the way
-    /// `EventLog` reads a value under `id`: `dictionaries` stands for the store's dictionary
-    /// table, and a version not in it is a corrupt store.
+    /// One stored value, read the way `EventLog` reads it: by its first byte, a block of
+    /// events of store format 7 (`EventBlocks`, taken as the block of seq 1000), or the one
+    /// event value of format 6 and older (format byte, dictionary version, zstd frame)
+    /// under `id`, which the upgrade reads. `dictionaries` stands for the store's dictionary
+    /// table, and a version not in it is a corrupt store. Returns the events it holds.
     public static func storedValue(
         _ value: [UInt8], id: ULID = sampleID, dictionaries: [UInt32: CompressionDictionary],
         decompressor: Decompressor
+    ) throws -> [Event] {
+        if value.first == 2 {
+            var events: [Event] = []
+            for (id, payload) in try EventBlocks.records(
+                of: value, first: 1000, dictionaries: dictionaries, decompressor: decompressor)
+            {
+                precondition(payload.count <= StoreOptions.absoluteMaxEventBytes, "a record inflated past the limit")
+                do {
+                    events.append(try EventCodec.decodeStored(payload, id: id))
+                } catch {
+                    throw EventStoreError(.corrupt, "stored event \(id) does not decode: \(error.message)")
+                }
+                checkRoundTrip(events[events.count - 1])
+            }
+            return events
+        }
+        return [try legacyValue(value, id: id, dictionaries: dictionaries, decompressor: decompressor)]
+    }
+
+    static func legacyValue(
+        _ value: [UInt8], id: ULID, dictionaries: [UInt32: CompressionDictionary], decompressor: Decompressor
     ) throws -> Event {
         let (version, frame) = try StoredValue.decode(value)
         var dictionary: CompressionDictionary?
@@ -86,7 +109,16 @@ public enum FuzzEntry {
         return event
     }
 
-    /// Encodes a stored value as the store writes one (the seeds of the stored-value fuzzer).
+    /// Encodes a block of events as the store writes one (seeds of the stored-value fuzzer).
+    public static func encodeBlock(
+        _ events: [Event], dictionaryVersion: UInt32, dictionary: CompressionDictionary?, compressor: Compressor
+    ) throws -> [UInt8] {
+        try EventBlocks.encode(
+            events.map { ($0.id, EventCodec.encodeStored($0, includeID: false)) }, dictionaryVersion: dictionaryVersion,
+            dictionary: dictionary, compressor: compressor)
+    }
+
+    /// Encodes a value of format 6 as that store wrote one (seeds of the stored-value fuzzer).
     public static func encodeStoredValue(
         _ event: Event, dictionaryVersion: UInt32, dictionary: CompressionDictionary?, compressor: Compressor
     ) throws -> [UInt8] {

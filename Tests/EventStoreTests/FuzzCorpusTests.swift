@@ -46,8 +46,9 @@ import Testing
         #expect(seeds.count >= 10)
         for (name, bytes) in seeds + FuzzInputs.files("Regressions", "stored-value") {
             do {
-                let event = try FuzzEntry.storedValue(bytes, dictionaries: dictionaries, decompressor: decompressor)
-                #expect(name.hasPrefix("value"), "\(name) decoded to \(event)")
+                let events = try FuzzEntry.storedValue(bytes, dictionaries: dictionaries, decompressor: decompressor)
+                #expect(name.hasPrefix("value"), "\(name) decoded to \(events)")
+                #expect(!events.isEmpty)
             } catch {
                 #expect(!name.hasPrefix("value"), "\(name): \(error)")
                 #expect(!"\(error)".isEmpty)
@@ -82,8 +83,31 @@ import Testing
         let event = try EventCodec.decodeStored(FuzzEntry.sampleEvents(count: 1)[0], id: FuzzEntry.sampleID)
         var unknown = try FuzzEntry.encodeStoredValue(
             event, dictionaryVersion: 0, dictionary: nil, compressor: compressor)
-        unknown[0] = 2
+        unknown[0] = 3
         seeds.append(("bad-format", unknown))
+        // Blocks of events (store format 7): of one event and of several, with and without
+        // the dictionary, and damaged ones.
+        let events = try FuzzEntry.sampleEvents(count: 40).enumerated().map { index, json in
+            try EventCodec.decodeStored(json, id: ULID(high: FuzzEntry.sampleID.high, low: UInt64(index)))
+        }
+        for (count, version) in [(1, 0), (1, 1), (8, 0), (40, 1)] as [(Int, UInt32)] {
+            seeds.append(
+                (
+                    "value-block-\(count)-\(version == 0 ? "plain" : "dictionary")",
+                    try FuzzEntry.encodeBlock(
+                        Array(events.prefix(count)), dictionaryVersion: version, dictionary: version == 0 ? nil : dictionary,
+                        compressor: compressor)
+                ))
+        }
+        let block = try FuzzEntry.encodeBlock(
+            Array(events.prefix(8)), dictionaryVersion: 0, dictionary: nil, compressor: compressor)
+        var miscounted = block
+        miscounted[2] = 9  // the count: 9 records said, 8 held
+        seeds.append(("bad-block-count", miscounted))
+        seeds.append(("bad-block-truncated", Array(block.dropLast(5))))
+        var oversized = block
+        oversized[3] = 0xFF  // the records' length: more than a block of several may hold
+        seeds.append(("bad-block-length", oversized))
         seeds.append(
             (
                 "bad-missing-dictionary",

@@ -5,7 +5,8 @@ import Testing
 
 @testable import EventStore
 
-/// The sequence table's blocks against a plain list of (seq, id): appended in runs of
+/// The sequence table of formats 4 to 6 (which the upgrade to format 7 reads) against a
+/// plain list of (seq, id): blocks appended in runs of
 /// random lengths, with gaps between some runs, then read from every position.
 @Suite struct SequenceBlocksTests {
     /// A seq's block, or the next one, walked to the end: what `feed` reads.
@@ -28,7 +29,8 @@ import Testing
         var random = SplitMix64(seed: seed)
         let store = try TempStore()
         store.writesTablesDirectly(because: "the blocks name ids of no stored event")
-        let table = store.log.tables.sequence
+        // The sequence table of formats 4 to 6, which the upgrade to format 7 reads.
+        let table = try store.log.environment.openDatabase("seq_blocks", flags: [.create])
         var model: [(UInt64, ULID)] = []
         var next: UInt64 = 1
         for _ in 0..<60 {

@@ -74,8 +74,7 @@ extension EventLog {
         }
         var checked = Set<EntityKey>()
         for (id, _) in references {
-            guard let value = try txn.get(tables.events, id.bytes) else { continue }
-            let entity = try decodeValue(value, id: id, txn: txn).entity
+            guard let entity = try readEvent(id, txn: txn)?.entity else { continue }
             guard checked.insert(entity).inserted, let record = try txn.get(tables.projections, entity.bytes) else {
                 continue
             }
@@ -217,10 +216,7 @@ extension EventLog {
                 // The first event that names it gives its size.
                 let first = try txn.withCursor(tables.blobReferences) { try $0.seek(hash.digest) }
                 guard let first, let id = ULID(bytes: Array(first.key[32...])),
-                    let value = try txn.get(tables.events, id.bytes),
-                    let reference = try decodeValue(value, id: id, txn: txn).blobReferences.first(where: {
-                        $0.hash == hash
-                    })
+                    let reference = try readEvent(id, txn: txn)?.blobReferences.first(where: { $0.hash == hash })
                 else { continue }
                 found.append(PendingBlob(hash: hash, size: reference.size, since: id))
             }

@@ -150,6 +150,14 @@ public struct WriteTransaction: ~Copyable, TransactionReading {
         try perform("mdb_drop") { txn throws(LMDBError) in try MDB.empty(txn, db.rawValue) }
     }
 
+    /// Deletes `db` from the environment, its entries and its name: a table a newer format
+    /// no longer has. Its handle is closed; nothing may use it after.
+    ///
+    /// The corresponding C function is `mdb_drop` (with `del` 1).
+    mutating func removeDatabase(_ db: Database) throws(LMDBError) {
+        try perform("mdb_drop") { txn throws(LMDBError) in try MDB.remove(txn, db.rawValue) }
+    }
+
     /// Runs `body` with a cursor over `db` that can also write, closed when `body` returns.
     ///
     /// The corresponding C function is `mdb_cursor_open`.

@@ -28,7 +28,9 @@ extension EventLog {
                     writer.clock.maxSkewMilliseconds = maxClockSkewMilliseconds
                     var batch = try WriteBatch(log: self, txn: txn, clock: writer.clock, now: now)
                     let firstSeq = batch.seq
+                    defer { uncommitted.withLock { $0.removeAll() } }
                     let result = try body(&batch, &txn, &writer)
+                    try batch.writeBlocks(txn: &txn, writer: writer)
                     // The reading, kept for the next open (`resumeClock`).
                     if batch.clock.last != writer.clock.last {
                         try txn.put(tables.meta, Meta.clock, batch.clock.last.bytes)
@@ -88,10 +90,10 @@ struct WriteBatch {
     /// call per origin (`MDB_MULTIPLE`) instead of one per event. Nothing reads that index
     /// inside a write.
     var originEntries: [(origin: ULID, id: ULID)] = []
-    /// The ids of the events stored and not yet in the sequence table, in seq order up to
-    /// `seq`: put there at the end of the batch (`SequenceBlocks`), as `originEntries` are.
-    /// Nothing reads that table inside a write.
-    var sequenceEntries: [ULID] = []
+    /// The events stored and not yet in a block, in seq order up to `seq`: compressed into
+    /// blocks when the transaction's work is done (`writeBlocks`). A read inside the
+    /// transaction finds them in `EventLog.uncommitted` meanwhile.
+    var pendingRecords: [EventBlocks.Record] = []
     /// Counts the client batches appended, so each entity can tell whether the current one
     /// has named it already.
     var clientBatch = 0
@@ -341,12 +343,46 @@ struct WriteBatch {
         originEntries.removeAll()
     }
 
-    /// Puts `sequenceEntries` in the sequence table.
-    mutating func writeSequenceEntries(txn: inout WriteTransaction) throws {
-        guard !sequenceEntries.isEmpty else { return }
-        try SequenceBlocks.append(
-            sequenceEntries, first: seq - UInt64(sequenceEntries.count) + 1, table: log.tables.sequence, txn: &txn)
-        sequenceEntries.removeAll()
+    /// Puts `pendingRecords` into blocks: first into the last block of the table while it
+    /// ends just before them and has room (it is written again, whole, under its key), then
+    /// into new ones, each at most `EventBlocks.maxEvents` events and, with more than one,
+    /// `EventBlocks.maxRecordBytes` of records.
+    mutating func writeBlocks(txn: inout WriteTransaction, writer: borrowing EventLog.Writer) throws {
+        guard !pendingRecords.isEmpty else { return }
+        let table = log.tables.blocks
+        var first = seq - UInt64(pendingRecords.count) + 1
+        var records = pendingRecords[...]
+        var carried: [EventBlocks.Record] = []
+        var carriedBytes = 0
+        if let last = try txn.withCursor(table, { try $0.last() }) {
+            let tail = try log.decodeBlock(last, txn: txn)
+            if tail.end == first, tail.count < EventBlocks.maxEvents, tail.raw.count < EventBlocks.maxRecordBytes {
+                carried = (0..<tail.count).map { tail.record(at: $0) }
+                carriedBytes = tail.raw.count
+                first = tail.first
+            }
+        }
+        var appendFlag: PutFlags = carried.isEmpty ? .append : []
+        while !records.isEmpty || !carried.isEmpty {
+            var block = carried
+            var bytes = carriedBytes
+            carried = []
+            carriedBytes = 0
+            while let next = records.first, block.count < EventBlocks.maxEvents {
+                let size = EventBlocks.recordHeaderBytes + next.payload.count
+                if !block.isEmpty, bytes + size > EventBlocks.maxRecordBytes { break }
+                block.append(next)
+                bytes += size
+                records.removeFirst()
+            }
+            let value = try EventBlocks.encode(
+                block, dictionaryVersion: writer.dictionaryVersion, dictionary: writer.dictionary,
+                compressor: writer.compressor)
+            try txn.put(table, bigEndian(first), value, flags: appendFlag)
+            appendFlag = .append
+            first += UInt64(block.count)
+        }
+        pendingRecords.removeAll()
     }
 
     /// The result of the client batch just appended: its ids, and the version and rev of
@@ -390,23 +426,26 @@ struct WriteBatch {
             )
         }
         let tables = log.tables
-        let value = try StoredValue.encode(
-            payload: payload, dictionaryVersion: writer.dictionaryVersion, dictionary: writer.dictionary,
-            compressor: writer.compressor)
         let key = event.id.bytes
+        // The index entry now, so that a later event of this transaction finds the id held;
+        // the event itself goes into a block when the transaction's work is done.
+        seq += 1
+        var indexValue: [UInt8] = []
+        indexValue.appendVarint(seq)
         if lastEventKey.map({ $0 < event.id }) ?? true {
-            try txn.put(tables.events, key, value, flags: .append)
+            try txn.put(tables.events, key, indexValue, flags: .append)
             lastEventKey = event.id
         } else {
-            try txn.put(tables.events, key, value, flags: .noOverwrite)
+            try txn.put(tables.events, key, indexValue, flags: .noOverwrite)
         }
+        let record = EventBlocks.Record(id: event.id, payload: payload)
+        pendingRecords.append(record)
+        log.uncommitted.withLock { $0[seq] = record }
         try txn.put(tables.entityIndex, event.entity.bytes, key)
         try recordBlobReferences(of: event, txn: &txn)
         originEntries.append((event.origin, event.id))
         // Every path that stores an event comes through here, so every stored event takes a
         // seq, in the transaction that stores it.
-        seq += 1
-        sequenceEntries.append(event.id)
         stored?.append(SequencedEvent(seq: seq, event: event, payload: payload))
         return seq
     }
@@ -575,7 +614,6 @@ struct WriteBatch {
         }
         try txn.put(tables.meta, EventLog.Meta.digest, digest.bytes)
         try writeOriginEntries(txn: &txn)
-        try writeSequenceEntries(txn: &txn)
         for (origin, lead) in skews {
             let previous = try txn.get(tables.skew, origin.bytes).map(uint64(bigEndian:)) ?? 0
             if lead > previous { try txn.put(tables.skew, origin.bytes, bigEndian(lead)) }

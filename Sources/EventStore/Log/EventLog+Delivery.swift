@@ -114,8 +114,7 @@ extension EventLog {
             }
             var lacking = Set<EntityKey>()
             for id in ids {
-                guard let value = try txn.get(tables.events, id.bytes) else { continue }
-                let entity = try decodeValue(value, id: id, txn: txn).entity
+                guard let entity = try readEvent(id, txn: txn)?.entity else { continue }
                 guard entity.bytes.starts(with: prefix) else { continue }
                 if let after, !(after < entity) { continue }
                 lacking.insert(entity)

@@ -111,8 +111,8 @@ struct ImportCheck {
             return .held
         }
         do {
-            if let held = try txn.get(log.tables.events, event.id.bytes) {
-                guard try log.payload(of: held, txn: txn) == payload else {
+            if let held = try log.storedPayload(of: event.id, txn: txn) {
+                guard held == payload else {
                     throw refusal(
                         "this node holds an event with this id and different content; the one held is kept. "
                             + "The input was changed after it was exported, or comes from a store that is not this one's peer"

@@ -89,10 +89,10 @@ extension EventLog {
         }
         if seen.contains(event.id) { return .held }
         if skipDropped, try txn.get(tables.deadLetterIDs, event.id.bytes) == EventLog.droppedMarker { return .held }
-        if let held = try txn.get(tables.events, event.id.bytes) {
+        if let held = try storedPayload(of: event.id, txn: txn) {
             // Held already. Honest nodes never give two events one id; a peer that
             // does is reported, and the event held first stays.
-            guard try self.payload(of: held, txn: txn) == payload else {
+            guard held == payload else {
                 return .invalid(
                     EventStoreError(
                         .invalidEvent,

@@ -8,7 +8,8 @@ public struct RebuildReport: Equatable, Sendable {
     public var mismatched: [EntityKey] = []
     /// Whether the stored digest differed from the digest of the folded states.
     public var digestMismatch = false
-    /// Events held without a seq (0 in a sound store: every stored event takes one).
+    /// How many more events the `events` index names than the blocks hold, or fewer (0 in
+    /// a sound store: every stored event takes a seq, and its block holds it).
     public var unsequenced = 0
 }
 
@@ -49,14 +50,17 @@ extension EventLog {
     /// `status_history`), and the format marker is written.
     func upgrade() throws(EventStoreError) {
         do {
-            let head = try writer.withLock { _ throws -> UInt64 in
+            let head = try writer.withLock { writer throws -> UInt64 in
                 try environment.write { txn -> UInt64 in
                     let format = try txn.get(tables.meta, Meta.format).map(uint32(bigEndian:)) ?? EventLog.formatVersion
                     var seq = try EventLog.sequenceHead(txn: txn, tables: tables)
-                    if format < 3 {
+                    // The sequence table of formats 3 to 6, `seq_blocks`, is read by name: its
+                    // seqs go into the event blocks, and then it goes.
+                    let legacy = format < 7 ? try txn.openDatabase("seq_blocks", flags: [.create]) : nil
+                    if let legacy, format < 3 {
                         // Older releases kept no sequence table; should one be there anyway,
                         // its seqs are given again above its head, which never goes back.
-                        try txn.drop(tables.sequence)
+                        try txn.drop(legacy)
                         var ids: [ULID] = []
                         try txn.withCursor(tables.events) { cursor in
                             var item = try cursor.first()
@@ -65,16 +69,16 @@ extension EventLog {
                                 item = try cursor.next()
                             }
                         }
-                        try SequenceBlocks.append(ids, first: seq + 1, table: tables.sequence, txn: &txn)
+                        try SequenceBlocks.append(ids, first: seq + 1, table: legacy, txn: &txn)
                         seq += UInt64(ids.count)
                         try txn.put(tables.meta, Meta.sequenceHead, bigEndian(seq))
-                    } else if format == 3 {
+                    } else if let legacy, format == 3 {
                         // An entry per event in `seq`: the same seqs, now in blocks; a gap
                         // between two seqs starts a new block.
-                        try txn.drop(tables.sequence)
-                        let legacy = try txn.openDatabase("seq", flags: [.create])
+                        try txn.drop(legacy)
+                        let perEvent = try txn.openDatabase("seq", flags: [.create])
                         var entries: [(seq: UInt64, id: ULID)] = []
-                        try txn.withCursor(legacy) { cursor in
+                        try txn.withCursor(perEvent) { cursor in
                             var item = try cursor.first()
                             while let current = item {
                                 guard current.key.count == 8, let id = ULID(bytes: current.value) else {
@@ -89,12 +93,15 @@ extension EventLog {
                             var end = start + 1
                             while end < entries.count, entries[end].seq == entries[end - 1].seq + 1 { end += 1 }
                             try SequenceBlocks.append(
-                                entries[start..<end].map(\.id), first: entries[start].seq, table: tables.sequence,
-                                txn: &txn)
+                                entries[start..<end].map(\.id), first: entries[start].seq, table: legacy, txn: &txn)
                             start = end
                         }
-                        try txn.drop(legacy)
-                        seq = max(seq, try EventLog.sequenceHead(txn: txn, tables: tables))
+                        try txn.drop(perEvent)
+                    }
+                    if let legacy {
+                        seq = max(seq, try SequenceBlocks.last(table: legacy, txn: txn))
+                        try moveEventsIntoBlocks(from: legacy, txn: &txn, writer: writer)
+                        try txn.removeDatabase(legacy)
                     }
                     if format < 5 { try repackOriginIndex(txn: &txn) }
                     if format < 6 { try indexBlobReferences(txn: &txn) }
@@ -105,6 +112,58 @@ extension EventLog {
             committedSequence.store(head, ordering: .releasing)
         } catch {
             throw EventStoreError.from(error)
+        }
+    }
+
+    /// The upgrade to format 7: every event, one value each in `events` (`StoredValue`), goes
+    /// into the blocks of `event_blocks` in the order of `legacy`'s seqs (a gap between two
+    /// seqs starts a new block), compressed with the current dictionary, and `events` then
+    /// maps each id to its seq.
+    func moveEventsIntoBlocks(from legacy: Database, txn: inout WriteTransaction, writer: borrowing Writer) throws {
+        var block: [EventBlocks.Record] = []
+        var blockFirst: UInt64 = 0
+        var blockBytes = 0
+        var moved = 0
+        func flush(_ txn: inout WriteTransaction) throws {
+            guard !block.isEmpty else { return }
+            let value = try EventBlocks.encode(
+                block, dictionaryVersion: writer.dictionaryVersion, dictionary: writer.dictionary,
+                compressor: writer.compressor)
+            try txn.put(tables.blocks, bigEndian(blockFirst), value, flags: .append)
+            block.removeAll(keepingCapacity: true)
+            blockBytes = 0
+        }
+        var entries: [(seq: UInt64, id: ULID)] = []
+        try SequenceBlocks.forEach(table: legacy, txn: txn) { seq, id in entries.append((seq, id)) }
+        for (seq, id) in entries {
+            guard let value = try txn.get(tables.events, id.bytes) else {
+                throw CorruptDataError("seq \(seq) names event \(id), which the store does not hold")
+            }
+            let payload = try legacyPayload(of: value, txn: txn)
+            let size = EventBlocks.recordHeaderBytes + payload.count
+            let follows = !block.isEmpty && blockFirst + UInt64(block.count) == seq
+            if !follows || block.count == EventBlocks.maxEvents || blockBytes + size > EventBlocks.maxRecordBytes {
+                try flush(&txn)
+                blockFirst = seq
+            }
+            block.append(EventBlocks.Record(id: id, payload: payload))
+            blockBytes += size
+            moved += 1
+        }
+        try flush(&txn)
+        let held = try txn.stat(tables.events).entries
+        guard moved == held else {
+            throw CorruptDataError(
+                "the store holds \(held) events and its sequence names \(moved): it cannot be upgraded. Restore it from a backup")
+        }
+        // Written again in id order into an emptied table: values of a few bytes in place of
+        // the events would leave its pages nearly empty.
+        try txn.drop(tables.events)
+        entries.sort { $0.id < $1.id }
+        for (seq, id) in entries {
+            var value: [UInt8] = []
+            value.appendVarint(seq)
+            try txn.put(tables.events, id.bytes, value, flags: .append)
         }
     }
 
@@ -124,7 +183,24 @@ extension EventLog {
         // Every event's seq, to find each entity's rev.
         var seqs: [ULID: UInt64] = [:]
         seqs.reserveCapacity(try txn.stat(tables.events).entries)
-        try SequenceBlocks.forEach(table: tables.sequence, txn: txn) { seq, id in seqs[id] = seq }
+        try txn.withCursor(tables.events) { cursor in
+            var item = try cursor.first()
+            while let current = item {
+                guard let id = ULID(bytes: current.key) else { throw CorruptDataError("event key is not an id") }
+                seqs[id] = try EventLog.seq(indexValue: current.value, id: id)
+                item = try cursor.next()
+            }
+        }
+        // Events the blocks hold: one per seq the index names, short of damage.
+        var inBlocks = 0
+        try txn.withCursor(tables.blocks) { cursor in
+            var item = try cursor.first()
+            while let current = item {
+                guard current.key.count == 8 else { throw CorruptDataError("an event_blocks key is not a seq") }
+                inBlocks += try EventBlocks.header(current.value, first: uint64(bigEndian: current.key)).count
+                item = try cursor.next()
+            }
+        }
         if !verify {
             try txn.drop(tables.projections)
             try txn.drop(tables.statusIndex)
@@ -191,7 +267,7 @@ extension EventLog {
         let stored =
             try txn.get(tables.meta, Meta.digest).flatMap(StateDigest.init(bytes:)) ?? StateDigest()
         report.digestMismatch = stored != digest
-        report.unsequenced = try txn.stat(tables.events).entries - seqs.count
+        report.unsequenced = abs(seqs.count - inBlocks)
         if verify {
             report.mismatched.append(contentsOf: try projectionsWithoutEvents(txn: txn, known: Set(entities)))
             report.mismatched.append(contentsOf: try referencesDiffering(from: references, txn: txn))
@@ -223,9 +299,9 @@ extension EventLog {
                     listed += 1
                     if current.value != reference.origin.bytes { differing.insert(reference.entity) }
                 } else if current.key.count == 48, let id = ULID(bytes: Array(current.key[32...])),
-                    let value = try txn.get(tables.events, id.bytes)
+                    let event = try readEvent(id, txn: txn)
                 {
-                    differing.insert(try decodeValue(value, id: id, txn: txn).entity)
+                    differing.insert(event.entity)
                 } else {
                     throw CorruptDataError("blob_refs lists a reference by an event the store does not hold")
                 }
@@ -316,11 +392,15 @@ extension EventLog {
     public func prepareDictionary() throws(EventStoreError) -> PreparedDictionary {
         let (samples, count) = try reading { txn -> ([[UInt8]], Int) in
             let count = try txn.stat(tables.events).entries
-            let samples = try txn.withCursor(tables.events) { cursor in
+            // The newest events: the last blocks, from the end.
+            let samples = try txn.withCursor(tables.blocks) { cursor in
                 var samples: [[UInt8]] = []
                 var item = try cursor.last()
                 while let current = item, samples.count < options.dictionarySampleCount {
-                    samples.append(try payload(of: current.value, txn: txn))
+                    let block = try decodeBlock(current, txn: txn)
+                    for index in (0..<block.count).reversed() where samples.count < options.dictionarySampleCount {
+                        samples.append(block.payload(at: index))
+                    }
                     item = try cursor.prev()
                 }
                 return samples

@@ -34,7 +34,8 @@ extension EventLog {
                 var item = try cursor.first(after: after)
                 while let current = item, out.count < limit {
                     guard let id = ULID(bytes: current.key) else { throw CorruptDataError("event key is not an id") }
-                    let payload = try payload(of: current.value, txn: txn)
+                    let seq = try EventLog.seq(indexValue: current.value, id: id)
+                    let payload = try storedPayload(of: id, seq: seq, txn: txn)
                     if !out.isEmpty, bytes + payload.count > maxBytes { break }
                     bytes += payload.count
                     out.append(try decodePayload(payload, id: id))
@@ -68,10 +69,9 @@ extension EventLog {
             var events: [Event] = []
             var bytes = 0
             for id in ids {
-                guard let value = try txn.get(tables.events, id.bytes) else {
+                guard let payload = try storedPayload(of: id, txn: txn) else {
                     throw CorruptDataError("index names a missing event \(id)")
                 }
-                let payload = try payload(of: value, txn: txn)
                 if !events.isEmpty, bytes + payload.count > maxBytes {
                     return (events, events.last?.id)
                 }
@@ -191,54 +191,40 @@ extension EventLog {
                 entityIDs = ids
             }
             let typePrefix = filter.type.map { Array($0.utf8) + [UInt8(ascii: "/")] }
-            return try txn.withCursor(tables.sequence) { cursor in
-                var out: [SequencedEvent] = []
-                var bytes = 0
-                var scanned = 0
-                var lastSeq = after
-                // The block holding the first seq after `after`, and that seq's place in it.
-                var block = after == UInt64.max ? nil : try SequenceBlocks.block(from: after &+ 1, cursor: &cursor)
-                var index = block.map { Int(clamping: (after &+ 1) > $0.first ? (after &+ 1) - $0.first : 0) } ?? 0
-                while let current = block, out.count < limit, scanned < scanLimit {
-                    guard index < current.count else {
-                        block = try SequenceBlocks.next(cursor: &cursor)
-                        index = 0
-                        continue
+            var out: [SequencedEvent] = []
+            var bytes = 0
+            var scanned = 0
+            var lastSeq = after
+            var more = false
+            if after < UInt64.max {
+                try forEachStored(from: after + 1, txn: txn) { seq, block, index in
+                    guard out.count < limit, scanned < scanLimit else {
+                        more = true
+                        return false
                     }
-                    let seq = current.first + UInt64(index)
-                    let id = try current.id(at: index)
+                    let id = block.id(at: index)
                     if let entityIDs, !entityIDs.contains(id) {
                         scanned += 1
                         lastSeq = seq
-                        index += 1
-                        continue
+                        return true
                     }
-                    guard let value = try txn.get(tables.events, id.bytes) else {
-                        throw CorruptDataError("seq \(seq) names a missing event \(id)")
-                    }
-                    let payload = try payload(of: value, txn: txn)
+                    let payload = block.payload(at: index)
                     // Stops before this event, which the next page starts with.
-                    if !out.isEmpty, bytes + payload.count > maxBytes { break }
+                    if !out.isEmpty, bytes + payload.count > maxBytes {
+                        more = true
+                        return false
+                    }
                     scanned += 1
                     lastSeq = seq
-                    index += 1
                     let event = try decodePayload(payload, id: id)
-                    if let origin = filter.origin, event.origin != origin { continue }
-                    if let typePrefix, !event.entity.bytes.starts(with: typePrefix) { continue }
+                    if let origin = filter.origin, event.origin != origin { return true }
+                    if let typePrefix, !event.entity.bytes.starts(with: typePrefix) { return true }
                     bytes += payload.count
                     out.append(SequencedEvent(seq: seq, event: event, payload: payload))
+                    return true
                 }
-                // More follow when the block has seqs left, or another block comes after it.
-                var more = false
-                if let current = block {
-                    if index < current.count {
-                        more = true
-                    } else {
-                        more = try SequenceBlocks.next(cursor: &cursor) != nil
-                    }
-                }
-                return FeedPage(events: out, next: more ? lastSeq : nil, head: head)
             }
+            return FeedPage(events: out, next: more ? lastSeq : nil, head: head)
         }
     }
 
@@ -349,21 +335,18 @@ extension EventLog {
     }
 
     func readEvent(_ id: ULID, txn: borrowing some TransactionReading & ~Copyable) throws -> Event? {
-        guard let value = try txn.get(tables.events, id.bytes) else { return nil }
-        return try decodeValue(value, id: id, txn: txn)
+        guard let payload = try storedPayload(of: id, txn: txn) else { return nil }
+        return try decodePayload(payload, id: id)
     }
 
-    /// The canonical JSON payload (without id) of a stored value.
-    func payload(of value: [UInt8], txn: borrowing some TransactionReading & ~Copyable) throws -> [UInt8] {
+    /// The canonical JSON payload (without id) of a value of the `events` table of format 6
+    /// and older (`StoredValue`): what the upgrade to blocks reads.
+    func legacyPayload(of value: [UInt8], txn: borrowing some TransactionReading & ~Copyable) throws -> [UInt8] {
         let (version, frame) = try StoredValue.decode(value)
         let dictionary = try dictionary(version, txn: txn)
         return try decompressors.withDecompressor { decompressor in
             try decompressor.decompress(frame, dictionary: dictionary, maxSize: StoreOptions.absoluteMaxEventBytes)
         }
-    }
-
-    func decodeValue(_ value: [UInt8], id: ULID, txn: borrowing some TransactionReading & ~Copyable) throws -> Event {
-        try decodePayload(try payload(of: value, txn: txn), id: id)
     }
 
     func decodePayload(_ payload: [UInt8], id: ULID) throws -> Event {

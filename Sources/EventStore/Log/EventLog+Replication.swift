@@ -141,10 +141,9 @@ extension EventLog {
             events.reserveCapacity(ids.count)
             var bytes = 0
             for id in ids {
-                guard let value = try txn.get(tables.events, id.bytes) else {
+                guard let json = try storedPayload(of: id, txn: txn) else {
                     throw CorruptDataError("the origin index names a missing event \(id)")
                 }
-                let json = try payload(of: value, txn: txn)
                 events.append(ReplicatedEvent(id: id, json: json))
                 bytes += json.count
                 if bytes >= maxBytes { return (events, more || events.count < ids.count) }
@@ -163,8 +162,8 @@ extension EventLog {
         try reading { txn in
             var events: [ReplicatedEvent] = []
             for id in ids {
-                guard let value = try txn.get(tables.events, id.bytes) else { continue }
-                events.append(ReplicatedEvent(id: id, json: try payload(of: value, txn: txn)))
+                guard let json = try storedPayload(of: id, txn: txn) else { continue }
+                events.append(ReplicatedEvent(id: id, json: json))
             }
             return events
         }
@@ -178,8 +177,8 @@ extension EventLog {
         try reading { txn in
             var out: [(id: ULID, hash: String)] = []
             for id in ids {
-                guard let value = try txn.get(tables.events, id.bytes) else { continue }
-                out.append((id, EventLog.contentHash(try payload(of: value, txn: txn))))
+                guard let json = try storedPayload(of: id, txn: txn) else { continue }
+                out.append((id, EventLog.contentHash(json)))
             }
             return out
         }

@@ -16,7 +16,7 @@ public struct StorageBreakdown: Sendable {
     /// The main tree of each table, as `mdb_stat` counts it: in a `dupSort` table, a key's
     /// values that outgrow a page live in a tree of their own, which it does not count.
     public var tables: [Table]
-    /// Bytes of every event value (header + zstd frame), summed.
+    /// Bytes of every block of events (header + zstd frame), summed.
     public var eventValueBytes: Int
     /// Bytes of every event's canonical JSON (with its id), summed.
     public var canonicalJSONBytes: Int
@@ -43,13 +43,15 @@ extension EventLog {
                         depth: stat.depth, branchPages: stat.branchPages, leafPages: stat.leafPages,
                         overflowPages: stat.overflowPages))
             }
-            try txn.withCursor(tables.events) { cursor in
+            try txn.withCursor(tables.blocks) { cursor in
                 var item = try cursor.first()
                 while let current = item {
-                    result.events += 1
+                    let block = try decodeBlock(current, txn: txn)
+                    result.events += block.count
                     result.eventValueBytes += current.value.count
-                    result.canonicalJSONBytes +=
-                        try payload(of: current.value, txn: txn).count + EventCodec.idMemberBytes
+                    for index in 0..<block.count {
+                        result.canonicalJSONBytes += block.payload(at: index).count + EventCodec.idMemberBytes
+                    }
                     item = try cursor.next()
                 }
             }

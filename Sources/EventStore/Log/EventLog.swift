@@ -33,6 +33,13 @@ public final class EventLog: Sendable {
     /// Dictionaries by version, for decoding; filled lazily from the `dictionaries` table.
     let dictionaries: Mutex<[UInt32: CompressionDictionary]>
     let decompressors = DecompressorPool()
+    /// The blocks of events read last, decompressed (`EventBlocks`).
+    let blockCache = BlockCache()
+    /// The events the write in progress stored and has not put in a block yet, by seq
+    /// (`WriteBatch.pendingRecords`): a read inside that write finds their ids in `events`
+    /// and their seqs in no block, and takes them from here. Only the writer's own
+    /// transaction finds such a seq; emptied when each write ends.
+    let uncommitted = Mutex<[UInt64: EventBlocks.Record]>([:])
     /// Per origin, the fingerprint of all its ids as some snapshot held them, so a sync's
     /// fingerprints cost the ids added since, not a scan of them all (`summary(of:txn:)`).
     let originSummaries = Mutex<[ULID: OriginSummary]>([:])
@@ -66,7 +73,7 @@ public final class EventLog: Sendable {
     /// Every named database of the store, in one list: its name, the flags it is opened
     /// with, and its place in `Tables` (the order `storageBreakdown()` lists them in).
     enum Table: Int, CaseIterable, Sendable {
-        /// ULID (16 bytes) → stored value (header + zstd frame).
+        /// ULID (16 bytes) → the seq it took here (a varint): its record in `event_blocks`.
         case events
         /// entity bytes → event ids (dupsort, 16-byte values).
         case entityIndex
@@ -95,9 +102,10 @@ public final class EventLog: Sendable {
         case dictionaries
         /// origin (16 bytes) → largest lead over our clock seen, ms (8 bytes, big-endian).
         case skew
-        /// seq (8 bytes, big-endian) → event id (16 bytes): every stored event in the order
-        /// this node stored it (the commit sequence). Node-local, never replicated.
-        case sequence
+        /// first seq (8 bytes, big-endian) → a block of the events that took that seq and the
+        /// ones after it, compressed together (`EventBlocks`): every stored event, in the
+        /// order this node stored it (the commit sequence). Node-local, never replicated.
+        case blocks
         /// consumer name → its record (`Consumer.record`): durable cursors over the commit
         /// sequence. Node-local, never replicated.
         case consumers
@@ -131,7 +139,7 @@ public final class EventLog: Sendable {
             case .peers: "peers"
             case .dictionaries: "dictionaries"
             case .skew: "clock_skew"
-            case .sequence: "seq_blocks"
+            case .blocks: "event_blocks"
             case .consumers: "consumers"
             case .blobPending: "blob_pending"
             case .blobReferences: "blob_refs"
@@ -143,7 +151,7 @@ public final class EventLog: Sendable {
         var flags: DatabaseFlags {
             switch self {
             case .events, .projections, .keys, .conflicts, .deadLetters, .deadLetterIDs, .peers, .dictionaries, .skew,
-                .sequence, .consumers, .blobPending, .blobReferences, .blobUnused, .meta:
+                .blocks, .consumers, .blobPending, .blobReferences, .blobUnused, .meta:
                 []
             case .entityIndex, .originIndex: [.dupSort, .dupFixed]
             case .statusIndex, .statusHistory: [.dupSort]
@@ -175,7 +183,7 @@ public final class EventLog: Sendable {
         var peers: Database { self[.peers] }
         var dictionaries: Database { self[.dictionaries] }
         var skew: Database { self[.skew] }
-        var sequence: Database { self[.sequence] }
+        var blocks: Database { self[.blocks] }
         var consumers: Database { self[.consumers] }
         var blobPending: Database { self[.blobPending] }
         var blobReferences: Database { self[.blobReferences] }
@@ -210,9 +218,11 @@ public final class EventLog: Sendable {
     /// history in its entity's projection record (only longer ones in `status_history`),
     /// the rev as a varint, and fills the origin index's pages; format 6 lists the blobs
     /// events name and the node lacks (`blob_pending`), every reference to a blob
-    /// (`blob_refs`) and the blobs retention found unused (`blob_unused`). An older store is upgraded when it
-    /// is opened (`upgrade()`), in one transaction.
-    public static let formatVersion: UInt32 = 6
+    /// (`blob_refs`) and the blobs retention found unused (`blob_unused`); format 7 keeps
+    /// the events in blocks of consecutive seqs compressed together (`event_blocks`,
+    /// `EventBlocks`), `events` mapping each id to its seq, and no `seq_blocks`. An older
+    /// store is upgraded when it is opened (`upgrade()`), in one transaction.
+    public static let formatVersion: UInt32 = 7
 
     /// Opens (creating when needed) the store in `directory`.
     ///
@@ -369,11 +379,15 @@ public final class EventLog: Sendable {
     }
 
     /// The commit sequence's head in `txn`: the greatest seq assigned, from `meta/seq`, or
-    /// the table's last key should that be greater (it never is, short of damage: the head
-    /// only moves forward either way).
+    /// the last block's last seq should that be greater (it never is, short of damage: the
+    /// head only moves forward either way).
     static func sequenceHead(txn: borrowing some TransactionReading & ~Copyable, tables: Tables) throws -> UInt64 {
         let recorded = try txn.get(tables.meta, Meta.sequenceHead).map(uint64(bigEndian:)) ?? 0
-        return max(recorded, try SequenceBlocks.last(table: tables.sequence, txn: txn))
+        guard let last = try txn.withCursor(tables.blocks, { try $0.last() }) else { return recorded }
+        guard last.key.count == 8 else { throw CorruptDataError("an event_blocks key is not a seq") }
+        let first = uint64(bigEndian: last.key)
+        let header = try EventBlocks.header(last.value, first: first)
+        return max(recorded, first &+ UInt64(header.count) &- 1)
     }
 
     /// The commit sequence's head: the seq of the last event this node stored (0: none yet).

@@ -171,6 +171,11 @@ enum MDB {
         try check(mdb_drop(txn, dbi, 0), "mdb_drop")
     }
 
+    /// Deletes the database from the environment and closes its handle.
+    static func remove(_ txn: OpaquePointer, _ dbi: UInt32) throws(LMDBError) {
+        try check(mdb_drop(txn, dbi, 1), "mdb_drop")
+    }
+
     // MARK: Cursors
 
     /// A cursor movement; the C enum stays in this file.

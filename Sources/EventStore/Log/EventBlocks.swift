@@ -1,0 +1,351 @@
+import Projections
+import Synchronization
+
+/// The events of store format 7: kept in blocks, a run of consecutive seqs compressed
+/// together as one value of `event_blocks`, keyed by its first seq (8 bytes, big-endian).
+///
+/// ```
+/// byte 0      format (2; 1 was a value of one event)
+/// varint      dictionary version the frame was compressed with (0: none)
+/// varint      count: the events, seqs first ..< first + count
+/// varint      the records' length in bytes, before compression
+/// rest        one zstd frame of the records, in seq order, each
+///               id (16 bytes) | length (4 bytes, big-endian) | canonical JSON without the id
+/// ```
+///
+/// The records are laid out as a sync batch's (`BatchCodec`). zstd compresses a run of
+/// small, similar events far better than each alone: 64 fieldops events take about 20 bytes
+/// each against 51 one at a time, with the same dictionary (docs/performance.md). A block
+/// holds at most `maxEvents` events and, with more than one, at most `maxRecordBytes` of
+/// records: reading one event decompresses its block, a few microseconds. `events` maps
+/// each id to its seq, and the block holding a seq is the last one whose key is at most it.
+///
+/// A block is written whole in the transaction that stores its events. The last block of
+/// the table is topped up: a commit whose first seq follows it, while it has room, reads
+/// it, adds its own events and writes it again under the same key, so small commits (one
+/// client's event each) leave full blocks rather than one per commit. No other block is
+/// ever written again.
+package enum EventBlocks {
+    static let format: UInt8 = 2
+    /// Events per block, and the records' bytes of a block of more than one event, chosen
+    /// by measurement (docs/performance.md, "Store format 7"): 64 events of the field
+    /// workload take 20.1 bytes each and decompress in about 6 µs; 32 take 23 and 4 µs.
+    static let maxEvents = 64
+    static let maxRecordBytes = 16 << 10
+    static let recordHeaderBytes = 20
+
+    /// One event of a block.
+    struct Record {
+        let id: ULID
+        let payload: [UInt8]
+    }
+
+    /// A block's value for `records` (at least one).
+    static func encode(
+        _ records: some Collection<Record>, dictionaryVersion: UInt32, dictionary: CompressionDictionary?,
+        compressor: Compressor
+    ) throws -> [UInt8] {
+        var raw: [UInt8] = []
+        raw.reserveCapacity(records.reduce(0) { $0 + recordHeaderBytes + $1.payload.count })
+        for record in records {
+            record.id.append(to: &raw)
+            let length = UInt32(record.payload.count)
+            for shift in [24, 16, 8, 0] as [UInt32] { raw.append(UInt8(truncatingIfNeeded: length >> shift)) }
+            raw.append(contentsOf: record.payload)
+        }
+        var out: [UInt8] = []
+        out.reserveCapacity(raw.count / 3 + 32)
+        out.append(format)
+        out.appendVarint(UInt64(dictionaryVersion))
+        out.appendVarint(records.count)
+        out.appendVarint(raw.count)
+        try compressor.compress(raw, dictionary: dictionary, appendingTo: &out)
+        return out
+    }
+
+    /// What a block's header says, its frame not decompressed.
+    struct Header {
+        let dictionaryVersion: UInt32
+        let count: Int
+        let rawBytes: Int
+        /// Where the zstd frame starts in the value.
+        let frameStart: Int
+    }
+
+    /// The header of the block at `first`; a value that is not a block of this format is
+    /// `corrupt`, naming the seq it starts at.
+    static func header(_ value: [UInt8], first: UInt64) throws(CorruptDataError) -> Header {
+        var reader = ByteReader(value)
+        do throws(CorruptDataError) {
+            let format = try reader.byte()
+            guard format == EventBlocks.format else {
+                throw CorruptDataError("its format is \(format); this version reads block format \(EventBlocks.format)")
+            }
+            let version = try reader.varint()
+            guard version <= UInt64(UInt32.max) else { throw CorruptDataError("its dictionary version is out of range") }
+            let count = try reader.varint()
+            guard count >= 1, count <= UInt64(maxEvents) else {
+                throw CorruptDataError("it says it holds \(count) events; a block holds 1 to \(maxEvents)")
+            }
+            let raw = try reader.varint()
+            let limit = count == 1 ? StoreOptions.absoluteMaxEventBytes + recordHeaderBytes : maxRecordBytes
+            guard raw >= count * UInt64(recordHeaderBytes), raw <= UInt64(limit) else {
+                throw CorruptDataError("it says its \(count) records take \(raw) bytes")
+            }
+            return Header(
+                dictionaryVersion: UInt32(version), count: Int(count), rawBytes: Int(raw), frameStart: reader.position)
+        } catch {
+            throw CorruptDataError("the block of seq \(first) does not read: \(error.message)")
+        }
+    }
+
+    /// Decompresses the block `value` at `first` whose header is `header`, with its
+    /// dictionary, and checks its records: a block that does not add up is `corrupt`, naming
+    /// the seqs it covers.
+    static func decode(
+        _ value: [UInt8], first: UInt64, header: Header, dictionary: CompressionDictionary?,
+        decompressor: Decompressor
+    ) throws(CorruptDataError) -> DecodedBlock {
+        let raw: [UInt8]
+        do {
+            raw = try decompressor.decompress(
+                Array(value[header.frameStart...]), dictionary: dictionary, maxSize: header.rawBytes)
+        } catch {
+            throw CorruptDataError("the block of \(seqs(first, header.count)) does not decompress: \(error)")
+        }
+        guard raw.count == header.rawBytes else {
+            throw CorruptDataError(
+                "the block of \(seqs(first, header.count)) holds \(raw.count) bytes of records, not the \(header.rawBytes) it says"
+            )
+        }
+        return try DecodedBlock(first: first, value: value, raw: raw, count: header.count)
+    }
+
+    /// A block's records, read as the store reads them (the block fuzzer's entry):
+    /// `dictionaries` stands for the store's dictionary table.
+    package static func records(
+        of value: [UInt8], first: UInt64, dictionaries: [UInt32: CompressionDictionary], decompressor: Decompressor
+    ) throws -> [(id: ULID, payload: [UInt8])] {
+        let header = try header(value, first: first)
+        var dictionary: CompressionDictionary?
+        if header.dictionaryVersion != 0 {
+            guard let known = dictionaries[header.dictionaryVersion] else {
+                throw EventStoreError(.corrupt, "compression dictionary \(header.dictionaryVersion) is missing from the store")
+            }
+            dictionary = known
+        }
+        let block = try decode(value, first: first, header: header, dictionary: dictionary, decompressor: decompressor)
+        return (0..<block.count).map { (block.id(at: $0), block.payload(at: $0)) }
+    }
+
+    /// A block's value for `records`, as the store writes one (the block fuzzer's seeds).
+    package static func encode(
+        _ records: [(id: ULID, payload: [UInt8])], dictionaryVersion: UInt32, dictionary: CompressionDictionary?,
+        compressor: Compressor
+    ) throws -> [UInt8] {
+        try encode(
+            records.map { Record(id: $0.id, payload: $0.payload) }, dictionaryVersion: dictionaryVersion,
+            dictionary: dictionary, compressor: compressor)
+    }
+
+    /// The seqs a block at `first` with `count` events covers, for messages.
+    static func seqs(_ first: UInt64, _ count: Int) -> String {
+        count == 1 ? "seq \(first)" : "seqs \(first) to \(first &+ UInt64(count) &- 1)"
+    }
+}
+
+/// A block decompressed: its records' bytes and where each record starts.
+struct DecodedBlock: Sendable {
+    let first: UInt64
+    /// The value it was decoded from: what tells a topped-up last block from the one before.
+    let value: [UInt8]
+    let raw: [UInt8]
+    /// The offset in `raw` of each record's id.
+    let starts: [Int]
+
+    var count: Int { starts.count }
+    /// The seq after its last event.
+    var end: UInt64 { first + UInt64(count) }
+
+    func contains(_ seq: UInt64) -> Bool { seq >= first && seq < end }
+
+    func id(at index: Int) -> ULID { ULID(bytes: raw, at: starts[index])! }
+
+    func payload(at index: Int) -> [UInt8] {
+        let start = starts[index] + EventBlocks.recordHeaderBytes
+        let end = index + 1 < starts.count ? starts[index + 1] : raw.count
+        return Array(raw[start..<end])
+    }
+
+    func record(at index: Int) -> EventBlocks.Record { EventBlocks.Record(id: id(at: index), payload: payload(at: index)) }
+
+    /// Checks the records laid out in `raw` against what the header says: `count` records
+    /// that fill it exactly, each id well formed.
+    init(first: UInt64, value: [UInt8], raw: [UInt8], count: Int) throws(CorruptDataError) {
+        var starts: [Int] = []
+        starts.reserveCapacity(count)
+        var position = 0
+        while position < raw.count {
+            guard starts.count < count, raw.count - position >= EventBlocks.recordHeaderBytes else {
+                throw CorruptDataError(
+                    "the block of \(EventBlocks.seqs(first, count)) does not read: its records do not end where it says")
+            }
+            guard ULID(bytes: raw, at: position) != nil else {
+                throw CorruptDataError(
+                    "the block of \(EventBlocks.seqs(first, count)) does not read: record \(starts.count) has no id")
+            }
+            var length = 0
+            for byte in raw[(position + 16)..<(position + 20)] { length = length << 8 | Int(byte) }
+            guard length <= raw.count - position - EventBlocks.recordHeaderBytes else {
+                throw CorruptDataError(
+                    "the block of \(EventBlocks.seqs(first, count)) does not read: record \(starts.count) runs past its end")
+            }
+            starts.append(position)
+            position += EventBlocks.recordHeaderBytes + length
+        }
+        guard starts.count == count else {
+            throw CorruptDataError(
+                "the block of \(EventBlocks.seqs(first, count)) does not read: it holds \(starts.count) records, not \(count)"
+            )
+        }
+        self.first = first
+        self.value = value
+        self.raw = raw
+        self.starts = starts
+    }
+}
+
+/// The blocks read last, decompressed, for readers that go through a run of them (`log`,
+/// a peer's range, an entity's history) or come back to one. Shared by every reader: a
+/// block never changes once written, but for the last one, which a commit may top up under
+/// the same key; an entry is used only for the very value it was decoded from.
+final class BlockCache: Sendable {
+    static let capacity = 64
+
+    private struct Entries {
+        var blocks: [UInt64: DecodedBlock] = [:]
+        /// Keys, least recently used first.
+        var order: [UInt64] = []
+    }
+
+    /// The cached blocks and their use order.
+    private let entries = Mutex(Entries())
+
+    func block(_ first: UInt64, value: [UInt8]) -> DecodedBlock? {
+        entries.withLock { entries in
+            guard let block = entries.blocks[first], block.value == value else { return nil }
+            if let index = entries.order.lastIndex(of: first), index != entries.order.count - 1 {
+                entries.order.remove(at: index)
+                entries.order.append(first)
+            }
+            return block
+        }
+    }
+
+    func keep(_ block: DecodedBlock) {
+        entries.withLock { entries in
+            if entries.blocks.updateValue(block, forKey: block.first) == nil {
+                entries.order.append(block.first)
+                if entries.order.count > BlockCache.capacity {
+                    entries.blocks[entries.order.removeFirst()] = nil
+                }
+            }
+        }
+    }
+
+    func removeAll() { entries.withLock { $0 = Entries() } }
+}
+
+extension EventLog {
+    /// The seq the event `id` took here, nil when it is not held.
+    func seq(of id: ULID, txn: borrowing some TransactionReading & ~Copyable) throws -> UInt64? {
+        guard let value = try txn.get(tables.events, id.bytes) else { return nil }
+        return try EventLog.seq(indexValue: value, id: id)
+    }
+
+    static func seq(indexValue value: [UInt8], id: ULID) throws -> UInt64 {
+        var reader = ByteReader(value)
+        guard let seq = try? reader.varint(), reader.isAtEnd, seq > 0 else {
+            throw CorruptDataError("the events index holds no seq for \(id)")
+        }
+        return seq
+    }
+
+    /// The block that holds `seq`, decompressed; nil when no block does.
+    func block(holding seq: UInt64, txn: borrowing some TransactionReading & ~Copyable) throws -> DecodedBlock? {
+        let key = bigEndian(seq)
+        let entry = try txn.withCursor(tables.blocks) { cursor -> Cursor.Entry? in
+            guard let found = try cursor.seek(key) else { return try cursor.last() }
+            return found.key == key ? found : try cursor.prev()
+        }
+        guard let entry else { return nil }
+        let block = try decodeBlock(entry, txn: txn)
+        return block.contains(seq) ? block : nil
+    }
+
+    /// A block's entry decompressed (or taken from the cache), its records checked.
+    func decodeBlock(_ entry: Cursor.Entry, txn: borrowing some TransactionReading & ~Copyable) throws
+        -> DecodedBlock
+    {
+        guard entry.key.count == 8 else { throw CorruptDataError("an event_blocks key is not a seq") }
+        let first = uint64(bigEndian: entry.key)
+        if let cached = blockCache.block(first, value: entry.value) { return cached }
+        let header = try EventBlocks.header(entry.value, first: first)
+        let dictionary = try dictionary(header.dictionaryVersion, txn: txn)
+        let block = try decompressors.withDecompressor { decompressor in
+            try EventBlocks.decode(entry.value, first: first, header: header, dictionary: dictionary, decompressor: decompressor)
+        }
+        blockCache.keep(block)
+        return block
+    }
+
+    /// The canonical JSON (without its id) of the stored event `id`, nil when it is not held.
+    func storedPayload(of id: ULID, txn: borrowing some TransactionReading & ~Copyable) throws -> [UInt8]? {
+        guard let seq = try seq(of: id, txn: txn) else { return nil }
+        return try storedPayload(of: id, seq: seq, txn: txn)
+    }
+
+    /// The canonical JSON of the event `id`, which took `seq`.
+    func storedPayload(of id: ULID, seq: UInt64, txn: borrowing some TransactionReading & ~Copyable) throws
+        -> [UInt8]
+    {
+        guard let block = try block(holding: seq, txn: txn) else {
+            // Stored by the write in progress, whose own transaction this is.
+            if let record = uncommitted.withLock({ $0[seq] }), record.id == id { return record.payload }
+            throw CorruptDataError("event \(id) took seq \(seq), and no block holds that seq")
+        }
+        let index = Int(seq - block.first)
+        guard block.id(at: index) == id else {
+            throw CorruptDataError(
+                "event \(id) took seq \(seq), and the block of \(EventBlocks.seqs(block.first, block.count)) holds \(block.id(at: index)) there"
+            )
+        }
+        return block.payload(at: index)
+    }
+
+    /// Calls `body` with each stored event's seq, its block and its place there, from seq
+    /// `from` on, in seq order, until it returns false.
+    func forEachStored(
+        from: UInt64, txn: borrowing some TransactionReading & ~Copyable,
+        _ body: (UInt64, DecodedBlock, Int) throws -> Bool
+    ) throws {
+        try txn.withCursor(tables.blocks) { cursor in
+            let key = bigEndian(from)
+            var item: Cursor.Entry?
+            if let found = try cursor.seek(key) {
+                item = found.key == key ? found : (try cursor.prev() ?? found)
+            } else {
+                item = try cursor.last()
+            }
+            while let entry = item {
+                let block = try decodeBlock(entry, txn: txn)
+                for index in 0..<block.count where block.first + UInt64(index) >= from {
+                    guard try body(block.first + UInt64(index), block, index) else {
+                        return
+                    }
+                }
+                item = try cursor.next()
+            }
+        }
+    }
+}
