@@ -49,6 +49,8 @@ public final class TempStore: @unchecked Sendable {
             report.mismatched.isEmpty, "projections differ from a rebuild: \(report.mismatched)",
             sourceLocation: sourceLocation)
         #expect(!report.digestMismatch, "digest differs from a rebuild", sourceLocation: sourceLocation)
+        #expect(report.unsequenced == 0, "the index and the blocks disagree", sourceLocation: sourceLocation)
+        try checkBlocks(sourceLocation: sourceLocation)
         let stats = try log.statistics()
         #expect(report.events == stats.events, sourceLocation: sourceLocation)
         try checkSecondaryTables(sourceLocation: sourceLocation)
@@ -78,6 +80,36 @@ public final class TempStore: @unchecked Sendable {
         // A consumer never acknowledged a seq the node has not given yet.
         for consumer in try log.consumers() {
             #expect(consumer.seq <= log.sequenceHead, "consumer \(consumer.name)", sourceLocation: sourceLocation)
+        }
+    }
+
+    /// The blocks of events follow one another without overlap, and a block the next one
+    /// follows is full: it holds `EventBlocks.maxEvents` events, or the next block's first
+    /// event would have taken it past `EventBlocks.maxRecordBytes` (a commit tops up the
+    /// last block before it starts another).
+    func checkBlocks(sourceLocation: SourceLocation) throws {
+        let log = self.log!
+        try log.environment.read { txn throws in
+            var previous: DecodedBlock?
+            try txn.withCursor(log.tables.blocks) { cursor in
+                var item = try cursor.first()
+                while let current = item {
+                    let block = try log.decodeBlock(current, txn: txn)
+                    if let previous {
+                        #expect(block.first >= previous.end, "blocks overlap at \(block.first)", sourceLocation: sourceLocation)
+                        if block.first == previous.end {
+                            let next = EventBlocks.recordHeaderBytes + block.payload(at: 0).count
+                            #expect(
+                                previous.count == EventBlocks.maxEvents
+                                    || previous.raw.count + next > EventBlocks.maxRecordBytes,
+                                "the block of seq \(previous.first) (\(previous.count) events) was not filled before the next began",
+                                sourceLocation: sourceLocation)
+                        }
+                    }
+                    previous = block
+                    item = try cursor.next()
+                }
+            }
         }
     }
 

@@ -195,35 +195,41 @@ extension EventLog {
             var bytes = 0
             var scanned = 0
             var lastSeq = after
-            var more = false
-            if after < UInt64.max {
+            var stopped = false
+            if after < UInt64.max, limit > 0, scanLimit > 0 {
                 try forEachStored(from: after + 1, txn: txn) { seq, block, index in
-                    guard out.count < limit, scanned < scanLimit else {
-                        more = true
-                        return false
-                    }
                     let id = block.id(at: index)
                     if let entityIDs, !entityIDs.contains(id) {
                         scanned += 1
                         lastSeq = seq
-                        return true
+                        stopped = scanned >= scanLimit
+                        return !stopped
                     }
                     let payload = block.payload(at: index)
                     // Stops before this event, which the next page starts with.
                     if !out.isEmpty, bytes + payload.count > maxBytes {
-                        more = true
+                        stopped = true
                         return false
                     }
                     scanned += 1
                     lastSeq = seq
                     let event = try decodePayload(payload, id: id)
-                    if let origin = filter.origin, event.origin != origin { return true }
-                    if let typePrefix, !event.entity.bytes.starts(with: typePrefix) { return true }
-                    bytes += payload.count
-                    out.append(SequencedEvent(seq: seq, event: event, payload: payload))
-                    return true
+                    if let origin = filter.origin, event.origin != origin {
+                    } else if let typePrefix, !event.entity.bytes.starts(with: typePrefix) {
+                    } else {
+                        bytes += payload.count
+                        out.append(SequencedEvent(seq: seq, event: event, payload: payload))
+                    }
+                    // Stops once the page is full, before a block it does not need is read.
+                    stopped = out.count >= limit || scanned >= scanLimit
+                    return !stopped
                 }
+            } else if after < UInt64.max {
+                stopped = true
             }
+            // Every seq up to the head names an event, so events follow the page while it
+            // stopped short of the head.
+            let more = stopped && lastSeq < head
             return FeedPage(events: out, next: more ? lastSeq : nil, head: head)
         }
     }

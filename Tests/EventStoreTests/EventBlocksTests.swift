@@ -1,0 +1,90 @@
+import Foundation
+import Projections
+import StoreTestSupport
+import Testing
+
+@testable import EventStore
+
+/// Events in blocks (store format 7): commits of every size, one event to hundreds and
+/// events larger than a block's bound, read back by id, by seq and by entity as written;
+/// a damaged block is `corrupt`, naming its seqs, and leaves the rest readable.
+@Suite struct EventBlocksTests {
+    @Test(arguments: [1, 2, 3] as [UInt64])
+    func commitsOfEverySizeReadBackAsWritten(seed: UInt64) throws {
+        var random = SplitMix64(seed: seed)
+        let store = try TempStore { $0.dictionaryTrainingThreshold = 1500 }
+        var written: [(id: ULID, entity: EntityKey)] = []
+        for round in 0..<120 {
+            // Mostly single events (a client each), now and then a batch, rarely a large event.
+            let count = random.next() % 4 == 0 ? Int(random.next() % 200) + 2 : 1
+            let inputs = (0..<count).map { index -> InputEvent in
+                let name = entity("job/\(seed)-\(round)-\(index % 7)")
+                if random.next() % 50 == 0 {
+                    let notes = String(repeating: "n", count: 20_000 + Int(random.next() % 20_000))
+                    return InputEvent(
+                        entity: name,
+                        change: .edit([FieldChange(name: "notes", value: try! JSONBytes(parsing: "\"\(notes)\""))]))
+                }
+                return InputEvent(entity: name, change: .status(["assigned", "en_route", "done"][Int(random.next() % 3)]))
+            }
+            let result = try store.log.append(inputs)
+            written += zip(result.ids, inputs.map(\.entity)).map { ($0, $1) }
+        }
+        // By seq: in the order written.
+        let feed = try store.log.feed(after: 0, limit: 1_000_000, scanLimit: 1_000_000)
+        #expect(feed.events.map(\.event.id) == written.map(\.id))
+        #expect(feed.events.map(\.seq) == Array(1...UInt64(written.count)))
+        // By id, at random, and resumed from every seq around a block's edges.
+        for _ in 0..<300 {
+            let pick = written[Int(random.next() % UInt64(written.count))]
+            #expect(try store.log.event(pick.id)?.entity == pick.entity)
+        }
+        for after in [63, 64, 65, 127, 128, 129] as [UInt64] where after < UInt64(written.count) {
+            let page = try store.log.feed(after: after, limit: 5)
+            #expect(page.events.first?.seq == after + 1)
+        }
+        try store.check()
+        try store.reopen()
+        #expect(try store.log.feed(after: 0, limit: 1_000_000, scanLimit: 1_000_000).events.count == written.count)
+        try store.check()
+    }
+
+    @Test func aDamagedBlockIsCorruptNamingItsSeqs() throws {
+        let store = try TempStore { $0.trainsDictionaryAutomatically = false }
+        let inputs = (0..<200).map { InputEvent(entity: entity("job/\($0 % 20)"), change: .status("assigned")) }
+        let ids = try store.log.append(inputs).ids
+        store.writesTablesDirectly(because: "a block is damaged on purpose")
+        // The second block, seqs 65 to 128: bytes of its frame flipped.
+        try store.log.environment.write { txn in
+            let key = bigEndian(UInt64(65))
+            var value = try #require(try txn.get(store.log.tables.blocks, key))
+            for index in stride(from: value.count / 2, to: value.count, by: 7) { value[index] ^= 0x5A }
+            try txn.put(store.log.tables.blocks, key, value)
+        }
+        store.log.blockCache.removeAll()
+        #expect(throws: EventStoreError.self) { try store.log.event(ids[70]) }
+        do {
+            _ = try store.log.event(ids[70])
+        } catch {
+            #expect(error.reason == .corrupt && error.message.contains("seqs 65 to 128"), "\(error)")
+        }
+        // The blocks before and after still read.
+        #expect(try store.log.event(ids[3]) != nil)
+        #expect(try store.log.event(ids[150]) != nil)
+        #expect(try store.log.feed(after: 0, limit: 64).events.count == 64)
+        #expect(throws: EventStoreError.self) { try store.log.feed(after: 0, limit: 200) }
+        // A block that says it holds more events than a block may is refused before it is decompressed.
+        try store.log.environment.write { txn in
+            var value = try #require(try txn.get(store.log.tables.blocks, bigEndian(UInt64(129))))
+            value[2] = 0x7F
+            try txn.put(store.log.tables.blocks, bigEndian(UInt64(129)), value)
+        }
+        store.log.blockCache.removeAll()
+        do {
+            _ = try store.log.event(ids[150])
+            Issue.record("a block saying it holds 127 events was read")
+        } catch {
+            #expect(error.message.contains("seq 129") && error.message.contains("127 events"), "\(error)")
+        }
+    }
+}
