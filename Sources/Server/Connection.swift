@@ -300,6 +300,7 @@ package final class Connection: @unchecked Sendable {
                 }
                 first = false
                 if bytes.allSatisfy({ $0 == 0x20 || $0 == 0x09 || $0 == 0x0D }) { continue }
+                if answeredOnLoop(bytes) { continue }
                 queue(.line(bytes), bytes: bytes.count)
                 if checkUnanswered() { return }
             }
@@ -362,6 +363,26 @@ package final class Connection: @unchecked Sendable {
         queue(.end, bytes: 0)
         return true
     }
+
+    /// Answers `line` here, on the loop, when the session can (`ConnectionSession.answerOnLoop`:
+    /// a small `get`) and nothing of this connection's is queued, running or unanswered:
+    /// the request then costs no thread wake-up. The connection counts as running meanwhile,
+    /// so nothing else runs its requests.
+    private func answeredOnLoop(_ line: [UInt8]) -> Bool {
+        guard line.count <= Connection.maxLoopLineBytes, outbox.isIdle else { return false }
+        let claimed = work.withLock { work -> Bool in
+            guard work.isEmpty, !work.running, !work.parked, !work.catchingUp, !work.finished else { return false }
+            work.running = true
+            return true
+        }
+        guard claimed else { return false }
+        let answered = session.answerOnLoop(line)
+        work.withLock { $0.running = false }
+        return answered
+    }
+
+    /// The longest request line a connection answers on the loop: a `get` is a few hundred bytes.
+    static let maxLoopLineBytes = 4096
 
     /// Queues `item` for the request threads and starts one on it when none runs.
     private func queue(_ item: Item, bytes: Int) {

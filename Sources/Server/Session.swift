@@ -35,6 +35,12 @@ package protocol ConnectionSession: AnyObject, Sendable {
     func end()
     /// Logs a refusal of `what` to this client.
     func logRefusal(_ what: String, message: String)
+    /// Answers the request `line` at once, on the event loop's thread, when it is cheap and
+    /// bounded (a `get` of an entity whose record is small) and the client may make it:
+    /// whether it did (its answer is in the outbox). The connection calls it only when no
+    /// request of its own is queued, running or unanswered, so the order holds; anything
+    /// else goes to the request threads as before.
+    func answerOnLoop(_ line: [UInt8]) -> Bool
 }
 
 /// Makes the session of each connection the server accepts.

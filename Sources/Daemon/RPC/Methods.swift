@@ -77,6 +77,32 @@ package struct Methods: Sendable {
         return withBlobStates(state)
     }
 
+    /// The largest projection record a `get` answered on the event loop reads (a job's is
+    /// about 1 KiB): a larger entity's `get` goes to a request thread, so no read of one
+    /// holds the loop and its other connections.
+    static let maxLoopRecordBytes = 16 << 10
+
+    /// `get`, when it is cheap: without `sync`, of an entity whose record is small. Nil when
+    /// it is not (a request thread answers it).
+    func getOnLoop(_ request: Request) -> Result<[UInt8], RPCError>? {
+        do {
+            let params = try Params(request)
+            guard try params.bool("sync") != true else { return nil }
+            guard let entity = try params.entity("entity") else { throw RPCError.invalidParams("get takes \"entity\"") }
+            switch try log.canonicalState(of: entity, maxRecordBytes: Methods.maxLoopRecordBytes) {
+            case .tooLarge: return nil
+            case .notFound: throw RPCError.application(.notFound, "no event of \(entity) is held on this node")
+            case .state(let state): return .success(withBlobStates(state))
+            }
+        } catch let error as RPCError {
+            return .failure(error)
+        } catch let error as EventStoreError {
+            return .failure(RPCError(error))
+        } catch {
+            return nil
+        }
+    }
+
     func list(_ request: Request) throws -> [UInt8] {
         let params = try Params(request)
         let type = try params.type("type")

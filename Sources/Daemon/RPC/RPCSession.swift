@@ -154,6 +154,24 @@ final class RPCSession: ConnectionSession, @unchecked Sendable {
         return true
     }
 
+    /// A `get` answered on the event loop: one with an id, that this client may make, of an
+    /// entity whose record is small (`Methods.getOnLoop`).
+    func answerOnLoop(_ line: [UInt8]) -> Bool {
+        // Most lines are not a get: they are told apart without parsing.
+        guard line.firstRange(of: RPCSession.getMethod) != nil else { return false }
+        guard case .single(.request(let request)) = RequestParser.parse(line, maxBatch: 1),
+            request.method == "get", let id = request.id, client.refusal(of: request.method) == nil,
+            let result = methods.getOnLoop(request)
+        else { return false }
+        switch result {
+        case .success(let bytes): outbox.push(Response.line(id: id, result: bytes))
+        case .failure(let error): outbox.push(Response.line(id: id, error: error))
+        }
+        return true
+    }
+
+    static let getMethod = Array(#""get""#.utf8)
+
     /// The response line for a request that is not `append` (empty for a notification).
     private func respond(_ request: Request) -> [UInt8] {
         let result: Result<[UInt8], RPCError>

@@ -111,6 +111,24 @@ extension EventLog {
         try reading { txn in try canonicalState(of: entity, txn: txn) }
     }
 
+    /// `canonicalState(of:)` when the entity's record is at most `maxRecordBytes`: what a
+    /// request answered on the event loop may cost. `tooLarge` leaves the answer to a
+    /// request thread.
+    public func canonicalState(of entity: EntityKey, maxRecordBytes: Int) throws(EventStoreError) -> BoundedState {
+        try reading { txn in
+            guard let record = try txn.get(tables.projections, entity.bytes) else { return .notFound }
+            guard record.count <= maxRecordBytes else { return .tooLarge }
+            if let json = EventLog.transcodedState(record, entity: entity) { return .state(json) }
+            return .state(try decodedCanonicalState(record, entity: entity, txn: txn))
+        }
+    }
+
+    public enum BoundedState: Equatable, Sendable {
+        case state([UInt8])
+        case notFound
+        case tooLarge
+    }
+
     func canonicalState(of entity: EntityKey, txn: borrowing some TransactionReading & ~Copyable) throws -> [UInt8]? {
         guard let record = try txn.get(tables.projections, entity.bytes) else { return nil }
         if let json = EventLog.transcodedState(record, entity: entity) { return json }

@@ -1,0 +1,70 @@
+import Foundation
+import TestSupport
+import Testing
+
+/// `get` answered on the event loop (`ConnectionSession.answerOnLoop`): a small entity's
+/// answer needs no request thread, so it comes while every request thread is taken; a get
+/// pipelined behind the same connection's append still sees the append; a large entity,
+/// a get with `sync` and a refused client go the usual way and answer as before.
+@Suite("Get on the event loop", .serialized)
+struct GetOnLoopTests {
+    @Test(
+        "with the one request thread held by a sync that waits on a silent peer, a get on another connection is answered at once",
+        .timeLimit(.minutes(2)))
+    func getNeedsNoRequestThread() throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("evloop-\(UUID().uuidString.prefix(8))")
+            .path
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        try #"{"request_threads":1,"sync_timeout_s":20,"sync_interval_s":3600}"#.write(
+            toFile: root + "/evstored.json", atomically: true, encoding: .utf8)
+        let daemon = try DaemonProcess(root: root, arguments: ["--config", root + "/evstored.json"])
+        defer { daemon.removeFiles() }
+        _ = try daemon.client().call("append", eventsParams([#"{"entity":"job/1","kind":"status","status":"assigned"}"#]))
+        // A peer that never says a word: the sync waits on it, on the only request thread.
+        let holder = try daemon.client()
+        try holder.send(#"{"jsonrpc":"2.0","id":1,"method":"sync","params":{"peer":"exec:sleep 30"}}"#)
+        Thread.sleep(forTimeInterval: 0.5)
+        let started = Date()
+        let reader = try daemon.client()
+        let state = try reader.call("get", #"{"entity":"job/1"}"#)
+        #expect((state["status"] as? [String: Any])?["current"] as? String == "assigned", "\(state)")
+        let missing = try reader.failure("get", #"{"entity":"job/2"}"#)
+        #expect(missing.reason == "not_found", "\(missing)")
+        // Well inside the sync's 20 s: it did not wait for the thread.
+        #expect(Date().timeIntervalSince(started) < 10)
+    }
+
+    @Test("a get pipelined behind the same connection's append sees it; a large entity and a get with sync answer as before")
+    func orderAndSizesHold() throws {
+        let daemon = try DaemonProcess()
+        defer { daemon.removeFiles() }
+        let client = try daemon.client()
+        // Sent in one write: the get must not overtake the append.
+        var lines = ""
+        for round in 1...20 {
+            lines += #"{"jsonrpc":"2.0","id":\#(2 * round),"method":"append","params":{"events":[{"entity":"job/p","kind":"edit","fields":{"n":\#(round)}}]}}"# + "\n"
+            lines += #"{"jsonrpc":"2.0","id":\#(2 * round + 1),"method":"get","params":{"entity":"job/p"}}"# + "\n"
+        }
+        try client.send(Array(lines.utf8))
+        for round in 1...20 {
+            let append = try client.readJSON()
+            #expect(append["id"] as? Int == 2 * round)
+            let get = try client.readJSON()
+            #expect(get["id"] as? Int == 2 * round + 1)
+            let fields = ((get["result"] as? [String: Any])?["fields"] as? [String: Any])
+            #expect(fields?["n"] as? Int == round, "\(get)")
+        }
+        // An entity whose record is past the loop's bound (40 KB of notes).
+        let notes = String(repeating: "x", count: 40_000)
+        _ = try client.call("append", eventsParams([#"{"entity":"job/big","kind":"edit","fields":{"notes":"\#(notes)"}}"#]))
+        let big = try client.call("get", #"{"entity":"job/big"}"#)
+        #expect((big["fields"] as? [String: Any])?["notes"] as? String == notes)
+        let synced = try client.call("get", #"{"entity":"job/p","sync":true}"#)
+        #expect(synced["sync"] is [String: Any], "\(synced)")
+        // Bad params are answered with the same error either way.
+        let bad = try client.failure("get", #"{"entity":"nope"}"#)
+        #expect(bad.reason == "invalid_params", "\(bad)")
+        let unknown = try client.failure("get", #"{"entity":"job/p","colour":"red"}"#)
+        #expect(unknown.reason == "invalid_params", "\(unknown)")
+    }
+}
