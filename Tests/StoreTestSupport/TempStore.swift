@@ -83,33 +83,44 @@ public final class TempStore: @unchecked Sendable {
         }
     }
 
-    /// The blocks of events follow one another without overlap, and a block the next one
-    /// follows is full: it holds `EventBlocks.maxEvents` events, or the next block's first
-    /// event would have taken it past `EventBlocks.maxRecordBytes` (a commit tops up the
-    /// last block before it starts another).
+    /// The blocks of events follow one another without overlap, those of `event_tail` after
+    /// those of `event_blocks`; the tail's together hold fewer than `EventBlocks.maxEvents`
+    /// events and at most `EventBlocks.maxRecordBytes` of records; and every block of
+    /// `event_blocks` that the next one follows is full: it holds `maxEvents` events, or the
+    /// next block's first event would have taken it past `maxRecordBytes`.
     func checkBlocks(sourceLocation: SourceLocation) throws {
         let log = self.log!
+        var blocks: [(first: UInt64, count: Int, raw: Int, firstRecord: Int, tail: Bool)] = []
         try log.environment.read { txn throws in
-            var previous: DecodedBlock?
-            try txn.withCursor(log.tables.blocks) { cursor in
-                var item = try cursor.first()
-                while let current = item {
-                    let block = try log.decodeBlock(current, txn: txn)
-                    if let previous {
-                        #expect(block.first >= previous.end, "blocks overlap at \(block.first)", sourceLocation: sourceLocation)
-                        if block.first == previous.end {
-                            let next = EventBlocks.recordHeaderBytes + block.payload(at: 0).count
-                            #expect(
-                                previous.count == EventBlocks.maxEvents
-                                    || previous.raw.count + next > EventBlocks.maxRecordBytes,
-                                "the block of seq \(previous.first) (\(previous.count) events) was not filled before the next began",
-                                sourceLocation: sourceLocation)
-                        }
+            for (table, tail) in [(log.tables.blocks, false), (log.tables.blockTail, true)] {
+                try txn.withCursor(table) { cursor in
+                    var item = try cursor.first()
+                    while let current = item {
+                        let block = try log.decodeBlock(current, txn: txn)
+                        blocks.append(
+                            (
+                                block.first, block.count, block.raw.count,
+                                EventBlocks.recordHeaderBytes + block.payload(at: 0).count, tail
+                            ))
+                        item = try cursor.next()
                     }
-                    previous = block
-                    item = try cursor.next()
                 }
             }
+        }
+        let tail = blocks.filter(\.tail)
+        #expect(
+            tail.reduce(0) { $0 + $1.count } < EventBlocks.maxEvents
+                && tail.reduce(0) { $0 + $1.raw } <= EventBlocks.maxRecordBytes,
+            "the tail holds a full block's worth", sourceLocation: sourceLocation)
+        for index in blocks.indices.dropLast() {
+            let (block, next) = (blocks[index], blocks[index + 1])
+            #expect(
+                block.first + UInt64(block.count) <= next.first, "blocks overlap at \(next.first)",
+                sourceLocation: sourceLocation)
+            guard !block.tail, block.first + UInt64(block.count) == next.first else { continue }
+            #expect(
+                block.count == EventBlocks.maxEvents || block.raw + next.firstRecord > EventBlocks.maxRecordBytes,
+                "the block of seq \(block.first) (\(block.count) events) is not full", sourceLocation: sourceLocation)
         }
     }
 

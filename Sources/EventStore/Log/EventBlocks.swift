@@ -20,11 +20,12 @@ import Synchronization
 /// records: reading one event decompresses its block, a few microseconds. `events` maps
 /// each id to its seq, and the block holding a seq is the last one whose key is at most it.
 ///
-/// A block is written whole in the transaction that stores its events. The last block of
-/// the table is topped up: a commit whose first seq follows it, while it has room, reads
-/// it, adds its own events and writes it again under the same key, so small commits (one
-/// client's event each) leave full blocks rather than one per commit. No other block is
-/// ever written again.
+/// A block is written whole in the transaction that stores its events. Full blocks go to
+/// `event_blocks`; the last commits' events wait in `event_tail`, in small blocks that
+/// together hold less than a full one, until a commit compresses them with its own into
+/// full blocks (`WriteBatch.writeBlocks`). So small commits (one client's event each) leave
+/// full blocks rather than one per commit, and a block of `event_blocks` is never written
+/// again.
 package enum EventBlocks {
     static let format: UInt8 = 2
     /// Events per block, and the records' bytes of a block of more than one event, chosen
@@ -274,13 +275,16 @@ extension EventLog {
     /// The block that holds `seq`, decompressed; nil when no block does.
     func block(holding seq: UInt64, txn: borrowing some TransactionReading & ~Copyable) throws -> DecodedBlock? {
         let key = bigEndian(seq)
-        let entry = try txn.withCursor(tables.blocks) { cursor -> Cursor.Entry? in
-            guard let found = try cursor.seek(key) else { return try cursor.last() }
-            return found.key == key ? found : try cursor.prev()
+        for table in tables.blockTables {
+            let entry = try txn.withCursor(table) { cursor -> Cursor.Entry? in
+                guard let found = try cursor.seek(key) else { return try cursor.last() }
+                return found.key == key ? found : try cursor.prev()
+            }
+            guard let entry else { continue }
+            let block = try decodeBlock(entry, txn: txn)
+            if block.contains(seq) { return block }
         }
-        guard let entry else { return nil }
-        let block = try decodeBlock(entry, txn: txn)
-        return block.contains(seq) ? block : nil
+        return nil
     }
 
     /// A block's entry decompressed (or taken from the cache), its records checked.
@@ -329,22 +333,37 @@ extension EventLog {
         from: UInt64, txn: borrowing some TransactionReading & ~Copyable,
         _ body: (UInt64, DecodedBlock, Int) throws -> Bool
     ) throws {
-        try txn.withCursor(tables.blocks) { cursor in
-            let key = bigEndian(from)
-            var item: Cursor.Entry?
-            if let found = try cursor.seek(key) {
-                item = found.key == key ? found : (try cursor.prev() ?? found)
-            } else {
-                item = try cursor.last()
-            }
-            while let entry = item {
-                let block = try decodeBlock(entry, txn: txn)
-                for index in 0..<block.count where block.first + UInt64(index) >= from {
-                    guard try body(block.first + UInt64(index), block, index) else {
-                        return
-                    }
+        for table in tables.blockTables {
+            let goOn = try txn.withCursor(table) { cursor -> Bool in
+                let key = bigEndian(from)
+                var item: Cursor.Entry?
+                if let found = try cursor.seek(key) {
+                    item = found.key == key ? found : (try cursor.prev() ?? found)
+                } else {
+                    item = try cursor.last()
                 }
-                item = try cursor.next()
+                while let entry = item {
+                    let block = try decodeBlock(entry, txn: txn)
+                    for index in 0..<block.count where block.first + UInt64(index) >= from {
+                        guard try body(block.first + UInt64(index), block, index) else { return false }
+                    }
+                    item = try cursor.next()
+                }
+                return true
+            }
+            if !goOn { return }
+        }
+    }
+
+    /// Calls `body` with every block's entry, in seq order (the full blocks, then the tail's).
+    func forEachBlock(txn: borrowing some TransactionReading & ~Copyable, _ body: (Cursor.Entry) throws -> Void) throws {
+        for table in tables.blockTables {
+            try txn.withCursor(table) { cursor in
+                var item = try cursor.first()
+                while let current = item {
+                    try body(current)
+                    item = try cursor.next()
+                }
             }
         }
     }

@@ -343,43 +343,75 @@ struct WriteBatch {
         originEntries.removeAll()
     }
 
-    /// Puts `pendingRecords` into blocks: first into the last block of the table while it
-    /// ends just before them and has room (it is written again, whole, under its key), then
-    /// into new ones, each at most `EventBlocks.maxEvents` events and, with more than one,
-    /// `EventBlocks.maxRecordBytes` of records.
+    /// Puts `pendingRecords` into blocks of at most `EventBlocks.maxEvents` events and, with
+    /// more than one, `EventBlocks.maxRecordBytes` of records.
+    ///
+    /// Full blocks go to `event_blocks`, appended in seq order. The last commits' events
+    /// wait in `event_tail`, in small blocks that together hold fewer than `maxEvents`
+    /// events and at most `maxRecordBytes`: a commit that would take the tail past either
+    /// compresses the tail's events with its own into full blocks (the remainder, if any, is
+    /// the new tail); one that would not adds a block of its own to the tail and
+    /// decompresses nothing. So one-event commits leave full blocks behind them, each event
+    /// compressed about twice, a commit's work stays bounded (the tail is under 64 events),
+    /// and `event_blocks`' pages fill as a bulk load's do.
     mutating func writeBlocks(txn: inout WriteTransaction, writer: borrowing EventLog.Writer) throws {
         guard !pendingRecords.isEmpty else { return }
-        let table = log.tables.blocks
-        var first = seq - UInt64(pendingRecords.count) + 1
-        var records = pendingRecords[...]
-        var carried: [EventBlocks.Record] = []
-        var carriedBytes = 0
-        if let last = try txn.withCursor(table, { try $0.last() }) {
-            let tail = try log.decodeBlock(last, txn: txn)
-            if tail.end == first, tail.count < EventBlocks.maxEvents, tail.raw.count < EventBlocks.maxRecordBytes {
-                carried = (0..<tail.count).map { tail.record(at: $0) }
-                carriedBytes = tail.raw.count
-                first = tail.first
+        let tables = log.tables
+        let pendingFirst = seq - UInt64(pendingRecords.count) + 1
+        let pendingBytes = pendingRecords.reduce(0) { $0 + EventBlocks.recordHeaderBytes + $1.payload.count }
+        // The tail's blocks, headers only.
+        var tail: [Cursor.Entry] = []
+        var tailCount = 0
+        var tailBytes = 0
+        try txn.withCursor(tables.blockTail) { cursor in
+            var item = try cursor.first()
+            while let entry = item {
+                guard entry.key.count == 8 else { throw CorruptDataError("an event_tail key is not a seq") }
+                let header = try EventBlocks.header(entry.value, first: uint64(bigEndian: entry.key))
+                tail.append(entry)
+                tailCount += header.count
+                tailBytes += header.rawBytes
+                item = try cursor.next()
             }
         }
-        var appendFlag: PutFlags = carried.isEmpty ? .append : []
-        while !records.isEmpty || !carried.isEmpty {
-            var block = carried
-            var bytes = carriedBytes
-            carried = []
-            carriedBytes = 0
-            while let next = records.first, block.count < EventBlocks.maxEvents {
+        func encode(_ block: [EventBlocks.Record]) throws -> [UInt8] {
+            try EventBlocks.encode(
+                block, dictionaryVersion: writer.dictionaryVersion, dictionary: writer.dictionary,
+                compressor: writer.compressor)
+        }
+        if tailCount + pendingRecords.count < EventBlocks.maxEvents,
+            tailBytes + pendingBytes <= EventBlocks.maxRecordBytes
+        {
+            // Still short of a full block: one more small block in the tail.
+            try txn.put(tables.blockTail, bigEndian(pendingFirst), try encode(pendingRecords), flags: .append)
+            pendingRecords.removeAll()
+            return
+        }
+        // The tail's events and this commit's, into full blocks; what is left is the new tail.
+        var records: [EventBlocks.Record] = []
+        records.reserveCapacity(tailCount + pendingRecords.count)
+        for entry in tail {
+            let block = try log.decodeBlock(entry, txn: txn)
+            for index in 0..<block.count { records.append(block.record(at: index)) }
+        }
+        records.append(contentsOf: pendingRecords)
+        if !tail.isEmpty { try txn.drop(tables.blockTail) }
+        var first = tail.first.map { uint64(bigEndian: $0.key) } ?? pendingFirst
+        var rest = records[...]
+        while !rest.isEmpty {
+            var block: [EventBlocks.Record] = []
+            var bytes = 0
+            while let next = rest.first, block.count < EventBlocks.maxEvents {
                 let size = EventBlocks.recordHeaderBytes + next.payload.count
                 if !block.isEmpty, bytes + size > EventBlocks.maxRecordBytes { break }
                 block.append(next)
                 bytes += size
-                records.removeFirst()
+                rest.removeFirst()
             }
-            let value = try EventBlocks.encode(
-                block, dictionaryVersion: writer.dictionaryVersion, dictionary: writer.dictionary,
-                compressor: writer.compressor)
-            try txn.put(table, bigEndian(first), value, flags: appendFlag)
-            appendFlag = .append
+            // A last block short of full waits in the tail for the next commits.
+            let full = block.count == EventBlocks.maxEvents || !rest.isEmpty
+                || bytes + EventBlocks.recordHeaderBytes > EventBlocks.maxRecordBytes
+            try txn.put(full ? tables.blocks : tables.blockTail, bigEndian(first), try encode(block), flags: .append)
             first += UInt64(block.count)
         }
         pendingRecords.removeAll()

@@ -124,12 +124,16 @@ extension EventLog {
         var blockFirst: UInt64 = 0
         var blockBytes = 0
         var moved = 0
-        func flush(_ txn: inout WriteTransaction) throws {
+        func flush(_ txn: inout WriteTransaction, last: Bool = false) throws {
             guard !block.isEmpty else { return }
             let value = try EventBlocks.encode(
                 block, dictionaryVersion: writer.dictionaryVersion, dictionary: writer.dictionary,
                 compressor: writer.compressor)
-            try txn.put(tables.blocks, bigEndian(blockFirst), value, flags: .append)
+            // The last events, short of a full block, wait in the tail as a commit's would.
+            let short =
+                last && block.count < EventBlocks.maxEvents
+                && blockBytes + EventBlocks.recordHeaderBytes <= EventBlocks.maxRecordBytes
+            try txn.put(short ? tables.blockTail : tables.blocks, bigEndian(blockFirst), value, flags: .append)
             block.removeAll(keepingCapacity: true)
             blockBytes = 0
         }
@@ -150,7 +154,7 @@ extension EventLog {
             blockBytes += size
             moved += 1
         }
-        try flush(&txn)
+        try flush(&txn, last: true)
         let held = try txn.stat(tables.events).entries
         guard moved == held else {
             throw CorruptDataError(
@@ -193,13 +197,9 @@ extension EventLog {
         }
         // Events the blocks hold: one per seq the index names, short of damage.
         var inBlocks = 0
-        try txn.withCursor(tables.blocks) { cursor in
-            var item = try cursor.first()
-            while let current = item {
-                guard current.key.count == 8 else { throw CorruptDataError("an event_blocks key is not a seq") }
-                inBlocks += try EventBlocks.header(current.value, first: uint64(bigEndian: current.key)).count
-                item = try cursor.next()
-            }
+        try forEachBlock(txn: txn) { current in
+            guard current.key.count == 8 else { throw CorruptDataError("an event_blocks key is not a seq") }
+            inBlocks += try EventBlocks.header(current.value, first: uint64(bigEndian: current.key)).count
         }
         if !verify {
             try txn.drop(tables.projections)
@@ -392,18 +392,19 @@ extension EventLog {
     public func prepareDictionary() throws(EventStoreError) -> PreparedDictionary {
         let (samples, count) = try reading { txn -> ([[UInt8]], Int) in
             let count = try txn.stat(tables.events).entries
-            // The newest events: the last blocks, from the end.
-            let samples = try txn.withCursor(tables.blocks) { cursor in
-                var samples: [[UInt8]] = []
-                var item = try cursor.last()
-                while let current = item, samples.count < options.dictionarySampleCount {
-                    let block = try decodeBlock(current, txn: txn)
-                    for index in (0..<block.count).reversed() where samples.count < options.dictionarySampleCount {
-                        samples.append(block.payload(at: index))
+            // The newest events: the last blocks, from the end (the tail's first).
+            var samples: [[UInt8]] = []
+            for table in tables.blockTables.reversed() {
+                try txn.withCursor(table) { cursor in
+                    var item = try cursor.last()
+                    while let current = item, samples.count < options.dictionarySampleCount {
+                        let block = try decodeBlock(current, txn: txn)
+                        for index in (0..<block.count).reversed() where samples.count < options.dictionarySampleCount {
+                            samples.append(block.payload(at: index))
+                        }
+                        item = try cursor.prev()
                     }
-                    item = try cursor.prev()
                 }
-                return samples
             }
             return (samples, count)
         }

@@ -43,16 +43,12 @@ extension EventLog {
                         depth: stat.depth, branchPages: stat.branchPages, leafPages: stat.leafPages,
                         overflowPages: stat.overflowPages))
             }
-            try txn.withCursor(tables.blocks) { cursor in
-                var item = try cursor.first()
-                while let current = item {
-                    let block = try decodeBlock(current, txn: txn)
-                    result.events += block.count
-                    result.eventValueBytes += current.value.count
-                    for index in 0..<block.count {
-                        result.canonicalJSONBytes += block.payload(at: index).count + EventCodec.idMemberBytes
-                    }
-                    item = try cursor.next()
+            try forEachBlock(txn: txn) { current in
+                let block = try decodeBlock(current, txn: txn)
+                result.events += block.count
+                result.eventValueBytes += current.value.count
+                for index in 0..<block.count {
+                    result.canonicalJSONBytes += block.payload(at: index).count + EventCodec.idMemberBytes
                 }
             }
             return result

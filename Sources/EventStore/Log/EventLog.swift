@@ -106,6 +106,11 @@ public final class EventLog: Sendable {
         /// ones after it, compressed together (`EventBlocks`): every stored event, in the
         /// order this node stored it (the commit sequence). Node-local, never replicated.
         case blocks
+        /// first seq (8 bytes, big-endian) → a block of events, as in `event_blocks`: the
+        /// last commits' small blocks, which together hold fewer than `EventBlocks.maxEvents`
+        /// events, until a commit merges them with its own into full blocks of
+        /// `event_blocks`. Its seqs follow `event_blocks`' last.
+        case blockTail
         /// consumer name → its record (`Consumer.record`): durable cursors over the commit
         /// sequence. Node-local, never replicated.
         case consumers
@@ -140,6 +145,7 @@ public final class EventLog: Sendable {
             case .dictionaries: "dictionaries"
             case .skew: "clock_skew"
             case .blocks: "event_blocks"
+            case .blockTail: "event_tail"
             case .consumers: "consumers"
             case .blobPending: "blob_pending"
             case .blobReferences: "blob_refs"
@@ -151,7 +157,7 @@ public final class EventLog: Sendable {
         var flags: DatabaseFlags {
             switch self {
             case .events, .projections, .keys, .conflicts, .deadLetters, .deadLetterIDs, .peers, .dictionaries, .skew,
-                .blocks, .consumers, .blobPending, .blobReferences, .blobUnused, .meta:
+                .blocks, .blockTail, .consumers, .blobPending, .blobReferences, .blobUnused, .meta:
                 []
             case .entityIndex, .originIndex: [.dupSort, .dupFixed]
             case .statusIndex, .statusHistory: [.dupSort]
@@ -184,6 +190,9 @@ public final class EventLog: Sendable {
         var dictionaries: Database { self[.dictionaries] }
         var skew: Database { self[.skew] }
         var blocks: Database { self[.blocks] }
+        var blockTail: Database { self[.blockTail] }
+        /// The tables of blocks, in seq order: the full blocks, then the last commits' small ones.
+        var blockTables: [Database] { [blocks, blockTail] }
         var consumers: Database { self[.consumers] }
         var blobPending: Database { self[.blobPending] }
         var blobReferences: Database { self[.blobReferences] }
@@ -383,7 +392,10 @@ public final class EventLog: Sendable {
     /// head only moves forward either way).
     static func sequenceHead(txn: borrowing some TransactionReading & ~Copyable, tables: Tables) throws -> UInt64 {
         let recorded = try txn.get(tables.meta, Meta.sequenceHead).map(uint64(bigEndian:)) ?? 0
-        guard let last = try txn.withCursor(tables.blocks, { try $0.last() }) else { return recorded }
+        guard
+            let last = try txn.withCursor(tables.blockTail, { try $0.last() })
+                ?? (try txn.withCursor(tables.blocks, { try $0.last() }))
+        else { return recorded }
         guard last.key.count == 8 else { throw CorruptDataError("an event_blocks key is not a seq") }
         let first = uint64(bigEndian: last.key)
         let header = try EventBlocks.header(last.value, first: first)
