@@ -5,6 +5,10 @@ Measures, on one machine (evstored, evstore-nats and nats-server share its CPUs)
   - bulk `evctl append --file` of the workload into a fresh daemon: the baseline;
   - the bridge started on that store: events/s until every event is in the stream and the
     consumer's lag is 0 (a backlog, as after a long outage);
+  - the same events, as the daemon's `log` gives them, published by a C program with
+    libnats' asynchronous JetStream publish (Benchmarks/baselines/nats_publish.c, the same
+    headers, as many unacknowledged) into a stream of its own on the same server: what the
+    server allows a publisher here, the bridge's ceiling;
   - end-to-end latency under light load: from `append` returning to the message being
     delivered from the stream to a JetStream push consumer (so stored), p50 and p99;
   - the bridge's memory: resident and anonymous after the backlog, and its peak.
@@ -141,6 +145,8 @@ def main():
     parser.add_argument("--latency-events", type=int, default=300, help="single appends timed end to end")
     parser.add_argument("--nats-server", default=shutil.which("nats-server") or "/usr/sbin/nats-server")
     parser.add_argument("--json", type=Path, help="write the figures here")
+    parser.add_argument("--publisher", type=Path,
+                        help="the C publisher (built from Benchmarks/baselines/nats_publish.c when not given)")
     options = parser.parse_args()
 
     scratch = Path(tempfile.mkdtemp(prefix="evstore-nats-bench-"))
@@ -196,6 +202,39 @@ def main():
         nats = NATS(port)
         info = nats.request("$JS.API.STREAM.INFO.EVSTORE", b"")
         stored = info["state"]["messages"]
+
+        # The C publisher: the same events as the daemon's log gives them, the same server,
+        # a stream of its own with the bridge's settings.
+        publisher = options.publisher
+        if publisher is None:
+            publisher = scratch / "nats_publish"
+            here = Path(__file__).resolve().parent / "baselines"
+            subprocess.run(["cc", "-std=c11", "-O2", "-Wall", "-Wextra", "-o", str(publisher),
+                            str(here / "nats_publish.c"), str(here / "common.c"), "-lnats", "-lm"], check=True)
+        logged = scratch / "logged.ndjson"
+        with open(logged, "w") as out:
+            after = 0
+            while True:
+                page = client.call("log", {"after": after, "limit": 1000})
+                for event in page["events"]:
+                    out.write(json.dumps(event, separators=(",", ":")) + "\n")
+                if page["next"] is None:
+                    break
+                after = page["next"]
+        created = nats.request("$JS.API.STREAM.CREATE.CBENCH", json.dumps(
+            {"name": "CBENCH", "subjects": ["cbench.>"], "storage": "file",
+             "duplicate_window": 7 * 86_400 * 1_000_000_000}).encode())
+        if "error" in created:
+            raise RuntimeError(f"creating the C publisher's stream: {created['error']}")
+        result = subprocess.run([str(publisher), "--url", f"nats://127.0.0.1:{port}", "--stream", "CBENCH",
+                                 "--prefix", "cbench", "--events", str(logged), "--max-pending", "1024"],
+                                capture_output=True, text=True)
+        if result.returncode != 0:
+            raise RuntimeError(f"nats_publish failed: {result.stderr[-400:]}")
+        ceiling = json.loads(result.stdout)["results"][0]["value"]
+        in_c = nats.request("$JS.API.STREAM.INFO.CBENCH", b"")["state"]["messages"]
+        if in_c != count:
+            raise RuntimeError(f"the C publisher's stream holds {in_c} messages, not {count}")
         deliver = "bench.deliver"
         delivered = nats.subscribe(deliver)
         created = nats.request("$JS.API.CONSUMER.CREATE.EVSTORE", json.dumps(
@@ -229,6 +268,10 @@ def main():
              "note": f"{count} events in {elapsed:.2f} s, {stored} in the stream; / bulk append {throughput / bulk:.2f}×"},
             {"name": "evstore-nats backlog / bulk append", "value": round(throughput / bulk, 2), "unit": "×",
              "note": "the same events, the same run"},
+            {"name": "baseline: C publisher, libnats asynchronous JetStream publish", "value": round(ceiling),
+             "unit": "events/s", "note": "the same events and headers, 1024 unacknowledged, a stream of its own"},
+            {"name": "evstore-nats backlog / C publisher", "value": round(throughput / ceiling, 2), "unit": "×",
+             "note": "goal ≥ 0.8"},
             {"name": "append to readable from the stream, p50", "value": round(statistics.median(latencies), 2),
              "unit": "ms", "note": f"{len(latencies)} single appends, about 40/s"},
             {"name": "append to readable from the stream, p99", "value": round(percentile(latencies, 0.99), 2),
