@@ -2,7 +2,9 @@
 """Crash torture: kill -9 evstored at random moments, restart it, check nothing was lost.
 
 Scenarios, rotated (one kill each):
-  append     bulk appends pipelined from 4 connections into the main victim V
+  append     appends pipelined into the main victim V: bulk ones of 50 events from 4
+             connections, or, every other time at random, one event a request from 16
+             (each commit then adds to the last blocks' tail or merges it into full blocks)
   sync-out   V syncs with its peer P (V initiates), both with a backlog; V is killed
   sync-in    P syncs with V (V answers), both with a backlog; V is killed
   dictionary a fresh copy of a store just below its dictionary training threshold, with
@@ -348,7 +350,8 @@ class Torture:
     def scenario_append(self):
         marker = self.vs.last_own_id
         before = len(self.vs.ids)
-        load = Load(self.vs, connections=4, batch=50, depth=4, limit=self.args.append_limit,
+        batch = self.kill_rng.choice([1, 50])
+        load = Load(self.vs, connections=16 if batch == 1 else 4, batch=batch, depth=4, limit=self.args.append_limit,
                     span=self.args.max_delay)
         load.start()
         self.kill_after(self.kill_rng.uniform(0, self.args.max_delay), self.v)
