@@ -297,6 +297,47 @@ for table in breakdown.tables where table.bytes > 0 {
             note: "\(table.entries) entries"))
 }
 
+// 3b. Reads: the whole log by seq, in pages of 1000 (what `log` and a consumer do), and
+//     single events by id at random (an entity's history, a peer's request), each the
+//     median of --repeat passes.
+do {
+    var ids: [ULID] = []
+    var logRates: [Double] = []
+    for _ in 0..<arguments.repeats {
+        var after: UInt64 = 0
+        var read = 0
+        var seen: [ULID] = []
+        let elapsed = try clock.measure {
+            while true {
+                let page = try log.feed(after: after, limit: 1000, scanLimit: 1000)
+                read += page.events.count
+                if ids.isEmpty { seen += page.events.map(\.event.id) }
+                guard let next = page.next else { break }
+                after = next
+            }
+        }
+        if ids.isEmpty { ids = seen }
+        logRates.append(Double(read) / seconds(elapsed))
+    }
+    rows.append(
+        Row(
+            name: "log by seq, pages of 1000", value: median(logRates), unit: "events/s",
+            note: "the whole store, \(repeats)"))
+    var generator = SystemRandomNumberGenerator()
+    let picks = (0..<20_000).map { _ in ids[Int.random(in: 0..<ids.count, using: &generator)] }
+    var idRates: [Double] = []
+    for _ in 0..<arguments.repeats {
+        let elapsed = try clock.measure {
+            for id in picks { _ = try log.event(id) }
+        }
+        idRates.append(Double(picks.count) / seconds(elapsed))
+    }
+    rows.append(
+        Row(
+            name: "one event by id, at random", value: median(idRates), unit: "reads/s",
+            note: "20000 ids of the store, \(repeats)"))
+}
+
 // 4. Full rebuild of every projection from the log (after the byte counts: it frees pages).
 do {
     let elapsed = try clock.measure { _ = try log.rebuild() }
