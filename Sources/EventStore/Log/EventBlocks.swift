@@ -158,8 +158,10 @@ package enum EventBlocks {
 /// A block decompressed: its records' bytes and where each record starts.
 struct DecodedBlock: Sendable {
     let first: UInt64
-    /// The value it was decoded from: what tells a topped-up last block from the one before.
-    let value: [UInt8]
+    /// The length and XXH64 of the value it was decoded from: what tells a block of the tail
+    /// from the one written under its key before it.
+    let valueBytes: Int
+    let valueHash: UInt64
     let raw: [UInt8]
     /// The offset in `raw` of each record's id.
     let starts: [Int]
@@ -183,6 +185,8 @@ struct DecodedBlock: Sendable {
     /// Checks the records laid out in `raw` against what the header says: `count` records
     /// that fill it exactly, each id well formed.
     init(first: UInt64, value: [UInt8], raw: [UInt8], count: Int) throws(CorruptDataError) {
+        self.valueBytes = value.count
+        self.valueHash = XXH64.hash(value)
         var starts: [Int] = []
         starts.reserveCapacity(count)
         var position = 0
@@ -210,7 +214,6 @@ struct DecodedBlock: Sendable {
             )
         }
         self.first = first
-        self.value = value
         self.raw = raw
         self.starts = starts
     }
@@ -219,7 +222,8 @@ struct DecodedBlock: Sendable {
 /// The blocks read last, decompressed, for readers that go through a run of them (`log`,
 /// a peer's range, an entity's history) or come back to one. Shared by every reader: a
 /// block never changes once written, but for the last one, which a commit may top up under
-/// the same key; an entry is used only for the very value it was decoded from.
+/// the same key; an entry is used only for a value of the same length and XXH64 as the one
+/// it was decoded from.
 final class BlockCache: Sendable {
     static let capacity = 64
 
@@ -234,7 +238,9 @@ final class BlockCache: Sendable {
 
     func block(_ first: UInt64, value: [UInt8]) -> DecodedBlock? {
         entries.withLock { entries in
-            guard let block = entries.blocks[first], block.value == value else { return nil }
+            guard let block = entries.blocks[first], block.valueBytes == value.count,
+                block.valueHash == XXH64.hash(value)
+            else { return nil }
             if let index = entries.order.lastIndex(of: first), index != entries.order.count - 1 {
                 entries.order.remove(at: index)
                 entries.order.append(first)
@@ -301,6 +307,35 @@ extension EventLog {
         }
         blockCache.keep(block)
         return block
+    }
+
+    /// Reads events by id inside one transaction, keeping the block it read last: events
+    /// of one block, or of neighbouring seqs, cost one lookup of the index each and no
+    /// further block lookup (a peer's range, an entity's events, a content window).
+    struct BlockReader {
+        var last: DecodedBlock?
+
+        /// The canonical JSON of the stored event `id`, nil when it is not held.
+        mutating func payload(
+            of id: ULID, log: EventLog, txn: borrowing some TransactionReading & ~Copyable
+        ) throws -> [UInt8]? {
+            guard let seq = try log.seq(of: id, txn: txn) else { return nil }
+            if let last, last.contains(seq) {
+                let index = Int(seq - last.first)
+                if last.id(at: index) == id { return last.payload(at: index) }
+            }
+            guard let block = try log.block(holding: seq, txn: txn) else {
+                return try log.storedPayload(of: id, seq: seq, txn: txn)
+            }
+            last = block
+            let index = Int(seq - block.first)
+            guard block.id(at: index) == id else {
+                throw CorruptDataError(
+                    "event \(id) took seq \(seq), and the block of \(EventBlocks.seqs(block.first, block.count)) holds \(block.id(at: index)) there"
+                )
+            }
+            return block.payload(at: index)
+        }
     }
 
     /// The canonical JSON (without its id) of the stored event `id`, nil when it is not held.

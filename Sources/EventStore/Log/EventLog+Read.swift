@@ -18,7 +18,12 @@ extension EventLog {
     /// The events with these ids, in the order given, in one read transaction; ids not
     /// held are left out.
     public func events(ids: [ULID]) throws(EventStoreError) -> [Event] {
-        try reading { txn in try ids.compactMap { id in try readEvent(id, txn: txn) } }
+        try reading { txn in
+            var reader = BlockReader()
+            return try ids.compactMap { id in
+                try reader.payload(of: id, log: self, txn: txn).map { try decodePayload($0, id: id) }
+            }
+        }
     }
 
     /// Events in id order after `after` (exclusive), at most `limit`, and the cursor for
@@ -68,8 +73,9 @@ extension EventLog {
             let (ids, more) = try eventIDs(in: index, key: key, after: after, limit: limit, txn: txn)
             var events: [Event] = []
             var bytes = 0
+            var reader = BlockReader()
             for id in ids {
-                guard let payload = try storedPayload(of: id, txn: txn) else {
+                guard let payload = try reader.payload(of: id, log: self, txn: txn) else {
                     throw CorruptDataError("index names a missing event \(id)")
                 }
                 if !events.isEmpty, bytes + payload.count > maxBytes {
@@ -404,14 +410,15 @@ extension EventLog {
     func events(of entity: EntityKey, txn: borrowing some TransactionReading & ~Copyable) throws -> [Event] {
         var events: [Event] = []
         var after: ULID?
+        var reader = BlockReader()
         while true {
             let (ids, more) = try eventIDs(
                 in: tables.entityIndex, key: entity.bytes, after: after, limit: 4096, txn: txn)
             for id in ids {
-                guard let event = try readEvent(id, txn: txn) else {
+                guard let payload = try reader.payload(of: id, log: self, txn: txn) else {
                     throw CorruptDataError("index names a missing event \(id)")
                 }
-                events.append(event)
+                events.append(try decodePayload(payload, id: id))
             }
             guard more, let last = ids.last else { break }
             after = last

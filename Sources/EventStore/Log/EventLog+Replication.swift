@@ -140,8 +140,9 @@ extension EventLog {
             var events: [ReplicatedEvent] = []
             events.reserveCapacity(ids.count)
             var bytes = 0
+            var reader = BlockReader()
             for id in ids {
-                guard let json = try storedPayload(of: id, txn: txn) else {
+                guard let json = try reader.payload(of: id, log: self, txn: txn) else {
                     throw CorruptDataError("the origin index names a missing event \(id)")
                 }
                 events.append(ReplicatedEvent(id: id, json: json))
@@ -161,8 +162,9 @@ extension EventLog {
     public func replicationEvents(ids: [ULID]) throws(EventStoreError) -> [ReplicatedEvent] {
         try reading { txn in
             var events: [ReplicatedEvent] = []
+            var reader = BlockReader()
             for id in ids {
-                guard let json = try storedPayload(of: id, txn: txn) else { continue }
+                guard let json = try reader.payload(of: id, log: self, txn: txn) else { continue }
                 events.append(ReplicatedEvent(id: id, json: json))
             }
             return events
@@ -176,8 +178,9 @@ extension EventLog {
     public func contentHashes(ids: [ULID]) throws(EventStoreError) -> [(id: ULID, hash: String)] {
         try reading { txn in
             var out: [(id: ULID, hash: String)] = []
+            var reader = BlockReader()
             for id in ids {
-                guard let json = try storedPayload(of: id, txn: txn) else { continue }
+                guard let json = try reader.payload(of: id, log: self, txn: txn) else { continue }
                 out.append((id, EventLog.contentHash(json)))
             }
             return out
