@@ -324,16 +324,9 @@ import Testing
         .appendingPathComponent("Fixtures/store-format-5")
 
     @Test func formatFiveStoreListsItsPendingBlobsAndAnswersAsBefore() throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
-            "evstore-upgrade5-\(UUID().uuidString)"
-        ).path
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: directory) }
         let fixture = FormatFiveUpgradeTests.fixture
-        try FileManager.default.copyItem(
-            atPath: fixture.appendingPathComponent("data.mdb").path, toPath: directory + "/data.mdb")
-        try FileManager.default.copyItem(
-            atPath: fixture.appendingPathComponent("blobs").path, toPath: directory + "/blobs")
+        let directory = try FixtureStore.copy(fixture, name: "upgrade5")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
         let blobs = try BlobStore(directory: directory + "/blobs")
         var options = StoreOptions()
         options.maxEventBytes = 131_072
@@ -363,29 +356,13 @@ import Testing
         #expect(try log!.isPendingBlob(absent)?.size == UInt64("a signature a never receives".utf8.count))
 
         // Every event with its seq, every state byte for byte, counts and digest.
-        let logLines = try Array(Data(contentsOf: fixture.appendingPathComponent("log.ndjson")))
-            .split(separator: 0x0A).map(Array.init)
-        let prefix = Array(#"{"seq":"#.utf8)
-        let expected = try logLines.map { line -> (seq: UInt64, event: [UInt8]) in
-            let text = String(decoding: line, as: UTF8.self)
-            let marker = try #require(text.range(of: #","event":"#))
-            let seq = try #require(
-                UInt64(text[text.index(text.startIndex, offsetBy: prefix.count)..<marker.lowerBound]))
-            return (seq, Array(text[marker.upperBound...].dropLast().utf8))
-        }
+        let expected = try FixtureStore.sequencedLog(fixture)
         #expect(expected.count == status["events"] as? Int)
         let feed = try log!.feed(after: 0, limit: 100_000, scanLimit: 100_000)
         #expect(feed.events.map(\.seq) == expected.map(\.seq))
         #expect(feed.events.map { EventCodec.encodeStored($0.event, includeID: true) } == expected.map(\.event))
-
-        let states = try Array(Data(contentsOf: fixture.appendingPathComponent("states.ndjson")))
-            .split(separator: 0x0A).map(Array.init)
-        for line in states {
-            let name = try #require(
-                (try JSONSerialization.jsonObject(with: Data(line)) as? [String: Any])?["entity"] as? String)
-            #expect(try log!.canonicalState(of: entity(name)) == line, "state of \(name)")
-        }
-        #expect(states.count == status["entities"] as? Int)
+        let entities = try FixtureStore.checkStates(fixture, log!)
+        #expect(entities.count == status["entities"] as? Int)
         let statistics = try log!.statistics()
         #expect(statistics.events == status["events"] as? Int)
         #expect(statistics.entities == status["entities"] as? Int)
@@ -418,16 +395,9 @@ import Testing
         .appendingPathComponent("Fixtures/store-format-6")
 
     @Test func formatSixStoreMovesIntoBlocksAndAnswersAsBefore() throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
-            "evstore-upgrade6-\(UUID().uuidString)"
-        ).path
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: directory) }
         let fixture = FormatSixUpgradeTests.fixture
-        try FileManager.default.copyItem(
-            atPath: fixture.appendingPathComponent("data.mdb").path, toPath: directory + "/data.mdb")
-        try FileManager.default.copyItem(
-            atPath: fixture.appendingPathComponent("blobs").path, toPath: directory + "/blobs")
+        let directory = try FixtureStore.copy(fixture, name: "upgrade6")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
         let blobs = try BlobStore(directory: directory + "/blobs")
         var options = StoreOptions()
         options.maxEventBytes = 131_072
@@ -456,16 +426,7 @@ import Testing
         #expect(!names.contains("seq_blocks") && names.contains("event_blocks"), "\(names)")
 
         // Every event with its seq, in seq order; and each by its id.
-        let logLines = try Array(Data(contentsOf: fixture.appendingPathComponent("log.ndjson")))
-            .split(separator: 0x0A).map(Array.init)
-        let prefix = Array(#"{"seq":"#.utf8)
-        let expected = try logLines.map { line -> (seq: UInt64, event: [UInt8]) in
-            let text = String(decoding: line, as: UTF8.self)
-            let marker = try #require(text.range(of: #","event":"#))
-            let seq = try #require(
-                UInt64(text[text.index(text.startIndex, offsetBy: prefix.count)..<marker.lowerBound]))
-            return (seq, Array(text[marker.upperBound...].dropLast().utf8))
-        }
+        let expected = try FixtureStore.sequencedLog(fixture)
         #expect(expected.count == status["events"] as? Int)
         let feed = try log!.feed(after: 0, limit: 100_000, scanLimit: 100_000)
         #expect(feed.events.map(\.seq) == expected.map(\.seq))
@@ -480,13 +441,7 @@ import Testing
         }
 
         // States, counts, digest, the dead letter, blobs, the consumer.
-        let states = try Array(Data(contentsOf: fixture.appendingPathComponent("states.ndjson")))
-            .split(separator: 0x0A).map(Array.init)
-        for line in states {
-            let name = try #require(
-                (try JSONSerialization.jsonObject(with: Data(line)) as? [String: Any])?["entity"] as? String)
-            #expect(try log!.canonicalState(of: entity(name)) == line, "state of \(name)")
-        }
+        try FixtureStore.checkStates(fixture, log!)
         let statistics = try log!.statistics()
         #expect(statistics.events == status["events"] as? Int)
         #expect(statistics.entities == status["entities"] as? Int)
@@ -513,5 +468,53 @@ import Testing
         #expect(next.revs[entity("job/fx6-after")] == seq + 1)
         #expect(try log!.feed(after: seq).events.map(\.seq) == [seq + 1])
         #expect(try log!.rebuild(verify: true).unsequenced == 0)
+    }
+}
+
+/// What the upgrade tests of formats 4 and later read of a fixture: a copy of its store (and
+/// of the blobs beside it) in a temp directory, its log with each event's seq, its states.
+enum FixtureStore {
+    /// A copy of `fixture`'s `data.mdb` (and `blobs/`, when it has them) in a new temp directory.
+    static func copy(_ fixture: URL, name: String) throws -> String {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "evstore-\(name)-\(UUID().uuidString)"
+        ).path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        try FileManager.default.copyItem(
+            atPath: fixture.appendingPathComponent("data.mdb").path, toPath: directory + "/data.mdb")
+        let blobs = fixture.appendingPathComponent("blobs").path
+        if FileManager.default.fileExists(atPath: blobs) {
+            try FileManager.default.copyItem(atPath: blobs, toPath: directory + "/blobs")
+        }
+        return directory
+    }
+
+    /// `log.ndjson`: each line `{"seq":N,"event":...}`, in seq order.
+    static func sequencedLog(_ fixture: URL) throws -> [(seq: UInt64, event: [UInt8])] {
+        let lines = try Array(Data(contentsOf: fixture.appendingPathComponent("log.ndjson")))
+            .split(separator: 0x0A).map(Array.init)
+        let prefix = Array(#"{"seq":"#.utf8)
+        return try lines.map { line -> (seq: UInt64, event: [UInt8]) in
+            let text = String(decoding: line, as: UTF8.self)
+            let marker = try #require(text.range(of: #","event":"#))
+            let seq = try #require(
+                UInt64(text[text.index(text.startIndex, offsetBy: prefix.count)..<marker.lowerBound]))
+            return (seq, Array(text[marker.upperBound...].dropLast().utf8))
+        }
+    }
+
+    /// Checks every state of `states.ndjson` against `log`, byte for byte; the entities.
+    @discardableResult
+    static func checkStates(_ fixture: URL, _ log: EventLog) throws -> [EntityKey] {
+        let states = try Array(Data(contentsOf: fixture.appendingPathComponent("states.ndjson")))
+            .split(separator: 0x0A).map(Array.init)
+        var entities: [EntityKey] = []
+        for line in states {
+            let name = try #require(
+                (try JSONSerialization.jsonObject(with: Data(line)) as? [String: Any])?["entity"] as? String)
+            entities.append(entity(name))
+            #expect(try log.canonicalState(of: entity(name)) == line, "state of \(name)")
+        }
+        return entities
     }
 }

@@ -142,24 +142,31 @@ extension BlobReference {
     }
 }
 
-extension InputEvent {
-    /// The blobs this event names in its values (checked as the event was decoded): what
-    /// must be held before it may be appended. A removed element needs no blob.
-    public var blobReferences: [BlobReference] {
+extension BlobReference {
+    /// The well-formed references among `values`, in order: a value that is no reference,
+    /// or a malformed one, names no blob.
+    static func wellFormed(in values: some Sequence<JSONBytes>) -> [BlobReference] {
         var references: [BlobReference] = []
-        func take(_ value: JSONBytes) {
-            guard BlobReference.isMarked(value) else { return }
+        for value in values where isMarked(value) {
             do throws(EventStoreError) {
-                if let reference = try BlobReference.parse(value) { references.append(reference) }
+                if let reference = try parse(value) { references.append(reference) }
             } catch {
-                return  // refused as the event was decoded: not reached
+                continue
             }
         }
-        switch change {
-        case .edit(let fields): for field in fields { take(field.value) }
-        case .add(_, let element): take(element)
-        default: break
-        }
         return references
+    }
+}
+
+extension InputEvent {
+    /// The blobs this event names in its values (checked as the event was decoded, so every
+    /// one is well formed): what must be held before it may be appended. A removed element
+    /// needs no blob.
+    public var blobReferences: [BlobReference] {
+        switch change {
+        case .edit(let fields): BlobReference.wellFormed(in: fields.lazy.map(\.value))
+        case .add(_, let element): BlobReference.wellFormed(in: CollectionOfOne(element))
+        default: []
+        }
     }
 }

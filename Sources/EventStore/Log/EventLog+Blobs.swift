@@ -13,21 +13,11 @@ extension Event {
     /// that is not a well-formed reference names none (a peer's event is stored whatever
     /// its values say).
     public var blobReferences: [BlobReference] {
-        var references: [BlobReference] = []
-        func take(_ value: JSONBytes) {
-            guard BlobReference.isMarked(value) else { return }
-            do throws(EventStoreError) {
-                if let reference = try BlobReference.parse(value) { references.append(reference) }
-            } catch {
-                return  // malformed: names no blob
-            }
-        }
         switch body {
-        case .edit(let fields, _): for field in fields { take(field.value) }
-        case .add(_, let element): take(element)
-        default: break
+        case .edit(let fields, _): BlobReference.wellFormed(in: fields.lazy.map(\.value))
+        case .add(_, let element): BlobReference.wellFormed(in: CollectionOfOne(element))
+        default: []
         }
-        return references
     }
 }
 
@@ -82,15 +72,7 @@ extension EventLog {
     /// Indexes every stored event's references to blobs (`blob_refs`) and lists the blobs
     /// they name that the node does not hold (`blob_pending`): the upgrade to format 6.
     func indexBlobReferences(txn: inout WriteTransaction) throws {
-        var entities: [EntityKey] = []
-        try txn.withCursor(tables.entityIndex) { cursor in
-            var item = try cursor.first()
-            while let current = item {
-                entities.append(EntityKey(validated: current.key))
-                item = try cursor.nextNoDup()
-            }
-        }
-        for entity in entities {
+        for entity in try allEntities(txn: txn) {
             for event in try events(of: entity, txn: txn) {
                 try EventLog.recordReferences(event, options: options, tables: tables, txn: &txn)
             }

@@ -171,11 +171,8 @@ extension EventLog {
         }
     }
 
-    /// The body of `rebuild(verify:)`, in the caller's write transaction. With `verify` it
-    /// writes nothing (the caller aborts the transaction anyway).
-    func rebuildProjections(txn: inout WriteTransaction, verify: Bool) throws -> RebuildReport {
-        var report = RebuildReport()
-        var digest = StateDigest()
+    /// Every entity that has an event, in key order (the entity index's keys).
+    func allEntities(txn: borrowing some TransactionReading & ~Copyable) throws -> [EntityKey] {
         var entities: [EntityKey] = []
         try txn.withCursor(tables.entityIndex) { cursor in
             var item = try cursor.first()
@@ -184,6 +181,15 @@ extension EventLog {
                 item = try cursor.nextNoDup()
             }
         }
+        return entities
+    }
+
+    /// The body of `rebuild(verify:)`, in the caller's write transaction. With `verify` it
+    /// writes nothing (the caller aborts the transaction anyway).
+    func rebuildProjections(txn: inout WriteTransaction, verify: Bool) throws -> RebuildReport {
+        var report = RebuildReport()
+        var digest = StateDigest()
+        let entities = try allEntities(txn: txn)
         // Every event's seq, to find each entity's rev.
         var seqs: [ULID: UInt64] = [:]
         seqs.reserveCapacity(try txn.stat(tables.events).entries)
