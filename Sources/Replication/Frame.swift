@@ -219,6 +219,12 @@ package final class FrameChannel {
 
     package var isPastDeadline: Bool { deadline.map { ContinuousClock.now >= $0 } ?? false }
 
+    /// Whether bytes from the peer wait to be read (buffered here, or in the socket): a
+    /// read would not have to wait for the peer to send more.
+    package var hasBytesWaiting: Bool {
+        buffer.count > start || (try? connection.waitReadable(timeout: 0)) == true
+    }
+
     package var deadlineError: SyncError {
         SyncError(
             .sessionLimit,

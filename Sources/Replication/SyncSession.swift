@@ -1,3 +1,4 @@
+import Dispatch
 import EventStore
 import FoundationEssentials
 import Projections
@@ -8,6 +9,8 @@ import Wire
 /// in a group commit with the appends waiting and returns its output.
 package protocol JobWriter: Sendable {
     func perform<Job: WriteJob>(_ job: Job, from source: Int) throws(EventStoreError) -> Job.Output
+    func submit<Job: WriteJob>(
+        _ job: Job, from source: Int, completion: @escaping @Sendable (Result<Job.Output, EventStoreError>) -> Void)
 }
 
 /// A peer by name and URL, as the configuration file gives it.
@@ -32,6 +35,11 @@ package struct SyncNode: Sendable {
     /// watchers see them); the peer is named in dead letters, and once the batch has made
     /// as many dead letters as the number says, the rest of it is refused.
     package let ingest: @Sendable ([ReplicatedEvent], IngestPeer, Int) throws(EventStoreError) -> IngestResult
+    /// As `ingest`, without waiting: `completion` gets the result once committed. A session
+    /// decodes the next batch meanwhile.
+    package let ingestLater:
+        @Sendable ([ReplicatedEvent], IngestPeer, Int, @escaping @Sendable (Result<IngestResult, EventStoreError>) -> Void)
+            -> Void
     /// Stores (nil: deletes) entries of the peers table: peer records and sync state.
     package let storePeerEntries: @Sendable ([PeerEntry]) throws(EventStoreError) -> Void
     /// Answers an append another node hands to this one (`forward`): the JSON-RPC request
@@ -52,12 +60,20 @@ package struct SyncNode: Sendable {
     package init(
         log: EventLog, name: String?,
         ingest: @escaping @Sendable ([ReplicatedEvent], IngestPeer, Int) throws(EventStoreError) -> IngestResult,
+        ingestLater: (
+            @Sendable ([ReplicatedEvent], IngestPeer, Int, @escaping @Sendable (Result<IngestResult, EventStoreError>) -> Void)
+                -> Void
+        )? = nil,
         storePeerEntries: @escaping @Sendable ([PeerEntry]) throws(EventStoreError) -> Void,
         forwarded: @escaping @Sendable ([UInt8]) -> [UInt8] = SyncNode.takesNoForwards
     ) {
         self.log = log
         self.name = name
         self.ingest = ingest
+        self.ingestLater =
+            ingestLater ?? { events, peer, allowance, completion in
+                completion(Result { () throws(EventStoreError) in try ingest(events, peer, allowance) })
+            }
         self.storePeerEntries = storePeerEntries
         self.forwarded = forwarded
     }
@@ -80,6 +96,13 @@ package struct SyncNode: Sendable {
             ingest: { (events, peer, maxDeadLetters) throws(EventStoreError) in
                 guard !events.isEmpty else { return try log.ingest(events, from: peer) }  // nothing to write
                 return try writer.perform(IngestJob(events, from: peer, maxDeadLetters: maxDeadLetters), from: -1)
+            },
+            ingestLater: { events, peer, maxDeadLetters, completion in
+                guard !events.isEmpty else {
+                    completion(Result { () throws(EventStoreError) in try log.ingest(events, from: peer) })
+                    return
+                }
+                writer.submit(IngestJob(events, from: peer, maxDeadLetters: maxDeadLetters), from: -1, completion: completion)
             },
             storePeerEntries: { (entries) throws(EventStoreError) in
                 try writer.perform(PeerEntriesJob(entries), from: -3)
@@ -822,35 +845,70 @@ package final class SyncSession {
     }
 
     /// Takes the peer's batches, committing and acknowledging each, until it says done.
+    ///
+    /// Two batches overlap: while the writer commits one, this thread reads and decodes
+    /// the next (`EventLog.predecode`: its JSON, fields and canonical payload), then waits
+    /// for the first's result and acknowledges it before it hands the next to the writer.
+    /// When nothing more from the peer is waiting, the batch in the writer is settled and
+    /// acknowledged first: the peer may be waiting for that ack before it sends more.
+    /// Acks go in the order of the batches, each once its batch is committed.
     private func receive() throws(SyncError) {
+        /// A batch handed to the writer: its result, once there.
+        final class Pending: @unchecked Sendable {
+            let done = DispatchSemaphore(value: 0)
+            var result: Result<IngestResult, EventStoreError>?
+        }
+        var pending: Pending?
+        let peer = IngestPeer(name: peerLabel, node: report.peerNode)
+        /// Waits for the batch in the writer and acknowledges it.
+        func settle() throws(SyncError) {
+            guard let waiting = pending else { return }
+            pending = nil
+            waiting.done.wait()
+            let outcome = waiting.result!
+            let result = try storage { () throws(EventStoreError) in try outcome.get() }
+            report.received += result.ingested.count
+            report.skipped += result.skipped
+            report.deadLettered += result.deadLettered.count
+            if report.deadLettered >= limits.deadLetters {
+                // Whatever came before is committed; the peer learns why it gets no ack.
+                throw SyncError(
+                    .tooManyInvalid,
+                    "the peer's invalid events made \(report.deadLettered) dead letters in this session, the most one may add (sync_session_max_dead_letters)\(result.refused > 0 ? "; the last \(result.refused) events of its batch were refused" : ""): see `evctl dead-letters`, and raise the limit if the peer is honest"
+                )
+            }
+            // The ids of the new dead letters; left out when none, so the ack is what the
+            // previous release sent.
+            let ids = result.deadLettered.compactMap { $0.id.flatMap { ULID($0) }?.description }
+            try send(
+                .ack,
+                Messages.Ack(
+                    received: result.ingested.count, skipped: result.skipped,
+                    deadLetters: result.deadLettered.count, deadLettered: ids.isEmpty ? nil : ids))
+        }
+        defer {
+            // A session that fails leaves nothing running: what the writer has is committed
+            // or refused before the session ends.
+            pending?.done.wait()
+        }
         while true {
+            if pending != nil, !channel.hasBytesWaiting { try settle() }
             let frame = try read()
             switch frame.kind {
             case .batch:
-                let events = try BatchCodec.decode(
-                    frame.payload, decompressor: decompressor, maxEventBytes: StoreOptions.absoluteMaxEventBytes)
-                let peer = IngestPeer(name: peerLabel, node: report.peerNode)
+                let events = node.log.predecode(
+                    try BatchCodec.decode(
+                        frame.payload, decompressor: decompressor, maxEventBytes: StoreOptions.absoluteMaxEventBytes))
+                try settle()
                 let allowance = max(0, limits.deadLetters - report.deadLettered)
-                let result = try storage { () throws(EventStoreError) in try node.ingest(events, peer, allowance) }
-                report.received += result.ingested.count
-                report.skipped += result.skipped
-                report.deadLettered += result.deadLettered.count
-                if report.deadLettered >= limits.deadLetters {
-                    // Whatever came before is committed; the peer learns why it gets no ack.
-                    throw SyncError(
-                        .tooManyInvalid,
-                        "the peer's invalid events made \(report.deadLettered) dead letters in this session, the most one may add (sync_session_max_dead_letters)\(result.refused > 0 ? "; the last \(result.refused) events of its batch were refused" : ""): see `evctl dead-letters`, and raise the limit if the peer is honest"
-                    )
+                let handed = Pending()
+                pending = handed
+                node.ingestLater(events, peer, allowance) { result in
+                    handed.result = result
+                    handed.done.signal()
                 }
-                // The ids of the new dead letters; left out when none, so the ack is what the
-                // previous release sent.
-                let ids = result.deadLettered.compactMap { $0.id.flatMap { ULID($0) }?.description }
-                try send(
-                    .ack,
-                    Messages.Ack(
-                        received: result.ingested.count, skipped: result.skipped,
-                        deadLetters: result.deadLettered.count, deadLettered: ids.isEmpty ? nil : ids))
             case .done:
+                try settle()
                 let done = try Messages.decode(Messages.Done.self, frame.payload, frame: "done")
                 report.reconciledReceived = done.reconciled
                 try takeDivergent(done.divergent, recheck: done.recheck)

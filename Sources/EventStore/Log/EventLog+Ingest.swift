@@ -82,7 +82,9 @@ extension EventLog {
         _ record: ReplicatedEvent, seen: Set<ULID>, skipDropped: Bool = false, batch: inout WriteBatch,
         txn: inout WriteTransaction
     ) throws -> Verdict {
-        let decoded = EventLog.decodeReplicated(record.json, id: record.id, batch: batch)
+        let decoded =
+            record.decoded.map { $0.map { ($0.event, $0.payload) } }
+            ?? EventLog.decodeReplicated(record.json, id: record.id, batch: batch)
         guard case .success(let (event, payload)) = decoded else {
             guard case .failure(let error) = decoded else { return .held }
             return .invalid(error)
@@ -131,6 +133,22 @@ extension EventLog {
 }
 
 extension EventLog {
+    /// Decodes received events before the writer takes them (the session's thread does,
+    /// while the writer commits the batch before): what of validating an event depends on
+    /// nothing stored — its JSON, its fields, its size — and its canonical payload. What
+    /// depends on the store (held already, a dropped dead letter, this node's clock) the
+    /// writer still checks.
+    public func predecode(_ events: [ReplicatedEvent]) -> [ReplicatedEvent] {
+        events.map { record in
+            var decoded = record
+            decoded.decoded = Result { () throws(EventStoreError) in
+                let event = try EventCodec.decodeStored(record.json, id: record.id)
+                return DecodedReplica(event: event, payload: try storedPayload(of: event, replicated: true))
+            }
+            return decoded
+        }
+    }
+
     /// A replicated event decoded and its stored payload, or why it cannot be stored.
     static func decodeReplicated(_ raw: [UInt8], id: ULID?, batch: WriteBatch) -> Result<
         (Event, [UInt8]), EventStoreError
