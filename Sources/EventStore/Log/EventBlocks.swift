@@ -149,6 +149,21 @@ package enum EventBlocks {
             dictionary: dictionary, compressor: compressor)
     }
 
+    /// Whether the block `entry` holds `seq`, from its header alone.
+    static func covers(_ entry: Cursor.Entry, _ seq: UInt64) throws -> Bool {
+        guard entry.key.count == 8 else { throw CorruptDataError("an event_blocks key is not a seq") }
+        let first = uint64(bigEndian: entry.key)
+        let count = try header(entry.value, first: first).count
+        return seq >= first && seq - first < UInt64(count)
+    }
+
+    /// Whether the block `entry` ends before `seq`, from its header alone.
+    static func ends(_ entry: Cursor.Entry, before seq: UInt64) throws -> Bool {
+        guard entry.key.count == 8 else { throw CorruptDataError("an event_blocks key is not a seq") }
+        let first = uint64(bigEndian: entry.key)
+        return first + UInt64(try header(entry.value, first: first).count) <= seq
+    }
+
     /// The seqs a block at `first` with `count` events covers, for messages.
     static func seqs(_ first: UInt64, _ count: Int) -> String {
         count == 1 ? "seq \(first)" : "seqs \(first) to \(first &+ UInt64(count) &- 1)"
@@ -286,7 +301,7 @@ extension EventLog {
                 guard let found = try cursor.seek(key) else { return try cursor.last() }
                 return found.key == key ? found : try cursor.prev()
             }
-            guard let entry else { continue }
+            guard let entry, try EventBlocks.covers(entry, seq) else { continue }
             let block = try decodeBlock(entry, txn: txn)
             if block.contains(seq) { return block }
         }
@@ -378,6 +393,12 @@ extension EventLog {
                     item = try cursor.last()
                 }
                 while let entry = item {
+                    // A block that ends before `from` (the last full one, when `from` is in
+                    // the tail) is passed over without being decompressed.
+                    if try EventBlocks.ends(entry, before: from) {
+                        item = try cursor.next()
+                        continue
+                    }
                     let block = try decodeBlock(entry, txn: txn)
                     for index in 0..<block.count where block.first + UInt64(index) >= from {
                         guard try body(block.first + UInt64(index), block, index) else { return false }
