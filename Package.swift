@@ -28,6 +28,10 @@ let package = Package(
         // The kernel's route netlink structs and constants (headers only, nothing to link).
         .systemLibrary(name: "CNetlink"),
         .systemLibrary(name: "CEpoll"),
+        // CRC-32C with SSE 4.2's instruction, the sync frames' checksum (headers only).
+        .systemLibrary(name: "CChecksum"),
+        // sync_file_range(2), for blob files written while they arrive (headers only).
+        .systemLibrary(name: "CFileIO"),
         .systemLibrary(
             name: "CNats",
             pkgConfig: "libnats",
@@ -48,7 +52,7 @@ let package = Package(
         .target(name: "Backoff"),
         .target(
             name: "EventStore",
-            dependencies: ["CLMDB", "CZstd", "CCrypto", "Projections"]
+            dependencies: ["CLMDB", "CZstd", "CCrypto", "CFileIO", "Projections"]
         ),
         // Unix stream sockets (and the route netlink socket): the only place the daemon and
         // the CLI touch socket syscalls.
@@ -72,7 +76,9 @@ let package = Package(
         // Sync with other nodes: sessions, frames, reconciliation, peers.
         .target(
             name: "Replication",
-            dependencies: ["EventStore", "Projections", "UnixSocket", "Logging", "Backoff", "Lifecycle", "Wire"]
+            dependencies: [
+                "CChecksum", "EventStore", "Projections", "UnixSocket", "Logging", "Backoff", "Lifecycle", "Wire",
+            ]
         ),
         // The socket: event loops, connections, outboxes, the watch hub, access.
         .target(

@@ -1,3 +1,5 @@
+import CChecksum
+
 /// CRC-32C (Castagnoli), the checksum of every sync frame: the same function as iSCSI's
 /// and ext4's metadata checksums, reflected polynomial 0x82F63B78, initial value and
 /// final XOR 0xFFFFFFFF. `CRC32C.checksum("123456789")` is 0xE3069283.
@@ -6,7 +8,14 @@
 /// tables of 256 entries, table k giving the CRC of a byte followed by k zero bytes, so
 /// the eight bytes of a step are looked up independently and combined with XOR. A blob
 /// chunk's 512 KiB took 45 % of a sync's CPU on each side a byte at a time.
+///
+/// On a processor with SSE 4.2's `crc32` instruction (`CChecksum`), that instruction does
+/// it instead, eight bytes a cycle: 100 MiB in about 11 ms against 60 ms with the tables,
+/// 12 % of each side's CPU in a blob's sync. The tables stay for other processors.
 package enum CRC32C {
+    /// Whether `checksum` uses the processor's instruction (else the tables).
+    package static let usesHardware = evstore_crc32c_hardware() != 0
+
     /// `tables[k * 256 + byte]`.
     package static let tables: [UInt32] = {
         var tables = [UInt32](repeating: 0, count: 8 * 256)
@@ -37,6 +46,17 @@ package enum CRC32C {
     }
 
     private static func checksum(buffer bytes: UnsafeBufferPointer<UInt8>) -> UInt32 {
+        guard usesHardware else { return tableChecksum(buffer: bytes) }
+        return evstore_crc32c_update(0xFFFF_FFFF, bytes.baseAddress, bytes.count) ^ 0xFFFF_FFFF
+    }
+
+    /// The checksum from the tables, whatever the processor (what other processors use; the
+    /// tests hold the instruction's answer against it).
+    package static func tableChecksum(_ bytes: [UInt8]) -> UInt32 {
+        bytes.withUnsafeBufferPointer { tableChecksum(buffer: $0) }
+    }
+
+    private static func tableChecksum(buffer bytes: UnsafeBufferPointer<UInt8>) -> UInt32 {
         var crc: UInt32 = 0xFFFF_FFFF
         tables.withUnsafeBufferPointer { t in
             var index = 0

@@ -1,3 +1,5 @@
+import CFileIO
+
 #if canImport(Glibc)
     import Glibc
 #endif
@@ -62,6 +64,15 @@ enum BlobFile {
             guard n > 0 else { throw BlobStore.failure("cannot write the upload", n == 0 ? EIO : errno) }
             done += n
         }
+    }
+
+    /// Starts writing `count` bytes at `offset` to the disk without waiting for them, so a
+    /// file written in pieces (a blob that arrives) is mostly on the disk when its `fsync`
+    /// comes: the disk works while the next pieces arrive and are hashed. A hint only: it
+    /// makes nothing durable, and when it fails the `fsync` does all the work. The
+    /// corresponding C function is `sync_file_range` with `SYNC_FILE_RANGE_WRITE`.
+    static func startWriteback(_ descriptor: Int32, at offset: UInt64, count: Int) {
+        _ = evstore_start_writeback(descriptor, Int64(offset), Int64(count))
     }
 
     /// Copies `count` bytes of `source` from its start to `target` at its file offset, in

@@ -657,6 +657,7 @@ private final class Upload: Sendable {
                 )
             }
             try BlobFile.write(progress.descriptor, bytes, at: offset)
+            BlobFile.startWriteback(progress.descriptor, at: offset, count: bytes.count)
             progress.hasher.update(bytes)
             progress.received += UInt64(bytes.count)
             progress.lastActivity = BlobStore.now()
