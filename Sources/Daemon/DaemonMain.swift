@@ -277,6 +277,7 @@ final class Daemon: Sendable {
             return (Evstored.Exit.ioError, WeakLog(nil))
         }
         let log: EventLog
+        let trainingDue = DispatchSemaphore(value: 0)
         do {
             var options = StoreOptions()
             options.blobPresent = { [blobs] hash in blobs.contains(hash) }
@@ -287,8 +288,10 @@ final class Daemon: Sendable {
             options.dictionaryTrainingThreshold = configuration.dictionaryTrainingEvents
             options.environment.durable = configuration.durability == .full
             options.environment.maxReaders = 1024
-            // Trained on the maintenance thread, so no append waits for it.
+            // Trained on the maintenance thread, so no append waits for it; woken as soon as
+            // a commit makes it due.
             options.trainsDictionaryAutomatically = false
+            options.trainingDue = { [trainingDue] in trainingDue.signal() }
             options.machineID = Daemon.machineID(from: configuration.machineIDFile)
             log = try EventLog.open(directory: configuration.dataDirectory, options: options)
         } catch {
@@ -350,7 +353,7 @@ final class Daemon: Sendable {
         }
         let maintenance = Maintenance(
             log: log, writer: writer, logger: logger, systemd: systemd, durability: configuration.durability,
-            health: health)
+            health: health, trainingDue: trainingDue)
         // Each may use those before it: the writer first, as everything writes through it;
         // maintenance stores dictionaries through the writer; the server and the sessions
         // write through it.
@@ -581,13 +584,16 @@ final class Maintenance: Sendable {
     let systemd: Systemd
     let durability: Configuration.Durability
     let health: Health
-    private let stopped = DispatchSemaphore(value: 0)
+    /// Signalled by the writer after the commit that makes a dictionary due, and by `stop`.
+    private let wake: DispatchSemaphore
+    private let stopping = Atomic<Bool>(false)
     private let done = DispatchSemaphore(value: 0)
 
     init(
         log: EventLog, writer: Writer, logger: Logger, systemd: Systemd, durability: Configuration.Durability,
-        health: Health
+        health: Health, trainingDue: DispatchSemaphore
     ) {
+        self.wake = trainingDue
         self.log = log
         self.health = health
         self.writer = writer
@@ -604,7 +610,8 @@ final class Maintenance: Sendable {
     }
 
     func stop() {
-        stopped.signal()
+        stopping.store(true, ordering: .releasing)
+        wake.signal()
         done.wait()
     }
 
@@ -621,7 +628,10 @@ final class Maintenance: Sendable {
     private func run() {
         let tick = min(1.0, (systemd.watchdogInterval ?? 2) / 2)
         var lastTraining = Date.distantPast
-        while stopped.wait(timeout: .now() + tick) == .timedOut {
+        while true {
+            // Woken early: a commit made a dictionary due (or the daemon is stopping).
+            let woken = wake.wait(timeout: .now() + tick) == .success
+            if stopping.load(ordering: .acquiring) { break }
             if durability == .relaxed {
                 do {
                     try log.sync()
@@ -630,7 +640,7 @@ final class Maintenance: Sendable {
                     health.raise(.fsync, "cannot flush the store to disk: \(error)")
                 }
             }
-            if Date().timeIntervalSince(lastTraining) >= 5 {
+            if woken || Date().timeIntervalSince(lastTraining) >= 5 {
                 lastTraining = Date()
                 do {
                     if let version = try writer.trainDictionaryIfDue() {

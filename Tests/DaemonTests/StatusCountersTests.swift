@@ -31,6 +31,37 @@ struct StatusCountersTests {
         #expect(totals.eventsTotal == 46 && totals.requestsTotal == 4 && totals.receivedTotal == 7)
     }
 
+    @Test(
+        "the daemon trains its dictionary as soon as a commit makes it due, not at the next of its five-second rounds"
+    )
+    func dictionaryTrainedWhenDue() throws {
+        let daemon = try DaemonProcess(arguments: ["--dictionary-training-events", "2000"])
+        defer { daemon.removeFiles() }
+        let client = try daemon.client()
+        // The maintenance thread's first round (a second after the start) finds nothing
+        // due; its clock alone would not train again before five seconds have passed.
+        Thread.sleep(forTimeInterval: 1.5)
+        #expect(try client.call("status")["dictionary_version"] as? Int == 0)
+        let statuses = ["assigned", "en_route", "on_site", "paused", "done"]
+        for round in 0..<2 {
+            _ = try client.call(
+                "append",
+                eventsParams(
+                    (0..<1000).map { index in
+                        let n = round * 1000 + index
+                        return
+                            #"{"entity":"job/\#(n % 300)","kind":"edit","fields":{"note":"visit \#(n) at site \#(n % 17)","status_hint":"\#(statuses[n % 5])","hours":\#(n % 9)}}"#
+                    }))
+        }
+        let appended = Date()
+        var version = 0
+        while version == 0, Date().timeIntervalSince(appended) < 3.5 {
+            version = try client.call("status")["dictionary_version"] as? Int ?? 0
+            if version == 0 { Thread.sleep(forTimeInterval: 0.05) }
+        }
+        #expect(version == 1, "no dictionary 3.5 s after the commit that made it due")
+    }
+
     @Test("types lists the entity types held, sorted, from a store with ids holding '/' and prefix types")
     func typesMethod() throws {
         let daemon = try DaemonProcess()

@@ -1,6 +1,7 @@
 import Foundation
 import Projections
 import StoreTestSupport
+import Synchronization
 import Testing
 
 @testable import EventStore
@@ -27,6 +28,36 @@ struct StorageTests {
         try store.reopen()
         for id in ids { #expect(try store.log.event(id) != nil) }
         #expect(try store.log.trainDictionaryIfDue() == nil)
+        try store.check()
+    }
+
+    @Test func aStoreThatDoesNotTrainItselfSaysOnceThatTrainingIsDue() throws {
+        // The daemon trains on its maintenance thread: the store tells it after the commit
+        // that makes a dictionary due, once, and again at the next tenfold growth.
+        final class Calls: Sendable { let count = Mutex(0) }
+        let calls = Calls()
+        let store = try TempStore {
+            $0.dictionaryTrainingThreshold = 400
+            $0.dictionaryCapacity = 8 * 1024
+            $0.trainsDictionaryAutomatically = false
+            $0.trainingDue = { calls.count.withLock { $0 += 1 } }
+        }
+        let events = workload(seed: 21, count: 5100, jobs: 300)
+        _ = try store.log.append(Array(events[0..<399]))
+        #expect(calls.count.withLock { $0 } == 0)
+        _ = try store.log.append([events[399]])
+        #expect(calls.count.withLock { $0 } == 1)
+        _ = try store.log.append(Array(events[400..<500]))
+        #expect(calls.count.withLock { $0 } == 1, "told again before the training ran")
+        #expect(try store.log.statistics().dictionaryVersion == 0, "the store trained by itself")
+        // Trained at 500 events: due again at 5,000.
+        #expect(try store.log.trainDictionaryIfDue() == 1)
+        for start in stride(from: 500, to: 4999, by: 500) {
+            _ = try store.log.append(Array(events[start..<min(start + 500, 4999)]))
+        }
+        #expect(calls.count.withLock { $0 } == 1)
+        _ = try store.log.append(Array(events[4999..<5100]))
+        #expect(calls.count.withLock { $0 } == 2, "the store grew tenfold since the training")
         try store.check()
     }
 

@@ -41,14 +41,20 @@ extension EventLog {
                 }
                 writer.clock = clock
                 committedSequence.store(head, ordering: .releasing)
-                let due = options.trainsDictionaryAutomatically && count >= writer.nextTrainingAt
+                let due = count >= writer.nextTrainingAt
                 if due { writer.nextTrainingAt = .max }  // one training at a time
                 return (result, due)
             }
         } catch {
             throw EventStoreError.from(error)
         }
-        if trainingDue { trainDictionaryAutomatically() }
+        if trainingDue {
+            if options.trainsDictionaryAutomatically {
+                trainDictionaryAutomatically()
+            } else {
+                options.trainingDue?()
+            }
+        }
         return result
     }
 

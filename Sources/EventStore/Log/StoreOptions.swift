@@ -15,6 +15,12 @@ public struct StoreOptions: Sendable {
     public var dictionaryTrainingThreshold: Int = 10_000
     /// Train inline after an append that makes training due (the daemon may do it itself).
     public var trainsDictionaryAutomatically: Bool = true
+    /// Called on the writer's thread, once, after the commit that makes a training due when
+    /// the store does not train by itself: the daemon wakes its maintenance thread, so a
+    /// bulk load or a new node's first sync is compressed with a dictionary from its first
+    /// ten thousand events on rather than from the next tick of a clock. It must return at
+    /// once.
+    public var trainingDue: (@Sendable () -> Void)?
     /// Size of a trained dictionary in bytes.
     public var dictionaryCapacity: Int = 32 * 1024
     /// Events sampled for training, newest first.
