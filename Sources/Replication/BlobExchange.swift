@@ -229,7 +229,7 @@ extension SyncSession {
         report.blobsAsked = wants.count
         try send(.want, Messages.Wants(blobs: wants))
 
-        func finish(_ hash: BlobHash, _ number: UInt64) throws(SyncError) {
+        func finish(_ hash: BlobHash, _ number: UInt64, chunks: [[UInt8]]?) throws(SyncError) {
             let committed = Result { () throws(EventStoreError) in
                 try blobs.store.commit(number, owner: owner, expected: hash)
             }
@@ -244,6 +244,11 @@ extension SyncSession {
                 }
                 throw SyncError(
                     error.reason == .storageFull ? .storageFull : .storage, "cannot store \(hash): \(error.message)")
+            }
+            // Stored and whole: the manifest it was checked against holds, for the peers this
+            // node passes it on to.
+            if case .success(let stored) = committed, let chunks {
+                blobs.store.remember(hash, chunkBytes: BlobChunk.maxBytes, size: stored.size, digests: chunks)
             }
             arrived.append(hash)
             report.blobsReceived += 1
@@ -325,7 +330,7 @@ extension SyncSession {
                 }
                 if received == entry.size {
                     asked[hash]!.upload = nil
-                    try finish(hash, number)
+                    try finish(hash, number, chunks: chunks)
                 }
             case .blobsDone:
                 let done = try Messages.decode(Messages.BlobsDone.self, frame.payload, frame: "blobs_done")
@@ -335,7 +340,7 @@ extension SyncSession {
                 for want in wants where want.size == 0 && !missing.contains(want.hash) {
                     let hash = BlobHash(want.hash)!
                     try begin(hash, chunks: [])
-                    if let number = asked[hash]!.upload { try finish(hash, number) }
+                    if let number = asked[hash]!.upload { try finish(hash, number, chunks: nil) }
                 }
                 if !arrived.isEmpty { blobs.arrived(arrived) }
                 announced = true

@@ -1,7 +1,8 @@
-@testable import Daemon
 import Foundation
-@testable import Server
 import Testing
+
+@testable import Daemon
+@testable import Server
 @testable import Writer
 
 @Suite("status counters and the types method")

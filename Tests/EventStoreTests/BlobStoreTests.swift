@@ -71,6 +71,46 @@ struct BlobStoreTests {
         #expect(try BlobStore(directory: root).statistics() == store.statistics())
     }
 
+    @Test("chunk digests are worked out once per blob, kept within their bound, and forgotten with the blob")
+    func chunkDigestsAreKept() throws {
+        let root = try directory()
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let store = try BlobStore(directory: root)
+        let chunk = 1000
+        let bytes = randomBytes(3 * chunk + 17, seed: 40)
+        let (hash, size, _) = try store.put(bytes, owner: 1)
+        #expect(store.rememberedDigests(hash) == nil)
+        let digests = try store.chunkDigests(hash, chunkBytes: chunk)
+        #expect(
+            digests
+                == stride(from: 0, to: bytes.count, by: chunk).map {
+                    SHA256.digest(Array(bytes[$0..<min($0 + chunk, bytes.count)]))
+                })
+        #expect(store.rememberedDigests(hash) == digests)
+        // Asked again, they come from memory, not from the file: the digests remembered for
+        // it (here, made up) are what a peer gets.
+        let madeUp = digests.map { _ in [UInt8](repeating: 7, count: SHA256.byteCount) }
+        store.remember(hash, chunkBytes: chunk, size: size, digests: madeUp)
+        #expect(try store.chunkDigests(hash, chunkBytes: chunk) == madeUp)
+        // Another chunk size is worked out again.
+        #expect(try store.chunkDigests(hash, chunkBytes: 2 * chunk).count == 2)
+        // A removed blob has none, and no answer.
+        try store.remove(hash)
+        #expect(store.rememberedDigests(hash) == nil)
+        #expect(throws: EventStoreError.self) { try store.chunkDigests(hash, chunkBytes: chunk) }
+        // Bounded: past the entries it keeps, the least recently used go first.
+        let fake = (0..<(BlobStore.manifestCacheEntries + 10)).map {
+            BlobHash.of([UInt8($0 >> 8), UInt8($0 & 0xFF), 2])
+        }
+        for hash in fake { store.remember(hash, chunkBytes: chunk, size: 1, digests: [madeUp[0]]) }
+        #expect(store.rememberedDigests(fake[0]) == nil && store.rememberedDigests(fake[9]) == nil)
+        #expect(store.rememberedDigests(fake[10]) != nil && store.rememberedDigests(fake.last!) != nil)
+        // And in bytes: one manifest over the whole budget is not kept at all.
+        let huge = [[UInt8]](repeating: madeUp[0], count: BlobStore.manifestCacheBytes / SHA256.byteCount + 1)
+        store.remember(fake[0], chunkBytes: chunk, size: 1, digests: huge)
+        #expect(store.rememberedDigests(fake[0]) == nil)
+    }
+
     @Test("over max_blob_bytes, over the total, or past the free space kept: refused, nothing stored")
     func boundsRefuse() throws {
         let root = try directory()
@@ -129,7 +169,9 @@ struct BlobStoreTests {
         #expect(reason { _ = try store.write(upload, offset: 0, bytes: [1, 2], owner: 2) } == .notFound)
         try store.write(upload, offset: 0, bytes: [1, 2, 3], owner: 1)
         #expect(reason { _ = try store.write(upload, offset: 0, bytes: [1], owner: 1) } == .invalidParams)
-        #expect(reason { _ = try store.write(upload, offset: 3, bytes: Array(repeating: 0, count: 8), owner: 1) } == .tooLarge)
+        #expect(
+            reason { _ = try store.write(upload, offset: 3, bytes: Array(repeating: 0, count: 8), owner: 1) }
+                == .tooLarge)
         // Short: refused, and the upload stays for the rest.
         #expect(reason { _ = try store.commit(upload, owner: 1, expected: nil) } == .invalidParams)
         try store.write(upload, offset: 3, bytes: Array(repeating: 9, count: 7), owner: 1)
@@ -176,12 +218,14 @@ struct BlobStoreTests {
         // Refused on a local input, kept as it is in a stored event (a peer's, an import's).
         let plain = #"{"entity":"job/1","kind":"edit","fields":{"photo":{"$blob":"not a hash"}}}"#
         #expect(throws: EventStoreError.self) { try EventCodec.decodeInput(Array(plain.utf8)) }
-        let stored = #"{"entity":"job/1","fields":{"photo":{"$blob":"not a hash"}},"id":"01JD0000000000000000000000","kind":"edit","origin":"01JD0000000000000000000001"}"#
+        let stored =
+            #"{"entity":"job/1","fields":{"photo":{"$blob":"not a hash"}},"id":"01JD0000000000000000000000","kind":"edit","origin":"01JD0000000000000000000001"}"#
         #expect(throws: Never.self) { try EventCodec.decodeStored(Array(stored.utf8)) }
 
         // In an entity's state: each hash once, in order.
         let other = BlobHash.of([1])
-        let state = #"{"fields":{"a":{"$blob":"\#(hash)","size":1},"b":{"$blob":"\#(other)","size":1}},"sets":{"s":[{"$blob":"\#(hash)","size":1}]}}"#
+        let state =
+            #"{"fields":{"a":{"$blob":"\#(hash)","size":1},"b":{"$blob":"\#(other)","size":1}},"sets":{"s":[{"$blob":"\#(hash)","size":1}]}}"#
         #expect(BlobReference.hashes(inJSON: Array(state.utf8)) == [hash, other])
         #expect(BlobReference.hashes(inJSON: Array(#"{"fields":{"$blob":"sha256:12"}}"#.utf8)).isEmpty)
     }
@@ -190,7 +234,9 @@ struct BlobStoreTests {
     func base64() {
         var generator = SeededGenerator(seed: 7)
         for _ in 0..<500 {
-            let bytes = (0..<Int.random(in: 0...70, using: &generator)).map { _ in UInt8.random(in: 0...255, using: &generator) }
+            let bytes = (0..<Int.random(in: 0...70, using: &generator)).map { _ in
+                UInt8.random(in: 0...255, using: &generator)
+            }
             let text = Base64.encode(bytes)
             #expect(String(decoding: text, as: UTF8.self) == Data(bytes).base64EncodedString())
             #expect(Base64.decode(text) == bytes)

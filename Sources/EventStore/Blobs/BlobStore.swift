@@ -69,6 +69,54 @@ public final class BlobStore: Sendable {
 
     private let state: Mutex<State>
 
+    /// The SHA-256 of each chunk of the blobs sent or received lately: a blob never changes
+    /// under its name, so a node that serves one blob to many peers (a gateway and its
+    /// devices) reads and hashes it once, not once per session. Bounded in entries and in
+    /// digest bytes (`manifestCacheBytes`: 1 MiB holds the manifests of 16 GiB of blobs at
+    /// 512 KiB a chunk); the least recently used go first.
+    private let manifests = Mutex(ManifestCache())
+    static let manifestCacheEntries = 256
+    static let manifestCacheBytes = 1 << 20
+
+    struct ManifestCache {
+        struct Entry {
+            let chunkBytes: Int
+            let size: UInt64
+            let digests: [[UInt8]]
+        }
+        var entries: [BlobHash: Entry] = [:]
+        /// Least recently used first.
+        var order: [BlobHash] = []
+        var bytes = 0
+
+        mutating func take(_ hash: BlobHash, chunkBytes: Int, size: UInt64) -> [[UInt8]]? {
+            guard let entry = entries[hash], entry.chunkBytes == chunkBytes, entry.size == size else { return nil }
+            if let index = order.lastIndex(of: hash) {
+                order.remove(at: index)
+                order.append(hash)
+            }
+            return entry.digests
+        }
+
+        mutating func keep(_ hash: BlobHash, _ entry: Entry) {
+            let cost = entry.digests.count * SHA256.byteCount
+            guard cost <= BlobStore.manifestCacheBytes else { return }
+            drop(hash)
+            entries[hash] = entry
+            order.append(hash)
+            bytes += cost
+            while bytes > BlobStore.manifestCacheBytes || order.count > BlobStore.manifestCacheEntries {
+                drop(order[0])
+            }
+        }
+
+        mutating func drop(_ hash: BlobHash) {
+            guard let entry = entries.removeValue(forKey: hash) else { return }
+            bytes -= entry.digests.count * SHA256.byteCount
+            if let index = order.firstIndex(of: hash) { order.remove(at: index) }
+        }
+    }
+
     /// Opens (creating) the blob store in `directory`, removing what a crash left of uploads,
     /// and counts what it holds.
     public init(directory: String, limits: Limits = Limits()) throws(EventStoreError) {
@@ -168,6 +216,7 @@ public final class BlobStore: Sendable {
     /// Removes the blob `hash` (retention found nothing needs it) and what sessions received
     /// of it, unless a session is receiving it now.
     public func remove(_ hash: BlobHash) throws(EventStoreError) {
+        manifests.withLock { $0.drop(hash) }
         let path = path(of: hash)
         var info = stat()
         if stat(path, &info) == 0 {
@@ -373,6 +422,7 @@ public final class BlobStore: Sendable {
         guard let size = BlobFile.regularFileSize(descriptor) else {
             throw Self.failure("cannot read blob \(hash)", EIO)
         }
+        if let known = manifests.withLock({ $0.take(hash, chunkBytes: chunkBytes, size: size) }) { return known }
         var digests: [[UInt8]] = []
         digests.reserveCapacity(Int((size + UInt64(chunkBytes) - 1) / UInt64(chunkBytes)))
         var offset: UInt64 = 0
@@ -382,7 +432,19 @@ public final class BlobStore: Sendable {
             digests.append(SHA256.digest(piece))
             offset += UInt64(piece.count)
         }
+        remember(hash, chunkBytes: chunkBytes, size: size, digests: digests)
         return digests
+    }
+
+    /// Keeps the chunk digests of the blob `hash` for `chunkDigests`: a receiver's, once the
+    /// blob they describe is stored and checked whole against its name.
+    public func remember(_ hash: BlobHash, chunkBytes: Int, size: UInt64, digests: [[UInt8]]) {
+        manifests.withLock { $0.keep(hash, .init(chunkBytes: chunkBytes, size: size, digests: digests)) }
+    }
+
+    /// The chunk digests kept for `hash`, if any (for tests).
+    func rememberedDigests(_ hash: BlobHash) -> [[UInt8]]? {
+        manifests.withLock { $0.entries[hash]?.digests }
     }
 
     /// Ends the receipts of `owner` (its session ended) that are not whole: what they

@@ -83,7 +83,9 @@ package enum EventBlocks {
                 throw CorruptDataError("its format is \(format); this version reads block format \(EventBlocks.format)")
             }
             let version = try reader.varint()
-            guard version <= UInt64(UInt32.max) else { throw CorruptDataError("its dictionary version is out of range") }
+            guard version <= UInt64(UInt32.max) else {
+                throw CorruptDataError("its dictionary version is out of range")
+            }
             let count = try reader.varint()
             guard count >= 1, count <= UInt64(maxEvents) else {
                 throw CorruptDataError("it says it holds \(count) events; a block holds 1 to \(maxEvents)")
@@ -131,7 +133,8 @@ package enum EventBlocks {
         var dictionary: CompressionDictionary?
         if header.dictionaryVersion != 0 {
             guard let known = dictionaries[header.dictionaryVersion] else {
-                throw EventStoreError(.corrupt, "compression dictionary \(header.dictionaryVersion) is missing from the store")
+                throw EventStoreError(
+                    .corrupt, "compression dictionary \(header.dictionaryVersion) is missing from the store")
             }
             dictionary = known
         }
@@ -195,7 +198,9 @@ struct DecodedBlock: Sendable {
         return Array(raw[start..<end])
     }
 
-    func record(at index: Int) -> EventBlocks.Record { EventBlocks.Record(id: id(at: index), payload: payload(at: index)) }
+    func record(at index: Int) -> EventBlocks.Record {
+        EventBlocks.Record(id: id(at: index), payload: payload(at: index))
+    }
 
     /// Checks the records laid out in `raw` against what the header says: `count` records
     /// that fill it exactly, each id well formed.
@@ -208,7 +213,8 @@ struct DecodedBlock: Sendable {
         while position < raw.count {
             guard starts.count < count, raw.count - position >= EventBlocks.recordHeaderBytes else {
                 throw CorruptDataError(
-                    "the block of \(EventBlocks.seqs(first, count)) does not read: its records do not end where it says")
+                    "the block of \(EventBlocks.seqs(first, count)) does not read: its records do not end where it says"
+                )
             }
             guard ULID(bytes: raw, at: position) != nil else {
                 throw CorruptDataError(
@@ -218,7 +224,8 @@ struct DecodedBlock: Sendable {
             for byte in raw[(position + 16)..<(position + 20)] { length = length << 8 | Int(byte) }
             guard length <= raw.count - position - EventBlocks.recordHeaderBytes else {
                 throw CorruptDataError(
-                    "the block of \(EventBlocks.seqs(first, count)) does not read: record \(starts.count) runs past its end")
+                    "the block of \(EventBlocks.seqs(first, count)) does not read: record \(starts.count) runs past its end"
+                )
             }
             starts.append(position)
             position += EventBlocks.recordHeaderBytes + length
@@ -318,7 +325,8 @@ extension EventLog {
         let header = try EventBlocks.header(entry.value, first: first)
         let dictionary = try dictionary(header.dictionaryVersion, txn: txn)
         let block = try decompressors.withDecompressor { decompressor in
-            try EventBlocks.decode(entry.value, first: first, header: header, dictionary: dictionary, decompressor: decompressor)
+            try EventBlocks.decode(
+                entry.value, first: first, header: header, dictionary: dictionary, decompressor: decompressor)
         }
         blockCache.keep(block)
         return block
@@ -412,7 +420,8 @@ extension EventLog {
     }
 
     /// Calls `body` with every block's entry, in seq order (the full blocks, then the tail's).
-    func forEachBlock(txn: borrowing some TransactionReading & ~Copyable, _ body: (Cursor.Entry) throws -> Void) throws {
+    func forEachBlock(txn: borrowing some TransactionReading & ~Copyable, _ body: (Cursor.Entry) throws -> Void) throws
+    {
         for table in tables.blockTables {
             try txn.withCursor(table) { cursor in
                 var item = try cursor.first()

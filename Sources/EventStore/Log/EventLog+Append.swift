@@ -381,7 +381,8 @@ struct WriteBatch {
             }
         }
         if let last = tail.last,
-            uint64(bigEndian: last.key) + UInt64(try EventBlocks.header(last.value, first: uint64(bigEndian: last.key)).count)
+            uint64(bigEndian: last.key)
+                + UInt64(try EventBlocks.header(last.value, first: uint64(bigEndian: last.key)).count)
                 != pendingFirst
         {
             // A gap between the tail and this commit (no write leaves one; an old store's
@@ -427,7 +428,8 @@ struct WriteBatch {
                 rest.removeFirst()
             }
             // A last block short of full waits in the tail for the next commits.
-            let full = block.count == EventBlocks.maxEvents || !rest.isEmpty
+            let full =
+                block.count == EventBlocks.maxEvents || !rest.isEmpty
                 || bytes + EventBlocks.recordHeaderBytes > EventBlocks.maxRecordBytes
             try txn.put(full ? tables.blocks : tables.blockTail, bigEndian(first), try encode(block), flags: .append)
             first += UInt64(block.count)
