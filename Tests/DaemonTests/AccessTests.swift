@@ -375,7 +375,7 @@ struct AccessTests {
 
     @Test(
         "sync-serve runs with its user's rights: read-only is refused (auth, forbidden), no access too (auth), the write group converges",
-        .enabled(if: canSwitchUsers, "needs root to run clients as other users"), .timeLimit(.minutes(10)))
+        .enabled(if: canSwitchUsers, "needs root to run clients as other users"), .timeLimit(.minutes(30)))
     func syncServeAsOtherUsers() throws {
         let remote = try restrictedDaemon(["--node", "remote"])
         defer { remote.removeFiles() }

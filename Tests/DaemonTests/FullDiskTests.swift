@@ -17,7 +17,7 @@ struct FullDiskTests {
 
     @Test(
         "a full file system: storage_full, reads and sync-out keep working, recovery when space returns",
-        .enabled(if: canMount, "mounting a tmpfs needs root or CAP_SYS_ADMIN"), .timeLimit(.minutes(10)))
+        .enabled(if: canMount, "mounting a tmpfs needs root or CAP_SYS_ADMIN"), .timeLimit(.minutes(30)))
     func fullFileSystem() throws {
         let disk = try SmallFileSystem(megabytes: 4)
         defer { disk.remove() }
@@ -85,7 +85,7 @@ struct FullDiskTests {
     }
 
     @Test(
-        "map_max_bytes reached: storage_full, and a raised maximum applies at SIGHUP", .timeLimit(.minutes(10)))
+        "map_max_bytes reached: storage_full, and a raised maximum applies at SIGHUP", .timeLimit(.minutes(30)))
     func mapMaximum() throws {
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("evd-\(UUID().uuidString.prefix(8))")
             .path

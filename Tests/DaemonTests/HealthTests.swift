@@ -7,7 +7,7 @@ import UnixSocket
 /// store) fail for real in a running daemon, switched on and off through the fault
 /// directory its debug build reads: `status` shows each under `health`, and the watchdog
 /// hears nothing while one is raised.
-@Suite("Storage health", .timeLimit(.minutes(10)))
+@Suite("Storage health", .timeLimit(.minutes(30)))
 struct HealthTests {
     /// A daemon that pings the watchdog every 0.2 s, with a fault directory.
     struct Watched {

@@ -6,7 +6,7 @@ import Testing
 
 /// The method table is what a running daemon answers by: every method it lists is served,
 /// checks its params against the table's members, and needs the table's level.
-@Suite("The method table", .timeLimit(.minutes(10)))
+@Suite("The method table", .timeLimit(.minutes(30)))
 struct MethodTableTests {
     @Test("names are unique, and only append and watch are the connection's")
     func shape() {

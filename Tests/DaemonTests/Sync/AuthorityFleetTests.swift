@@ -36,7 +36,7 @@ struct AuthorityFleetTests {
 
     @Test(
         "every proposal gets exactly one decision, none blocks another, all eleven converge, and each van lists its rejected proposals",
-        .timeLimit(.minutes(10)))
+        .timeLimit(.minutes(30)))
     func fleet() throws {
         let (root, file) = try TypesFileTests.directory(rules: AuthorityFleetTests.rules)
         defer { try? FileManager.default.removeItem(atPath: root) }

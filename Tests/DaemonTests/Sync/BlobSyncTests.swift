@@ -123,7 +123,7 @@ struct BlobSyncTests {
 
     @Test(
         "three eager daemons: every blob an event names reaches every peer, as initiator and as responder, equal to sha256sum; the events converge as before",
-        .enabled(if: hasTools), .timeLimit(.minutes(5)))
+        .enabled(if: hasTools), .timeLimit(.minutes(30)))
     func eagerPeersReceiveEveryBlob() throws {
         let hq = try DaemonProcess(arguments: ["--node", "hq"])
         defer { hq.removeFiles() }
@@ -178,7 +178,7 @@ struct BlobSyncTests {
 
     @Test(
         "a lazy peer fetches a blob only when evctl blob get asks for it; a peer of policy none never does, and says the blob is pending",
-        .enabled(if: hasTools), .timeLimit(.minutes(5)))
+        .enabled(if: hasTools), .timeLimit(.minutes(30)))
     func lazyPeerFetchesOnDemand() throws {
         let hq = try DaemonProcess(arguments: ["--node", "hq"])
         defer { hq.removeFiles() }
@@ -220,7 +220,7 @@ struct BlobSyncTests {
 
     @Test(
         "a 50 MiB blob over a link cut five times resumes each time from what arrived: at most 1.1 times its size crosses the link",
-        .enabled(if: hasTools), .timeLimit(.minutes(5)))
+        .enabled(if: hasTools), .timeLimit(.minutes(30)))
     func cutSessionsResume() throws {
         let hq = try DaemonProcess(arguments: ["--node", "hq"])
         defer { hq.removeFiles() }
@@ -258,7 +258,7 @@ struct BlobSyncTests {
 
     @Test(
         "a chunk damaged on the link, or whose bytes do not match the peer's manifest, is refused and what came before it kept; bytes that match a forged manifest fail the blob's hash and are dropped; a good peer then delivers it",
-        .enabled(if: hasTools), .timeLimit(.minutes(5)))
+        .enabled(if: hasTools), .timeLimit(.minutes(30)))
     func damagedChunksAreRefused() throws {
         let hq = try DaemonProcess(arguments: ["--node", "hq"])
         defer { hq.removeFiles() }
@@ -313,7 +313,7 @@ struct BlobSyncTests {
 
     @Test(
         "a blob begun from one peer is finished from another: the second sends only the chunks the first did not",
-        .enabled(if: hasTools), .timeLimit(.minutes(5)))
+        .enabled(if: hasTools), .timeLimit(.minutes(30)))
     func resumedFromAnotherPeer() throws {
         let hq = try DaemonProcess(arguments: ["--node", "hq"])
         defer { hq.removeFiles() }
@@ -345,7 +345,7 @@ struct BlobSyncTests {
 
     @Test(
         "get with sync says pending for a peer that has the events and not the blobs they name; status counts the blobs pending for it; both clear once it has them",
-        .enabled(if: hasTools), .timeLimit(.minutes(5)))
+        .enabled(if: hasTools), .timeLimit(.minutes(30)))
     func syncStatusCountsBlobs() throws {
         // hq cannot take a blob of this size until it is restarted with a larger bound.
         let hqRoot = FileManager.default.temporaryDirectory.appendingPathComponent(
@@ -382,7 +382,7 @@ struct BlobSyncTests {
 
     @Test(
         "a blob whose file went after its event was stored (a backup restored without its blobs) is pending again at the next start, and fetched",
-        .enabled(if: hasTools), .timeLimit(.minutes(5)))
+        .enabled(if: hasTools), .timeLimit(.minutes(30)))
     func lostBlobIsFetchedAgain() throws {
         let hq = try DaemonProcess(arguments: ["--node", "hq"])
         defer { hq.removeFiles() }
@@ -416,7 +416,7 @@ struct BlobSyncTests {
 
     @Test(
         "kill -9 of the receiving daemon and of the serving one mid-transfer: no blob is readable with wrong bytes, and the next session finishes what arrived",
-        .enabled(if: hasTools), .timeLimit(.minutes(5)))
+        .enabled(if: hasTools), .timeLimit(.minutes(30)))
     func killedMidTransfer() throws {
         var hq = try DaemonProcess(arguments: ["--node", "hq"])
         defer { hq.removeFiles() }
@@ -477,7 +477,7 @@ struct BlobSyncTests {
         "the disk fills up during a blob transfer: the session ends with storage_full, the events it brought stay, and the blob comes once there is room",
         .enabled(
             if: hasTools && FullDiskTests.canMount, "needs sha256sum, python3, and root or CAP_SYS_ADMIN for a tmpfs"),
-        .timeLimit(.minutes(5)))
+        .timeLimit(.minutes(30)))
     func diskFullMidTransfer() throws {
         let hq = try DaemonProcess(arguments: ["--node", "hq"])
         defer { hq.removeFiles() }
@@ -522,7 +522,7 @@ struct BlobSyncTests {
     @Test(
         "the previous release's node takes events that name blobs and passes them on; a node of this release that got them through it shows the blob pending until it syncs with one that holds it",
         .disabled(if: PreviousReleaseTests.skipRequested, "EVSTORE_SKIP_PREVIOUS_RELEASE=1"), .enabled(if: hasTools),
-        .timeLimit(.minutes(5)))
+        .timeLimit(.minutes(30)))
     func previousReleaseCarriesEventsNotBlobs() throws {
         let previous = try PreviousReleaseBinaries.locate()
         let old = try PreviousDaemon(binary: previous.evstored, arguments: ["--node", "previous"])

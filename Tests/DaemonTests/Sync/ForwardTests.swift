@@ -265,7 +265,7 @@ struct ForwardTests {
 extension PreviousReleaseTests {
     @Test(
         "an authority of the previous release speaks no forward: the append is refused unavailable, nothing stored anywhere, and both go on syncing",
-        .disabled(if: skipRequested, "EVSTORE_SKIP_PREVIOUS_RELEASE=1"), .timeLimit(.minutes(5)))
+        .disabled(if: skipRequested, "EVSTORE_SKIP_PREVIOUS_RELEASE=1"), .timeLimit(.minutes(30)))
     func previousReleaseTakesNoForward() throws {
         let previous = try PreviousReleaseBinaries.locate()
         let (root, file) = try TypesFileTests.directory(

@@ -5,7 +5,7 @@ import Testing
 extension PreviousReleaseTests {
     @Test(
         "the previous release dead-letters the incr, proposal and decide events it cannot fold and syncs the rest; upgraded, it retries them and the digests are equal",
-        .disabled(if: skipRequested, "EVSTORE_SKIP_PREVIOUS_RELEASE=1"), .timeLimit(.minutes(10)))
+        .disabled(if: skipRequested, "EVSTORE_SKIP_PREVIOUS_RELEASE=1"), .timeLimit(.minutes(30)))
     func countersAndDecisionsReachThePreviousRelease() throws {
         let previous = try PreviousReleaseBinaries.locate()
         let (root, file) = try TypesFileTests.directory(rules: AuthorityDaemonTests.rules)

@@ -14,7 +14,7 @@ struct PreviousReleaseTests {
 
     @Test(
         "a node of the previous release and one of this release sync both ways: 10,000 events, a conflict both show alike, equal digests, and an event the old node dead-letters",
-        .disabled(if: skipRequested, "EVSTORE_SKIP_PREVIOUS_RELEASE=1"), .timeLimit(.minutes(10)))
+        .disabled(if: skipRequested, "EVSTORE_SKIP_PREVIOUS_RELEASE=1"), .timeLimit(.minutes(30)))
     func syncBothWays() throws {
         let previous = try PreviousReleaseBinaries.locate()
         let old = try PreviousDaemon(binary: previous.evstored, arguments: ["--node", "previous"])
@@ -131,7 +131,7 @@ struct PreviousReleaseTests {
 
     @Test(
         "an event under this node's origin far ahead, which the previous release holds, is a foreign_own_origin dead letter here; appends and sync go on",
-        .disabled(if: skipRequested, "EVSTORE_SKIP_PREVIOUS_RELEASE=1"), .timeLimit(.minutes(10)))
+        .disabled(if: skipRequested, "EVSTORE_SKIP_PREVIOUS_RELEASE=1"), .timeLimit(.minutes(30)))
     func ownOriginFromThePreviousRelease() throws {
         let previous = try PreviousReleaseBinaries.locate()
         let old = try PreviousDaemon(binary: previous.evstored, arguments: ["--node", "previous"])

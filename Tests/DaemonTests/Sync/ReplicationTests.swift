@@ -88,7 +88,7 @@ struct ReplicationTests {
 
     @Test(
         "daemons loaded with the field workload's replicas and synced in random pairs converge; conflicts show everywhere and resolving clears them everywhere",
-        .timeLimit(.minutes(10)), arguments: [(3, 1), (4, 2), (5, 3)] as [(Int, Int)])
+        .timeLimit(.minutes(30)), arguments: [(3, 1), (4, 2), (5, 3)] as [(Int, Int)])
     func convergence(replicas: Int, seed: Int) throws {
         var rng = SeededGenerator(seed: UInt64(seed))
         let daemons = try (0..<replicas).map { index in try DaemonProcess(arguments: ["--node", "n\(index)"]) }
@@ -191,7 +191,7 @@ struct ReplicationTests {
 
     @Test(
         "kill -9 of either side in the middle of a session, then a full sync: nothing twice, converged",
-        .timeLimit(.minutes(10)))
+        .timeLimit(.minutes(30)))
     func killMidSession() throws {
         let source = try DaemonProcess(arguments: ["--node", "source"])
         defer { source.removeFiles() }

@@ -34,7 +34,7 @@ struct SyncSessionTests {
         }
     }
 
-    @Test("two stores exchange what each lacks; a second session moves nothing", .timeLimit(.minutes(10)))
+    @Test("two stores exchange what each lacks; a second session moves nothing", .timeLimit(.minutes(30)))
     func twoWay() throws {
         let a = try TempStore()
         let b = try TempStore()
@@ -72,7 +72,7 @@ struct SyncSessionTests {
 
     @Test(
         "3 to 5 stores synced in random pairs until quiescent converge, whatever the order",
-        .timeLimit(.minutes(10)), arguments: [(3, 11), (4, 12), (5, 13), (3, 14)] as [(Int, UInt64)])
+        .timeLimit(.minutes(30)), arguments: [(3, 11), (4, 12), (5, 13), (3, 14)] as [(Int, UInt64)])
     func convergence(replicas: Int, seed: UInt64) throws {
         var rng = SeededGenerator(seed: seed)
         let stores = try (0..<replicas).map { _ in try TempStore() }
@@ -112,7 +112,7 @@ struct SyncSessionTests {
         }
     }
 
-    @Test("a store missing events in the middle of an origin's range gets exactly those", .timeLimit(.minutes(10)))
+    @Test("a store missing events in the middle of an origin's range gets exactly those", .timeLimit(.minutes(30)))
     func gap() throws {
         let a = try TempStore()
         let b = try TempStore()
@@ -145,7 +145,7 @@ struct SyncSessionTests {
 
     @Test(
         "a gap larger than sync_reconcile_max_ids is filled over several sessions, each sending what it kept",
-        .timeLimit(.minutes(10)))
+        .timeLimit(.minutes(30)))
     func gapBeyondTheIDCap() throws {
         let a = try TempStore()
         let b = try TempStore()
@@ -176,7 +176,7 @@ struct SyncSessionTests {
 
     @Test(
         "a node restored from an old backup gets back what its peers kept, its own lost events included",
-        .timeLimit(.minutes(10)))
+        .timeLimit(.minutes(30)))
     func restoredFromBackup() throws {
         let a = try TempStore()
         let b = try TempStore()

@@ -145,7 +145,7 @@ struct TransportTests {
         "ssh:// runs evctl sync-serve on the host through the system ssh client; a refused key is terminal",
         .enabled(
             if: getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/sbin/sshd"), "sshd runs as root"),
-        .timeLimit(.minutes(10)))
+        .timeLimit(.minutes(30)))
     func ssh() throws {
         let evctl = try builtBinary("evctl")
         let server = try SSHServer(evctlDirectory: evctl.deletingLastPathComponent().path)
@@ -180,7 +180,7 @@ struct TransportTests {
         "an append of a type made only at its authority is handed to it over ssh:// as over unix://",
         .enabled(
             if: getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/sbin/sshd"), "sshd runs as root"),
-        .timeLimit(.minutes(10)))
+        .timeLimit(.minutes(30)))
     func forwardOverSSH() throws {
         let evctl = try builtBinary("evctl")
         let server = try SSHServer(evctlDirectory: evctl.deletingLastPathComponent().path)
