@@ -225,14 +225,9 @@ import Testing
     /// history and rev, the events with their seqs, counts and digest, the dead letter, the
     /// idempotency key. A fresh store that imports the same events answers the same.
     @Test func formatFourStoreUpgradesAndAnswersAsBefore() throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
-            "evstore-upgrade4-\(UUID().uuidString)"
-        ).path
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: directory) }
         let fixture = UpgradeTests.formatFour
-        try FileManager.default.copyItem(
-            atPath: fixture.appendingPathComponent("data.mdb").path, toPath: directory + "/data.mdb")
+        let directory = try FixtureStore.copy(fixture, name: "upgrade4")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
         var options = StoreOptions()
         options.maxEventBytes = 131_072
         var log: EventLog? = try EventLog.open(directory: directory, options: options)
@@ -242,16 +237,7 @@ import Testing
         #expect(try log!.reading { txn in try txn.stat(log!.tables.statusHistory).entries } == 0)
 
         // Every event with the seq format 4 gave it (the seq order is not the id order at the end).
-        let logLines = try Array(Data(contentsOf: fixture.appendingPathComponent("log.ndjson")))
-            .split(separator: 0x0A).map(Array.init)
-        let prefix = Array(#"{"seq":"#.utf8)
-        let expected = try logLines.map { line -> (seq: UInt64, event: [UInt8]) in
-            let text = String(decoding: line, as: UTF8.self)
-            let marker = try #require(text.range(of: #","event":"#))
-            let seq = try #require(
-                UInt64(text[text.index(text.startIndex, offsetBy: prefix.count)..<marker.lowerBound]))
-            return (seq, Array(text[marker.upperBound...].dropLast().utf8))
-        }
+        let expected = try FixtureStore.sequencedLog(fixture)
         #expect(expected.count == 609)
         let feed = try log!.feed(after: 0, limit: 100_000, scanLimit: 100_000)
         #expect(feed.events.map(\.seq) == expected.map(\.seq))
@@ -259,15 +245,7 @@ import Testing
         #expect(feed.events.map(\.event.id) != feed.events.map(\.event.id).sorted())
 
         // Every entity's state, history and rev, byte for byte.
-        let states = try Array(Data(contentsOf: fixture.appendingPathComponent("states.ndjson")))
-            .split(separator: 0x0A).map(Array.init)
-        var entities: [EntityKey] = []
-        for line in states {
-            let name = try #require(
-                (try JSONSerialization.jsonObject(with: Data(line)) as? [String: Any])?["entity"] as? String)
-            entities.append(entity(name))
-            #expect(try log!.canonicalState(of: entity(name)) == line, "state of \(name)")
-        }
+        let entities = try FixtureStore.checkStates(fixture, log!)
         #expect(entities.count == 61)
 
         let status = try #require(
