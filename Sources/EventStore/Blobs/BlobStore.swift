@@ -74,47 +74,17 @@ public final class BlobStore: Sendable {
     /// devices) reads and hashes it once, not once per session. Bounded in entries and in
     /// digest bytes (`manifestCacheBytes`: 1 MiB holds the manifests of 16 GiB of blobs at
     /// 512 KiB a chunk); the least recently used go first.
-    private let manifests = Mutex(ManifestCache())
+    private let manifests = Mutex(
+        LeastRecentlyUsed<BlobHash, Manifest>(
+            maxEntries: BlobStore.manifestCacheEntries, maxCost: BlobStore.manifestCacheBytes))
     static let manifestCacheEntries = 256
     static let manifestCacheBytes = 1 << 20
 
-    struct ManifestCache {
-        struct Entry {
-            let chunkBytes: Int
-            let size: UInt64
-            let digests: [[UInt8]]
-        }
-        var entries: [BlobHash: Entry] = [:]
-        /// Least recently used first.
-        var order: [BlobHash] = []
-        var bytes = 0
-
-        mutating func take(_ hash: BlobHash, chunkBytes: Int, size: UInt64) -> [[UInt8]]? {
-            guard let entry = entries[hash], entry.chunkBytes == chunkBytes, entry.size == size else { return nil }
-            if let index = order.lastIndex(of: hash) {
-                order.remove(at: index)
-                order.append(hash)
-            }
-            return entry.digests
-        }
-
-        mutating func keep(_ hash: BlobHash, _ entry: Entry) {
-            let cost = entry.digests.count * SHA256.byteCount
-            guard cost <= BlobStore.manifestCacheBytes else { return }
-            drop(hash)
-            entries[hash] = entry
-            order.append(hash)
-            bytes += cost
-            while bytes > BlobStore.manifestCacheBytes || order.count > BlobStore.manifestCacheEntries {
-                drop(order[0])
-            }
-        }
-
-        mutating func drop(_ hash: BlobHash) {
-            guard let entry = entries.removeValue(forKey: hash) else { return }
-            bytes -= entry.digests.count * SHA256.byteCount
-            if let index = order.firstIndex(of: hash) { order.remove(at: index) }
-        }
+    /// A blob's chunk digests, for chunks of `chunkBytes` of its `size` bytes.
+    struct Manifest {
+        let chunkBytes: Int
+        let size: UInt64
+        let digests: [[UInt8]]
     }
 
     /// Opens (creating) the blob store in `directory`, removing what a crash left of uploads,
@@ -216,7 +186,7 @@ public final class BlobStore: Sendable {
     /// Removes the blob `hash` (retention found nothing needs it) and what sessions received
     /// of it, unless a session is receiving it now.
     public func remove(_ hash: BlobHash) throws(EventStoreError) {
-        manifests.withLock { $0.drop(hash) }
+        manifests.withLock { $0.remove(hash) }
         let path = path(of: hash)
         var info = stat()
         if stat(path, &info) == 0 {
@@ -422,7 +392,11 @@ public final class BlobStore: Sendable {
         guard let size = BlobFile.regularFileSize(descriptor) else {
             throw Self.failure("cannot read blob \(hash)", EIO)
         }
-        if let known = manifests.withLock({ $0.take(hash, chunkBytes: chunkBytes, size: size) }) { return known }
+        if let known = manifests.withLock({
+            $0.value(for: hash) { $0.chunkBytes == chunkBytes && $0.size == size }
+        }) {
+            return known.digests
+        }
         var digests: [[UInt8]] = []
         digests.reserveCapacity(Int((size + UInt64(chunkBytes) - 1) / UInt64(chunkBytes)))
         var offset: UInt64 = 0
@@ -439,12 +413,16 @@ public final class BlobStore: Sendable {
     /// Keeps the chunk digests of the blob `hash` for `chunkDigests`: a receiver's, once the
     /// blob they describe is stored and checked whole against its name.
     public func remember(_ hash: BlobHash, chunkBytes: Int, size: UInt64, digests: [[UInt8]]) {
-        manifests.withLock { $0.keep(hash, .init(chunkBytes: chunkBytes, size: size, digests: digests)) }
+        manifests.withLock {
+            $0.set(
+                Manifest(chunkBytes: chunkBytes, size: size, digests: digests), for: hash,
+                cost: digests.count * SHA256.byteCount)
+        }
     }
 
     /// The chunk digests kept for `hash`, if any (for tests).
     func rememberedDigests(_ hash: BlobHash) -> [[UInt8]]? {
-        manifests.withLock { $0.entries[hash]?.digests }
+        manifests.withLock { $0.peek(hash)?.digests }
     }
 
     /// Ends the receipts of `owner` (its session ended) that are not whole: what they

@@ -152,19 +152,18 @@ package enum EventBlocks {
             dictionary: dictionary, compressor: compressor)
     }
 
-    /// Whether the block `entry` holds `seq`, from its header alone.
-    static func covers(_ entry: Cursor.Entry, _ seq: UInt64) throws -> Bool {
+    /// The first seq of the block `entry`: its key.
+    static func first(of entry: Cursor.Entry) throws(CorruptDataError) -> UInt64 {
         guard entry.key.count == 8 else { throw CorruptDataError("an event_blocks key is not a seq") }
-        let first = uint64(bigEndian: entry.key)
-        let count = try header(entry.value, first: first).count
-        return seq >= first && seq - first < UInt64(count)
+        return uint64(bigEndian: entry.key)
     }
 
-    /// Whether the block `entry` ends before `seq`, from its header alone.
-    static func ends(_ entry: Cursor.Entry, before seq: UInt64) throws -> Bool {
-        guard entry.key.count == 8 else { throw CorruptDataError("an event_blocks key is not a seq") }
-        let first = uint64(bigEndian: entry.key)
-        return first + UInt64(try header(entry.value, first: first).count) <= seq
+    /// The seqs the block `entry` holds, from its key and header alone (nothing decompressed).
+    static func span(of entry: Cursor.Entry) throws(CorruptDataError) -> Range<UInt64> {
+        let first = try first(of: entry)
+        let (end, overflow) = first.addingReportingOverflow(UInt64(try header(entry.value, first: first).count))
+        guard !overflow else { throw CorruptDataError("the block of seq \(first) runs past the last seq") }
+        return first..<end
     }
 
     /// The seqs a block at `first` with `count` events covers, for messages.
@@ -249,40 +248,18 @@ struct DecodedBlock: Sendable {
 final class BlockCache: Sendable {
     static let capacity = 64
 
-    private struct Entries {
-        var blocks: [UInt64: DecodedBlock] = [:]
-        /// Keys, least recently used first.
-        var order: [UInt64] = []
-    }
-
-    /// The cached blocks and their use order.
-    private let entries = Mutex(Entries())
+    /// The cached blocks by first seq.
+    private let blocks = Mutex(LeastRecentlyUsed<UInt64, DecodedBlock>(maxEntries: BlockCache.capacity))
 
     func block(_ first: UInt64, value: [UInt8]) -> DecodedBlock? {
-        entries.withLock { entries in
-            guard let block = entries.blocks[first], block.valueBytes == value.count,
-                block.valueHash == XXH64.hash(value)
-            else { return nil }
-            if let index = entries.order.lastIndex(of: first), index != entries.order.count - 1 {
-                entries.order.remove(at: index)
-                entries.order.append(first)
-            }
-            return block
+        blocks.withLock { blocks in
+            blocks.value(for: first) { $0.valueBytes == value.count && $0.valueHash == XXH64.hash(value) }
         }
     }
 
-    func keep(_ block: DecodedBlock) {
-        entries.withLock { entries in
-            if entries.blocks.updateValue(block, forKey: block.first) == nil {
-                entries.order.append(block.first)
-                if entries.order.count > BlockCache.capacity {
-                    entries.blocks[entries.order.removeFirst()] = nil
-                }
-            }
-        }
-    }
+    func keep(_ block: DecodedBlock) { blocks.withLock { $0.set(block, for: block.first) } }
 
-    func removeAll() { entries.withLock { $0 = Entries() } }
+    func removeAll() { blocks.withLock { $0.removeAll() } }
 }
 
 extension EventLog {
@@ -308,9 +285,10 @@ extension EventLog {
                 guard let found = try cursor.seek(key) else { return try cursor.last() }
                 return found.key == key ? found : try cursor.prev()
             }
-            guard let entry, try EventBlocks.covers(entry, seq) else { continue }
-            let block = try decodeBlock(entry, txn: txn)
-            if block.contains(seq) { return block }
+            // Passed over by its header when it does not hold `seq` (the last full block,
+            // when `seq` is in the tail); a decoded block holds what its header says.
+            guard let entry, try EventBlocks.span(of: entry).contains(seq) else { continue }
+            return try decodeBlock(entry, txn: txn)
         }
         return nil
     }
@@ -319,8 +297,7 @@ extension EventLog {
     func decodeBlock(_ entry: Cursor.Entry, txn: borrowing some TransactionReading & ~Copyable) throws
         -> DecodedBlock
     {
-        guard entry.key.count == 8 else { throw CorruptDataError("an event_blocks key is not a seq") }
-        let first = uint64(bigEndian: entry.key)
+        let first = try EventBlocks.first(of: entry)
         if let cached = blockCache.block(first, value: entry.value) { return cached }
         let header = try EventBlocks.header(entry.value, first: first)
         let dictionary = try dictionary(header.dictionaryVersion, txn: txn)
@@ -403,7 +380,7 @@ extension EventLog {
                 while let entry = item {
                     // A block that ends before `from` (the last full one, when `from` is in
                     // the tail) is passed over without being decompressed.
-                    if try EventBlocks.ends(entry, before: from) {
+                    if try EventBlocks.span(of: entry).upperBound <= from {
                         item = try cursor.next()
                         continue
                     }

@@ -380,11 +380,7 @@ struct WriteBatch {
                 item = try cursor.next()
             }
         }
-        if let last = tail.last,
-            uint64(bigEndian: last.key)
-                + UInt64(try EventBlocks.header(last.value, first: uint64(bigEndian: last.key)).count)
-                != pendingFirst
-        {
+        if let last = tail.last, try EventBlocks.span(of: last).upperBound != pendingFirst {
             // A gap between the tail and this commit (no write leaves one; an old store's
             // sequence may): the tail's blocks stay as they are, moved to `event_blocks`.
             for entry in tail { try txn.put(tables.blocks, entry.key, entry.value, flags: .append) }

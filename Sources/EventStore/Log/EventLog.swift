@@ -396,10 +396,7 @@ public final class EventLog: Sendable {
             let last = try txn.withCursor(tables.blockTail, { try $0.last() })
                 ?? (try txn.withCursor(tables.blocks, { try $0.last() }))
         else { return recorded }
-        guard last.key.count == 8 else { throw CorruptDataError("an event_blocks key is not a seq") }
-        let first = uint64(bigEndian: last.key)
-        let header = try EventBlocks.header(last.value, first: first)
-        return max(recorded, first &+ UInt64(header.count) &- 1)
+        return max(recorded, try EventBlocks.span(of: last).upperBound - 1)
     }
 
     /// The commit sequence's head: the seq of the last event this node stored (0: none yet).
