@@ -220,7 +220,9 @@ package final class FrameChannel {
     package var isPastDeadline: Bool { deadline.map { ContinuousClock.now >= $0 } ?? false }
 
     /// Whether bytes from the peer wait to be read (buffered here, or in the socket): a
-    /// read would not have to wait for the peer to send more.
+    /// read would not have to wait for the peer to send more. A hint for when to settle a
+    /// batch: a socket that fails the poll counts as nothing waiting, and the read that
+    /// follows reports its error.
     package var hasBytesWaiting: Bool {
         buffer.count > start || (try? connection.waitReadable(timeout: 0)) == true
     }
