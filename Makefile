@@ -48,6 +48,7 @@ BENCH_SQLITE_SINGLE ?= 10000
 # Events in the large store of the socket benchmark (memory, start to READY); 0 skips it.
 BENCH_LARGE  ?= 1000000
 BENCH_OUT    ?= .build/bench
+RELEASE_PRODUCTS := evstored evctl evstore-nats
 BENCH_PRODUCTS := evstored evctl evstore-nats evstore-bench evstore-socket-bench
 
 # The crash and soak harnesses (Tests/Harness, docs/testing.md). Figures go to HARNESS_OUT.
@@ -102,8 +103,11 @@ deb-deps:
 build: deps
 	$(SWIFT) build
 
+# The products one at a time: a plain `swift build -c release` would build every target,
+# the tests' support libraries too, and those import the store's module for testing, which
+# a release build does not allow.
 release: deps
-	$(SWIFT) build -c release
+	@for product in $(RELEASE_PRODUCTS); do $(SWIFT) build -c release --product $$product || exit 1; done
 
 # Runs the daemon in the foreground on the default data directory and socket
 # ($$XDG_STATE_HOME / $$XDG_RUNTIME_DIR, or ./.evstore when they are unset). Ctrl-C stops it.
