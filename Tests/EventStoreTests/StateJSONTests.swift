@@ -80,7 +80,8 @@ struct StateJSONTests {
                     #expect(fast == nil)
                     continue
                 }
-                let slow = try store.log.decodedCanonicalState(record, entity: entity, txn: txn)
+                let slow = try store.log.decodedCanonicalState(
+                    ProjectionRecord(bytes: record), entity: entity, txn: txn)
                 #expect(fast == slow, "\(text(fast)) != \(text(slow))")
             }
         }
@@ -106,7 +107,7 @@ struct StateJSONTests {
         let fast = try #require(EventLog.transcodedState(record, entity: job))
         #expect(fast.count > 4 * record.count + 256)
         try store.log.environment.read { txn throws in
-            #expect(try fast == store.log.decodedCanonicalState(record, entity: job, txn: txn))
+            #expect(try fast == store.log.decodedCanonicalState(ProjectionRecord(bytes: record), entity: job, txn: txn))
         }
     }
 
@@ -134,7 +135,11 @@ struct StateJSONTests {
                         default: record[index] ^= UInt8(1) << UInt8.random(in: 0..<8, using: &rng)
                         }
                         let fast = EventLog.transcodedState(record, entity: entity)
-                        guard let decoded = try? EventLog.decodeProjection(record, entity: entity).1 else {
+                        guard
+                            let decoded = try? EventLog.decodeProjection(
+                                ProjectionRecord(bytes: record), entity: entity
+                            ).1
+                        else {
                             #expect(fast == nil, "a record that does not decode was read: \(text(fast))")
                             if fast == nil { declined += 1 }
                             continue
@@ -146,7 +151,8 @@ struct StateJSONTests {
                             #expect(fast == nil)
                             continue
                         }
-                        let slow = try? store.log.decodedCanonicalState(record, entity: entity, txn: txn)
+                        let slow = try? store.log.decodedCanonicalState(
+                            ProjectionRecord(bytes: record), entity: entity, txn: txn)
                         if let fast { #expect(fast == slow, "\(text(fast)) != \(text(slow))") }
                     }
                     item = try cursor.next()
@@ -188,9 +194,10 @@ private func compareEveryRecord(
             var item = try cursor.first()
             while let current = item {
                 let entity = EntityKey(validated: current.key)
-                let slow = try log.decodedCanonicalState(current.value, entity: entity, txn: txn)
-                let inline = try EventLog.projectionHistory(current.value, entity: entity) != nil
-                if let fast = EventLog.transcodedState(current.value, entity: entity) {
+                let record = try log.expanded(current.value, entity: entity, txn: txn)
+                let slow = try log.decodedCanonicalState(record, entity: entity, txn: txn)
+                let inline = try EventLog.projectionHistory(record, entity: entity) != nil
+                if let fast = EventLog.transcodedState(record.bytes, entity: entity) {
                     #expect(fast == slow, "\(entity): \(text(fast)) != \(text(slow))", sourceLocation: sourceLocation)
                     coverage.transcoded += 1
                 } else {
@@ -198,7 +205,7 @@ private func compareEveryRecord(
                         !inline, "\(entity): the fast path declined a record it reads", sourceLocation: sourceLocation)
                 }
                 if !inline { coverage.tableHistories += 1 }
-                let state = try EventLog.decodeProjection(current.value, entity: entity).1
+                let state = try EventLog.decodeProjection(record, entity: entity).1
                 if state.fields.contains(where: { $0.heads.count > 1 }) { coverage.conflicts += 1 }
                 if state.hasStatusConflict { coverage.statusConflicts += 1 }
                 if state.isDeleted { coverage.deleted += 1 }

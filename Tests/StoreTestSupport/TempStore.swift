@@ -164,10 +164,11 @@ public final class TempStore: @unchecked Sendable {
                 var item = try cursor.first()
                 while let current = item {
                     let entity = EntityKey(validated: current.key)
-                    let state = try EventLog.decodeProjection(current.value, entity: entity).1
+                    let record = try log.expanded(current.value, entity: entity, txn: txn)
+                    let state = try EventLog.decodeProjection(record, entity: entity).1
                     if let key = EventLog.statusKey(state) { expectedStatus.insert(key + [0xFF] + current.key) }
                     if state.hasConflicts { expectedConflicts[current.key] = EventLog.conflictRecord(state) }
-                    if try EventLog.projectionHistory(current.value, entity: entity) == nil {
+                    if try EventLog.projectionHistory(record, entity: entity) == nil {
                         expectedHistories.insert(current.key)
                     }
                     item = try cursor.next()

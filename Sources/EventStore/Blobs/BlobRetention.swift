@@ -78,7 +78,8 @@ extension EventLog {
             guard checked.insert(entity).inserted, let record = try txn.get(tables.projections, entity.bytes) else {
                 continue
             }
-            let (_, state, _) = try EventLog.decodeProjection(record, entity: entity)
+            let (_, state, _) = try EventLog.decodeProjection(
+                try expanded(record, entity: entity, txn: txn), entity: entity)
             if !state.isDeleted, EventLog.state(state, names: hash) { return .live(entity) }
         }
         return .unused(references: references.count)

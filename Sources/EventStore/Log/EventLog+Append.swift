@@ -28,6 +28,7 @@ extension EventLog {
                     writer.clock.maxSkewMilliseconds = maxClockSkewMilliseconds
                     var batch = try WriteBatch(log: self, txn: txn, clock: writer.clock, now: now)
                     let firstSeq = batch.seq
+                    batch.recordCompression = RecordCompression(writer)
                     defer { uncommitted.withLock { $0.removeAll() } }
                     let result = try body(&batch, &txn, &writer)
                     try batch.writeBlocks(txn: &txn, writer: writer)
@@ -90,6 +91,9 @@ struct WriteBatch {
     /// The entities touched so far, in the order first touched: `slots` finds one with a
     /// single lookup, and its state is folded in place in `touched`.
     var touched: [Touched] = []
+    /// How `finish` compresses the records it writes: the writer's compressor and current
+    /// dictionary (`ProjectionCompression.swift`). Nil: as folded.
+    var recordCompression: RecordCompression?
     var slots: [EntityKey: Int] = [:]
     var keysInBatch: [String: ULID] = [:]
     /// The `origin_index` entries of the events written, put at the end of the batch: one
@@ -306,7 +310,8 @@ struct WriteBatch {
         if let slot = slots[entity] { return slot }
         let entry: Touched
         if let record = try txn.get(log.tables.projections, entity.bytes) {
-            let (hash, state, rev, history) = try EventLog.decodeProjection(record, entity: entity, history: true)
+            let (hash, state, rev, history) = try EventLog.decodeProjection(
+                try log.expanded(record, entity: entity, txn: txn), entity: entity, history: true)
             entry = Touched(
                 state: state, history: history ?? [], historyInTable: history == nil,
                 before: Before(
@@ -541,7 +546,10 @@ struct WriteBatch {
                 var item = try cursor.seek(prefix)
                 while let (key, value) = item, key.starts(with: prefix) {
                     let entity = EntityKey(validated: key)
-                    if try !EventLog.decodeProjection(value, entity: entity).1.proposals.isEmpty {
+                    if try !EventLog.decodeProjection(try log.expanded(value, entity: entity, txn: txn), entity: entity)
+                        .1
+                        .proposals.isEmpty
+                    {
                         entities.append(entity)
                     }
                     item = try cursor.next()
@@ -640,7 +648,8 @@ struct WriteBatch {
             let before = touched[index].before
             if let before { digest.remove(before.hash) }
             digest.add(hash)
-            try txn.put(tables.projections, entity.bytes, record)
+            try txn.put(
+                tables.projections, entity.bytes, recordCompression?.stored(record, entity: entity) ?? record)
 
             let statusKey = EventLog.statusKey(touched[index].state)
             if statusKey != before?.statusKey {
@@ -729,17 +738,19 @@ extension EventLog {
         return (out, hash)
     }
 
-    static func decodeProjection(_ record: [UInt8], entity: EntityKey) throws -> (StateHash, EntityState, UInt64) {
+    static func decodeProjection(_ record: ProjectionRecord, entity: EntityKey) throws -> (
+        StateHash, EntityState, UInt64
+    ) {
         let (hash, state, rev, _) = try decodeProjection(record, entity: entity, history: false)
         return (hash, state, rev)
     }
 
     /// The hash, state and rev of a `projections` value, and when `history` its status
     /// history (nil: in `status_history`; else [] when not asked for).
-    static func decodeProjection(_ record: [UInt8], entity: EntityKey, history: Bool) throws
+    static func decodeProjection(_ record: ProjectionRecord, entity: EntityKey, history: Bool) throws
         -> (StateHash, EntityState, UInt64, [StatusEntry]?)
     {
-        var reader = ByteReader(record)
+        var reader = ByteReader(record.bytes)
         let (raw, rev) = try projectionHeader(&reader, entity: entity)
         let state = try EntityState(entity: entity, decoding: try reader.lengthPrefixed())
         let entries = history ? try projectionHistory(&reader, entity: entity) : []
@@ -754,8 +765,8 @@ extension EventLog {
 
     /// The status history of a `projections` value, its state left undecoded (nil: in
     /// `status_history`).
-    static func projectionHistory(_ record: [UInt8], entity: EntityKey) throws -> [StatusEntry]? {
-        var reader = ByteReader(record)
+    static func projectionHistory(_ record: ProjectionRecord, entity: EntityKey) throws -> [StatusEntry]? {
+        var reader = ByteReader(record.bytes)
         _ = try projectionHeader(&reader, entity: entity)
         _ = try reader.bytes(try reader.count())
         return try projectionHistory(&reader, entity: entity)

@@ -125,7 +125,8 @@ extension EventLog {
                 guard let record = try txn.get(tables.projections, entity.bytes) else {
                     throw CorruptDataError("an event of \(entity) is held but the entity has no projection")
                 }
-                let summary = EventLog.summary(try EventLog.decodeProjection(record, entity: entity))
+                let summary = EventLog.summary(
+                    try EventLog.decodeProjection(try expanded(record, entity: entity, txn: txn), entity: entity))
                 guard keep(summary) else { continue }
                 if found.count == limit {
                     more = true
@@ -267,7 +268,9 @@ extension EventLog {
                             break
                         }
                         if lacks {
-                            let summary = EventLog.summary(try EventLog.decodeProjection(current.value, entity: entity))
+                            let summary = EventLog.summary(
+                                try EventLog.decodeProjection(
+                                    try expanded(current.value, entity: entity, txn: txn), entity: entity))
                             if keep(summary) {
                                 if found.count == limit { return (found, found.last?.entity) }
                                 found.append(summary)

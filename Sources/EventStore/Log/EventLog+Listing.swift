@@ -64,7 +64,9 @@ extension EventLog {
                             guard let record = try txn.get(tables.projections, entity.bytes) else {
                                 throw CorruptDataError("status index names \(entity), which has no projection")
                             }
-                            let summary = EventLog.summary(try EventLog.decodeProjection(record, entity: entity))
+                            let summary = EventLog.summary(
+                                try EventLog.decodeProjection(
+                                    try expanded(record, entity: entity, txn: txn), entity: entity))
                             if keep(summary) {
                                 candidates.append(summary)
                                 taken += 1
@@ -95,7 +97,9 @@ extension EventLog {
             var item = try EventLog.firstEntry(after: after, prefix: prefix, cursor: &cursor)
             while let current = item, current.key.starts(with: prefix) {
                 let entity = EntityKey(validated: current.key)
-                let summary = EventLog.summary(try EventLog.decodeProjection(current.value, entity: entity))
+                let summary = EventLog.summary(
+                    try EventLog.decodeProjection(try expanded(current.value, entity: entity, txn: txn), entity: entity)
+                )
                 if try keep(summary) {
                     if found.count == limit { return (found, true) }
                     found.append(summary)

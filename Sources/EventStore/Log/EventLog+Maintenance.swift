@@ -25,9 +25,10 @@ extension EventLog {
     public func rebuild(verify: Bool = false) throws(EventStoreError) -> RebuildReport {
         try requireWriterThread()
         do {
-            return try writer.withLock { _ throws -> RebuildReport in
+            return try writer.withLock { writer throws -> RebuildReport in
                 try environment.write { txn -> RebuildReport in
-                    let report = try rebuildProjections(txn: &txn, verify: verify)
+                    let report = try rebuildProjections(
+                        txn: &txn, verify: verify, compression: RecordCompression(writer))
                     if verify { throw VerifyOnly(report: report) }
                     return report
                 }
@@ -105,7 +106,7 @@ extension EventLog {
                     }
                     if format < 5 { try repackOriginIndex(txn: &txn) }
                     if format < 6 { try indexBlobReferences(txn: &txn) }
-                    _ = try rebuildProjections(txn: &txn, verify: false)
+                    _ = try rebuildProjections(txn: &txn, verify: false, compression: RecordCompression(writer))
                     return seq
                 }
             }
@@ -158,7 +159,8 @@ extension EventLog {
         let held = try txn.stat(tables.events).entries
         guard moved == held else {
             throw CorruptDataError(
-                "the store holds \(held) events and its sequence names \(moved): it cannot be upgraded. Restore it from a backup")
+                "the store holds \(held) events and its sequence names \(moved): it cannot be upgraded. Restore it from a backup"
+            )
         }
         // Written again in id order into an emptied table: values of a few bytes in place of
         // the events would leave its pages nearly empty.
@@ -186,7 +188,9 @@ extension EventLog {
 
     /// The body of `rebuild(verify:)`, in the caller's write transaction. With `verify` it
     /// writes nothing (the caller aborts the transaction anyway).
-    func rebuildProjections(txn: inout WriteTransaction, verify: Bool) throws -> RebuildReport {
+    func rebuildProjections(txn: inout WriteTransaction, verify: Bool, compression: RecordCompression) throws
+        -> RebuildReport
+    {
         var report = RebuildReport()
         var digest = StateDigest()
         let entities = try allEntities(txn: txn)
@@ -251,14 +255,18 @@ extension EventLog {
                 try RejectedOwnProposal.update(state, before: [], origin: nodeID, table: tables.peers, txn: &txn)
             }
             if verify {
-                if try txn.get(tables.projections, entity.bytes) != record
+                // Expanded: a cold record is stored compressed, and expands to the bytes folded.
+                if try txn.get(tables.projections, entity.bytes).map({
+                    try expanded($0, entity: entity, txn: txn).bytes
+                })
+                    != record
                     || (inTable && tableHistory(of: entity, txn: txn) != history)
                 {
                     report.mismatched.append(entity)
                 }
                 continue
             }
-            try txn.put(tables.projections, entity.bytes, record)
+            try txn.put(tables.projections, entity.bytes, compression.stored(record, entity: entity))
             if inTable {
                 for entry in history {
                     try txn.put(

@@ -106,7 +106,9 @@ extension EventLog {
     /// The current state of an entity, or nil when no event of it is held.
     public func state(of entity: EntityKey) throws(EventStoreError) -> EntityState? {
         try reading { txn in
-            try txn.get(tables.projections, entity.bytes).map { try EventLog.decodeProjection($0, entity: entity).1 }
+            try txn.get(tables.projections, entity.bytes).map {
+                try EventLog.decodeProjection(try expanded($0, entity: entity, txn: txn), entity: entity).1
+            }
         }
     }
 
@@ -122,9 +124,10 @@ extension EventLog {
     /// request thread.
     public func canonicalState(of entity: EntityKey, maxRecordBytes: Int) throws(EventStoreError) -> BoundedState {
         try reading { txn in
-            guard let record = try txn.get(tables.projections, entity.bytes) else { return .notFound }
-            guard record.count <= maxRecordBytes else { return .tooLarge }
-            if let json = EventLog.transcodedState(record, entity: entity) { return .state(json) }
+            guard let value = try txn.get(tables.projections, entity.bytes) else { return .notFound }
+            guard value.count <= maxRecordBytes else { return .tooLarge }
+            let record = try expanded(value, entity: entity, txn: txn)
+            if let json = EventLog.transcodedState(record.bytes, entity: entity) { return .state(json) }
             return .state(try decodedCanonicalState(record, entity: entity, txn: txn))
         }
     }
@@ -136,8 +139,9 @@ extension EventLog {
     }
 
     func canonicalState(of entity: EntityKey, txn: borrowing some TransactionReading & ~Copyable) throws -> [UInt8]? {
-        guard let record = try txn.get(tables.projections, entity.bytes) else { return nil }
-        if let json = EventLog.transcodedState(record, entity: entity) { return json }
+        guard let value = try txn.get(tables.projections, entity.bytes) else { return nil }
+        let record = try expanded(value, entity: entity, txn: txn)
+        if let json = EventLog.transcodedState(record.bytes, entity: entity) { return json }
         return try decodedCanonicalState(record, entity: entity, txn: txn)
     }
 
@@ -145,7 +149,7 @@ extension EventLog {
     /// every record (a history in `status_history`, corrupt bytes reported as such);
     /// `transcodedState` must give the same bytes wherever it answers.
     func decodedCanonicalState(
-        _ record: [UInt8], entity: EntityKey, txn: borrowing some TransactionReading & ~Copyable
+        _ record: ProjectionRecord, entity: EntityKey, txn: borrowing some TransactionReading & ~Copyable
     ) throws -> [UInt8] {
         let (_, state, rev, history) = try EventLog.decodeProjection(record, entity: entity, history: true)
         var json = state.canonicalJSON(history: try history ?? tableHistory(of: entity, txn: txn))
@@ -342,7 +346,8 @@ extension EventLog {
     func statusHistory(of entity: EntityKey, txn: borrowing some TransactionReading & ~Copyable) throws -> [StatusEntry]
     {
         guard let record = try txn.get(tables.projections, entity.bytes) else { return [] }
-        return try EventLog.projectionHistory(record, entity: entity) ?? tableHistory(of: entity, txn: txn)
+        return try EventLog.projectionHistory(try expanded(record, entity: entity, txn: txn), entity: entity)
+            ?? tableHistory(of: entity, txn: txn)
     }
 
     /// The status history of an entity whose history is in `status_history`.
