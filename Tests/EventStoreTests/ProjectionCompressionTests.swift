@@ -1,5 +1,6 @@
 import Projections
 import StoreTestSupport
+import TestSupport
 import Testing
 
 @testable import EventStore
@@ -24,11 +25,18 @@ struct ProjectionCompressionTests {
     /// Whether `value` is a compressed record: its body's first byte after the hash, the
     /// rev and the body's length is the marker.
     private func isCompressed(_ value: [UInt8]) throws -> Bool {
+        try dictionaryVersion(of: value) != nil
+    }
+
+    /// The dictionary version a compressed record names (0: none); nil when it is stored
+    /// as folded.
+    private func dictionaryVersion(of value: [UInt8]) throws -> UInt32? {
         var reader = ByteReader(value)
         _ = try reader.ulid()
         _ = try reader.varint()
         _ = try reader.count()
-        return try reader.byte() == EventLog.compressedProjectionMarker
+        guard try reader.byte() == EventLog.compressedProjectionMarker else { return nil }
+        return UInt32(try reader.varint())
     }
 
     @Test("records are stored compressed, with and without a dictionary, and read as folded", arguments: [false, true])
@@ -58,6 +66,17 @@ struct ProjectionCompressionTests {
         }
         print("records: \(folded) bytes as folded, \(packed) stored (dictionary: \(trained))")
         #expect(packed < folded * 3 / 4)
+        // Trained, records take their own dictionary (from its base on), the events theirs.
+        let versions = Set(try stored.map { try #require(try dictionaryVersion(of: $0.value)) })
+        if trained {
+            #expect(versions.contains(EventLog.recordDictionaryBase + 1), "\(versions)")
+        } else {
+            #expect(versions == [0])
+        }
+        // They read the same after a reopen, which loads the dictionaries again.
+        let states = try stored.map { try store.log.state(of: $0.entity) }
+        try store.reopen()
+        #expect(try stored.map { try store.log.state(of: $0.entity) } == states)
         // A rebuild folds the same records, byte for byte once expanded, and the same digest.
         let report = try store.log.rebuild(verify: true)
         #expect(report.mismatched.isEmpty && !report.digestMismatch)
@@ -67,6 +86,66 @@ struct ProjectionCompressionTests {
         #expect(rebuilt.count == stored.count)
         for (entity, value) in rebuilt { #expect(try isCompressed(value), "\(entity) was rebuilt as folded") }
         try store.check()
+    }
+
+    /// Flipped, dropped, added and cut bytes anywhere in a compressed record: it expands
+    /// and decodes, or it throws; it never traps, and never inflates past its bound.
+    @Test("mutated compressed records throw or read, never trap", arguments: 1...3)
+    func mutatedRecords(seed: UInt64) throws {
+        let store = try TempStore { $0.dictionaryTrainingThreshold = 200 }
+        for start in stride(from: 0, to: 600, by: 200) {
+            _ = try store.log.append(Array(workload(seed: 40 + seed, count: 600, jobs: 20)[start..<start + 200]))
+        }
+        var rng = SeededGenerator(seed: seed)
+        var refused = 0
+        var read = 0
+        try store.log.environment.read { txn in
+            for (entity, value) in try records(store) {
+                #expect(try isCompressed(value))
+                for _ in 0..<40 {
+                    var mutated = value
+                    let index = Int.random(in: 0..<mutated.count, using: &rng)
+                    switch Int.random(in: 0..<4, using: &rng) {
+                    case 0: mutated.remove(at: index)
+                    case 1: mutated.insert(UInt8.random(in: 0...255, using: &rng), at: index)
+                    case 2: mutated.removeLast(Int.random(in: 1...mutated.count, using: &rng))
+                    default: mutated[index] ^= UInt8(1) << UInt8.random(in: 0..<8, using: &rng)
+                    }
+                    do {
+                        let record = try store.log.expanded(mutated, entity: entity, txn: txn)
+                        _ = try EventLog.decodeProjection(record, entity: entity, history: true)
+                        read += 1
+                    } catch {
+                        refused += 1
+                    }
+                }
+            }
+        }
+        print("mutated records: \(refused) refused, \(read) read")
+        #expect(refused > 0)
+    }
+
+    @Test("a store whose meta names a record dictionary it does not hold is refused at open")
+    func missingRecordDictionaryIsRefused() throws {
+        let store = try TempStore { $0.dictionaryTrainingThreshold = 300 }
+        _ = try store.log.append(workload(seed: 33, count: 400, jobs: 30))
+        let base = EventLog.recordDictionaryBase
+        let version = try store.log.environment.read { txn in
+            try txn.get(store.log.tables.meta, EventLog.Meta.recordDictionaryVersion).map(uint32(bigEndian:))
+        }
+        #expect(version == base + 1)
+        store.writesTablesDirectly(because: "the meta names a record dictionary the store lacks")
+        try store.log.environment.write { txn in
+            try txn.put(store.log.tables.meta, EventLog.Meta.recordDictionaryVersion, bigEndian(base + 2))
+        }
+        do {
+            try store.reopen()
+            Issue.record("a store lacking its current record dictionary was opened")
+        } catch {
+            #expect(
+                "\(error)".contains("projection record dictionary 2 as current, but dictionary 2 is missing"),
+                "\(error)")
+        }
     }
 
     @Test("a damaged compressed record is corrupt, naming its entity, and the others read")

@@ -404,7 +404,7 @@ extension EventLog {
     /// Trains a dictionary from the newest events, in a read transaction: nothing waits for
     /// it. `install(_:)` then stores it, on the writer.
     public func prepareDictionary() throws(EventStoreError) -> PreparedDictionary {
-        let (samples, count) = try reading { txn -> ([[UInt8]], Int) in
+        let (samples, recordSamples, count) = try reading { txn -> ([[UInt8]], [[UInt8]], Int) in
             let count = try txn.stat(tables.events).entries
             // The newest events: the last blocks, from the end (the tail's first).
             var samples: [[UInt8]] = []
@@ -420,14 +420,45 @@ extension EventLog {
                     }
                 }
             }
-            return (samples, count)
+            return (samples, try sampleRecords(txn: txn), count)
         }
+        let (bytes, dictionary): ([UInt8], CompressionDictionary)
         do {
-            let bytes = try DictionaryTrainer.train(samples: samples, capacity: options.dictionaryCapacity)
-            let dictionary = try CompressionDictionary(bytes: bytes, level: options.compressionLevel)
-            return PreparedDictionary(bytes: bytes, dictionary: dictionary, eventCount: count)
+            bytes = try DictionaryTrainer.train(samples: samples, capacity: options.dictionaryCapacity)
+            dictionary = try CompressionDictionary(bytes: bytes, level: options.compressionLevel)
         } catch {
             throw EventStoreError.from(error)
+        }
+        // The records' own: none when they are too few or too alike to train on (zstd
+        // refuses), and records then go on with the events' dictionary.
+        var records: (bytes: [UInt8], dictionary: CompressionDictionary)?
+        if let recordBytes = try? DictionaryTrainer.train(samples: recordSamples, capacity: options.dictionaryCapacity),
+            let recordDictionary = try? CompressionDictionary(bytes: recordBytes, level: options.compressionLevel)
+        {
+            records = (recordBytes, recordDictionary)
+        }
+        return PreparedDictionary(bytes: bytes, dictionary: dictionary, eventCount: count, records: records)
+    }
+
+    /// Projection records to train the records' dictionary on, as folded, from the end of
+    /// the table (entities named by time-ordered ids: the newest): their bodies, the part
+    /// that is compressed. At most `dictionarySampleCount / 4`.
+    private func sampleRecords(txn: borrowing some TransactionReading & ~Copyable) throws -> [[UInt8]] {
+        try txn.withCursor(tables.projections) { cursor in
+            var samples: [[UInt8]] = []
+            var item = try cursor.last()
+            while let current = item, samples.count < options.dictionarySampleCount / 4 {
+                let entity = EntityKey(validated: current.key)
+                // One that does not read is left out: a read of it reports it, and training
+                // is no place to fail for it.
+                if let record = try? expanded(current.value, entity: entity, txn: txn),
+                    let start = try? EventLog.projectionBodyStart(record.bytes, entity: entity)
+                {
+                    samples.append(Array(record.bytes[start...]))
+                }
+                item = try cursor.prev()
+            }
+            return samples
         }
     }
 
@@ -437,16 +468,32 @@ extension EventLog {
         try requireWriterThread()
         do {
             return try writer.withLock { writer throws -> UInt32 in
+                var recordVersion: UInt32?
                 let version = try environment.write { txn -> UInt32 in
+                    recordVersion = nil
                     let current =
                         try txn.get(tables.meta, Meta.dictionaryVersion).map(uint32(bigEndian:)) ?? 0
                     let version = current + 1
                     try txn.put(tables.dictionaries, bigEndian(version), prepared.bytes)
                     try txn.put(tables.meta, Meta.dictionaryVersion, bigEndian(version))
                     try txn.put(tables.meta, Meta.dictionaryTrainedAt, bigEndian(UInt64(prepared.eventCount)))
+                    if let records = prepared.records {
+                        let current =
+                            try txn.get(tables.meta, Meta.recordDictionaryVersion).map(uint32(bigEndian:))
+                            ?? EventLog.recordDictionaryBase
+                        let version = current + 1
+                        try txn.put(tables.dictionaries, bigEndian(version), records.bytes)
+                        try txn.put(tables.meta, Meta.recordDictionaryVersion, bigEndian(version))
+                        recordVersion = version
+                    }
                     return version
                 }
                 dictionaries.withLock { $0[version] = prepared.dictionary }
+                if let records = prepared.records, let recordVersion {
+                    dictionaries.withLock { $0[recordVersion] = records.dictionary }
+                    writer.recordDictionaryVersion = recordVersion
+                    writer.recordDictionary = records.dictionary
+                }
                 writer.dictionaryVersion = version
                 writer.dictionary = prepared.dictionary
                 writer.nextTrainingAt = EventLog.trainingDue(after: prepared.eventCount, options: options)
@@ -464,4 +511,6 @@ public struct PreparedDictionary: Sendable {
     let dictionary: CompressionDictionary
     /// The events held when it was sampled.
     let eventCount: Int
+    /// The projection records' dictionary trained with it, if they made one.
+    let records: (bytes: [UInt8], dictionary: CompressionDictionary)?
 }

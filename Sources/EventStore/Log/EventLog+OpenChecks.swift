@@ -64,13 +64,6 @@ extension EventLog {
             )
         }
 
-        var current: UInt32 = 0
-        if let version = try txn.get(tables.meta, Meta.dictionaryVersion) {
-            guard version.count == 4 else {
-                throw refuse("its dictionary version is \(version.count) bytes, not 4")
-            }
-            current = uint32(bigEndian: version)
-        }
         var held: [UInt32] = []
         try txn.withCursor(tables.dictionaries) { cursor in
             var item = try cursor.first()
@@ -82,22 +75,50 @@ extension EventLog {
                 item = try cursor.next()
             }
         }
-        // Keys are big-endian, so `held` is in version order, each once: it is 1 through
-        // `current` when it counts `current` versions from 1 and ends at `current`.
-        let complete = held.count == Int(current) && (current == 0 || (held.first == 1 && held.last == current))
+        // The events' dictionaries below the records' base, the records' above it: each run
+        // counts from 1 to its current version.
+        let base = EventLog.recordDictionaryBase
+        try checkDictionaries(
+            current: try txn.get(tables.meta, Meta.dictionaryVersion), held: held.filter { $0 < base }, base: 0,
+            kind: "compression dictionary", refuse: refuse)
+        try checkDictionaries(
+            current: try txn.get(tables.meta, Meta.recordDictionaryVersion), held: held.filter { $0 >= base },
+            base: base, kind: "projection record dictionary", refuse: refuse)
+    }
+
+    /// Checks one run of dictionaries: `held` (big-endian keys, so in order) must be
+    /// `base + 1` through the current version `meta` names, each once.
+    private static func checkDictionaries(
+        current meta: [UInt8]?, held: [UInt32], base: UInt32, kind: String, refuse: (String) -> EventStoreError
+    ) throws {
+        var current: UInt32 = 0
+        if let meta {
+            guard meta.count == 4 else { throw refuse("its \(kind) version is \(meta.count) bytes, not 4") }
+            current = uint32(bigEndian: meta)
+            // The events' may be 0 (none yet); the records' is written only with one.
+            if base > 0 {
+                guard current > base else { throw refuse("its \(kind) version \(current) is out of its range") }
+                current -= base
+            }
+        }
+        let numbers = held.map { $0 - base }
+        // `numbers` is 1 through `current` when it counts `current` versions from 1 and ends
+        // at `current`.
+        let complete =
+            numbers.count == Int(current) && (current == 0 || (numbers.first == 1 && numbers.last == current))
         if !complete {
-            let holds = held.isEmpty ? "none" : EventLog.describe(versions: held)
+            let holds = numbers.isEmpty ? "none" : EventLog.describe(versions: numbers)
             // The current one when it is missing, else the first gap below it.
             var missing: UInt64 = 1
-            for version in held where UInt64(version) == missing { missing += 1 }
-            if current > 0, !held.contains(current) { missing = UInt64(current) }
+            for version in numbers where UInt64(version) == missing { missing += 1 }
+            if current > 0, !numbers.contains(current) { missing = UInt64(current) }
             if missing <= UInt64(current) {
                 throw refuse(
-                    "its meta names compression dictionary \(current) as current, but dictionary \(missing) is missing (the store holds \(holds)); events compressed with it, or appended now, could not be read"
+                    "its meta names \(kind) \(current) as current, but dictionary \(missing) is missing (the store holds \(holds)); what was compressed with it, or is written now, could not be read"
                 )
             }
             throw refuse(
-                "its meta names compression dictionary \(current == 0 ? "none" : String(current)) as current, but the store holds \(holds); the next training would overwrite a dictionary events may use"
+                "its meta names \(kind) \(current == 0 ? "none" : String(current)) as current, but the store holds \(holds); the next training would overwrite a dictionary in use"
             )
         }
     }

@@ -68,6 +68,12 @@ public final class EventLog: Sendable {
         /// events cannot make a dictionary does not retry on every append, and `Int.max`
         /// while a training runs. Kept here so an append learns it from its own transaction.
         var nextTrainingAt: Int
+        /// The projection records' own compressor and dictionary (`ProjectionCompression.swift`):
+        /// trained on records with the events' one; until there is one, records take the
+        /// events' dictionary.
+        let recordCompressor: Compressor
+        var recordDictionaryVersion: UInt32
+        var recordDictionary: CompressionDictionary?
     }
 
     /// Every named database of the store, in one list: its name, the flags it is opened
@@ -206,6 +212,9 @@ public final class EventLog: Sendable {
         static let digest = Array("digest".utf8)
         static let dictionaryVersion = Array("dictionary_version".utf8)
         static let dictionaryTrainedAt = Array("dictionary_trained_at".utf8)
+        /// The projection records' current dictionary: a version from
+        /// `EventLog.recordDictionaryBase + 1` on, in the same `dictionaries` table.
+        static let recordDictionaryVersion = Array("record_dictionary_version".utf8)
         static let machineID = Array("machine_id".utf8)
         /// The clock's reading (the greatest id it issued or observed) as the last write
         /// left it, so a restart resumes above it whatever the wall clock says.
@@ -306,11 +315,16 @@ public final class EventLog: Sendable {
                     try txn.get(tables.meta, Meta.dictionaryVersion).map(uint32(bigEndian:))
                     ?? 0
                 let dictionary = version == 0 ? nil : try txn.get(tables.dictionaries, bigEndian(version))
+                let recordVersion =
+                    try txn.get(tables.meta, Meta.recordDictionaryVersion).map(uint32(bigEndian:)) ?? 0
+                let recordDictionary =
+                    recordVersion == 0 ? nil : try txn.get(tables.dictionaries, bigEndian(recordVersion))
                 let clock = try EventLog.resumeClock(
                     nodeID: nodeID, txn: &txn, tables: tables, options: options, now: now)
                 let trainedAt = try txn.get(tables.meta, Meta.dictionaryTrainedAt).map(uint64(bigEndian:)) ?? 0
                 return (
-                    nodeID, previousNodeID, version, dictionary, clock,
+                    nodeID, previousNodeID, (events: version, records: recordVersion),
+                    (events: dictionary, records: recordDictionary), clock,
                     EventLog.trainingDue(after: Int(clamping: trainedAt), options: options), storedFormat,
                     try EventLog.sequenceHead(txn: txn, tables: tables)
                 )
@@ -320,20 +334,25 @@ public final class EventLog: Sendable {
         self.clockSkew = Atomic(options.maxClockSkewMilliseconds)
         self.nodeID = nodeID
         self.previousNodeID = previousNodeID
-        var dictionary: CompressionDictionary?
         var cache: [UInt32: CompressionDictionary] = [:]
-        if let dictionaryBytes {
-            let loaded = try CompressionDictionary(bytes: dictionaryBytes, level: options.compressionLevel)
-            dictionary = loaded
-            cache[dictionaryVersion] = loaded
+        func load(_ bytes: [UInt8]?, _ version: UInt32) throws -> CompressionDictionary? {
+            guard let bytes else { return nil }
+            let loaded = try CompressionDictionary(bytes: bytes, level: options.compressionLevel)
+            cache[version] = loaded
+            return loaded
         }
+        let dictionary = try load(dictionaryBytes.events, dictionaryVersion.events)
+        let recordDictionary = try load(dictionaryBytes.records, dictionaryVersion.records)
         self.dictionaries = Mutex(cache)
         self.writer = Mutex(
             Writer(
                 clock: clock,
                 compressor: Compressor(
                     level: options.compressionLevel, levelWithoutDictionary: StoreOptions.levelWithoutDictionary),
-                dictionaryVersion: dictionaryVersion, dictionary: dictionary, nextTrainingAt: nextTrainingAt))
+                dictionaryVersion: dictionaryVersion.events, dictionary: dictionary, nextTrainingAt: nextTrainingAt,
+                recordCompressor: Compressor(
+                    level: options.compressionLevel, levelWithoutDictionary: StoreOptions.levelWithoutDictionary),
+                recordDictionaryVersion: dictionaryVersion.records, recordDictionary: recordDictionary))
     }
 
     /// The clock at open: its reading as the last write recorded it, moved past the greatest
