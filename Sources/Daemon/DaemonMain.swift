@@ -289,8 +289,10 @@ final class Daemon: Sendable {
             options.environment.durable = configuration.durability == .full
             options.environment.maxReaders = 1024
             // Trained on the maintenance thread, so no append waits for it; woken as soon as
-            // a commit makes it due.
+            // a commit makes it due. The first one excepted: the writer trains it inline, so
+            // what a bulk load or a first sync stores meanwhile is not left without one.
             options.trainsDictionaryAutomatically = false
+            options.trainsFirstDictionaryInline = true
             options.trainingDue = { [trainingDue] in trainingDue.signal() }
             options.machineID = Daemon.machineID(from: configuration.machineIDFile)
             log = try EventLog.open(directory: configuration.dataDirectory, options: options)

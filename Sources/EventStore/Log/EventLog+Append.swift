@@ -18,9 +18,9 @@ extension EventLog {
         _ body: (inout WriteBatch, inout WriteTransaction, inout EventLog.Writer) throws -> R
     ) throws(EventStoreError) -> R {
         try requireWriterThread()
-        let (result, trainingDue): (R, Bool)
+        let (result, trainingDue, first): (R, Bool, Bool)
         do {
-            (result, trainingDue) = try writer.withLock { writer throws -> (R, Bool) in
+            (result, trainingDue, first) = try writer.withLock { writer throws -> (R, Bool, Bool) in
                 let now = options.wallClock()
                 let (result, clock, count, head) = try environment.write { txn -> (R, HybridClock, Int, UInt64) in
                     // Built inside: a retry after the map grew starts again from the writer's clock,
@@ -44,13 +44,13 @@ extension EventLog {
                 committedSequence.store(head, ordering: .releasing)
                 let due = count >= writer.nextTrainingAt
                 if due { writer.nextTrainingAt = .max }  // one training at a time
-                return (result, due)
+                return (result, due, writer.dictionaryVersion == 0)
             }
         } catch {
             throw EventStoreError.from(error)
         }
         if trainingDue {
-            if options.trainsDictionaryAutomatically {
+            if options.trainsDictionaryAutomatically || (first && options.trainsFirstDictionaryInline) {
                 trainDictionaryAutomatically()
             } else {
                 options.trainingDue?()

@@ -15,6 +15,13 @@ public struct StoreOptions: Sendable {
     public var dictionaryTrainingThreshold: Int = 10_000
     /// Train inline after an append that makes training due (the daemon may do it itself).
     public var trainsDictionaryAutomatically: Bool = true
+    /// Train the first dictionary inline even when `trainsDictionaryAutomatically` is off:
+    /// the daemon's writer pauses once, at `dictionaryTrainingThreshold` events (about 0.1 s
+    /// for both dictionaries at 10,000 events), rather than store the events and records
+    /// that arrive during a training on its maintenance thread without a dictionary, for
+    /// good. A bulk load or a new node's first full sync brings tens of thousands in that
+    /// time (docs/performance.md). Later trainings, on larger samples, stay off the writer.
+    public var trainsFirstDictionaryInline: Bool = false
     /// Called on the writer's thread, once, after the commit that makes a training due when
     /// the store does not train by itself: the daemon wakes its maintenance thread, so a
     /// bulk load or a new node's first sync is compressed with a dictionary from its first
