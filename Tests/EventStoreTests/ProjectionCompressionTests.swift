@@ -22,8 +22,7 @@ struct ProjectionCompressionTests {
         }
     }
 
-    /// Whether `value` is a compressed record: its body's first byte after the hash, the
-    /// rev and the body's length is the marker.
+    /// Whether `value` is a compressed record: its first byte says so.
     private func isCompressed(_ value: [UInt8]) throws -> Bool {
         try dictionaryVersion(of: value) != nil
     }
@@ -31,12 +30,13 @@ struct ProjectionCompressionTests {
     /// The dictionary version a compressed record names (0: none); nil when it is stored
     /// as folded.
     private func dictionaryVersion(of value: [UInt8]) throws -> UInt32? {
-        var reader = ByteReader(value)
-        _ = try reader.ulid()
+        guard value.first == EventLog.compressedProjectionForm else { return nil }
+        var reader = ByteReader(value, at: 1)
         _ = try reader.varint()
-        _ = try reader.count()
-        guard try reader.byte() == EventLog.compressedProjectionMarker else { return nil }
-        return UInt32(try reader.varint())
+        let code = try reader.varint()
+        let version: UInt32? = EventLog.dictionaryVersion(code: code)
+        #expect(version != nil, "dictionary code \(code) names none")
+        return version ?? 0
     }
 
     @Test("records are stored compressed, with and without a dictionary, and read as folded", arguments: [false, true])
@@ -169,23 +169,21 @@ struct ProjectionCompressionTests {
         }
         #expect(throws: EventStoreError.self) { try store.log.canonicalState(of: damaged) }
         for (entity, _) in stored.dropFirst() { #expect(try store.log.state(of: entity) != nil) }
-        // A record that says its body is far larger than any is refused before decompressing.
-        try store.log.environment.write { txn in
-            var reader = ByteReader(value)
-            _ = try reader.ulid()
-            _ = try reader.varint()
-            var header = Array(value[..<reader.position])
-            var body: [UInt8] = [EventLog.compressedProjectionMarker, 0]
-            body.appendVarint(UInt64.max >> 1)
-            body += [0x28, 0xB5, 0x2F, 0xFD]
-            header.appendLengthPrefixed(body)
-            try txn.put(store.log.tables.projections, damaged.bytes, header)
-        }
-        do {
-            _ = try store.log.state(of: damaged)
-            Issue.record("a record claiming a huge body was read")
-        } catch {
-            #expect(error.reason == .corrupt && error.message.contains("says its body takes"), "\(error)")
+        // A record whose frame says its body is far larger than any is refused before it
+        // is decompressed: a frame of one empty last block declaring 2^40 bytes.
+        var huge: [UInt8] = [EventLog.compressedProjectionForm, 7, 0, 0x28, 0xB5, 0x2F, 0xFD, 0xE0]
+        huge += [0, 0, 0, 0, 0, 1, 0, 0]
+        huge += [0x01, 0x00, 0x00]
+        // And a record of a form no release writes.
+        let unknown: [UInt8] = [0x05] + value.dropFirst()
+        for (bad, says) in [(huge, "does not decompress"), (unknown, "unknown form")] {
+            try store.log.environment.write { txn in try txn.put(store.log.tables.projections, damaged.bytes, bad) }
+            do {
+                _ = try store.log.state(of: damaged)
+                Issue.record("a bad record was read: \(bad.prefix(16))")
+            } catch {
+                #expect(error.reason == .corrupt && error.message.contains(says), "\(error)")
+            }
         }
         // Repaired by a rebuild, from the events.
         _ = try store.log.rebuild()

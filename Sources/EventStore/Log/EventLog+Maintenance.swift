@@ -452,9 +452,9 @@ extension EventLog {
                 // One that does not read is left out: a read of it reports it, and training
                 // is no place to fail for it.
                 if let record = try? expanded(current.value, entity: entity, txn: txn),
-                    let start = try? EventLog.projectionBodyStart(record.bytes, entity: entity)
+                    let body = record.body
                 {
-                    samples.append(Array(record.bytes[start...]))
+                    samples.append(body)
                 }
                 item = try cursor.prev()
             }

@@ -184,7 +184,7 @@ extension EventLog {
     /// when no event of it is held.
     public func rev(of entity: EntityKey) throws(EventStoreError) -> UInt64? {
         try reading { txn in
-            try txn.get(tables.projections, entity.bytes).map { try EventLog.projectionRev($0, entity: entity) }
+            try txn.get(tables.projections, entity.bytes).map { try EventLog.storedProjectionRev($0, entity: entity) }
         }
     }
 

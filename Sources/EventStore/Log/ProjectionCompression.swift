@@ -5,39 +5,16 @@ import Projections
 /// a compressed record by mistake.
 struct ProjectionRecord {
     let bytes: [UInt8]
+
+    /// What follows the hash and the rev: the state and the history, the part that is
+    /// compressed. Nil when the record is too short to have them.
+    var body: [UInt8]? {
+        var reader = ByteReader(bytes)
+        guard (try? reader.ulid()) != nil, (try? reader.varint()) != nil else { return nil }
+        return Array(bytes[reader.position...])
+    }
 }
 
-/// Projection records compressed as they are written.
-///
-/// A record is the entity's state and short status history in a compact binary form,
-/// about 600 bytes for a job of the field workload, much of it field names, statuses and
-/// ids that share their time prefix. zstd with a dictionary trained on records takes it to
-/// about 190 (with the events' dictionary 290, with none 400), and the `projections` table
-/// from 81 to 27.6 bytes per event of the field workload (docs/performance.md). Records get
-/// their own dictionary with each training of the events' (`prepareDictionary`), and use
-/// the events' until then (`RecordCompression`). Each write compresses the record (about 2.3
-/// µs, zstd's cost for a frame this small) and each read decompresses it (about 0.6 µs).
-/// It has to be done at the write: a record compressed later shrinks in a leaf that keeps
-/// its size, since entities are keyed by time-ordered ids and new ones go to the right of
-/// the tree, never into the room left in old leaves.
-///
-/// A compressed record keeps the header of one as folded — the state hash and the rev,
-/// which `projectionRev` and the digest read without decompressing — and its body is one
-/// length-prefixed value:
-///
-/// ```
-/// byte 0      0xC7 (where a record as folded has its state's encoding, whose first byte
-///             is that encoding's format, 1)
-/// varint      dictionary version (0: none)
-/// varint      the body's length before compression
-/// rest        one zstd frame of the body as folded: the state, then the status history
-/// ```
-///
-/// The state hash is of the state's encoding, so compression changes no digest, and a
-/// record expanded is byte for byte the record as folded (`rebuild --verify` compares
-/// those). Appends, sync, imports, `rebuild` and the upgrade from an older format all
-/// write records this way; a record that would not save `projectionMinimumSaving` bytes
-/// stays as folded, and readers take either.
 /// The compressor and dictionary a write compresses its records with: the writer's.
 struct RecordCompression {
     let compressor: Compressor
@@ -56,65 +33,98 @@ struct RecordCompression {
         }
     }
 
-    /// The value to store for `record` as folded: compressed, or the record itself when
-    /// compressing would not save `projectionMinimumSaving` bytes or zstd fails (out of
-    /// memory). Readers take both, so a failed compression costs bytes, never the write.
+    /// The value to store for `record` as folded: compressed, or the record itself behind
+    /// its form byte when compressing would not save `projectionMinimumSaving` bytes or
+    /// zstd fails (out of memory). Readers take both, so a failed compression costs bytes,
+    /// never the write.
     func stored(_ record: [UInt8], entity: EntityKey) -> [UInt8] {
         let compressed = try? EventLog.compressedProjection(
             record, entity: entity, dictionaryVersion: dictionaryVersion, dictionary: dictionary,
             compressor: compressor)
-        return compressed.flatMap { $0 } ?? record
+        return compressed.flatMap { $0 } ?? [EventLog.foldedProjectionForm] + record
     }
 }
 
+/// Projection records compressed as they are written.
+///
+/// A record is the entity's state and short status history in a compact binary form,
+/// about 600 bytes for a job of the field workload, much of it field names, statuses and
+/// ids that share their time prefix. zstd with a dictionary trained on records takes it to
+/// about 190 (with the events' dictionary 290, with none 400), and the `projections` table
+/// from 81 to 25 bytes per event of the field workload (docs/performance.md). Records get
+/// their own dictionary with each training of the events' (`prepareDictionary`), and use
+/// the events' until then (`RecordCompression`). Each write compresses the record (about 2.3
+/// µs, zstd's cost for a frame this small) and each read decompresses it (about 0.6 µs).
+/// It has to be done at the write: a record compressed later shrinks in a leaf that keeps
+/// its size, since entities are keyed by time-ordered ids and new ones go to the right of
+/// the tree, never into the room left in old leaves.
+///
+/// What `projections` holds under an entity, by its first byte:
+///
+/// ```
+/// 0x01        the record as folded follows: [16-byte state hash][varint rev][state][history]
+/// 0xC7        compressed:
+///   varint    rev (read without decompressing: `storedProjectionRev`)
+///   varint    dictionary code: 0 none, 2n the records' dictionary n, 2v + 1 the events' v
+///   rest      one zstd frame (with its content size) of the state and the history
+/// ```
+///
+/// A compressed record leaves its state hash out: it is the XXH64 pair of the state's
+/// encoding, computed again when the record is read (`expanded`), 16 bytes of about 200
+/// saved for 0.2 µs a read. So compression changes no digest, and a record expanded is byte
+/// for byte the record as folded (`rebuild --verify` compares those). Appends, sync,
+/// imports, `rebuild` and the upgrade from an older format (which folds every record again)
+/// all write records this way; a record that would not save `projectionMinimumSaving`
+/// bytes is stored as folded, and readers take either.
 extension EventLog {
     /// The records' dictionaries share the `dictionaries` table with the events': record
     /// dictionary n is version `recordDictionaryBase + n`, far above any the events reach.
     static let recordDictionaryBase: UInt32 = 0x8000_0000
-    static let compressedProjectionMarker: UInt8 = 0xC7
+    /// The first byte of a stored record: as folded, or compressed.
+    static let foldedProjectionForm: UInt8 = 0x01
+    static let compressedProjectionForm: UInt8 = 0xC7
     /// A compressed record must save at least this much to be kept compressed.
     static let projectionMinimumSaving = 32
+    /// The most a compressed record's body may inflate to: far above any record (a state
+    /// is bounded by its events, each at most `absoluteMaxEventBytes`, and a record over a
+    /// few hundred kilobytes takes its history out to `status_history`).
+    static let maxProjectionBodyBytes = 4 * StoreOptions.absoluteMaxEventBytes
 
-    /// Where a record's body starts: after its state hash and rev.
-    static func projectionBodyStart(_ value: [UInt8], entity: EntityKey) throws(CorruptDataError) -> Int {
-        var reader = ByteReader(value)
-        do {
-            _ = try reader.ulid()
-            _ = try reader.varint()
-        } catch {
-            throw CorruptDataError("projection record of \(entity) is truncated")
-        }
-        return reader.position
+    /// The dictionary code of a compressed record: 0 none, 2n the records' dictionary n,
+    /// 2v + 1 the events' dictionary v, so the usual ones take one byte.
+    static func dictionaryCode(_ version: UInt32) -> UInt64 {
+        if version == 0 { return 0 }
+        if version > recordDictionaryBase { return 2 * UInt64(version - recordDictionaryBase) }
+        return 2 * UInt64(version) + 1
     }
 
-    /// Whether the body at `start` is compressed: a length prefix, then the marker.
-    private static func isCompressedBody(_ value: [UInt8], at start: Int) -> Bool {
-        var reader = ByteReader(value, at: start)
-        guard let length = try? reader.count(), length > 0, let first = try? reader.byte() else { return false }
-        return first == compressedProjectionMarker
+    /// The dictionary version `code` names; nil when it names none that can exist.
+    static func dictionaryVersion(code: UInt64) -> UInt32? {
+        if code == 0 { return 0 }
+        let number = code / 2
+        if code % 2 == 1 { return number < UInt64(recordDictionaryBase) ? UInt32(number) : nil }
+        return number < UInt64(UInt32.max - recordDictionaryBase) ? recordDictionaryBase + UInt32(number) : nil
     }
 
-    /// The record `value` of `entity` as folded: itself, or its body decompressed.
+    /// The record `value` of `entity` as `projections` holds it, as folded:
+    /// `[state hash][varint rev][length-prefixed state][history]`, its hash computed again
+    /// when it was compressed.
     func expanded(_ value: [UInt8], entity: EntityKey, txn: borrowing some TransactionReading & ~Copyable) throws
         -> ProjectionRecord
     {
-        let start = try EventLog.projectionBodyStart(value, entity: entity)
-        guard EventLog.isCompressedBody(value, at: start) else { return ProjectionRecord(bytes: value) }
-        let (version, rawBytes, frame): (UInt32, Int, [UInt8])
+        guard let form = value.first else { throw CorruptDataError("projection record of \(entity) is empty") }
+        if form == EventLog.foldedProjectionForm { return ProjectionRecord(bytes: Array(value[1...])) }
+        guard form == EventLog.compressedProjectionForm else {
+            throw CorruptDataError("projection record of \(entity) has an unknown form (its first byte is \(form))")
+        }
+        let (rev, version, frame): (UInt64, UInt32, [UInt8])
         do throws(CorruptDataError) {
-            var reader = ByteReader(value, at: start)
-            let length = try reader.count()
-            guard length == reader.remaining else { throw CorruptDataError("its body does not end where it says") }
-            _ = try reader.byte()
-            let rawVersion = try reader.varint()
-            guard rawVersion <= UInt64(UInt32.max) else {
-                throw CorruptDataError("its dictionary version is out of range")
+            var reader = ByteReader(value, at: 1)
+            rev = try reader.varint()
+            guard let known = EventLog.dictionaryVersion(code: try reader.varint()) else {
+                throw CorruptDataError("its dictionary code is out of range")
             }
-            let raw = try reader.varint()
-            guard raw > 0, raw <= UInt64(StoreOptions.absoluteMaxEventBytes) * 4 else {
-                throw CorruptDataError("it says its body takes \(raw) bytes")
-            }
-            (version, rawBytes, frame) = (UInt32(rawVersion), Int(raw), try reader.bytes(reader.remaining))
+            (version, frame) = (known, try reader.bytes(reader.remaining))
         } catch {
             throw CorruptDataError("the compressed projection record of \(entity) does not read: \(error.message)")
         }
@@ -122,32 +132,66 @@ extension EventLog {
         let body: [UInt8]
         do {
             body = try decompressors.withDecompressor { decompressor in
-                try decompressor.decompress(frame, dictionary: dictionary, maxSize: rawBytes)
+                try decompressor.decompress(frame, dictionary: dictionary, maxSize: EventLog.maxProjectionBodyBytes)
             }
         } catch {
             throw CorruptDataError("the compressed projection record of \(entity) does not decompress: \(error)")
         }
-        guard body.count == rawBytes else {
-            throw CorruptDataError(
-                "the compressed projection record of \(entity) holds \(body.count) bytes, not the \(rawBytes) it says")
+        // The hash is of the state's encoding, the body's first, length-prefixed value.
+        var reader = ByteReader(body)
+        let state: [UInt8]
+        do {
+            state = try reader.lengthPrefixed()
+        } catch {
+            throw CorruptDataError("the compressed projection record of \(entity) holds no state")
         }
-        return ProjectionRecord(bytes: Array(value[..<start]) + body)
+        let hash = StateHash(hashing: state)
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(26 + body.count)
+        ULID(high: hash.high, low: hash.low).append(to: &bytes)
+        bytes.appendVarint(rev)
+        bytes.append(contentsOf: body)
+        return ProjectionRecord(bytes: bytes)
     }
 
-    /// The record `value` compressed, or nil when it is compressed already, or would not
-    /// save `projectionMinimumSaving` bytes.
+    /// The rev of the record `value` as `projections` holds it, nothing decompressed.
+    static func storedProjectionRev(_ value: [UInt8], entity: EntityKey) throws -> UInt64 {
+        guard let form = value.first else { throw CorruptDataError("projection record of \(entity) is empty") }
+        switch form {
+        case foldedProjectionForm: return try projectionRev(Array(value[1...]), entity: entity)
+        case compressedProjectionForm:
+            var reader = ByteReader(value, at: 1)
+            do {
+                return try reader.varint()
+            } catch {
+                throw CorruptDataError("projection record of \(entity) is truncated")
+            }
+        default:
+            throw CorruptDataError("projection record of \(entity) has an unknown form (its first byte is \(form))")
+        }
+    }
+
+    /// The record as folded `record` (`projectionRecord`) in its compressed form —
+    /// `[0xC7][varint rev][varint dictionary code][zstd frame of the state and history]`,
+    /// without the hash, which is the state's — or nil when that would not save
+    /// `projectionMinimumSaving` bytes.
     static func compressedProjection(
-        _ value: [UInt8], entity: EntityKey, dictionaryVersion: UInt32, dictionary: CompressionDictionary?,
+        _ record: [UInt8], entity: EntityKey, dictionaryVersion: UInt32, dictionary: CompressionDictionary?,
         compressor: Compressor
     ) throws -> [UInt8]? {
-        let start = try projectionBodyStart(value, entity: entity)
-        guard !isCompressedBody(value, at: start), value.count - start > projectionMinimumSaving else { return nil }
-        var body: [UInt8] = [compressedProjectionMarker]
-        body.appendVarint(UInt64(dictionaryVersion))
-        body.appendVarint(value.count - start)
-        try compressor.compress(Array(value[start...]), dictionary: dictionary, appendingTo: &body)
-        var out = Array(value[..<start])
-        out.appendLengthPrefixed(body)
-        return out.count + projectionMinimumSaving <= value.count ? out : nil
+        var reader = ByteReader(record)
+        let rev: UInt64
+        do {
+            _ = try reader.ulid()
+            rev = try reader.varint()
+        } catch {
+            throw CorruptDataError("projection record of \(entity) is truncated")
+        }
+        guard record.count - reader.position > projectionMinimumSaving else { return nil }
+        var out: [UInt8] = [compressedProjectionForm]
+        out.appendVarint(rev)
+        out.appendVarint(dictionaryCode(dictionaryVersion))
+        try compressor.compress(Array(record[reader.position...]), dictionary: dictionary, appendingTo: &out)
+        return out.count + projectionMinimumSaving <= record.count + 1 ? out : nil
     }
 }
