@@ -26,6 +26,18 @@ func stateJSON(_ log: EventLog, _ name: String) throws -> String? {
     }
 }
 
+/// Damages `bytes` as a flaky medium might: one byte dropped, one inserted, the end cut
+/// off, or one bit flipped, at a place `rng` picks.
+func damage(_ bytes: inout [UInt8], using rng: inout some RandomNumberGenerator) {
+    let index = Int.random(in: 0..<bytes.count, using: &rng)
+    switch Int.random(in: 0..<4, using: &rng) {
+    case 0: bytes.remove(at: index)
+    case 1: bytes.insert(UInt8.random(in: 0...255, using: &rng), at: index)
+    case 2: bytes.removeLast(Int.random(in: 1...bytes.count, using: &rng))
+    default: bytes[index] ^= UInt8(1) << UInt8.random(in: 0..<8, using: &rng)
+    }
+}
+
 /// The workload's field-service events, generated in-process (same shape as fieldops.py).
 func workload(seed: UInt64, count: Int, jobs: Int = 50, actor: String = "tech-0") -> [InputEvent] {
     var rng = SeededGenerator(seed: seed)

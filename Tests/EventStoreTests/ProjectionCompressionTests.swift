@@ -104,13 +104,7 @@ struct ProjectionCompressionTests {
                 #expect(try isCompressed(value))
                 for _ in 0..<40 {
                     var mutated = value
-                    let index = Int.random(in: 0..<mutated.count, using: &rng)
-                    switch Int.random(in: 0..<4, using: &rng) {
-                    case 0: mutated.remove(at: index)
-                    case 1: mutated.insert(UInt8.random(in: 0...255, using: &rng), at: index)
-                    case 2: mutated.removeLast(Int.random(in: 1...mutated.count, using: &rng))
-                    default: mutated[index] ^= UInt8(1) << UInt8.random(in: 0..<8, using: &rng)
-                    }
+                    damage(&mutated, using: &rng)
                     do {
                         let record = try store.log.expanded(mutated, entity: entity, txn: txn)
                         _ = try EventLog.decodeProjection(record, entity: entity, history: true)

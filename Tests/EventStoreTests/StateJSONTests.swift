@@ -128,13 +128,7 @@ struct StateJSONTests {
                     for _ in 0..<60 {
                         // The record as folded: the stored one is compressed.
                         var record = try store.log.expanded(current.value, entity: entity, txn: txn).bytes
-                        let index = Int.random(in: 0..<record.count, using: &rng)
-                        switch Int.random(in: 0..<4, using: &rng) {
-                        case 0: record.remove(at: index)
-                        case 1: record.insert(UInt8.random(in: 0...255, using: &rng), at: index)
-                        case 2: record.removeLast(Int.random(in: 1...record.count, using: &rng))
-                        default: record[index] ^= UInt8(1) << UInt8.random(in: 0..<8, using: &rng)
-                        }
+                        damage(&record, using: &rng)
                         let fast = EventLog.transcodedState(record, entity: entity)
                         guard
                             let decoded = try? EventLog.decodeProjection(
