@@ -26,9 +26,9 @@ extension EventLog {
                     // Built inside: a retry after the map grew starts again from the writer's clock,
                     // with the skew now in force (a reload may have changed it).
                     writer.clock.maxSkewMilliseconds = maxClockSkewMilliseconds
-                    var batch = try WriteBatch(log: self, txn: txn, clock: writer.clock, now: now)
+                    var batch = try WriteBatch(
+                        log: self, txn: txn, clock: writer.clock, now: now, records: RecordCompression(writer))
                     let firstSeq = batch.seq
-                    batch.recordCompression = RecordCompression(writer)
                     defer { uncommitted.withLock { $0.removeAll() } }
                     let result = try body(&batch, &txn, &writer)
                     try batch.writeBlocks(txn: &txn, writer: writer)
@@ -91,9 +91,9 @@ struct WriteBatch {
     /// The entities touched so far, in the order first touched: `slots` finds one with a
     /// single lookup, and its state is folded in place in `touched`.
     var touched: [Touched] = []
-    /// How `finish` compresses the records it writes: the writer's compressor and current
-    /// dictionary (`ProjectionCompression.swift`). Nil: as folded.
-    var recordCompression: RecordCompression?
+    /// How `finish` stores the records it writes: with the writer's record compressor and
+    /// current dictionary (`ProjectionCompression.swift`).
+    let recordCompression: RecordCompression
     var slots: [EntityKey: Int] = [:]
     var keysInBatch: [String: ULID] = [:]
     /// The `origin_index` entries of the events written, put at the end of the batch: one
@@ -144,8 +144,11 @@ struct WriteBatch {
         let ownRejected: [ULID]
     }
 
-    init(log: EventLog, txn: borrowing WriteTransaction, clock: HybridClock, now: UInt64) throws {
+    init(
+        log: EventLog, txn: borrowing WriteTransaction, clock: HybridClock, now: UInt64, records: RecordCompression
+    ) throws {
         self.log = log
+        self.recordCompression = records
         self.rules = log.typeRules
         self.clock = clock
         self.now = now
@@ -648,8 +651,7 @@ struct WriteBatch {
             let before = touched[index].before
             if let before { digest.remove(before.hash) }
             digest.add(hash)
-            try txn.put(
-                tables.projections, entity.bytes, recordCompression?.stored(record, entity: entity) ?? record)
+            try txn.put(tables.projections, entity.bytes, recordCompression.stored(record, entity: entity))
 
             let statusKey = EventLog.statusKey(touched[index].state)
             if statusKey != before?.statusKey {
@@ -772,7 +774,7 @@ extension EventLog {
         return try projectionHistory(&reader, entity: entity)
     }
 
-    private static func projectionHeader(_ reader: inout ByteReader, entity: EntityKey) throws
+    static func projectionHeader(_ reader: inout ByteReader, entity: EntityKey) throws
         -> (hash: ULID, rev: UInt64)
     {
         do {

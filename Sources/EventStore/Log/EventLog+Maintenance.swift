@@ -449,13 +449,13 @@ extension EventLog {
             var item = try cursor.last()
             while let current = item, samples.count < options.dictionarySampleCount / 4 {
                 let entity = EntityKey(validated: current.key)
-                // One that does not read is left out: a read of it reports it, and training
-                // is no place to fail for it.
-                if let record = try? expanded(current.value, entity: entity, txn: txn),
-                    let body = record.body
-                {
-                    samples.append(body)
-                }
+                // A damaged record is left out: a read of it reports it, and training is no
+                // place to fail for it. Anything else (the storage failing) fails the training.
+                do {
+                    samples.append(
+                        try expanded(current.value, entity: entity, txn: txn).revAndBody(entity: entity).body)
+                } catch let error as EventStoreError where error.reason == .corrupt {
+                } catch is CorruptDataError {}
                 item = try cursor.prev()
             }
             return samples

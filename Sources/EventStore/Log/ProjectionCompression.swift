@@ -6,12 +6,12 @@ import Projections
 struct ProjectionRecord {
     let bytes: [UInt8]
 
-    /// What follows the hash and the rev: the state and the history, the part that is
-    /// compressed. Nil when the record is too short to have them.
-    var body: [UInt8]? {
+    /// Its rev, and what follows the hash and the rev: the state and the history, the part
+    /// that is compressed.
+    func revAndBody(entity: EntityKey) throws -> (rev: UInt64, body: [UInt8]) {
         var reader = ByteReader(bytes)
-        guard (try? reader.ulid()) != nil, (try? reader.varint()) != nil else { return nil }
-        return Array(bytes[reader.position...])
+        let rev = try EventLog.projectionHeader(&reader, entity: entity).rev
+        return (rev, Array(bytes[reader.position...]))
     }
 }
 
@@ -179,19 +179,12 @@ extension EventLog {
         _ record: [UInt8], entity: EntityKey, dictionaryVersion: UInt32, dictionary: CompressionDictionary?,
         compressor: Compressor
     ) throws -> [UInt8]? {
-        var reader = ByteReader(record)
-        let rev: UInt64
-        do {
-            _ = try reader.ulid()
-            rev = try reader.varint()
-        } catch {
-            throw CorruptDataError("projection record of \(entity) is truncated")
-        }
-        guard record.count - reader.position > projectionMinimumSaving else { return nil }
+        let (rev, body) = try ProjectionRecord(bytes: record).revAndBody(entity: entity)
+        guard body.count > projectionMinimumSaving else { return nil }
         var out: [UInt8] = [compressedProjectionForm]
         out.appendVarint(rev)
         out.appendVarint(dictionaryCode(dictionaryVersion))
-        try compressor.compress(Array(record[reader.position...]), dictionary: dictionary, appendingTo: &out)
+        try compressor.compress(body, dictionary: dictionary, appendingTo: &out)
         return out.count + projectionMinimumSaving <= record.count + 1 ? out : nil
     }
 }
