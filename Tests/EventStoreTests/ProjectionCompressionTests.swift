@@ -90,6 +90,36 @@ struct ProjectionCompressionTests {
 
     /// Flipped, dropped, added and cut bytes anywhere in a compressed record: it expands
     /// and decodes, or it throws; it never traps, and never inflates past its bound.
+    @Test("the first training samples fewer events and records than the later ones")
+    func firstTrainingSamplesFewer() throws {
+        let store = try TempStore {
+            $0.dictionaryTrainingThreshold = 500
+            $0.trainsDictionaryAutomatically = false
+            $0.firstDictionarySampleCount = 400
+            $0.dictionarySampleCount = 1200
+        }
+        // 400 jobs, so both trainings find more records than they take.
+        let inputs = workload(seed: 37, count: 1500, jobs: 400)
+        for start in stride(from: 0, to: inputs.count, by: 500) {
+            _ = try store.log.append(Array(inputs[start..<start + 500]))
+        }
+        let records = try self.records(store).count
+        #expect(records > 1200 / 4)
+        let first = try store.log.prepareDictionary()
+        #expect(first.eventSamples == 400)
+        #expect(first.recordSamples == 100)
+        #expect(try store.log.install(first) == 1)
+        // Once the store holds a dictionary, trainings take the full sample.
+        let second = try store.log.prepareDictionary()
+        #expect(second.eventSamples == 1200)
+        #expect(second.recordSamples == 300)
+        #expect(try store.log.install(second) == 2)
+        // Events appended after either read back the same.
+        _ = try store.log.append(workload(seed: 38, count: 100, jobs: 10))
+        try store.reopen()
+        #expect(try store.log.statistics().events == 1600)
+    }
+
     @Test("mutated compressed records throw or read, never trap", arguments: 1...3)
     func mutatedRecords(seed: UInt64) throws {
         let store = try TempStore { $0.dictionaryTrainingThreshold = 200 }

@@ -406,21 +406,26 @@ extension EventLog {
     public func prepareDictionary() throws(EventStoreError) -> PreparedDictionary {
         let (samples, recordSamples, count) = try reading { txn -> ([[UInt8]], [[UInt8]], Int) in
             let count = try txn.stat(tables.events).entries
+            let first = try txn.get(tables.meta, Meta.dictionaryVersion) == nil
+            let wanted =
+                first
+                ? min(options.firstDictionarySampleCount, options.dictionarySampleCount)
+                : options.dictionarySampleCount
             // The newest events: the last blocks, from the end (the tail's first).
             var samples: [[UInt8]] = []
             for table in tables.blockTables.reversed() {
                 try txn.withCursor(table) { cursor in
                     var item = try cursor.last()
-                    while let current = item, samples.count < options.dictionarySampleCount {
+                    while let current = item, samples.count < wanted {
                         let block = try decodeBlock(current, txn: txn)
-                        for index in (0..<block.count).reversed() where samples.count < options.dictionarySampleCount {
+                        for index in (0..<block.count).reversed() where samples.count < wanted {
                             samples.append(block.payload(at: index))
                         }
                         item = try cursor.prev()
                     }
                 }
             }
-            return (samples, try sampleRecords(txn: txn), count)
+            return (samples, try sampleRecords(wanted / 4, txn: txn), count)
         }
         let (bytes, dictionary): ([UInt8], CompressionDictionary)
         do {
@@ -437,17 +442,19 @@ extension EventLog {
         {
             records = (recordBytes, recordDictionary)
         }
-        return PreparedDictionary(bytes: bytes, dictionary: dictionary, eventCount: count, records: records)
+        return PreparedDictionary(
+            bytes: bytes, dictionary: dictionary, eventCount: count, records: records, eventSamples: samples.count,
+            recordSamples: recordSamples.count)
     }
 
     /// Projection records to train the records' dictionary on, as folded, from the end of
     /// the table (entities named by time-ordered ids: the newest): their bodies, the part
-    /// that is compressed. At most `dictionarySampleCount / 4`.
-    private func sampleRecords(txn: borrowing some TransactionReading & ~Copyable) throws -> [[UInt8]] {
+    /// that is compressed. At most `wanted`.
+    private func sampleRecords(_ wanted: Int, txn: borrowing some TransactionReading & ~Copyable) throws -> [[UInt8]] {
         try txn.withCursor(tables.projections) { cursor in
             var samples: [[UInt8]] = []
             var item = try cursor.last()
-            while let current = item, samples.count < options.dictionarySampleCount / 4 {
+            while let current = item, samples.count < wanted {
                 let entity = EntityKey(validated: current.key)
                 // A damaged record is left out: a read of it reports it, and training is no
                 // place to fail for it. Anything else (the storage failing) fails the training.
@@ -513,4 +520,7 @@ public struct PreparedDictionary: Sendable {
     let eventCount: Int
     /// The projection records' dictionary trained with it, if they made one.
     let records: (bytes: [UInt8], dictionary: CompressionDictionary)?
+    /// The events and the projection records it was trained on.
+    package let eventSamples: Int
+    package let recordSamples: Int
 }

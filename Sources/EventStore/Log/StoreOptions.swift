@@ -16,8 +16,8 @@ public struct StoreOptions: Sendable {
     /// Train inline after an append that makes training due (the daemon may do it itself).
     public var trainsDictionaryAutomatically: Bool = true
     /// Train the first dictionary inline even when `trainsDictionaryAutomatically` is off:
-    /// the daemon's writer pauses once, at `dictionaryTrainingThreshold` events (about 0.1 s
-    /// for both dictionaries at 10,000 events), rather than store the events and records
+    /// the daemon's writer pauses once, at `dictionaryTrainingThreshold` events (about 60 ms
+    /// for both dictionaries at 10,000 events, `firstDictionarySampleCount`), rather than store the events and records
     /// that arrive during a training on its maintenance thread without a dictionary, for
     /// good. A bulk load or a new node's first full sync brings tens of thousands in that
     /// time (docs/performance.md). Later trainings, on larger samples, stay off the writer.
@@ -32,6 +32,11 @@ public struct StoreOptions: Sendable {
     public var dictionaryCapacity: Int = 32 * 1024
     /// Events sampled for training, newest first.
     public var dictionarySampleCount: Int = 20_000
+    /// Events sampled for the first training (and a quarter as many projection records),
+    /// when it is smaller: the first dictionary is trained while a store fills, on the
+    /// daemon's writer, and zstd trains on 3,000 of the field workload's events in a third
+    /// of the time it takes for 10,000, for blocks 1 % larger (docs/performance.md).
+    public var firstDictionarySampleCount: Int = 3_000
     /// zstd level for event values.
     public var compressionLevel: Int32 = 3
     /// The zstd level of events compressed before the store has a dictionary: small frames
