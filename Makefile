@@ -154,8 +154,8 @@ test-asan: deps previous-release
 FUZZ_SECONDS       ?= 300
 FUZZ_SHORT_SECONDS ?= 25
 FUZZ_SCRATCH       ?= .build/fuzz
-FUZZERS            ?= request event stored-value sync-stream
-FUZZ_PRODUCTS      := FuzzRequest FuzzEvent FuzzStoredValue FuzzSyncStream
+FUZZERS            ?= request event stored-value projection-record sync-stream
+FUZZ_PRODUCTS      := FuzzRequest FuzzEvent FuzzStoredValue FuzzProjectionRecord FuzzSyncStream
 
 fuzz-build: deps
 	@for product in $(FUZZ_PRODUCTS); do \
@@ -170,8 +170,8 @@ fuzz: fuzz-build
 fuzz-short: fuzz-build
 	Fuzz/run.sh $(FUZZ_SHORT_SECONDS) $(FUZZ_SCRATCH)/release $(FUZZ_SCRATCH)/runs $(FUZZERS)
 
-# The seeds: request and event from the field workload (Fuzz/seeds.py); stored-value and
-# sync-stream from what the store and the sync session encode, written by the corpus tests
+# The seeds: request and event from the field workload (Fuzz/seeds.py); stored-value,
+# projection-record and sync-stream from what the store and the sync session encode, written by the corpus tests
 # before they replay them when EVSTORE_WRITE_FUZZ_SEEDS is set (docs/fuzzing.md).
 fuzz-seeds: deps
 	python3 Fuzz/seeds.py

@@ -34,6 +34,14 @@ let package = Package(
                 .product(name: "FuzzEntries", package: "evstore"),
             ]
         ),
+        // The projection record: its form, the compressed frame, the state and status history behind it.
+        .executableTarget(
+            name: "FuzzProjectionRecord",
+            dependencies: [
+                "FuzzDriver", .product(name: "EventStore", package: "evstore"),
+                .product(name: "FuzzEntries", package: "evstore"),
+            ]
+        ),
         // The sync stream: preamble, frames, control messages, batches and their events.
         .executableTarget(
             name: "FuzzSyncStream",

@@ -11,7 +11,7 @@
 set -u
 seconds=$1 bin=$2 out=$3
 shift 3
-[ $# -gt 0 ] || set -- request event stored-value sync-stream
+[ $# -gt 0 ] || set -- request event stored-value projection-record sync-stream
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out/tmp"
 failed=0
@@ -21,8 +21,9 @@ for fuzzer in "$@"; do
         request) product=FuzzRequest max_len=4096 ;;
         event) product=FuzzEvent max_len=2048 ;;
         stored-value) product=FuzzStoredValue max_len=2048 ;;
+        projection-record) product=FuzzProjectionRecord max_len=4096 ;;
         sync-stream) product=FuzzSyncStream max_len=8192 ;;
-        *) echo "no fuzzer \"$fuzzer\" (request, event, stored-value, sync-stream)" >&2; exit 64 ;;
+        *) echo "no fuzzer \"$fuzzer\" (request, event, stored-value, projection-record, sync-stream)" >&2; exit 64 ;;
     esac
     dir="$out/$fuzzer"
     mkdir -p "$dir/corpus"

@@ -109,6 +109,75 @@ public enum FuzzEntry {
         return event
     }
 
+    // MARK: Projection records
+
+    /// The entity the projection-record fuzzer reads its records as.
+    public static let sampleEntity = EntityKey(validated: Array("job/01JD3Q8R5N8X6ZK2W7Y4V9B0A".utf8))
+
+    /// The dictionary table the projection-record fuzzer reads with: the sample dictionary
+    /// as the events' version 1 and as the records' first.
+    public static func sampleRecordDictionaries() throws -> [UInt32: CompressionDictionary] {
+        let dictionary = try sampleDictionary()
+        return [1: dictionary, EventLog.recordDictionaryBase + 1: dictionary]
+    }
+
+    /// One input for the projection-record fuzzer. The first byte picks what the rest is:
+    /// bit 0 clear, a value of `projections` as the store holds it (`0x01` and the record
+    /// as folded, or `0xC7`, rev, dictionary code and zstd frame); bit 0 set, the body of a
+    /// compressed record (state and status history), compressed here first — with the
+    /// sample dictionary as records' dictionary 1 when bit 1 is set — so the fuzzer's
+    /// changes reach the decoders behind the frame. Read as a `get` reads it, under
+    /// `sampleEntity`.
+    ///
+    /// An accepted record is written again as the store writes one and read back: the same
+    /// state, rev and history, and the state hash of its encoding.
+    public static func projectionRecord(
+        _ data: [UInt8], dictionaries: [UInt32: CompressionDictionary], decompressor: Decompressor,
+        compressor: Compressor
+    ) throws -> EntityState {
+        guard let selector = data.first else { throw EventStoreError.invalid("an empty input") }
+        var value = Array(data.dropFirst())
+        if selector & 1 == 1 {
+            let version: UInt32 = selector & 2 == 0 ? 0 : EventLog.recordDictionaryBase + 1
+            value = try EventLog.compressedProjection(
+                body: value, rev: UInt64(selector >> 2), dictionaryVersion: version, dictionary: dictionaries[version],
+                compressor: compressor)
+        }
+        let (_, state, rev, history) = try EventLog.readStoredProjection(
+            value, entity: sampleEntity, dictionaries: dictionaries, decompressor: decompressor)
+        precondition(state.entity == sampleEntity, "a record read as \(sampleEntity) is of \(state.entity)")
+        for version in [0, EventLog.recordDictionaryBase + 1] as [UInt32] {
+            do {
+                let stored = try EventLog.storedProjection(
+                    state, rev: rev, history: history, dictionaryVersion: version, dictionary: dictionaries[version],
+                    compressor: compressor)
+                let again = try EventLog.readStoredProjection(
+                    stored, entity: sampleEntity, dictionaries: dictionaries, decompressor: decompressor)
+                precondition(again.state == state, "an accepted record's state reads back as another")
+                precondition(again.rev == rev, "an accepted record's rev reads back as \(again.rev), not \(rev)")
+                precondition(again.history == history, "an accepted record's status history reads back as another")
+                precondition(
+                    again.hash == StateHash(hashing: state.encoded()), "a stored record's hash is not its state's")
+            } catch {
+                preconditionFailure("an accepted record, written again, does not read: \(error)")
+            }
+        }
+        return state
+    }
+
+    /// A record's value as the store writes one, of the state `events` fold to, with its
+    /// status history in the record (seeds of the projection-record fuzzer).
+    public static func encodeProjection(
+        _ events: [Event], rev: UInt64, dictionaryVersion: UInt32, dictionary: CompressionDictionary?,
+        compressor: Compressor
+    ) throws -> [UInt8] {
+        let events = events.filter { $0.entity == sampleEntity }
+        return try EventLog.storedProjection(
+            Projection.fold(sampleEntity, events), rev: rev, history: Projection.statusHistory(sampleEntity, events),
+            dictionaryVersion: dictionaryVersion,
+            dictionary: dictionary, compressor: compressor)
+    }
+
     /// Encodes a block of events as the store writes one (seeds of the stored-value fuzzer).
     public static func encodeBlock(
         _ events: [Event], dictionaryVersion: UInt32, dictionary: CompressionDictionary?, compressor: Compressor

@@ -1,11 +1,12 @@
-import EventStore
 import Foundation
 import FuzzEntries
 import Projections
 import TestSupport
 import Testing
 
-/// The event and stored-value fuzzers' seeds and regressions (Fuzz/Corpus, Fuzz/Regressions),
+@testable import EventStore
+
+/// The event, stored-value and projection-record fuzzers' seeds and regressions (Fuzz/Corpus, Fuzz/Regressions),
 /// replayed through the fuzzers' entry points: each input must end in a value or a clear
 /// error, never a crash. docs/fuzzing.md tells how to add a regression.
 @Suite struct FuzzCorpusTests {
@@ -95,7 +96,8 @@ import Testing
                 (
                     "value-block-\(count)-\(version == 0 ? "plain" : "dictionary")",
                     try FuzzEntry.encodeBlock(
-                        Array(events.prefix(count)), dictionaryVersion: version, dictionary: version == 0 ? nil : dictionary,
+                        Array(events.prefix(count)), dictionaryVersion: version,
+                        dictionary: version == 0 ? nil : dictionary,
                         compressor: compressor)
                 ))
         }
@@ -117,6 +119,83 @@ import Testing
         let plain = try FuzzEntry.encodeStoredValue(
             event, dictionaryVersion: 0, dictionary: nil, compressor: compressor)
         seeds.append(("bad-truncated", Array(plain.dropLast(3))))
+        for (name, bytes) in seeds {
+            try Data(bytes).write(to: directory.appendingPathComponent(name))
+        }
+    }
+
+    @Test func projectionRecordSeedsAndRegressions() throws {
+        if ProcessInfo.processInfo.environment["EVSTORE_WRITE_FUZZ_SEEDS"] != nil { try writeProjectionRecordSeeds() }
+        let dictionaries = try FuzzEntry.sampleRecordDictionaries()
+        let decompressor = Decompressor()
+        let compressor = Compressor(level: 3, levelWithoutDictionary: StoreOptions.levelWithoutDictionary)
+        let seeds = FuzzInputs.files("Corpus", "projection-record")
+        #expect(seeds.count >= 10)
+        for (name, bytes) in seeds + FuzzInputs.files("Regressions", "projection-record") {
+            do {
+                let state = try FuzzEntry.projectionRecord(
+                    bytes, dictionaries: dictionaries, decompressor: decompressor, compressor: compressor)
+                #expect(name.hasPrefix("record"), "\(name) decoded to \(state)")
+                #expect(state.eventCount > 0, "\(name)")
+            } catch {
+                #expect(!name.hasPrefix("record"), "\(name): \(error)")
+                #expect(!"\(error)".isEmpty)
+            }
+        }
+    }
+
+    /// Writes the projection-record seeds into Fuzz/Corpus/projection-record (run by
+    /// `projectionRecordSeedsAndRegressions` when EVSTORE_WRITE_FUZZ_SEEDS is set): records
+    /// of states folded from the sample events, as the store writes them, with and without a
+    /// dictionary, as folded, as bodies for the fuzzer to compress, and damaged ones.
+    func writeProjectionRecordSeeds() throws {
+        let directory = FuzzInputs.directory.appendingPathComponent("Corpus/projection-record")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let dictionaries = try FuzzEntry.sampleRecordDictionaries()
+        let recordVersion = EventLog.recordDictionaryBase + 1
+        let compressor = Compressor(level: 3, levelWithoutDictionary: StoreOptions.levelWithoutDictionary)
+        let events = try FuzzEntry.sampleEvents(count: 60).enumerated().map { index, json in
+            let event = try EventCodec.decodeStored(json, id: ULID(high: FuzzEntry.sampleID.high, low: UInt64(index)))
+            return Event(
+                id: event.id, origin: event.origin, entity: FuzzEntry.sampleEntity, body: event.body, key: event.key,
+                by: event.by, at: event.at)
+        }
+        var seeds: [(String, [UInt8])] = []
+        for count in [1, 6, 30, 60] {
+            let folded = Array(events.prefix(count))
+            let state = Projection.fold(FuzzEntry.sampleEntity, folded)
+            let history = Projection.statusHistory(FuzzEntry.sampleEntity, folded)
+            for version in [0, recordVersion] {
+                let value = try FuzzEntry.encodeProjection(
+                    folded, rev: UInt64(count), dictionaryVersion: version, dictionary: dictionaries[version],
+                    compressor: compressor)
+                seeds.append(("record-\(count)-\(version == 0 ? "plain" : "dictionary")", [0] + value))
+            }
+            let record = EventLog.projectionRecord(state, rev: UInt64(count), history: history).record
+            seeds.append(("record-\(count)-folded", [0, EventLog.foldedProjectionForm] + record))
+            // The body alone (state and history), which the fuzzer compresses: rev 5, with
+            // and without the records' dictionary.
+            let body = try ProjectionRecord(bytes: record).revAndBody(entity: FuzzEntry.sampleEntity).body
+            seeds.append(("record-\(count)-body-plain", [5 << 2 | 1] + body))
+            seeds.append(("record-\(count)-body-dictionary", [5 << 2 | 3] + body))
+        }
+        let state = Projection.fold(FuzzEntry.sampleEntity, events)
+        let outOfRecord = try EventLog.storedProjection(
+            state, rev: 60, history: nil, dictionaryVersion: recordVersion, dictionary: dictionaries[recordVersion],
+            compressor: compressor)
+        seeds.append(("record-history-in-table", [0] + outOfRecord))
+        let compressed = try FuzzEntry.encodeProjection(
+            events, rev: 60, dictionaryVersion: recordVersion, dictionary: dictionaries[recordVersion],
+            compressor: compressor)
+        seeds.append(("bad-truncated", [0] + compressed.dropLast(4)))
+        var unknown = compressed
+        unknown[0] = 0x42
+        seeds.append(("bad-form", [0] + unknown))
+        var missing = compressed
+        missing[2] = 2 * 5 + 1  // the events' dictionary 5, which the store does not hold
+        seeds.append(("bad-missing-dictionary", [0] + missing))
+        seeds.append(("bad-body", [1, 0x05, 0xFF, 0xFF, 0x00, 0x01]))
+        seeds.append(("bad-empty", [0]))
         for (name, bytes) in seeds {
             try Data(bytes).write(to: directory.appendingPathComponent(name))
         }

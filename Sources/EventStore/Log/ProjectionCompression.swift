@@ -79,7 +79,7 @@ struct RecordCompression {
 extension EventLog {
     /// The records' dictionaries share the `dictionaries` table with the events': record
     /// dictionary n is version `recordDictionaryBase + n`, far above any the events reach.
-    static let recordDictionaryBase: UInt32 = 0x8000_0000
+    package static let recordDictionaryBase: UInt32 = 0x8000_0000
     /// The first byte of a stored record: as folded, or compressed.
     static let foldedProjectionForm: UInt8 = 0x01
     static let compressedProjectionForm: UInt8 = 0xC7
@@ -112,28 +112,59 @@ extension EventLog {
     func expanded(_ value: [UInt8], entity: EntityKey, txn: borrowing some TransactionReading & ~Copyable) throws
         -> ProjectionRecord
     {
+        let compressed: CompressedProjection
+        switch try EventLog.storedProjectionForm(value, entity: entity) {
+        case .folded(let record): return record
+        case .compressed(let parts): compressed = parts
+        }
+        let dictionary = try dictionary(compressed.dictionaryVersion, txn: txn)
+        return try decompressors.withDecompressor { decompressor in
+            try EventLog.expand(compressed, entity: entity, dictionary: dictionary, decompressor: decompressor)
+        }
+    }
+
+    /// A compressed record's parts, its frame not decompressed.
+    struct CompressedProjection {
+        let rev: UInt64
+        let dictionaryVersion: UInt32
+        let frame: [UInt8]
+    }
+
+    enum StoredProjectionForm {
+        case folded(ProjectionRecord)
+        case compressed(CompressedProjection)
+    }
+
+    /// What the first byte of a stored record says it is, and its parts.
+    static func storedProjectionForm(_ value: [UInt8], entity: EntityKey) throws -> StoredProjectionForm {
         guard let form = value.first else { throw CorruptDataError("projection record of \(entity) is empty") }
-        if form == EventLog.foldedProjectionForm { return ProjectionRecord(bytes: Array(value[1...])) }
-        guard form == EventLog.compressedProjectionForm else {
+        if form == foldedProjectionForm { return .folded(ProjectionRecord(bytes: Array(value[1...]))) }
+        guard form == compressedProjectionForm else {
             throw CorruptDataError("projection record of \(entity) has an unknown form (its first byte is \(form))")
         }
-        let (rev, version, frame): (UInt64, UInt32, [UInt8])
         do throws(CorruptDataError) {
             var reader = ByteReader(value, at: 1)
-            rev = try reader.varint()
-            guard let known = EventLog.dictionaryVersion(code: try reader.varint()) else {
+            let rev = try reader.varint()
+            guard let version = dictionaryVersion(code: try reader.varint()) else {
                 throw CorruptDataError("its dictionary code is out of range")
             }
-            (version, frame) = (known, try reader.bytes(reader.remaining))
+            return .compressed(
+                CompressedProjection(rev: rev, dictionaryVersion: version, frame: try reader.bytes(reader.remaining)))
         } catch {
             throw CorruptDataError("the compressed projection record of \(entity) does not read: \(error.message)")
         }
-        let dictionary = try dictionary(version, txn: txn)
+    }
+
+    /// A compressed record decompressed with `dictionary` (the one it names), as folded, its
+    /// hash computed from its state.
+    static func expand(
+        _ compressed: CompressedProjection, entity: EntityKey, dictionary: CompressionDictionary?,
+        decompressor: Decompressor
+    ) throws -> ProjectionRecord {
         let body: [UInt8]
         do {
-            body = try decompressors.withDecompressor { decompressor in
-                try decompressor.decompress(frame, dictionary: dictionary, maxSize: EventLog.maxProjectionBodyBytes)
-            }
+            body = try decompressor.decompress(
+                compressed.frame, dictionary: dictionary, maxSize: maxProjectionBodyBytes)
         } catch {
             throw CorruptDataError("the compressed projection record of \(entity) does not decompress: \(error)")
         }
@@ -149,9 +180,61 @@ extension EventLog {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(26 + body.count)
         ULID(high: hash.high, low: hash.low).append(to: &bytes)
-        bytes.appendVarint(rev)
+        bytes.appendVarint(compressed.rev)
         bytes.append(contentsOf: body)
         return ProjectionRecord(bytes: bytes)
+    }
+
+    /// A stored record read as a `get` reads it, without a store (the projection-record
+    /// fuzzer's entry): its state hash, state, rev and status history (nil: in
+    /// `status_history`). `dictionaries` stands for the store's dictionary table; a version
+    /// not in it is a corrupt store.
+    package static func readStoredProjection(
+        _ value: [UInt8], entity: EntityKey, dictionaries: [UInt32: CompressionDictionary],
+        decompressor: Decompressor
+    ) throws -> (hash: StateHash, state: EntityState, rev: UInt64, history: [StatusEntry]?) {
+        let record: ProjectionRecord
+        switch try storedProjectionForm(value, entity: entity) {
+        case .folded(let folded): record = folded
+        case .compressed(let compressed):
+            var dictionary: CompressionDictionary?
+            if compressed.dictionaryVersion != 0 {
+                guard let known = dictionaries[compressed.dictionaryVersion] else {
+                    throw EventStoreError(
+                        .corrupt, "compression dictionary \(compressed.dictionaryVersion) is missing from the store")
+                }
+                dictionary = known
+            }
+            record = try expand(compressed, entity: entity, dictionary: dictionary, decompressor: decompressor)
+        }
+        let (hash, state, rev, history) = try decodeProjection(record, entity: entity, history: true)
+        return (hash, state, rev, history)
+    }
+
+    /// The value the store writes for a record of `state` (the projection-record fuzzer's
+    /// seeds and checks): compressed with `dictionary`, or as folded when that saves too little.
+    package static func storedProjection(
+        _ state: EntityState, rev: UInt64, history: [StatusEntry]?, dictionaryVersion: UInt32,
+        dictionary: CompressionDictionary?, compressor: Compressor
+    ) throws -> [UInt8] {
+        let record = projectionRecord(state, rev: rev, history: history).record
+        let compressed = try compressedProjection(
+            record, entity: state.entity, dictionaryVersion: dictionaryVersion, dictionary: dictionary,
+            compressor: compressor)
+        return compressed ?? [foldedProjectionForm] + record
+    }
+
+    /// A compressed record of whatever `body` holds (the projection-record fuzzer's way past
+    /// the zstd frame to the decoders behind it): `[0xC7][rev][dictionary code][frame of body]`.
+    package static func compressedProjection(
+        body: [UInt8], rev: UInt64, dictionaryVersion: UInt32, dictionary: CompressionDictionary?,
+        compressor: Compressor
+    ) throws -> [UInt8] {
+        var out: [UInt8] = [compressedProjectionForm]
+        out.appendVarint(rev)
+        out.appendVarint(dictionaryCode(dictionaryVersion))
+        try compressor.compress(body, dictionary: dictionary, appendingTo: &out)
+        return out
     }
 
     /// The rev of the record `value` as `projections` holds it, nothing decompressed.
