@@ -56,6 +56,9 @@ package final class Outbox: @unchecked Sendable {
         case done
     }
 
+    /// What one write takes from the ready slots, at most (or one slot, when larger).
+    static let writeBytes = 256 << 10
+
     package let notificationLimit: Int
     package let notificationByteLimit: Int
     package let byteLimit: Int
@@ -67,9 +70,13 @@ package final class Outbox: @unchecked Sendable {
     private let condition = Condition()
     private var slots: [Slot] = []
     private var head = 0
-    /// Bytes taken from the head that a write without blocking could not send: they go
-    /// before anything else, and only the sender writes them.
+    /// Bytes taken from the head that a write without blocking could not send, from
+    /// `unsentStart` on: they go before anything else, and only the sender writes them.
+    /// The buffer is kept whole and the start moves, so a write the socket takes a little
+    /// of at a time (a watcher's stream, up to a mebibyte a write against a socket buffer of
+    /// a few hundred kilobytes) copies nothing again.
     private var unsent: [UInt8] = []
+    private var unsentStart = 0
     /// A thread is writing to the socket (the loop, or one writing what it completed).
     private var writing = false
     /// Whether a request thread waits on the condition (for its appends, or for room for
@@ -252,8 +259,9 @@ package final class Outbox: @unchecked Sendable {
         wakeLoop()
         resumeWaiting()
         guard !writing else { return }
-        let out = unsent + line
+        let out = Array(unsent[unsentStart...]) + line
         unsent = []
+        unsentStart = 0
         writing = true
         condition.unlock()
         _ = try? socket.writeAvailable(out)
@@ -326,9 +334,11 @@ package final class Outbox: @unchecked Sendable {
             if aborted { return .done }
             if !unsent.isEmpty {
                 let out = unsent
+                let start = unsentStart
                 unsent = []
-                queuedBytes -= out.count
-                write(out, fromLoop: true)
+                unsentStart = 0
+                queuedBytes -= out.count - start
+                write(out, from: start, fromLoop: true)
                 if !unsent.isEmpty { return aborted ? .done : .blocked }
                 continue
             }
@@ -355,21 +365,31 @@ package final class Outbox: @unchecked Sendable {
     /// Whatever is ready at the head, one write's worth; notifications taken make room.
     /// Call with the condition's lock held.
     private func takeReady() -> [UInt8] {
+        // The sender writes `unsent` first, so nothing is left of it here.
+        assert(unsent.isEmpty, "ready bytes taken before the unsent ones")
+        // The ready slots one write takes, and their size: the buffer is made once, at its
+        // size (a watcher's stream is thousands of small notifications a write).
+        var end = head
+        var total = 0
+        while end < slots.count, slots[end].bytes != nil, total < Outbox.writeBytes {
+            total += slots[end].size
+            end += 1
+        }
         var out: [UInt8] = []
-        swap(&out, &unsent)
-        queuedBytes -= out.count
+        // One response alone is written as it is, without a copy.
+        let alone = end - head == 1 && slots[head].parts.isEmpty
+        if !alone { out.reserveCapacity(total) }
         var released = 0
         var releasedBytes = 0
-        while head < slots.count, let bytes = slots[head].bytes {
-            if out.isEmpty { out = bytes } else { out.append(contentsOf: bytes) }
+        while head < end, let bytes = slots[head].bytes {
+            if alone { out = bytes } else { out.append(contentsOf: bytes) }
             for part in slots[head].parts {
-                if out.isEmpty { out = part } else { out.append(contentsOf: part) }
+                out.append(contentsOf: part)
                 releasedBytes += part.count
             }
             released += slots[head].notifications
             queuedBytes -= bytes.count
             head += 1
-            if out.count >= 1 << 20 { break }
         }
         queuedBytes -= releasedBytes
         if head == slots.count {
@@ -409,16 +429,16 @@ package final class Outbox: @unchecked Sendable {
         if !out.isEmpty { write(out) }
     }
 
-    /// Writes `bytes`, which are next in order, without blocking; what the socket does not
-    /// take is kept for the loop. Call with the condition's lock held and nobody writing:
-    /// the lock is let go during the system call.
-    private func write(_ bytes: [UInt8], fromLoop: Bool = false) {
+    /// Writes `bytes` from `start` on, which are next in order, without blocking; what the
+    /// socket does not take is kept for the loop. Call with the condition's lock held and
+    /// nobody writing: the lock is let go during the system call.
+    private func write(_ bytes: [UInt8], from start: Int = 0, fromLoop: Bool = false) {
         writing = true
-        sendingBytes = bytes.count
+        sendingBytes = bytes.count - start
         condition.unlock()
         let result: Result<Int, SocketError>
         do throws(SocketError) {
-            result = .success(try socket.writeAvailable(bytes))
+            result = .success(try socket.writeAvailable(bytes, from: start))
         } catch {
             result = .failure(error)
         }
@@ -429,9 +449,10 @@ package final class Outbox: @unchecked Sendable {
         switch result {
         case .success(let written):
             bytesWritten += written
-            if written < bytes.count {
-                unsent = Array(bytes[written...])
-                queuedBytes += unsent.count
+            if start + written < bytes.count {
+                unsent = bytes
+                unsentStart = start + written
+                queuedBytes += bytes.count - unsentStart
             }
         case .failure(let error):
             failure = error
@@ -462,9 +483,10 @@ package final class Outbox: @unchecked Sendable {
         readerWaiting = false
     }
 
-    /// Charges what waits to be sent to the budget. Call with the condition's lock held.
+    /// Charges what waits to be sent to the budget, with the part of `unsent` already sent,
+    /// which its buffer still holds. Call with the condition's lock held.
     private func recharge() {
-        charge.set(queuedBytes + sendingBytes)
+        charge.set(queuedBytes + sendingBytes + unsentStart)
     }
 
     /// Looks again whether a request held back for room may run: the budget may have room

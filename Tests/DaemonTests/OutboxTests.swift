@@ -1,9 +1,10 @@
-@testable import Daemon
 import Foundation
-@testable import Server
 import Synchronization
 import Testing
 import UnixSocket
+
+@testable import Daemon
+@testable import Server
 @testable import Writer
 
 /// Plays a connection's event loop for `outbox` in a test: flushes it whenever it asks,
@@ -183,5 +184,48 @@ struct OutboxTests {
         #expect(lines.count == 64 && lines.allSatisfy { $0 == line })
         outbox.finish()
         sender.wait()
+    }
+
+    @Test("a stream of notifications the socket takes a little at a time arrives whole and in order")
+    func notificationsThroughPartialWrites() throws {
+        let (server, client) = try UnixConnection.pair()
+        let outbox = Outbox(
+            socket: server, notificationLimit: 200_000, byteLimit: 64 << 20, notificationByteLimit: 64 << 20)
+        let sender = startSender(outbox, server)
+        // 40,000 notifications of 180 to 420 bytes: each write the sender makes (up to
+        // 256 KiB) is taken by the socket a part at a time while the client reads slowly.
+        let lines = (0..<40_000).map { index in
+            Array("{\"n\":\(index),\"pad\":\"\(String(repeating: "y", count: 160 + index % 241))\"}\n".utf8)
+        }
+        let expected = lines.reduce(0) { $0 + $1.count }
+        let received = Mutex<[String]>([])
+        let finished = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            var reader = LineReader(limit: 1 << 20)
+            var count = 0
+            while count < lines.count {
+                guard
+                    case .line(let bytes) = try? reader.next(reading: { buffer, n in
+                        try client.read(into: &buffer, count: min(n, 4096))
+                    })
+                else { break }
+                received.withLock { $0.append(String(decoding: bytes, as: UTF8.self)) }
+                count += 1
+                if count % 2000 == 0 { usleep(2000) }
+            }
+            finished.signal()
+        }
+        for start in stride(from: 0, to: lines.count, by: 1000) {
+            #expect(outbox.offerNotifications(Array(lines[start..<start + 1000])) == 1000)
+        }
+        #expect(finished.wait(timeout: .now() + 60) == .success)
+        let got = received.withLock { $0 }
+        #expect(got.count == lines.count)
+        #expect(got == lines.map { String(decoding: $0.dropLast(), as: UTF8.self) })
+        #expect(outbox.written == expected)
+        // A stream that went wrong would leave the sender writing to nobody: cut it off.
+        if got.count != lines.count || outbox.written != expected { outbox.abort() }
+        outbox.finish()
+        #expect(sender.wait(timeout: .now() + 10) == .success)
     }
 }
