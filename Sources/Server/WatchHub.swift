@@ -305,10 +305,15 @@ package final class WatchHub: CommitPublisher, @unchecked Sendable {
     }
 
     package static func notification(_ item: borrowing SequencedEvent, into out: inout [UInt8]) {
-        out.append(contentsOf: #"{"jsonrpc":"2.0","method":"event","params":{"event":"#.utf8)
+        out.append(contentsOf: notificationHead)
         EventJSON.stored(item, into: &out)
-        out.append(contentsOf: "}}\n".utf8)
+        out.append(contentsOf: notificationTail)
     }
+
+    /// A notification's bytes around its event, as arrays: appended from a string's UTF-8
+    /// view, they took a copy through the string each time, on the writer, per event.
+    private static let notificationHead = Array(#"{"jsonrpc":"2.0","method":"event","params":{"event":"#.utf8)
+    private static let notificationTail = Array("}}\n".utf8)
 
     package static func overflow(resumeAfter: UInt64) -> [UInt8] {
         var out = JSONWriter()

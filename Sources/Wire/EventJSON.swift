@@ -19,11 +19,11 @@ package enum EventJSON {
         {
             let start = out.count
             out.append(contentsOf: payload[..<at])
-            out.append(contentsOf: #""id":"#.utf8)
+            out.append(contentsOf: idKey)
             item.event.id.appendJSON(to: &out)
             out.append(UInt8(ascii: ","))
             out.append(contentsOf: payload[at..<(payload.count - 1)])
-            out.append(contentsOf: #","seq":"#.utf8)
+            out.append(contentsOf: seqMember)
             CanonicalWriter.appendInteger(Int(clamping: item.seq), to: &out)
             out.append(UInt8(ascii: "}"))
             assert(
@@ -34,8 +34,11 @@ package enum EventJSON {
         EventCodec.encodeStored(item.event, includeID: true, into: &out)
         guard out.last == UInt8(ascii: "}") else { return }
         out.removeLast()
-        out.append(contentsOf: Array(#","seq":"#.utf8))
+        out.append(contentsOf: seqMember)
         CanonicalWriter.appendInteger(Int(clamping: item.seq), to: &out)
         out.append(UInt8(ascii: "}"))
     }
+
+    private static let idKey = Array(#""id":"#.utf8)
+    private static let seqMember = Array(#","seq":"#.utf8)
 }
