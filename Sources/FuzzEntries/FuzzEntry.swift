@@ -89,13 +89,7 @@ public enum FuzzEntry {
         _ value: [UInt8], id: ULID, dictionaries: [UInt32: CompressionDictionary], decompressor: Decompressor
     ) throws -> Event {
         let (version, frame) = try StoredValue.decode(value)
-        var dictionary: CompressionDictionary?
-        if version != 0 {
-            guard let known = dictionaries[version] else {
-                throw EventStoreError(.corrupt, "compression dictionary \(version) is missing from the store")
-            }
-            dictionary = known
-        }
+        let dictionary = try EventLog.dictionary(version, in: dictionaries)
         let payload = try decompressor.decompress(
             frame, dictionary: dictionary, maxSize: StoreOptions.absoluteMaxEventBytes)
         precondition(payload.count <= StoreOptions.absoluteMaxEventBytes, "a value inflated past the limit")

@@ -43,15 +43,25 @@ import Testing
         if ProcessInfo.processInfo.environment["EVSTORE_WRITE_FUZZ_SEEDS"] != nil { try writeStoredValueSeeds() }
         let dictionaries: [UInt32: CompressionDictionary] = [1: try FuzzEntry.sampleDictionary()]
         let decompressor = Decompressor()
-        let seeds = FuzzInputs.files("Corpus", "stored-value")
+        replay("stored-value", valid: "value") { bytes in
+            let events = try FuzzEntry.storedValue(bytes, dictionaries: dictionaries, decompressor: decompressor)
+            return (events, !events.isEmpty)
+        }
+    }
+
+    /// Replays the seeds and regressions of `fuzzer` through `decode`: those whose name
+    /// starts with `valid` must decode to something it finds sound, the others must fail
+    /// with a message.
+    func replay(_ fuzzer: String, valid: String, _ decode: ([UInt8]) throws -> (Any, Bool)) {
+        let seeds = FuzzInputs.files("Corpus", fuzzer)
         #expect(seeds.count >= 10)
-        for (name, bytes) in seeds + FuzzInputs.files("Regressions", "stored-value") {
+        for (name, bytes) in seeds + FuzzInputs.files("Regressions", fuzzer) {
             do {
-                let events = try FuzzEntry.storedValue(bytes, dictionaries: dictionaries, decompressor: decompressor)
-                #expect(name.hasPrefix("value"), "\(name) decoded to \(events)")
-                #expect(!events.isEmpty)
+                let (decoded, sound) = try decode(bytes)
+                #expect(name.hasPrefix(valid), "\(name) decoded to \(decoded)")
+                #expect(sound, "\(name) decoded to \(decoded)")
             } catch {
-                #expect(!name.hasPrefix("value"), "\(name): \(error)")
+                #expect(!name.hasPrefix(valid), "\(name): \(error)")
                 #expect(!"\(error)".isEmpty)
             }
         }
@@ -129,18 +139,10 @@ import Testing
         let dictionaries = try FuzzEntry.sampleRecordDictionaries()
         let decompressor = Decompressor()
         let compressor = Compressor(level: 3, levelWithoutDictionary: StoreOptions.levelWithoutDictionary)
-        let seeds = FuzzInputs.files("Corpus", "projection-record")
-        #expect(seeds.count >= 10)
-        for (name, bytes) in seeds + FuzzInputs.files("Regressions", "projection-record") {
-            do {
-                let state = try FuzzEntry.projectionRecord(
-                    bytes, dictionaries: dictionaries, decompressor: decompressor, compressor: compressor)
-                #expect(name.hasPrefix("record"), "\(name) decoded to \(state)")
-                #expect(state.eventCount > 0, "\(name)")
-            } catch {
-                #expect(!name.hasPrefix("record"), "\(name): \(error)")
-                #expect(!"\(error)".isEmpty)
-            }
+        replay("projection-record", valid: "record") { bytes in
+            let state = try FuzzEntry.projectionRecord(
+                bytes, dictionaries: dictionaries, decompressor: decompressor, compressor: compressor)
+            return (state, state.eventCount > 0)
         }
     }
 

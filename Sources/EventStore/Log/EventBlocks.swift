@@ -130,14 +130,7 @@ package enum EventBlocks {
         of value: [UInt8], first: UInt64, dictionaries: [UInt32: CompressionDictionary], decompressor: Decompressor
     ) throws -> [(id: ULID, payload: [UInt8])] {
         let header = try header(value, first: first)
-        var dictionary: CompressionDictionary?
-        if header.dictionaryVersion != 0 {
-            guard let known = dictionaries[header.dictionaryVersion] else {
-                throw EventStoreError(
-                    .corrupt, "compression dictionary \(header.dictionaryVersion) is missing from the store")
-            }
-            dictionary = known
-        }
+        let dictionary = try EventLog.dictionary(header.dictionaryVersion, in: dictionaries)
         let block = try decode(value, first: first, header: header, dictionary: dictionary, decompressor: decompressor)
         return (0..<block.count).map { (block.id(at: $0), block.payload(at: $0)) }
     }

@@ -197,18 +197,24 @@ extension EventLog {
         switch try storedProjectionForm(value, entity: entity) {
         case .folded(let folded): record = folded
         case .compressed(let compressed):
-            var dictionary: CompressionDictionary?
-            if compressed.dictionaryVersion != 0 {
-                guard let known = dictionaries[compressed.dictionaryVersion] else {
-                    throw EventStoreError(
-                        .corrupt, "compression dictionary \(compressed.dictionaryVersion) is missing from the store")
-                }
-                dictionary = known
-            }
+            let dictionary = try dictionary(compressed.dictionaryVersion, in: dictionaries)
             record = try expand(compressed, entity: entity, dictionary: dictionary, decompressor: decompressor)
         }
         let (hash, state, rev, history) = try decodeProjection(record, entity: entity, history: true)
         return (hash, state, rev, history)
+    }
+
+    /// Dictionary `version` of `dictionaries`, which stands for the store's dictionary
+    /// table (the fuzz entries' reads without a store): nil for version 0, none; a version
+    /// it lacks is a corrupt store.
+    package static func dictionary(_ version: UInt32, in dictionaries: [UInt32: CompressionDictionary]) throws
+        -> CompressionDictionary?
+    {
+        guard version != 0 else { return nil }
+        guard let known = dictionaries[version] else {
+            throw EventStoreError(.corrupt, "compression dictionary \(version) is missing from the store")
+        }
+        return known
     }
 
     /// The value the store writes for a record of `state` (the projection-record fuzzer's
