@@ -38,10 +38,9 @@ struct RecordCompression {
     /// zstd fails (out of memory). Readers take both, so a failed compression costs bytes,
     /// never the write.
     func stored(_ record: [UInt8], entity: EntityKey) -> [UInt8] {
-        let compressed = try? EventLog.compressedProjection(
+        (try? EventLog.storedProjection(
             record, entity: entity, dictionaryVersion: dictionaryVersion, dictionary: dictionary,
-            compressor: compressor)
-        return compressed.flatMap { $0 } ?? [EventLog.foldedProjectionForm] + record
+            compressor: compressor)) ?? [EventLog.foldedProjectionForm] + record
     }
 }
 
@@ -218,20 +217,37 @@ extension EventLog {
     }
 
     /// The value the store writes for a record of `state` (the projection-record fuzzer's
-    /// seeds and checks): compressed with `dictionary`, or as folded when that saves too little.
+    /// seeds and checks).
     package static func storedProjection(
         _ state: EntityState, rev: UInt64, history: [StatusEntry]?, dictionaryVersion: UInt32,
         dictionary: CompressionDictionary?, compressor: Compressor
     ) throws -> [UInt8] {
-        let record = projectionRecord(state, rev: rev, history: history).record
-        let compressed = try compressedProjection(
-            record, entity: state.entity, dictionaryVersion: dictionaryVersion, dictionary: dictionary,
-            compressor: compressor)
-        return compressed ?? [foldedProjectionForm] + record
+        try storedProjection(
+            projectionRecord(state, rev: rev, history: history).record, entity: state.entity,
+            dictionaryVersion: dictionaryVersion, dictionary: dictionary, compressor: compressor)
     }
 
-    /// A compressed record of whatever `body` holds (the projection-record fuzzer's way past
-    /// the zstd frame to the decoders behind it): `[0xC7][rev][dictionary code][frame of body]`.
+    /// The value to store for the record as folded `record`: compressed with `dictionary`,
+    /// or behind its form byte as folded when compressing would not save
+    /// `projectionMinimumSaving` bytes.
+    static func storedProjection(
+        _ record: [UInt8], entity: EntityKey, dictionaryVersion: UInt32, dictionary: CompressionDictionary?,
+        compressor: Compressor
+    ) throws -> [UInt8] {
+        let (rev, body) = try ProjectionRecord(bytes: record).revAndBody(entity: entity)
+        if body.count > projectionMinimumSaving {
+            let compressed = try compressedProjection(
+                body: body, rev: rev, dictionaryVersion: dictionaryVersion, dictionary: dictionary,
+                compressor: compressor)
+            if compressed.count + projectionMinimumSaving <= record.count + 1 { return compressed }
+        }
+        return [foldedProjectionForm] + record
+    }
+
+    /// A compressed record of `body`, the state and history of a record as folded (or
+    /// whatever the projection-record fuzzer puts there, its way past the zstd frame to the
+    /// decoders behind it): `[0xC7][varint rev][varint dictionary code][zstd frame of body]`,
+    /// without the hash, which is the state's.
     package static func compressedProjection(
         body: [UInt8], rev: UInt64, dictionaryVersion: UInt32, dictionary: CompressionDictionary?,
         compressor: Compressor
@@ -258,22 +274,5 @@ extension EventLog {
         default:
             throw CorruptDataError("projection record of \(entity) has an unknown form (its first byte is \(form))")
         }
-    }
-
-    /// The record as folded `record` (`projectionRecord`) in its compressed form —
-    /// `[0xC7][varint rev][varint dictionary code][zstd frame of the state and history]`,
-    /// without the hash, which is the state's — or nil when that would not save
-    /// `projectionMinimumSaving` bytes.
-    static func compressedProjection(
-        _ record: [UInt8], entity: EntityKey, dictionaryVersion: UInt32, dictionary: CompressionDictionary?,
-        compressor: Compressor
-    ) throws -> [UInt8]? {
-        let (rev, body) = try ProjectionRecord(bytes: record).revAndBody(entity: entity)
-        guard body.count > projectionMinimumSaving else { return nil }
-        var out: [UInt8] = [compressedProjectionForm]
-        out.appendVarint(rev)
-        out.appendVarint(dictionaryCode(dictionaryVersion))
-        try compressor.compress(body, dictionary: dictionary, appendingTo: &out)
-        return out.count + projectionMinimumSaving <= record.count + 1 ? out : nil
     }
 }
