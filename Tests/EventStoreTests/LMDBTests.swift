@@ -321,6 +321,16 @@ struct LMDBCursorTests {
                     #expect(try cursor.seekExact(bytes("c"))?.value == bytes("C"))
                     #expect(try cursor.first()?.key == bytes("a"))
                     #expect(try cursor.prev() == nil)
+
+                    // The key-only moves land where `seek` and `prev` do; `current` takes the value.
+                    #expect(try cursor.seekKey(bytes("d")) == bytes("e"))
+                    #expect(try cursor.current()?.value == bytes("E"))
+                    #expect(try cursor.prevKey() == bytes("c"))
+                    #expect(try cursor.current()?.value == bytes("C"))
+                    #expect(try cursor.seekKey(bytes("b")) == bytes("b"))
+                    #expect(try cursor.prevKey() == bytes("a"))
+                    #expect(try cursor.prevKey() == nil)
+                    #expect(try cursor.seekKey(bytes("f")) == nil)
                 }
             }
         }

@@ -31,6 +31,14 @@ public final class Decompressor: @unchecked Sendable {
     /// their size (checked against `maxSize` before anything is allocated) and
     /// `ZSTD_decompressStream` for frames that do not (stopped once past `maxSize`).
     public func decompress(_ frame: [UInt8], dictionary: CompressionDictionary?, maxSize: Int) throws -> [UInt8] {
+        try decompress(frame[...], dictionary: dictionary, maxSize: maxSize)
+    }
+
+    /// The same for a frame that is part of a larger value (a block's, after its header),
+    /// read where it lies.
+    public func decompress(_ frame: ArraySlice<UInt8>, dictionary: CompressionDictionary?, maxSize: Int) throws
+        -> [UInt8]
+    {
         let frameSize = try Zstd.frameSize(frame)
         guard frameSize == frame.count else {
             throw ZstdError(
@@ -67,6 +75,7 @@ public final class Decompressor: @unchecked Sendable {
         _ frame: [UInt8], dictionary: CompressionDictionary?, maxSize: Int,
         pieces consume: (UnsafeRawBufferPointer) -> Bool
     ) throws -> Bool {
+        let frame = frame[...]
         let frameSize = try Zstd.frameSize(frame)
         guard frameSize == frame.count else {
             throw ZstdError(

@@ -55,6 +55,16 @@ public struct Cursor: ~Copyable {
     /// Moves to the first key greater than or equal to `key` (`MDB_SET_RANGE`).
     public mutating func seek(_ key: [UInt8]) throws(LMDBError) -> Entry? { try move(.setRange, key: key) }
 
+    /// `seek` that copies out only the key it lands on; `current()` takes the value.
+    public mutating func seekKey(_ key: [UInt8]) throws(LMDBError) -> [UInt8]? {
+        try perform("mdb_cursor_get") { cursor throws(LMDBError) in try MDB.cursorGetKey(cursor, .setRange, key: key) }
+    }
+
+    /// `prev` that copies out only the key it lands on.
+    public mutating func prevKey() throws(LMDBError) -> [UInt8]? {
+        try perform("mdb_cursor_get") { cursor throws(LMDBError) in try MDB.cursorGetKey(cursor, .prev) }
+    }
+
     /// Moves to `key` exactly (`MDB_SET_KEY`), to its first value in a `.dupSort` database.
     public mutating func seekExact(_ key: [UInt8]) throws(LMDBError) -> Entry? { try move(.setKey, key: key) }
 

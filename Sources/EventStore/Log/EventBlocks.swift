@@ -112,7 +112,7 @@ package enum EventBlocks {
         let raw: [UInt8]
         do {
             raw = try decompressor.decompress(
-                Array(value[header.frameStart...]), dictionary: dictionary, maxSize: header.rawBytes)
+                value[header.frameStart...], dictionary: dictionary, maxSize: header.rawBytes)
         } catch {
             throw CorruptDataError("the block of \(seqs(first, header.count)) does not decompress: \(error)")
         }
@@ -168,10 +168,9 @@ package enum EventBlocks {
 /// A block decompressed: its records' bytes and where each record starts.
 struct DecodedBlock: Sendable {
     let first: UInt64
-    /// The length and XXH64 of the value it was decoded from: what tells a block of the tail
-    /// from the one written under its key before it.
-    let valueBytes: Int
-    let valueHash: UInt64
+    /// The value it was decoded from, compressed: what tells a block of the tail from the
+    /// one written under its key before it (a cached block is used only for the same bytes).
+    let value: [UInt8]
     let raw: [UInt8]
     /// The offset in `raw` of each record's id.
     let starts: [Int]
@@ -195,10 +194,9 @@ struct DecodedBlock: Sendable {
     }
 
     /// Checks the records laid out in `raw` against what the header says: `count` records
-    /// that fill it exactly, each id well formed.
+    /// that fill it exactly (any 16 bytes are an id).
     init(first: UInt64, value: [UInt8], raw: [UInt8], count: Int) throws(CorruptDataError) {
-        self.valueBytes = value.count
-        self.valueHash = XXH64.hash(value)
+        self.value = value
         var starts: [Int] = []
         starts.reserveCapacity(count)
         var position = 0
@@ -207,10 +205,6 @@ struct DecodedBlock: Sendable {
                 throw CorruptDataError(
                     "the block of \(EventBlocks.seqs(first, count)) does not read: its records do not end where it says"
                 )
-            }
-            guard ULID(bytes: raw, at: position) != nil else {
-                throw CorruptDataError(
-                    "the block of \(EventBlocks.seqs(first, count)) does not read: record \(starts.count) has no id")
             }
             var length = 0
             for byte in raw[(position + 16)..<(position + 20)] { length = length << 8 | Int(byte) }
@@ -236,8 +230,10 @@ struct DecodedBlock: Sendable {
 /// The blocks read last, decompressed, for readers that go through a run of them (`log`,
 /// a peer's range, an entity's history) or come back to one. Shared by every reader: a
 /// block never changes once written, but for the last one, which a commit may top up under
-/// the same key; an entry is used only for a value of the same length and XXH64 as the one
-/// it was decoded from.
+/// the same key (and a write that failed may have left one under a key a later write
+/// takes); an entry is used only for the very bytes it was decoded from. Comparing them
+/// costs a hit about what hashing them did, and a miss nothing: most reads of a block are
+/// its first (a `log` page, a random read).
 final class BlockCache: Sendable {
     static let capacity = 64
 
@@ -246,7 +242,7 @@ final class BlockCache: Sendable {
 
     func block(_ first: UInt64, value: [UInt8]) -> DecodedBlock? {
         blocks.withLock { blocks in
-            blocks.value(for: first) { $0.valueBytes == value.count && $0.valueHash == XXH64.hash(value) }
+            blocks.value(for: first) { $0.value == value }
         }
     }
 
@@ -274,9 +270,11 @@ extension EventLog {
     func block(holding seq: UInt64, txn: borrowing some TransactionReading & ~Copyable) throws -> DecodedBlock? {
         let key = bigEndian(seq)
         for table in tables.blockTables {
+            // Keys first: the block after the one holding `seq` is passed over uncopied.
             let entry = try txn.withCursor(table) { cursor -> Cursor.Entry? in
-                guard let found = try cursor.seek(key) else { return try cursor.last() }
-                return found.key == key ? found : try cursor.prev()
+                guard let found = try cursor.seekKey(key) else { return try cursor.last() }
+                if found != key, try cursor.prevKey() == nil { return nil }
+                return try cursor.current()
             }
             // Passed over by its header when it does not hold `seq` (the last full block,
             // when `seq` is in the tail); a decoded block holds what its header says.

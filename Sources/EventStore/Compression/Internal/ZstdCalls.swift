@@ -147,13 +147,13 @@ enum Zstd {
     }
 
     /// The size of the first frame in `input`; throws when it is not a complete frame.
-    static func frameSize(_ input: [UInt8]) throws(ZstdError) -> Int {
+    static func frameSize(_ input: ArraySlice<UInt8>) throws(ZstdError) -> Int {
         let result = input.withUnsafeBytes { ZSTD_findFrameCompressedSize($0.baseAddress, $0.count) }
         return try check(result, "ZSTD_findFrameCompressedSize", hint: decodeHint)
     }
 
     /// The content size a frame declares, or nil when it does not declare one.
-    static func declaredContentSize(_ frame: [UInt8]) throws(ZstdError) -> UInt64? {
+    static func declaredContentSize(_ frame: ArraySlice<UInt8>) throws(ZstdError) -> UInt64? {
         let size = frame.withUnsafeBytes { ZSTD_getFrameContentSize($0.baseAddress, $0.count) }
         switch size {
         case ZSTD_CONTENTSIZE_UNKNOWN:
@@ -170,7 +170,7 @@ enum Zstd {
 
     /// Decompresses a frame that declares `contentSize` bytes into exactly that many.
     static func decompress(
-        _ context: OpaquePointer, _ frame: [UInt8], dictionary: OpaquePointer?, contentSize: Int
+        _ context: OpaquePointer, _ frame: ArraySlice<UInt8>, dictionary: OpaquePointer?, contentSize: Int
     ) throws(ZstdError) -> [UInt8] {
         var result = 0
         let content = [UInt8](unsafeUninitializedCapacity: max(contentSize, 1)) { buffer, count in
@@ -196,7 +196,7 @@ enum Zstd {
     /// Memory stays within `limit` plus one output chunk, and the context's `windowLogMax`
     /// bounds the window the frame may ask for.
     static func decompressStream(
-        _ context: OpaquePointer, _ frame: [UInt8], dictionary: OpaquePointer?, limit: Int
+        _ context: OpaquePointer, _ frame: ArraySlice<UInt8>, dictionary: OpaquePointer?, limit: Int
     ) throws(ZstdError) -> [UInt8] {
         var content: [UInt8] = []
         var tooLarge = false
@@ -226,7 +226,7 @@ enum Zstd {
     /// caller only the content it accepts. The frame's checksum, when it has one, is checked
     /// only when the frame is decoded to its end.
     static func decompressPieces(
-        _ context: OpaquePointer, _ frame: [UInt8], dictionary: OpaquePointer?,
+        _ context: OpaquePointer, _ frame: ArraySlice<UInt8>, dictionary: OpaquePointer?,
         consume: (UnsafeRawBufferPointer) -> Bool
     ) throws(ZstdError) -> Bool {
         try check(ZSTD_DCtx_reset(context, ZSTD_reset_session_only), "ZSTD_DCtx_reset", hint: decodeHint)

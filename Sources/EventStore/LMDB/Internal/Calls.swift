@@ -234,6 +234,25 @@ enum MDB {
         return (foundKey.bytes, foundValue.bytes)
     }
 
+    /// The same move, copying out only the key it lands on: for a search that looks at keys
+    /// before it takes a value.
+    static func cursorGetKey(_ cursor: OpaquePointer, _ move: CursorMove, key: [UInt8] = []) throws(LMDBError)
+        -> [UInt8]?
+    {
+        var foundKey = MDB_val()
+        var foundValue = MDB_val()
+        let code = key.withUnsafeBytes { key in
+            foundKey = MDB_val(key)
+            return mdb_cursor_get(cursor, &foundKey, &foundValue, move.op)
+        }
+        if code == MDB_NOTFOUND { return nil }
+        try check(code, "mdb_cursor_get")
+        // A move by key (`MDB_SET_RANGE`) leaves the key given in place of the key found.
+        let current = mdb_cursor_get(cursor, &foundKey, &foundValue, MDB_GET_CURRENT)
+        try check(current, "mdb_cursor_get")
+        return foundKey.bytes
+    }
+
     /// A page of values of a `.dupFixed` key, as one buffer (`MDB_GET_MULTIPLE` for the page
     /// the cursor is on, `MDB_NEXT_MULTIPLE` for the next one); nil when there is none.
     static func cursorGetMultiple(_ cursor: OpaquePointer, next: Bool) throws(LMDBError) -> [UInt8]? {
