@@ -39,22 +39,9 @@ public final class Decompressor: @unchecked Sendable {
     public func decompress(_ frame: ArraySlice<UInt8>, dictionary: CompressionDictionary?, maxSize: Int) throws
         -> [UInt8]
     {
-        let frameSize = try Zstd.frameSize(frame)
-        guard frameSize == frame.count else {
-            throw ZstdError(
-                operation: "ZSTD_findFrameCompressedSize", code: ZstdError.trailingData.code,
-                message: "\(frame.count - frameSize) bytes follow the \(frameSize)-byte frame; \(Zstd.decodeHint)."
-            )
-        }
-        guard let declared = try Zstd.declaredContentSize(frame) else {
+        guard let declared = try Decompressor.declaredSize(ofWhole: frame, maxSize: maxSize) else {
             return try Zstd.decompressStream(
                 context, frame, dictionary: dictionary?.decompressionHandle, limit: maxSize
-            )
-        }
-        guard declared <= UInt64(max(maxSize, 0)) else {
-            throw ZstdError(
-                operation: "ZSTD_getFrameContentSize", code: ZstdError.contentTooLarge.code,
-                message: "The frame declares \(declared) bytes of content, more than the \(maxSize) allowed."
             )
         }
         return try Zstd.decompress(
@@ -75,7 +62,15 @@ public final class Decompressor: @unchecked Sendable {
         _ frame: [UInt8], dictionary: CompressionDictionary?, maxSize: Int,
         pieces consume: (UnsafeRawBufferPointer) -> Bool
     ) throws -> Bool {
-        let frame = frame[...]
+        _ = try Decompressor.declaredSize(ofWhole: frame[...], maxSize: maxSize)
+        return try Zstd.decompressPieces(
+            context, frame[...], dictionary: dictionary?.decompressionHandle, consume: consume)
+    }
+
+    /// The content size `frame` declares (nil when it declares none), once it is known to be
+    /// exactly one complete frame declaring at most `maxSize` bytes: what both ways of
+    /// decompressing check before they decode anything.
+    private static func declaredSize(ofWhole frame: ArraySlice<UInt8>, maxSize: Int) throws -> UInt64? {
         let frameSize = try Zstd.frameSize(frame)
         guard frameSize == frame.count else {
             throw ZstdError(
@@ -83,13 +78,14 @@ public final class Decompressor: @unchecked Sendable {
                 message: "\(frame.count - frameSize) bytes follow the \(frameSize)-byte frame; \(Zstd.decodeHint)."
             )
         }
-        if let declared = try Zstd.declaredContentSize(frame), declared > UInt64(max(maxSize, 0)) {
+        guard let declared = try Zstd.declaredContentSize(frame) else { return nil }
+        guard declared <= UInt64(max(maxSize, 0)) else {
             throw ZstdError(
                 operation: "ZSTD_getFrameContentSize", code: ZstdError.contentTooLarge.code,
                 message: "The frame declares \(declared) bytes of content, more than the \(maxSize) allowed."
             )
         }
-        return try Zstd.decompressPieces(context, frame, dictionary: dictionary?.decompressionHandle, consume: consume)
+        return declared
     }
 }
 

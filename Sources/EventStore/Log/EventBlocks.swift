@@ -232,8 +232,8 @@ struct DecodedBlock: Sendable {
 /// block never changes once written, but for the last one, which a commit may top up under
 /// the same key (and a write that failed may have left one under a key a later write
 /// takes); an entry is used only for the very bytes it was decoded from. Comparing them
-/// costs a hit about what hashing them did, and a miss nothing: most reads of a block are
-/// its first (a `log` page, a random read).
+/// costs a hit a little more than hashing them did, and a miss nothing: most reads of a
+/// block are its first (a `log` page, a random read).
 final class BlockCache: Sendable {
     static let capacity = 64
 
@@ -270,18 +270,22 @@ extension EventLog {
     func block(holding seq: UInt64, txn: borrowing some TransactionReading & ~Copyable) throws -> DecodedBlock? {
         let key = bigEndian(seq)
         for table in tables.blockTables {
-            // Keys first: the block after the one holding `seq` is passed over uncopied.
-            let entry = try txn.withCursor(table) { cursor -> Cursor.Entry? in
-                guard let found = try cursor.seekKey(key) else { return try cursor.last() }
-                if found != key, try cursor.prevKey() == nil { return nil }
-                return try cursor.current()
-            }
+            let entry = try txn.withCursor(table) { cursor in try EventLog.block(atOrBefore: key, &cursor) }
             // Passed over by its header when it does not hold `seq` (the last full block,
             // when `seq` is in the tail); a decoded block holds what its header says.
             guard let entry, try EventBlocks.span(of: entry).contains(seq) else { continue }
             return try decodeBlock(entry, txn: txn)
         }
         return nil
+    }
+
+    /// The block of `cursor`'s table with the greatest key at most `key`: the one that holds
+    /// that seq if any does. Nil when every block starts after it. Moves by keys, so the
+    /// block after it is passed over uncopied.
+    static func block(atOrBefore key: [UInt8], _ cursor: inout Cursor) throws -> Cursor.Entry? {
+        guard let found = try cursor.seekKey(key) else { return try cursor.last() }
+        if found != key, try cursor.prevKey() == nil { return nil }
+        return try cursor.current()
     }
 
     /// A block's entry decompressed (or taken from the cache), its records checked.
@@ -362,12 +366,7 @@ extension EventLog {
         for table in tables.blockTables {
             let goOn = try txn.withCursor(table) { cursor -> Bool in
                 let key = bigEndian(from)
-                var item: Cursor.Entry?
-                if let found = try cursor.seek(key) {
-                    item = found.key == key ? found : (try cursor.prev() ?? found)
-                } else {
-                    item = try cursor.last()
-                }
+                var item = try EventLog.block(atOrBefore: key, &cursor) ?? cursor.seek(key)
                 while let entry = item {
                     // A block that ends before `from` (the last full one, when `from` is in
                     // the tail) is passed over without being decompressed.

@@ -235,10 +235,12 @@ enum MDB {
     }
 
     /// The same move, copying out only the key it lands on: for a search that looks at keys
-    /// before it takes a value.
+    /// before it takes a value. Every move but `MDB_GET_BOTH_RANGE` reports the key it lands
+    /// on in place of the one given (`MDB_SET_RANGE` and `MDB_SET_KEY` included).
     static func cursorGetKey(_ cursor: OpaquePointer, _ move: CursorMove, key: [UInt8] = []) throws(LMDBError)
         -> [UInt8]?
     {
+        precondition(move != .getBothRange, "MDB_GET_BOTH_RANGE does not report the key it lands on")
         var foundKey = MDB_val()
         var foundValue = MDB_val()
         let code = key.withUnsafeBytes { key in
@@ -247,9 +249,6 @@ enum MDB {
         }
         if code == MDB_NOTFOUND { return nil }
         try check(code, "mdb_cursor_get")
-        // A move by key (`MDB_SET_RANGE`) leaves the key given in place of the key found.
-        let current = mdb_cursor_get(cursor, &foundKey, &foundValue, MDB_GET_CURRENT)
-        try check(current, "mdb_cursor_get")
         return foundKey.bytes
     }
 
