@@ -644,9 +644,14 @@ final class Maintenance: Sendable {
             }
             if woken || Date().timeIntervalSince(lastTraining) >= 5 {
                 lastTraining = Date()
+                let started = ContinuousClock.now
                 do {
                     if let version = try writer.trainDictionaryIfDue() {
-                        logger.info("trained compression dictionary version \(version)")
+                        let took = (ContinuousClock.now - started).components
+                        let milliseconds = took.seconds * 1000 + took.attoseconds / 1_000_000_000_000_000
+                        logger.info(
+                            "trained compression dictionary version \(version) in \(milliseconds) ms, \(woken ? "as soon as a commit made one due" : "at the five-second round")"
+                        )
                     }
                 } catch {
                     logger.warning("dictionary training failed: \(error)")
