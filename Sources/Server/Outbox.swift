@@ -28,20 +28,50 @@ package final class Outbox: @unchecked Sendable {
         fileprivate var bytes: [UInt8]?
         /// Notifications, each shared with the other subscriptions it went to; sent after
         /// `bytes`.
-        fileprivate let parts: [[UInt8]]
+        fileprivate let parts: [Notification]
+        /// Their bytes on the wire.
+        fileprivate let partsSize: Int
         fileprivate let isAppend: Bool
-        /// How many notifications it holds (0: a response).
-        fileprivate let notifications: Int
 
-        fileprivate init(bytes: [UInt8]?, isAppend: Bool, notifications: Int = 0, parts: [[UInt8]] = []) {
+        fileprivate init(bytes: [UInt8]?, isAppend: Bool, parts: [Notification] = [], partsSize: Int = 0) {
             self.bytes = bytes
             self.isAppend = isAppend
-            self.notifications = notifications
             self.parts = parts
+            self.partsSize = partsSize
         }
 
         /// Its bytes on the wire, once filled.
-        fileprivate var size: Int { (bytes?.count ?? 0) + parts.reduce(0) { $0 + $1.count } }
+        fileprivate var size: Int { (bytes?.count ?? 0) + partsSize }
+    }
+
+    /// What one write takes from the head of the order: a response alone, sent as it is,
+    /// or slots made into one buffer by the writing thread after it has let the lock go
+    /// (notifications queued as stored payloads are encoded there, not under the lock the
+    /// writer takes to queue the next ones).
+    private struct Taken {
+        var alone: [UInt8] = []
+        var slots: [Slot] = []
+        /// The bytes it makes.
+        var size = 0
+
+        init(alone: [UInt8] = []) {
+            self.alone = alone
+            self.size = alone.count
+        }
+
+        /// Its bytes, in order. The slots were taken out of the order with the lock held;
+        /// nothing changes them after.
+        func bytes() -> [UInt8] {
+            guard !slots.isEmpty else { return alone }
+            var out: [UInt8] = []
+            out.reserveCapacity(size)
+            for slot in slots {
+                if let bytes = slot.bytes { out.append(contentsOf: bytes) }
+                for part in slot.parts { part.append(to: &out) }
+            }
+            assert(out.count == size, "notifications made into more or fewer bytes than they were queued at")
+            return out
+        }
     }
 
     /// What `flush()` left.
@@ -178,7 +208,7 @@ package final class Outbox: @unchecked Sendable {
     /// Queues a notification if there is room for it (`hasRoom`). Never blocks (the sender
     /// writes it).
     package func offerNotification(_ bytes: [UInt8]) -> Bool {
-        offerNotifications([bytes]) == 1
+        offerNotifications([.encoded(bytes)]) == 1
     }
 
     /// Queues the notifications of one commit, each shared with whoever else it goes to, in
@@ -186,7 +216,7 @@ package final class Outbox: @unchecked Sendable {
     /// `notificationLimit`, `notificationByteLimit` and the budget, from the first.
     /// - Returns: how many were queued (all of them when the connection is ending: they
     ///   are dropped with it).
-    package func offerNotifications(_ parts: [[UInt8]]) -> Int {
+    package func offerNotifications(_ parts: [Notification]) -> Int {
         condition.lock()
         defer { condition.unlock() }
         guard !finishing && !aborted else { return parts.count }
@@ -208,7 +238,7 @@ package final class Outbox: @unchecked Sendable {
         defer { condition.unlock() }
         while !hasRoom(for: bytes.count, count: 1) && !finishing && !aborted { readerWait(timeout: 0.25) }
         guard !finishing && !aborted else { return false }
-        appendNotifications([bytes], bytes: bytes.count)
+        appendNotifications([.encoded(bytes)], bytes: bytes.count)
         return true
     }
 
@@ -338,13 +368,13 @@ package final class Outbox: @unchecked Sendable {
                 unsent = []
                 unsentStart = 0
                 queuedBytes -= out.count - start
-                write(out, from: start, fromLoop: true)
+                write(Taken(alone: out), from: start, fromLoop: true)
                 if !unsent.isEmpty { return aborted ? .done : .blocked }
                 continue
             }
-            let out = takeReady()
-            if out.isEmpty { return finishing && head == slots.count ? .done : .idle }
-            write(out, fromLoop: true)
+            let taken = takeReady()
+            if taken.size == 0 { return finishing && head == slots.count ? .done : .idle }
+            write(taken, fromLoop: true)
         }
     }
 
@@ -364,34 +394,38 @@ package final class Outbox: @unchecked Sendable {
 
     /// Whatever is ready at the head, one write's worth; notifications taken make room.
     /// Call with the condition's lock held.
-    private func takeReady() -> [UInt8] {
+    private func takeReady() -> Taken {
         // The sender writes `unsent` first, so nothing is left of it here.
         assert(unsent.isEmpty, "ready bytes taken before the unsent ones")
-        // The ready slots one write takes, and their size: the buffer is made once, at its
-        // size (a watcher's stream is thousands of small notifications a write).
-        var end = head
-        var total = 0
-        while end < slots.count, slots[end].bytes != nil, total < Outbox.writeBytes {
-            total += slots[end].size
-            end += 1
-        }
-        var out: [UInt8] = []
+        var taken = Taken()
         // One response alone is written as it is, without a copy.
-        let alone = end - head == 1 && slots[head].parts.isEmpty
-        if !alone { out.reserveCapacity(total) }
-        var released = 0
-        var releasedBytes = 0
-        while head < end, let bytes = slots[head].bytes {
-            if alone { out = bytes } else { out.append(contentsOf: bytes) }
-            for part in slots[head].parts {
-                out.append(contentsOf: part)
-                releasedBytes += part.count
-            }
-            released += slots[head].notifications
+        if head < slots.count, let bytes = slots[head].bytes, slots[head].parts.isEmpty,
+            head + 1 == slots.count || slots[head + 1].bytes == nil || bytes.count >= Outbox.writeBytes
+        {
+            taken = Taken(alone: bytes)
             queuedBytes -= bytes.count
             head += 1
+        } else {
+            // The ready slots one write takes (a watcher's stream is thousands of small
+            // notifications a write), made into bytes once the lock is let go.
+            var released = 0
+            var releasedBytes = 0
+            while head < slots.count, let bytes = slots[head].bytes, taken.size < Outbox.writeBytes {
+                let slot = slots[head]
+                taken.slots.append(slot)
+                taken.size += slot.size
+                released += slot.parts.count
+                releasedBytes += slot.partsSize
+                queuedBytes -= bytes.count
+                head += 1
+            }
+            queuedBytes -= releasedBytes
+            if released > 0 {
+                queuedNotifications -= released
+                queuedNotificationBytes -= releasedBytes
+                if readerWaiting { condition.broadcast() }
+            }
         }
-        queuedBytes -= releasedBytes
         if head == slots.count {
             slots.removeAll(keepingCapacity: slots.count <= 1024)
             head = 0
@@ -399,14 +433,9 @@ package final class Outbox: @unchecked Sendable {
             slots.removeFirst(head)
             head = 0
         }
-        if released > 0 {
-            queuedNotifications -= released
-            queuedNotificationBytes -= releasedBytes
-            if readerWaiting { condition.broadcast() }
-        }
         // Taken bytes are charged as `sendingBytes` by the write that follows.
-        charge.set(queuedBytes + out.count)
-        return out
+        charge.set(queuedBytes + taken.size)
+        return taken
     }
 
     /// Calls `onResume` when a request waits for room and there is room again. Call with
@@ -425,17 +454,23 @@ package final class Outbox: @unchecked Sendable {
             wakeLoop()
             return
         }
-        let out = takeReady()
-        if !out.isEmpty { write(out) }
+        let taken = takeReady()
+        if taken.size > 0 { write(taken) }
     }
 
     /// Writes `bytes` from `start` on, which are next in order, without blocking; what the
     /// socket does not take is kept for the loop. Call with the condition's lock held and
     /// nobody writing: the lock is let go during the system call.
-    private func write(_ bytes: [UInt8], from start: Int = 0, fromLoop: Bool = false) {
+    private func write(_ bytes: [UInt8]) {
+        write(Taken(alone: bytes))
+    }
+
+    /// Writes what `taken` makes, from `start` on (the bytes are made with the lock let go).
+    private func write(_ taken: Taken, from start: Int = 0, fromLoop: Bool = false) {
         writing = true
-        sendingBytes = bytes.count - start
+        sendingBytes = taken.size - start
         condition.unlock()
+        let bytes = taken.bytes()
         let result: Result<Int, SocketError>
         do throws(SocketError) {
             result = .success(try socket.writeAvailable(bytes, from: start))
@@ -519,8 +554,8 @@ package final class Outbox: @unchecked Sendable {
         onReady()
     }
 
-    private func appendNotifications(_ parts: [[UInt8]], bytes: Int) {
-        slots.append(Slot(bytes: [], isAppend: false, notifications: parts.count, parts: parts))
+    private func appendNotifications(_ parts: [Notification], bytes: Int) {
+        slots.append(Slot(bytes: [], isAppend: false, parts: parts, partsSize: bytes))
         queuedBytes += bytes
         queuedNotifications += parts.count
         queuedNotificationBytes += bytes

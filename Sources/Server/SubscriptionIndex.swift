@@ -73,6 +73,17 @@ package struct SubscriptionIndex<Member: WatchFiltering> {
     /// looked up (nor the entity's type made for it).
     package func forEachCandidate(for entity: EntityKey, _ body: (Member) -> Void) {
         for member in unfiltered.values { body(member) }
+        forEachFiltered(for: entity, body)
+    }
+
+    /// The members with no filter: every event is theirs.
+    package var unfilteredMembers: Dictionary<ObjectIdentifier, Member>.Values { unfiltered.values }
+
+    /// Whether any member watches one entity or one type.
+    package var hasFiltered: Bool { !byEntity.isEmpty || !byType.isEmpty }
+
+    /// Calls `body` with each member of `candidates(for:)` that has a filter.
+    package func forEachFiltered(for entity: EntityKey, _ body: (Member) -> Void) {
         if !byEntity.isEmpty, let members = byEntity[entity] {
             for member in members.values { body(member) }
         }

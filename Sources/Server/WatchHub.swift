@@ -153,41 +153,59 @@ package final class WatchHub: CommitPublisher, @unchecked Sendable {
     /// Sends the events a commit stored, in seq order, to whoever wants them: from the
     /// writer's memory, nothing read back. Call with `publishLock` held, right after the
     /// commit.
-    package func publish(_ events: [SequencedEvent]) {
-        // Each event's notification is encoded once, by the first subscription that wants
-        // it, and shared by every other (the outboxes hold references to the one buffer).
+    package func publish(_ events: [CommittedEvent]) {
+        // Each event's notification is made once, by the first subscription that wants it,
+        // and shared by every other (the outboxes hold references to the one payload or
+        // buffer). Made from the stored payload, it is only a reference to it: the thread
+        // that writes it to the socket makes the bytes, so the writer commits on meanwhile.
         // Each subscription's notifications of this commit are queued at once: one slot and
-        // one wake of its connection's sender per commit, not per event. Each subscription
-        // finds its batch by the index it keeps for this publish: no lookup per event,
-        // however many watchers there are.
+        // one wake of its connection's sender per commit, not per event.
+        guard !events.isEmpty else { return }
         publishGeneration &+= 1
         let generation = publishGeneration
         var batches: [NotificationBatch] = []
-        // By index, read in place: a copy of each event would retain and release its parts.
-        for index in events.indices {
-            let seq = events[index].seq
-            var encoded: [UInt8]?
-            subscriptions.forEachCandidate(for: events[index].event.entity) { subscription in
-                examined += 1
-                // A subscription skips what it was sent already (its catch-up read past it).
-                guard seq > subscription.lastQueued, subscription.wants(events[index].event) else { return }
-                if subscription.batchGeneration != generation {
-                    subscription.batchGeneration = generation
-                    subscription.batchIndex = batches.count
-                    batches.append(NotificationBatch(subscription))
+        // The watches of everything share one list of the commit's notifications: no work
+        // per event for each of them.
+        var all: [Notification]?
+        var allSeqs: [UInt64] = []
+        for subscription in subscriptions.unfilteredMembers {
+            // A subscription skips what it was sent already (its catch-up read past it).
+            let first = events.firstIndex { $0.seq > subscription.lastQueued } ?? events.endIndex
+            examined += events.count
+            guard first < events.endIndex else { continue }
+            if all == nil {
+                all = events.map(Notification.init)
+                allSeqs = events.map(\.seq)
+            }
+            var batch = NotificationBatch(subscription)
+            batch.parts = first == 0 ? all! : Array(all![first...])
+            batch.seqs = first == 0 ? allSeqs : Array(allSeqs[first...])
+            batches.append(batch)
+        }
+        // The watches of one entity or type find their batch by the index each keeps for
+        // this publish: no lookup per event, however many watchers there are.
+        if subscriptions.hasFiltered {
+            for index in events.indices {
+                let seq = events[index].seq
+                var made = all?[index]
+                subscriptions.forEachFiltered(for: events[index].entity) { subscription in
+                    examined += 1
+                    guard seq > subscription.lastQueued, subscription.wants(events[index].entity) else { return }
+                    if subscription.batchGeneration != generation {
+                        subscription.batchGeneration = generation
+                        subscription.batchIndex = batches.count
+                        batches.append(NotificationBatch(subscription))
+                    }
+                    let notification: Notification
+                    if let made {
+                        notification = made
+                    } else {
+                        notification = Notification(events[index])
+                        made = notification
+                    }
+                    batches[subscription.batchIndex].parts.append(notification)
+                    batches[subscription.batchIndex].seqs.append(seq)
                 }
-                let notification: [UInt8]
-                if let encoded {
-                    notification = encoded
-                } else {
-                    var bytes: [UInt8] = []
-                    bytes.reserveCapacity((events[index].payload?.count ?? 400) + 120)
-                    WatchHub.notification(events[index], into: &bytes)
-                    encoded = bytes
-                    notification = bytes
-                }
-                batches[subscription.batchIndex].parts.append(notification)
-                batches[subscription.batchIndex].seqs.append(seq)
             }
         }
         for batch in batches {
@@ -208,7 +226,7 @@ package final class WatchHub: CommitPublisher, @unchecked Sendable {
     /// subscriptions it goes to, and their events' seqs.
     private struct NotificationBatch {
         let subscription: Subscription
-        var parts: [[UInt8]] = []
+        var parts: [Notification] = []
         var seqs: [UInt64] = []
 
         init(_ subscription: Subscription) {
@@ -254,7 +272,9 @@ package final class WatchHub: CommitPublisher, @unchecked Sendable {
                 // Join only when the rest fits in the queue now (nothing else adds to it
                 // before it joins): otherwise queue what does not fit with waiting, outside
                 // the lock.
-                let taken = more ? 0 : subscription.outbox.offerNotifications(events.map(WatchHub.notification))
+                let taken =
+                    more
+                    ? 0 : subscription.outbox.offerNotifications(events.map { .encoded(WatchHub.notification($0)) })
                 if more || taken < events.count {
                     publishLock.unlock()
                     guard queueWaiting(Array(events[taken...]), to: subscription) else { return false }
@@ -312,8 +332,8 @@ package final class WatchHub: CommitPublisher, @unchecked Sendable {
 
     /// A notification's bytes around its event, as arrays: appended from a string's UTF-8
     /// view, they took a copy through the string each time, on the writer, per event.
-    private static let notificationHead = Array(#"{"jsonrpc":"2.0","method":"event","params":{"event":"#.utf8)
-    private static let notificationTail = Array("}}\n".utf8)
+    fileprivate static let notificationHead = Array(#"{"jsonrpc":"2.0","method":"event","params":{"event":"#.utf8)
+    fileprivate static let notificationTail = Array("}}\n".utf8)
 
     package static func overflow(resumeAfter: UInt64) -> [UInt8] {
         var out = JSONWriter()
@@ -332,5 +352,51 @@ package final class WatchHub: CommitPublisher, @unchecked Sendable {
         out.endObject()
         out.bytes.append(0x0A)
         return out.bytes
+    }
+}
+
+/// One event's notification as a watch queues it: its bytes, or the event's stored payload,
+/// which the thread writing it to the socket makes into the same bytes. Either way its size
+/// is known when it is queued, for the watch's limits.
+package enum Notification: Sendable {
+    case encoded([UInt8])
+    case spliced(EventJSON.Splice)
+
+    /// From the stored payload, which the bytes are made from when written.
+    package init(_ item: borrowing CommittedEvent) {
+        if let splice = EventJSON.Splice(seq: item.seq, id: item.id, hasKey: item.hasKey, payload: item.payload) {
+            self = .spliced(splice)
+        } else if let event = try? EventCodec.decodeStored(item.payload, id: item.id) {
+            // A payload whose id's place is not found (none the writer makes): encoded now.
+            self = .encoded(WatchHub.notification(SequencedEvent(seq: item.seq, event: event)))
+        } else {
+            // One that does not decode either: sent as it is, with the id and seq after it.
+            var bytes = WatchHub.notificationHead
+            bytes.append(contentsOf: item.payload.dropLast())
+            bytes.append(contentsOf: Array(#","id":"#.utf8))
+            item.id.appendJSON(to: &bytes)
+            bytes.append(contentsOf: Array(#","seq":\#(item.seq)}"#.utf8))
+            bytes.append(contentsOf: WatchHub.notificationTail)
+            self = .encoded(bytes)
+        }
+    }
+
+    /// Its bytes on the wire.
+    package var count: Int {
+        switch self {
+        case .encoded(let bytes): bytes.count
+        case .spliced(let splice):
+            WatchHub.notificationHead.count + splice.count + WatchHub.notificationTail.count
+        }
+    }
+
+    package func append(to out: inout [UInt8]) {
+        switch self {
+        case .encoded(let bytes): out.append(contentsOf: bytes)
+        case .spliced(let splice):
+            out.append(contentsOf: WatchHub.notificationHead)
+            splice.append(to: &out)
+            out.append(contentsOf: WatchHub.notificationTail)
+        }
     }
 }

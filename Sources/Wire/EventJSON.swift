@@ -14,18 +14,9 @@ package enum EventJSON {
     package static func stored(_ item: borrowing SequencedEvent, into out: inout [UInt8]) {
         // From the payload the writer stored, with the id put in its place: the same bytes
         // as encoding the event again, for a copy.
-        if let payload = item.payload, payload.last == UInt8(ascii: "}"),
-            let at = EventCodec.idPosition(inPayload: payload, hasKey: item.event.key != nil)
-        {
+        if let splice = Splice(item) {
             let start = out.count
-            out.append(contentsOf: payload[..<at])
-            out.append(contentsOf: idKey)
-            item.event.id.appendJSON(to: &out)
-            out.append(UInt8(ascii: ","))
-            out.append(contentsOf: payload[at..<(payload.count - 1)])
-            out.append(contentsOf: seqMember)
-            CanonicalWriter.appendInteger(Int(clamping: item.seq), to: &out)
-            out.append(UInt8(ascii: "}"))
+            splice.append(to: &out)
             assert(
                 out[start...].elementsEqual(stored(SequencedEvent(seq: item.seq, event: item.event))),
                 "a notification spliced from the payload differs from the event's encoding")
@@ -39,6 +30,62 @@ package enum EventJSON {
         out.append(UInt8(ascii: "}"))
     }
 
-    private static let idKey = Array(#""id":"#.utf8)
-    private static let seqMember = Array(#","seq":"#.utf8)
+    /// What a stored event's JSON is made of when its stored payload is at hand: the
+    /// payload, with the id put in its place and `seq` after the last member. It holds the
+    /// payload (shared, not copied), so a watch can queue it and have the bytes made by
+    /// whoever writes them, at a size known now.
+    package struct Splice: Sendable {
+        package let payload: [UInt8]
+        package let id: ULID
+        package let seq: UInt64
+        /// Where in the payload the id goes.
+        private let at: Int
+
+        /// Nil when the event has no payload, or one whose id's place cannot be found.
+        package init?(_ item: borrowing SequencedEvent) {
+            guard let payload = item.payload else { return nil }
+            self.init(seq: item.seq, id: item.event.id, hasKey: item.event.key != nil, payload: payload)
+        }
+
+        /// Nil when the id's place cannot be found in the payload.
+        package init?(seq: UInt64, id: ULID, hasKey: Bool, payload: [UInt8]) {
+            guard payload.last == UInt8(ascii: "}"), let at = EventCodec.idPosition(inPayload: payload, hasKey: hasKey)
+            else { return nil }
+            self.payload = payload
+            self.id = id
+            self.seq = seq
+            self.at = at
+        }
+
+        /// The size of what `append` adds.
+        package var count: Int {
+            // The payload, `"id":` and the id in quotes and a comma, `,"seq":` and the digits.
+            payload.count + EventJSON.idKey.count + 28 + 1 + EventJSON.seqMember.count
+                + Splice.digits(Int(clamping: seq).magnitude)
+        }
+
+        package func append(to out: inout [UInt8]) {
+            out.append(contentsOf: payload[..<at])
+            out.append(contentsOf: EventJSON.idKey)
+            id.appendJSON(to: &out)
+            out.append(UInt8(ascii: ","))
+            out.append(contentsOf: payload[at..<(payload.count - 1)])
+            out.append(contentsOf: EventJSON.seqMember)
+            CanonicalWriter.appendInteger(Int(clamping: seq), to: &out)
+            out.append(UInt8(ascii: "}"))
+        }
+
+        private static func digits(_ value: UInt) -> Int {
+            var width = 1
+            var rest = value
+            while rest >= 10 {
+                rest /= 10
+                width += 1
+            }
+            return width
+        }
+    }
+
+    fileprivate static let idKey = Array(#""id":"#.utf8)
+    fileprivate static let seqMember = Array(#","seq":"#.utf8)
 }

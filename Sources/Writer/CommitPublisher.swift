@@ -11,5 +11,5 @@ package protocol CommitPublisher: AnyObject, Sendable {
     /// Whether anyone listens. Called with `publishLock` held.
     var hasSubscribers: Bool { get }
     /// The events of a commit, in seq order. Called with `publishLock` held.
-    func publish(_ events: [SequencedEvent])
+    func publish(_ events: [CommittedEvent])
 }

@@ -195,7 +195,7 @@ package final class Writer: Sendable {
         // (and is published to) or after it.
         hub.publishLock.lock()
         let publishing = hub.hasSubscribers
-        var stored: [SequencedEvent] = []
+        var stored: [CommittedEvent] = []
         do {
             let result = try log.commit(writes.map(\.job), keepStored: publishing)
             outcomes = result.outcomes

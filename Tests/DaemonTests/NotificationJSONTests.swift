@@ -1,9 +1,12 @@
-@testable import Daemon
 import EventStore
 import Foundation
 import Projections
-@testable import Server
+import Synchronization
 import Testing
+import UnixSocket
+
+@testable import Daemon
+@testable import Server
 @testable import Wire
 @testable import Writer
 
@@ -32,20 +35,24 @@ struct NotificationJSONTests {
         let log = try EventLog.open(directory: directory)
         let inputs = try NotificationJSONTests.inputs.map { try EventCodec.decodeInput(Array($0.utf8)) }
         // One request per input: a later one builds on the state an earlier one made.
-        var stored: [SequencedEvent] = []
+        var committed: [CommittedEvent] = []
         for input in inputs {
             let result = try log.commit([AppendJob([input])], keepStored: true)
             if case .failure(let error) = result.outcomes[0] { Issue.record("\(error)") }
-            stored += result.stored
+            committed += result.stored
         }
-        #expect(stored.count == inputs.count)
+        #expect(committed.count == inputs.count)
         // Two more events in the same entity, so bases (heads) show up in the payload.
         let more = try log.commit(
             [AppendJob([try EventCodec.decodeInput(Array(NotificationJSONTests.inputs[0].utf8))])], keepStored: true)
-        stored += more.stored
+        committed += more.stored
         let page = try log.feed(after: 0, limit: 100)
-        for item in stored + page.events {
+        #expect(page.events.map(\.seq) == committed.map(\.seq))
+        for (item, kept) in zip(page.events, committed) {
             let payload = try #require(item.payload)
+            // What the commit kept is what the log holds.
+            #expect(kept.payload == payload && kept.id == item.event.id && kept.entity == item.event.entity)
+            #expect(kept.hasKey == (item.event.key != nil))
             #expect(EventCodec.idPosition(inPayload: payload, hasKey: item.event.key != nil) != nil)
             let spliced = EventJSON.stored(item)
             var encoded: [UInt8] = []
@@ -55,7 +62,114 @@ struct NotificationJSONTests {
             #expect(
                 String(decoding: spliced, as: UTF8.self) == String(decoding: encoded, as: UTF8.self),
                 "seq \(item.seq)")
+            // Queued as a reference to the payload, it makes the same notification, at the
+            // size it was queued at, whatever the width of the seq.
+            for seq in [item.seq, 9, 10, 999_999, 1_000_000, UInt64(Int.max), UInt64.max] {
+                var other = kept
+                other.seq = seq
+                let notification = Notification(other)
+                guard case .spliced = notification else {
+                    Issue.record("seq \(seq): not made from the payload")
+                    continue
+                }
+                var made: [UInt8] = []
+                notification.append(to: &made)
+                #expect(made == WatchHub.notification(SequencedEvent(seq: seq, event: item.event)), "seq \(seq)")
+                #expect(notification.count == made.count, "seq \(seq)")
+            }
         }
+        // A payload whose id's place is not found (the canonical order broken: `kind` moved
+        // first) is decoded and encoded at once: the same notification.
+        let first = page.events[0]
+        var odd = committed[0]
+        let text = String(decoding: odd.payload, as: UTF8.self)
+        #expect(text.contains(#","kind":"edit""#))
+        odd.payload = Array(
+            text.replacingOccurrences(of: #","kind":"edit""#, with: "").replacingOccurrences(
+                of: "{", with: #"{"kind":"edit","#, options: .anchored
+            ).utf8)
+        if case .encoded(let bytes) = Notification(odd) {
+            #expect(bytes == WatchHub.notification(SequencedEvent(seq: odd.seq, event: first.event)))
+        } else {
+            Issue.record("a payload without the id's place was not encoded at once")
+        }
+        // One that does not decode either is sent as it is, with the id and seq after it.
+        odd.payload = Array(#"{"kind":"unknown-kind","x":1}"#.utf8)
+        guard case .encoded(let bytes) = Notification(odd) else {
+            Issue.record("an undecodable payload was not encoded at once")
+            return
+        }
+        let line = try #require(try JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any])
+        let event = try #require((line["params"] as? [String: Any])?["event"] as? [String: Any])
+        #expect(event["id"] as? String == odd.id.description && event["seq"] as? Int == Int(odd.seq))
+        #expect(event["kind"] as? String == "unknown-kind" && event["x"] as? Int == 1)
+    }
+
+    /// The writer queues a commit's notifications as references to the payloads; the thread
+    /// that writes them makes the bytes, a socket's worth at a time, with the outbox's lock
+    /// let go. A client reading slowly gets every one, whole and in order, and the outbox
+    /// counts exactly the bytes the socket took.
+    @Test func notificationsMadeByTheSenderArriveWhole() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "evnotify-\(UUID().uuidString.prefix(8))"
+        ).path
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let log = try EventLog.open(directory: directory)
+        var stored: [CommittedEvent] = []
+        for batch in 0..<8 {
+            let inputs = try (0..<500).map { index in
+                let n = batch * 500 + index
+                return try EventCodec.decodeInput(
+                    Array(
+                        #"{"entity":"job/\#(n % 37)","kind":"edit","fields":{"n":\#(n),"pad":"\#(String(repeating: "y", count: n % 300))"}}"#
+                            .utf8))
+            }
+            stored += try log.commit([AppendJob(inputs)], keepStored: true).stored
+        }
+        #expect(stored.count == 4000)
+        let (server, client) = try UnixConnection.pair()
+        let outbox = Outbox(
+            socket: server, notificationLimit: 10_000, byteLimit: 64 << 20, notificationByteLimit: 64 << 20)
+        let sender = startFlusher(outbox)
+        let page = try log.feed(after: 0, limit: 10_000)
+        #expect(page.events.map(\.seq) == stored.map(\.seq))
+        let expected = page.events.map {
+            String(
+                decoding: WatchHub.notification(SequencedEvent(seq: $0.seq, event: $0.event)).dropLast(), as: UTF8.self)
+        }
+        let received = Mutex<[String]>([])
+        let finished = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            var reader = LineReader(limit: 1 << 20)
+            while received.withLock({ $0.count }) < expected.count {
+                guard
+                    case .line(let bytes) = try? reader.next(reading: { buffer, n in
+                        try client.read(into: &buffer, count: min(n, 4096))
+                    })
+                else { break }
+                let count = received.withLock { received in
+                    received.append(String(decoding: bytes, as: UTF8.self))
+                    return received.count
+                }
+                if count % 500 == 0 { usleep(2000) }
+            }
+            finished.signal()
+        }
+        var queuedBytes = 0
+        for start in stride(from: 0, to: stored.count, by: 250) {
+            let parts = stored[start..<start + 250].map(Notification.init)
+            #expect(parts.allSatisfy { if case .spliced = $0 { true } else { false } })
+            queuedBytes += parts.reduce(0) { $0 + $1.count }
+            #expect(outbox.offerNotifications(parts) == 250)
+        }
+        #expect(finished.wait(timeout: .now() + 60) == .success)
+        let got = received.withLock { $0 }
+        #expect(got == expected)
+        #expect(outbox.written == queuedBytes)
+        #expect(outbox.notificationBytes == 0)
+        if got.count != expected.count || outbox.written != queuedBytes { outbox.abort() }
+        outbox.finish()
+        #expect(sender.wait(timeout: .now() + 10) == .success)
     }
 }
 
@@ -82,7 +196,9 @@ struct SeveralWatchersTests {
         _ = try daemon.client().call("append", #"{"events":[\#(events.joined(separator: ","))]}"#)
         let log = try #require(try daemon.client().call("log", #"{"limit":1000}"#)["events"] as? [[String: Any]])
         #expect(log.count == 60)
-        let logLines = try log.map { String(decoding: try JSONSerialization.data(withJSONObject: $0, options: [.sortedKeys]), as: UTF8.self) }
+        let logLines = try log.map {
+            String(decoding: try JSONSerialization.data(withJSONObject: $0, options: [.sortedKeys]), as: UTF8.self)
+        }
         func wanted(_ filter: String) -> [Int] {
             log.indices.filter { index in
                 let entity = log[index]["entity"] as? String ?? ""
@@ -98,7 +214,10 @@ struct SeveralWatchersTests {
                 let message = try watcher.readJSON()
                 #expect(message["method"] as? String == "event")
                 let event = try #require((message["params"] as? [String: Any])?["event"] as? [String: Any])
-                got.append(String(decoding: try JSONSerialization.data(withJSONObject: event, options: [.sortedKeys]), as: UTF8.self))
+                got.append(
+                    String(
+                        decoding: try JSONSerialization.data(withJSONObject: event, options: [.sortedKeys]),
+                        as: UTF8.self))
             }
             #expect(got == expected.map { logLines[$0] }, "watcher \(filter)")
         }

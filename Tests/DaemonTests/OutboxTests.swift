@@ -216,7 +216,7 @@ struct OutboxTests {
             finished.signal()
         }
         for start in stride(from: 0, to: lines.count, by: 1000) {
-            #expect(outbox.offerNotifications(Array(lines[start..<start + 1000])) == 1000)
+            #expect(outbox.offerNotifications(lines[start..<start + 1000].map { .encoded($0) }) == 1000)
         }
         #expect(finished.wait(timeout: .now() + 60) == .success)
         let got = received.withLock { $0 }

@@ -1,12 +1,13 @@
-@testable import Daemon
 import EventStore
 import Logging
 import Projections
-@testable import Server
 import StoreTestSupport
 import TestSupport
 import Testing
 import UnixSocket
+
+@testable import Daemon
+@testable import Server
 @testable import Wire
 @testable import Writer
 
@@ -113,12 +114,12 @@ struct WatchIndexTests {
             #expect(try hub.start(watcher, after: nil, log: store.log))
         }
         let head = store.log.sequenceHead
-        _ = try store.log.append([
-            try EventCodec.decodeInput(Array(#"{"entity":"job/42","kind":"delete"}"#.utf8))
-        ])
+        let committed = try store.log.commit(
+            [AppendJob([try EventCodec.decodeInput(Array(#"{"entity":"job/42","kind":"delete"}"#.utf8))])],
+            keepStored: true)
         hub.publishLock.lock()
         let before = hub.examined
-        hub.publish(try store.log.feed(after: head, limit: 10).events)
+        hub.publish(committed.stored)
         let examined = hub.examined - before
         hub.publishLock.unlock()
         #expect(examined == 2)

@@ -116,7 +116,7 @@ struct WriteBatch {
     var seq: UInt64
     /// The events this transaction stored with their seqs, in seq order, when the writer
     /// publishes them after the commit (nil: not kept).
-    var stored: [SequencedEvent]?
+    var stored: [CommittedEvent]?
 
     struct Touched {
         var state: EntityState
@@ -502,7 +502,8 @@ struct WriteBatch {
         originEntries.append((event.origin, event.id))
         // Every path that stores an event comes through here, so every stored event takes a
         // seq, in the transaction that stores it.
-        stored?.append(SequencedEvent(seq: seq, event: event, payload: payload))
+        stored?.append(
+            CommittedEvent(seq: seq, id: event.id, entity: event.entity, hasKey: event.key != nil, payload: payload))
         return seq
     }
 

@@ -57,7 +57,29 @@ public struct CommitResult: Sendable {
     /// One per job, in order.
     public var outcomes: [Result<Committed, EventStoreError>]
     /// The events the commit stored, with their seqs, in seq order (empty unless asked for).
-    public var stored: [SequencedEvent]
+    public var stored: [CommittedEvent]
+}
+
+/// What a commit keeps of each event it stored, for its watchers: which entity it is of
+/// (who may want it) and what its notification is made from (the stored payload, with the
+/// id and seq put in). Not the event itself: a copy of each event of a bulk load, made to
+/// be published, cost the writer more than publishing it.
+public struct CommittedEvent: Sendable {
+    public var seq: UInt64
+    public var id: ULID
+    public var entity: EntityKey
+    /// Whether the event has an idempotency key (its payload has a `key` member).
+    public var hasKey: Bool
+    /// The event's canonical JSON without its id, as stored.
+    public var payload: [UInt8]
+
+    public init(seq: UInt64, id: ULID, entity: EntityKey, hasKey: Bool, payload: [UInt8]) {
+        self.seq = seq
+        self.id = id
+        self.entity = entity
+        self.hasKey = hasKey
+        self.payload = payload
+    }
 }
 
 /// An entry of the peers table: its key and value (nil: delete it).
