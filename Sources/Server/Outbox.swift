@@ -217,9 +217,16 @@ package final class Outbox: @unchecked Sendable {
     /// - Returns: how many were queued (all of them when the connection is ending: they
     ///   are dropped with it).
     package func offerNotifications(_ parts: [Notification]) -> Int {
+        // The sizes before the lock is taken: they depend on nothing it guards.
+        let total = parts.reduce(0) { $0 + $1.count }
         condition.lock()
         defer { condition.unlock() }
         guard !finishing && !aborted else { return parts.count }
+        // Room for all of them, as almost always: room for each first part too.
+        if hasRoom(for: total, count: parts.count) {
+            if !parts.isEmpty { appendNotifications(parts, bytes: total) }
+            return parts.count
+        }
         var taken = 0
         var bytes = 0
         while taken < parts.count, hasRoom(for: bytes + parts[taken].count, count: taken + 1) {
@@ -227,7 +234,7 @@ package final class Outbox: @unchecked Sendable {
             taken += 1
         }
         guard taken > 0 else { return 0 }
-        appendNotifications(taken == parts.count ? parts : Array(parts[..<taken]), bytes: bytes)
+        appendNotifications(Array(parts[..<taken]), bytes: bytes)
         return taken
     }
 

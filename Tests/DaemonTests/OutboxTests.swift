@@ -186,6 +186,32 @@ struct OutboxTests {
         sender.wait()
     }
 
+    @Test("a commit's notifications past the queue's limits are taken as far as they fit, by count and by bytes")
+    func notificationsTakenAsFarAsTheyFit() throws {
+        let (server, client) = try UnixConnection.pair()
+        defer { client.close() }
+        // Nobody sends: what is offered stays queued.
+        let byCount = Outbox(socket: server, notificationLimit: 100, notificationByteLimit: 1 << 20)
+        let small = (0..<250).map { Notification.encoded(Array("{\"n\":\($0)}\n".utf8)) }
+        #expect(byCount.offerNotifications(small) == 100)
+        #expect(byCount.notificationBytes == small.prefix(100).reduce(0) { $0 + $1.count })
+        #expect(byCount.offerNotifications(Array(small.prefix(1))) == 0)
+        let (otherServer, otherClient) = try UnixConnection.pair()
+        defer { otherClient.close() }
+        let byBytes = Outbox(socket: otherServer, notificationLimit: 100, notificationByteLimit: 1000)
+        let large = (0..<10).map { _ in Notification.encoded(Array(repeating: UInt8(ascii: "x"), count: 300)) }
+        #expect(byBytes.offerNotifications(large) == 3)
+        #expect(byBytes.notificationBytes == 900)
+        // Room for all of them: all taken at once.
+        #expect(byBytes.offerNotifications([]) == 0)
+        let (thirdServer, thirdClient) = try UnixConnection.pair()
+        defer { thirdClient.close() }
+        let roomy = Outbox(socket: thirdServer, notificationLimit: 1000, notificationByteLimit: 1 << 20)
+        #expect(roomy.offerNotifications(small) == 250)
+        #expect(roomy.notificationBytes == small.reduce(0) { $0 + $1.count })
+        for outbox in [byCount, byBytes, roomy] { outbox.abort() }
+    }
+
     @Test("a stream of notifications the socket takes a little at a time arrives whole and in order")
     func notificationsThroughPartialWrites() throws {
         let (server, client) = try UnixConnection.pair()
