@@ -173,12 +173,16 @@ package final class WatchHub: CommitPublisher, @unchecked Sendable {
             let first = events.firstIndex { $0.seq > subscription.lastQueued } ?? events.endIndex
             examined += events.count
             guard first < events.endIndex else { continue }
-            if all == nil {
-                all = events.map(Notification.init)
+            let shared: [Notification]
+            if let all {
+                shared = all
+            } else {
+                shared = events.map(Notification.init)
+                all = shared
                 allSeqs = events.map(\.seq)
             }
             var batch = NotificationBatch(subscription)
-            batch.parts = first == 0 ? all! : Array(all![first...])
+            batch.parts = first == 0 ? shared : Array(shared[first...])
             batch.seqs = first == 0 ? allSeqs : Array(allSeqs[first...])
             batches.append(batch)
         }
