@@ -50,8 +50,12 @@ struct NotificationJSONTests {
         #expect(page.events.map(\.seq) == committed.map(\.seq))
         for (item, kept) in zip(page.events, committed) {
             let payload = try #require(item.payload)
-            // What the commit kept is what the log holds.
+            // What the commit kept is what the log holds, in a buffer of its size: a
+            // watcher's queue holds it and counts it at its size on the wire.
             #expect(kept.payload == payload && kept.id == item.event.id && kept.entity == item.event.entity)
+            #expect(
+                kept.payload.capacity <= kept.payload.count + 64,
+                "seq \(item.seq): \(kept.payload.capacity) bytes held for \(kept.payload.count)")
             #expect(kept.hasKey == (item.event.key != nil))
             #expect(EventCodec.idPosition(inPayload: payload, hasKey: item.event.key != nil) != nil)
             let spliced = EventJSON.stored(item)

@@ -502,8 +502,19 @@ struct WriteBatch {
         originEntries.append((event.origin, event.id))
         // Every path that stores an event comes through here, so every stored event takes a
         // seq, in the transaction that stores it.
-        stored?.append(
-            CommittedEvent(seq: seq, id: event.id, entity: event.entity, hasKey: event.key != nil, payload: payload))
+        if stored != nil {
+            // A watcher's queue holds the payload until it is sent, and counts it at its size
+            // on the wire: a payload in a buffer reserved larger (encoding reserves 512
+            // bytes) is kept in one of its own size.
+            var kept = payload
+            if payload.capacity > payload.count + 64 {
+                kept = []
+                kept.reserveCapacity(payload.count)
+                kept.append(contentsOf: payload)
+            }
+            stored?.append(
+                CommittedEvent(seq: seq, id: event.id, entity: event.entity, hasKey: event.key != nil, payload: kept))
+        }
         return seq
     }
 
