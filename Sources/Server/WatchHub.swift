@@ -376,10 +376,7 @@ package enum Notification: Sendable {
         } else {
             // One that does not decode either: sent as it is, with the id and seq after it.
             var bytes = WatchHub.notificationHead
-            bytes.append(contentsOf: item.payload.dropLast())
-            bytes.append(contentsOf: Array(#","id":"#.utf8))
-            item.id.appendJSON(to: &bytes)
-            bytes.append(contentsOf: Array(#","seq":\#(item.seq)}"#.utf8))
+            EventJSON.appendUnspliced(payload: item.payload, id: item.id, seq: item.seq, to: &bytes)
             bytes.append(contentsOf: WatchHub.notificationTail)
             self = .encoded(bytes)
         }

@@ -86,6 +86,18 @@ package enum EventJSON {
         }
     }
 
+    /// A payload whose id's place is not known, with the id and `seq` as its last members:
+    /// the same members as `Splice` makes, not in canonical order.
+    package static func appendUnspliced(payload: [UInt8], id: ULID, seq: UInt64, to out: inout [UInt8]) {
+        out.append(contentsOf: payload.dropLast())
+        out.append(UInt8(ascii: ","))
+        out.append(contentsOf: idKey)
+        id.appendJSON(to: &out)
+        out.append(contentsOf: seqMember)
+        CanonicalWriter.appendInteger(Int(clamping: seq), to: &out)
+        out.append(UInt8(ascii: "}"))
+    }
+
     fileprivate static let idKey = Array(#""id":"#.utf8)
     fileprivate static let seqMember = Array(#","seq":"#.utf8)
 }
