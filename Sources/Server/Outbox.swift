@@ -238,15 +238,25 @@ package final class Outbox: @unchecked Sendable {
         return taken
     }
 
-    /// Queues a notification, waiting while there is no room for it (catch-up: a request
-    /// thread may wait, the writer never does). False when the connection is ending.
-    package func pushNotificationWaiting(_ bytes: [UInt8]) -> Bool {
+    /// Queues as many of `parts` as there is room for, from the first, in one slot,
+    /// waiting while there is room for none (catch-up: a request thread may wait, the
+    /// writer never does).
+    /// - Returns: how many were queued (one at least), nil when the connection is ending.
+    package func pushNotificationsWaiting(_ parts: ArraySlice<Notification>) -> Int? {
+        guard let first = parts.first else { return 0 }
         condition.lock()
         defer { condition.unlock() }
-        while !hasRoom(for: bytes.count, count: 1) && !finishing && !aborted { readerWait(timeout: 0.25) }
-        guard !finishing && !aborted else { return false }
-        appendNotifications([.encoded(bytes)], bytes: bytes.count)
-        return true
+        while !hasRoom(for: first.count, count: 1) && !finishing && !aborted { readerWait(timeout: 0.25) }
+        guard !finishing && !aborted else { return nil }
+        var taken = 1
+        var bytes = first.count
+        for part in parts.dropFirst() {
+            guard hasRoom(for: bytes + part.count, count: taken + 1) else { break }
+            bytes += part.count
+            taken += 1
+        }
+        appendNotifications(Array(parts.prefix(taken)), bytes: bytes)
+        return taken
     }
 
     /// Whether `count` more notifications of `bytes` in all fit: under the count and byte

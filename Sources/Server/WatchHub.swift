@@ -255,7 +255,8 @@ package final class WatchHub: CommitPublisher, @unchecked Sendable {
             // Catch up without the lock while pages are full...
             while true {
                 let (events, more) = try read(subscription, log: log, limit: page)
-                guard queueWaiting(events, to: subscription) else { return false }
+                let notifications = try events.map { item throws(EventStoreError) in try Notification(item) }
+                guard queueWaiting(notifications, to: subscription) else { return false }
                 guard more else { break }
             }
         } else {
@@ -265,7 +266,7 @@ package final class WatchHub: CommitPublisher, @unchecked Sendable {
         while true {
             publishLock.lock()
             if after != nil {
-                let events: [SequencedEvent]
+                let events: [StoredEvent]
                 let more: Bool
                 do {
                     (events, more) = try read(subscription, log: log, limit: page)
@@ -276,12 +277,17 @@ package final class WatchHub: CommitPublisher, @unchecked Sendable {
                 // Join only when the rest fits in the queue now (nothing else adds to it
                 // before it joins): otherwise queue what does not fit with waiting, outside
                 // the lock.
-                let taken =
-                    more
-                    ? 0 : subscription.outbox.offerNotifications(events.map { .encoded(WatchHub.notification($0)) })
+                let notifications: [Notification]
+                do {
+                    notifications = try events.map { item throws(EventStoreError) in try Notification(item) }
+                } catch {
+                    publishLock.unlock()
+                    throw error
+                }
+                let taken = more ? 0 : subscription.outbox.offerNotifications(notifications)
                 if more || taken < events.count {
                     publishLock.unlock()
-                    guard queueWaiting(Array(events[taken...]), to: subscription) else { return false }
+                    guard queueWaiting(Array(notifications[taken...]), to: subscription) else { return false }
                     continue
                 }
             } else {
@@ -295,11 +301,16 @@ package final class WatchHub: CommitPublisher, @unchecked Sendable {
         }
     }
 
-    /// Queues replayed events, waiting while the consumer is behind (never with the lock
-    /// held). False when the connection ended meanwhile.
-    private func queueWaiting(_ events: [SequencedEvent], to subscription: Subscription) -> Bool {
-        for item in events {
-            guard subscription.outbox.pushNotificationWaiting(WatchHub.notification(item)) else { return false }
+    /// Queues replayed events' notifications, as many at a time as there is room for,
+    /// waiting while the consumer is behind (never with the lock held). False when the
+    /// connection ended meanwhile.
+    private func queueWaiting(_ notifications: [Notification], to subscription: Subscription) -> Bool {
+        var queued = 0
+        while queued < notifications.count {
+            guard let taken = subscription.outbox.pushNotificationsWaiting(notifications[queued...]) else {
+                return false
+            }
+            queued += taken
         }
         return true
     }
@@ -315,9 +326,9 @@ package final class WatchHub: CommitPublisher, @unchecked Sendable {
     /// A page of the events after the subscription's `lastQueued` that it wants, moving
     /// `lastQueued` past every seq the page looked at; `more` whether the log goes on.
     private func read(_ subscription: Subscription, log: EventLog, limit: Int) throws(EventStoreError)
-        -> (events: [SequencedEvent], more: Bool)
+        -> (events: [StoredEvent], more: Bool)
     {
-        let page = try log.feed(after: subscription.lastQueued, limit: limit, filter: subscription.filter)
+        let page = try log.storedFeed(after: subscription.lastQueued, limit: limit, filter: subscription.filter)
         subscription.lastQueued = page.next ?? max(page.head, page.events.last?.seq ?? subscription.lastQueued)
         return (page.events, page.next != nil)
     }
@@ -379,6 +390,17 @@ package enum Notification: Sendable {
             EventJSON.appendUnspliced(payload: item.payload, id: item.id, seq: item.seq, to: &bytes)
             bytes.append(contentsOf: WatchHub.notificationTail)
             self = .encoded(bytes)
+        }
+    }
+
+    /// From a payload read back from the log (a catch-up): made from it when written, as a
+    /// commit's are, or decoded and encoded now when the id's place is not found.
+    /// - Throws: `corrupt` when such a payload does not decode.
+    package init(_ item: StoredEvent) throws(EventStoreError) {
+        if let splice = EventJSON.Splice(item) {
+            self = .spliced(splice)
+        } else {
+            self = .encoded(WatchHub.notification(SequencedEvent(seq: item.seq, event: try EventJSON.decoded(item))))
         }
     }
 

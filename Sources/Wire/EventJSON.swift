@@ -30,6 +30,32 @@ package enum EventJSON {
         out.append(UInt8(ascii: "}"))
     }
 
+    /// A stored event as `stored(_:)` gives it, from its payload as the log holds it: the
+    /// payload with the id put in its place, or, for one whose id's place is not found
+    /// (none the writer makes), the event decoded and encoded again.
+    /// - Throws: `corrupt` when the payload does not decode.
+    package static func stored(_ item: StoredEvent, into out: inout [UInt8]) throws(EventStoreError) {
+        if let splice = Splice(item) {
+            let start = out.count
+            splice.append(to: &out)
+            assert(
+                out[start...].elementsEqual(
+                    stored(SequencedEvent(seq: item.seq, event: try! EventCodec.decodeStored(item.payload, id: item.id)))),
+                "an event spliced from its stored payload differs from its encoding")
+            return
+        }
+        stored(SequencedEvent(seq: item.seq, event: try decoded(item)), into: &out)
+    }
+
+    /// The event of a stored payload. - Throws: `corrupt` when it does not decode.
+    package static func decoded(_ item: StoredEvent) throws(EventStoreError) -> Event {
+        do {
+            return try EventCodec.decodeStored(item.payload, id: item.id)
+        } catch {
+            throw EventStoreError(.corrupt, "stored event \(item.id) (seq \(item.seq)) does not decode: \(error.message)")
+        }
+    }
+
     /// What a stored event's JSON is made of when its stored payload is at hand: the
     /// payload, with the id put in its place and `seq` after the last member. It holds the
     /// payload (shared, not copied), so a watch can queue it and have the bytes made by
@@ -45,6 +71,17 @@ package enum EventJSON {
         package init?(_ item: borrowing SequencedEvent) {
             guard let payload = item.payload else { return nil }
             self.init(seq: item.seq, id: item.event.id, hasKey: item.event.key != nil, payload: payload)
+        }
+
+        /// From a payload read back from the log, whether the event has a key read from it
+        /// (`EventCodec.idPosition(inPayload:)`). Nil when the id's place cannot be found.
+        package init?(_ item: StoredEvent) {
+            guard item.payload.last == UInt8(ascii: "}"), let at = EventCodec.idPosition(inPayload: item.payload)
+            else { return nil }
+            self.payload = item.payload
+            self.id = item.id
+            self.seq = item.seq
+            self.at = at
         }
 
         /// Nil when the id's place cannot be found in the payload.

@@ -86,6 +86,13 @@ package struct JSONWriter {
         needsComma = true
     }
 
+    /// A value that `write` appends (JSON already), in place rather than copied in.
+    package mutating func raw<Failure: Error>(_ write: (inout [UInt8]) throws(Failure) -> Void) throws(Failure) {
+        separate()
+        try write(&bytes)
+        needsComma = true
+    }
+
     package mutating func stringOrNull(_ value: String?) {
         if let value { string(value) } else { null() }
     }

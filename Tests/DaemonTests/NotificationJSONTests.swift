@@ -109,6 +109,75 @@ struct NotificationJSONTests {
         #expect(event["kind"] as? String == "unknown-kind" && event["x"] as? Int == 1)
     }
 
+    /// A watch's catch-up and `log` read events back as stored, not decoded: whether one
+    /// has a key is read from its payload, and the JSON made from it is the event's
+    /// encoding, for every input above and for objects whose last member is a `key`.
+    @Test func readBackAsStoredEqualsEncoded() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "evnotify-\(UUID().uuidString.prefix(8))"
+        ).path
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let log = try EventLog.open(directory: directory)
+        let inputs =
+            NotificationJSONTests.inputs + [
+                // A `key` last in an object just before where the event's own would be.
+                #"{"entity":"job/5","kind":"edit","fields":{"a":1,"key":"v"}}"#,
+                #"{"entity":"job/5","kind":"edit","fields":{"a":1,"key":"v"},"key":"own"}"#,
+                #"{"entity":"job/6","kind":"edit","fields":{"key":"a\\"},"key":"b\\"}"#,
+                #"{"entity":"job/6","kind":"edit","fields":{"key":"\",\"kind\":\""}}"#,
+                #"{"entity":"job/7","kind":"add","set":"parts","element":{"key":"x"}}"#,
+            ]
+        for input in inputs {
+            let result = try log.commit([AppendJob([try EventCodec.decodeInput(Array(input.utf8))])])
+            if case .failure(let error) = result.outcomes[0] { Issue.record("\(input): \(error)") }
+        }
+        let page = try log.feed(after: 0, limit: 100)
+        let stored = try log.storedFeed(after: 0, limit: 100)
+        #expect(page.events.count == inputs.count)
+        #expect(stored.events.map { $0.seq } == page.events.map { $0.seq } && stored.next == page.next)
+        #expect(page.events.contains { $0.event.key != nil } && page.events.contains { $0.event.key == nil })
+        for (item, read) in zip(page.events, stored.events) {
+            #expect(read.id == item.event.id && read.payload == item.payload)
+            #expect(
+                EventCodec.idPosition(inPayload: read.payload)
+                    == EventCodec.idPosition(inPayload: read.payload, hasKey: item.event.key != nil),
+                "seq \(item.seq): \(String(decoding: read.payload, as: UTF8.self))")
+            var made: [UInt8] = []
+            try EventJSON.stored(read, into: &made)
+            var encoded: [UInt8] = []
+            EventCodec.encodeStored(item.event, includeID: true, into: &encoded)
+            encoded.removeLast()
+            encoded += Array(#","seq":\#(item.seq)}"#.utf8)
+            #expect(String(decoding: made, as: UTF8.self) == String(decoding: encoded, as: UTF8.self))
+            let notification = try Notification(read)
+            guard case .spliced = notification else {
+                Issue.record("seq \(item.seq): not made from the payload")
+                continue
+            }
+            var line: [UInt8] = []
+            notification.append(to: &line)
+            #expect(line == WatchHub.notification(SequencedEvent(seq: item.seq, event: item.event)))
+            #expect(notification.count == line.count)
+        }
+        // Filtered by origin or type, the events are decoded to be matched: the same pages.
+        let origin = page.events[0].event.origin
+        for filter in [
+            FeedFilter(type: "job"), FeedFilter(type: "other"), FeedFilter(origin: origin),
+            FeedFilter(origin: ULID(timestamp: 1_600_000_000_000, random: (9, 9))), FeedFilter(entity: page.events[4].event.entity),
+        ] {
+            let decoded = try log.feed(after: 2, limit: 3, filter: filter)
+            let read = try log.storedFeed(after: 2, limit: 3, filter: filter)
+            #expect(read.events.map { $0.seq } == decoded.events.map { $0.seq }, "\(filter)")
+            #expect(read.next == decoded.next && read.head == decoded.head, "\(filter)")
+        }
+        // A payload that neither has the id's place nor decodes is `corrupt`, as a decoded
+        // read of it would be.
+        let broken = StoredEvent(seq: 1, id: ULID(timestamp: 1_600_000_000_000, random: (9, 9)), payload: Array(#"{"kind":"unknown-kind","x":1}"#.utf8))
+        #expect(throws: EventStoreError.self) { try Notification(broken) }
+        var out: [UInt8] = []
+        #expect(throws: EventStoreError.self) { try EventJSON.stored(broken, into: &out) }
+    }
+
     /// The writer queues a commit's notifications as references to the payloads; the thread
     /// that writes them makes the bytes, a socket's worth at a time, with the outbox's lock
     /// let go. A client reading slowly gets every one, whole and in order, and the outbox

@@ -154,13 +154,15 @@ package struct Methods: Sendable {
         let limit = try params.int("limit", in: 1...10_000) ?? 100
         let filter = FeedFilter(
             entity: try params.entity("entity"), origin: try params.id("origin"), type: try params.type("type"))
-        let page = try log.feed(after: after, limit: limit, filter: filter, maxBytes: maxPageBytes)
+        let page = try log.storedFeed(after: after, limit: limit, filter: filter, maxBytes: maxPageBytes)
         var out = JSONWriter()
         out.bytes.reserveCapacity(64 + page.events.count * 256)
         out.beginObject()
         out.key("events")
         out.beginArray()
-        for item in page.events { out.raw(EventJSON.stored(item)) }
+        for item in page.events {
+            try out.raw { bytes throws(EventStoreError) in try EventJSON.stored(item, into: &bytes) }
+        }
         out.endArray()
         out.key("next")
         if let next = page.next { out.int(Int(clamping: next)) } else { out.null() }

@@ -454,32 +454,48 @@ public enum EventCodec {
         return Array(Set(ids)).sorted()
     }
 
-    /// The canonical JSON of a stored event: keys sorted, no whitespace. Without `id` when
-    /// `includeID` is false (on disk the id is the key, and storing it twice costs bytes).
     /// Where `encodeStored` puts the `id` member in a payload it encoded without one: before
     /// `"key"` when the event has an idempotency key, else before `"kind"`. Found from the
     /// end: only `observed`, `origin`, `proposal`, `reason`, `set` and `status` follow `kind`,
-    /// none of which holds an object, and inside a string every quote is escaped, so the last `,"kind":` is the
-    /// event's own (and the last `,"key":"` before it, when there is a key).
+    /// none of which holds an object, and inside a string every quote is escaped, so the last
+    /// `,"kind":` is the event's own (and the last `,"key":"` before it, when there is a key).
     public static func idPosition(inPayload payload: [UInt8], hasKey: Bool) -> Int? {
-        func lastIndex(of pattern: [UInt8], before end: Int) -> Int? {
-            var index = end - pattern.count
-            while index >= 0 {
-                if payload[index] == pattern[0], payload[index..<index + pattern.count].elementsEqual(pattern) {
-                    return index
-                }
-                index -= 1
-            }
-            return nil
-        }
-        guard let kind = lastIndex(of: kindMember, before: payload.count) else { return nil }
+        guard let kind = lastIndex(of: kindMember, in: payload, before: payload.count) else { return nil }
         guard hasKey else { return kind + 1 }
-        return lastIndex(of: keyMember, before: kind).map { $0 + 1 }
+        return lastIndex(of: keyMember, in: payload, before: kind).map { $0 + 1 }
+    }
+
+    /// The id's place in a payload as `idPosition(inPayload:hasKey:)` finds it, for a payload
+    /// read back without its event: whether the event has a key is read from the payload.
+    /// The last `,"key":"` before `,"kind":` is the event's own key when its string ends
+    /// right there; otherwise it is a member of an object before it (`fields`, `data`),
+    /// which ends with a `}` before `,"kind":`, and the event has no key.
+    public static func idPosition(inPayload payload: [UInt8]) -> Int? {
+        guard let kind = lastIndex(of: kindMember, in: payload, before: payload.count) else { return nil }
+        guard let key = lastIndex(of: keyMember, in: payload, before: kind) else { return kind + 1 }
+        var index = key + keyMember.count
+        while index < kind, payload[index] != UInt8(ascii: "\"") {
+            index += payload[index] == UInt8(ascii: "\\") ? 2 : 1
+        }
+        return index + 1 == kind ? key + 1 : kind + 1
+    }
+
+    private static func lastIndex(of pattern: [UInt8], in payload: [UInt8], before end: Int) -> Int? {
+        var index = end - pattern.count
+        while index >= 0 {
+            if payload[index] == pattern[0], payload[index..<index + pattern.count].elementsEqual(pattern) {
+                return index
+            }
+            index -= 1
+        }
+        return nil
     }
 
     private static let kindMember = Array(#","kind":"#.utf8)
     private static let keyMember = Array(#","key":""#.utf8)
 
+    /// The canonical JSON of a stored event: keys sorted, no whitespace. Without `id` when
+    /// `includeID` is false (on disk the id is the key, and storing it twice costs bytes).
     public static func encodeStored(_ event: Event, includeID: Bool = true) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(512)

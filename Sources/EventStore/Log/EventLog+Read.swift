@@ -202,6 +202,31 @@ extension EventLog {
         after: UInt64 = 0, limit: Int = 1000, filter: FeedFilter = FeedFilter(), scanLimit: Int = 10_000,
         maxBytes: Int = .max
     ) throws(EventStoreError) -> FeedPage {
+        let (events, next, head) = try scanFeed(
+            after: after, limit: limit, filter: filter, scanLimit: scanLimit, maxBytes: maxBytes, decode: true
+        ) { seq, _, payload, event in SequencedEvent(seq: seq, event: event!, payload: payload) }
+        return FeedPage(events: events, next: next, head: head)
+    }
+
+    /// The page `feed` gives, with each event as stored rather than decoded: for a reader
+    /// that passes the events on as JSON (a watch's catch-up, `log`), which the payload
+    /// makes without decoding it. Events are decoded only to be filtered by origin or type.
+    public func storedFeed(
+        after: UInt64 = 0, limit: Int = 1000, filter: FeedFilter = FeedFilter(), scanLimit: Int = 10_000,
+        maxBytes: Int = .max
+    ) throws(EventStoreError) -> StoredFeedPage {
+        let (events, next, head) = try scanFeed(
+            after: after, limit: limit, filter: filter, scanLimit: scanLimit, maxBytes: maxBytes, decode: false
+        ) { seq, id, payload, _ in StoredEvent(seq: seq, id: id, payload: payload) }
+        return StoredFeedPage(events: events, next: next, head: head)
+    }
+
+    /// The scan behind `feed` and `storedFeed`: `make` gets each event that passes the
+    /// filter, decoded when `decode` is set or the filter needs it (nil otherwise).
+    private func scanFeed<Item>(
+        after: UInt64, limit: Int, filter: FeedFilter, scanLimit: Int, maxBytes: Int, decode: Bool,
+        make: (UInt64, ULID, [UInt8], Event?) -> Item
+    ) throws(EventStoreError) -> (events: [Item], next: UInt64?, head: UInt64) {
         try reading { txn in
             let head = try EventLog.sequenceHead(txn: txn, tables: tables)
             var entityIDs: Set<ULID>?
@@ -219,7 +244,8 @@ extension EventLog {
                 entityIDs = ids
             }
             let typePrefix = filter.type.map { Array($0.utf8) + [UInt8(ascii: "/")] }
-            var out: [SequencedEvent] = []
+            let decoding = decode || filter.origin != nil || typePrefix != nil
+            var out: [Item] = []
             var bytes = 0
             var scanned = 0
             var lastSeq = after
@@ -241,12 +267,12 @@ extension EventLog {
                     }
                     scanned += 1
                     lastSeq = seq
-                    let event = try decodePayload(payload, id: id)
-                    if let origin = filter.origin, event.origin != origin {
-                    } else if let typePrefix, !event.entity.bytes.starts(with: typePrefix) {
+                    let event = decoding ? try decodePayload(payload, id: id) : nil
+                    if let origin = filter.origin, event?.origin != origin {
+                    } else if let typePrefix, event?.entity.bytes.starts(with: typePrefix) != true {
                     } else {
                         bytes += payload.count
-                        out.append(SequencedEvent(seq: seq, event: event, payload: payload))
+                        out.append(make(seq, id, payload, event))
                     }
                     // Stops once the page is full, before a block it does not need is read.
                     stopped = out.count >= limit || scanned >= scanLimit
@@ -258,7 +284,7 @@ extension EventLog {
             // Every seq up to the head names an event, so events follow the page while it
             // stopped short of the head.
             let more = stopped && lastSeq < head
-            return FeedPage(events: out, next: more ? lastSeq : nil, head: head)
+            return (out, more ? lastSeq : nil, head)
         }
     }
 
@@ -482,5 +508,27 @@ public struct FeedPage: Equatable, Sendable {
     /// Where the next page starts (its `after`), nil when this one reached the head.
     public var next: UInt64?
     /// The head when the page was read.
+    public var head: UInt64
+}
+
+/// An event as the log holds it: its seq, its id and its canonical JSON without the id
+/// (the stored payload), not decoded.
+public struct StoredEvent: Sendable {
+    public var seq: UInt64
+    public var id: ULID
+    public var payload: [UInt8]
+
+    public init(seq: UInt64, id: ULID, payload: [UInt8]) {
+        self.seq = seq
+        self.id = id
+        self.payload = payload
+    }
+}
+
+/// A page of `EventLog.storedFeed(after:limit:filter:scanLimit:maxBytes:)`: as `FeedPage`,
+/// with the events as stored.
+public struct StoredFeedPage: Sendable {
+    public var events: [StoredEvent]
+    public var next: UInt64?
     public var head: UInt64
 }
