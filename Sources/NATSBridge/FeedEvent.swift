@@ -28,104 +28,162 @@ enum FeedLine {
 
 extension FeedLine {
     /// Reads one line the daemon sent. Throws for anything that is not JSON-RPC as evstored
-    /// speaks it (the bridge then drops the connection and starts again).
+    /// speaks it (the bridge then drops the connection and starts again). An event's
+    /// notification as the daemon writes it is read in one pass over its bytes
+    /// (`FeedEvent.readNotification`), any other line by the full scanner.
     static func parse(_ line: [UInt8]) throws(JSONError) -> FeedLine {
+        if let event = FeedEvent.readNotification(line) { return .event(event) }
+        return try scanned(line)
+    }
+
+    /// `parse` by the full scanner, for any line. The daemon writes `method` before
+    /// `params`, so an event is read as it is met; `params` before `method` is skipped and
+    /// read again once the method is known.
+    static func scanned(_ line: [UInt8]) throws(JSONError) -> FeedLine {
         // Deeper than any event the daemon takes, with the notification around it.
         var scanner = JSONScanner(line, maxDepth: JSONTree.maxDepth)
-        var method: ArraySlice<UInt8>?
+        var method: Method?
         var event: FeedEvent?
         var resumeAfter: UInt64?
         var id: Int?
         var error: String?
-        var paramsRange: Range<Int>?
+        var paramsStart: Int?
         try scanner.readObject { (key, scanner) throws(JSONError) in
-            switch String(decoding: key, as: UTF8.self) {
-            case "method": method = try scanner.readStringSlice()
-            case "params":
-                let start = scanner.offset
-                try scanner.skipValue()
-                paramsRange = start..<scanner.offset
-            case "id":
+            if key.elementsEqual(Key.method) {
+                method = Method(try scanner.readStringSlice())
+            } else if key.elementsEqual(Key.params) {
+                paramsStart = scanner.offset
+                switch method {
+                case .event?: event = try FeedLine.event(in: line, scanner: &scanner)
+                case .overflow?: resumeAfter = try FeedLine.resumeAfter(scanner: &scanner)
+                case .other?, nil: try scanner.skipValue()
+                }
+            } else if key.elementsEqual(Key.id) {
                 var text: [UInt8] = []
                 try scanner.canonicalValue(into: &text)
                 id = Int(String(decoding: text, as: UTF8.self))
-            case "error":
+            } else if key.elementsEqual(Key.error) {
                 let start = scanner.offset
                 try scanner.skipValue()
                 error = String(decoding: line[start..<scanner.offset], as: UTF8.self)
-            default: try scanner.skipValue()
+            } else {
+                try scanner.skipValue()
             }
         }
         try scanner.expectEnd()
         guard let method else { return .reply(id: id, error: error) }
-        guard let paramsRange else { return .other }
-        switch String(decoding: method, as: UTF8.self) {
-        case "event":
-            var params = JSONScanner(line, from: paramsRange.lowerBound, maxDepth: JSONTree.maxDepth)
-            try params.readObject { (key, scanner) throws(JSONError) in
-                guard key.elementsEqual("event".utf8) else { return try scanner.skipValue() }
-                event = try FeedEvent.read(line, scanner: &scanner)
+        guard let paramsStart else { return .other }
+        switch method {
+        case .event:
+            if event == nil {
+                var params = JSONScanner(line, from: paramsStart, maxDepth: JSONTree.maxDepth)
+                event = try FeedLine.event(in: line, scanner: &params)
             }
-            guard let event else {
-                throw JSONError("an event notification without \"event\"", at: paramsRange.lowerBound)
-            }
+            guard let event else { throw JSONError("an event notification without \"event\"", at: paramsStart) }
             return .event(event)
-        case "watch.overflow":
-            var params = JSONScanner(line, from: paramsRange.lowerBound, maxDepth: JSONTree.maxDepth)
-            try params.readObject { (key, scanner) throws(JSONError) in
-                guard key.elementsEqual("resume_after".utf8) else { return try scanner.skipValue() }
-                var text: [UInt8] = []
-                try scanner.canonicalValue(into: &text)
-                resumeAfter = UInt64(String(decoding: text, as: UTF8.self))
+        case .overflow:
+            if resumeAfter == nil {
+                var params = JSONScanner(line, from: paramsStart, maxDepth: JSONTree.maxDepth)
+                resumeAfter = try FeedLine.resumeAfter(scanner: &params)
             }
             guard let resumeAfter else {
-                throw JSONError("watch.overflow without \"resume_after\"", at: paramsRange.lowerBound)
+                throw JSONError("watch.overflow without \"resume_after\"", at: paramsStart)
             }
             return .overflow(resumeAfter: resumeAfter)
-        default:
+        case .other:
             return .other
         }
+    }
+
+    /// The notifications the bridge reads.
+    private enum Method {
+        case event, overflow, other
+
+        init(_ name: ArraySlice<UInt8>) {
+            if name.elementsEqual(Key.event) {
+                self = .event
+            } else if name.elementsEqual(Key.overflow) {
+                self = .overflow
+            } else {
+                self = .other
+            }
+        }
+    }
+
+    /// The event of an `event` notification's params, nil when they hold none.
+    private static func event(in line: [UInt8], scanner: inout JSONScanner) throws(JSONError) -> FeedEvent? {
+        var event: FeedEvent?
+        try scanner.readObject { (key, scanner) throws(JSONError) in
+            guard key.elementsEqual(Key.event) else { return try scanner.skipValue() }
+            event = try FeedEvent.read(line, scanner: &scanner)
+        }
+        return event
+    }
+
+    /// The `resume_after` of a `watch.overflow` notification's params.
+    private static func resumeAfter(scanner: inout JSONScanner) throws(JSONError) -> UInt64? {
+        var resumeAfter: UInt64?
+        try scanner.readObject { (key, scanner) throws(JSONError) in
+            guard key.elementsEqual(Key.resumeAfter) else { return try scanner.skipValue() }
+            var text: [UInt8] = []
+            try scanner.canonicalValue(into: &text)
+            resumeAfter = UInt64(String(decoding: text, as: UTF8.self))
+        }
+        return resumeAfter
     }
 }
 
 extension FeedEvent {
     /// Reads the stored event at the scanner (the daemon's canonical JSON with `seq` added)
     /// and keeps its canonical JSON without `seq` as the body: the members but `seq`, as
-    /// the daemon wrote them (sorted, no whitespace), which is the canonical form.
+    /// the daemon wrote them (sorted, no whitespace), which is the canonical form. The
+    /// body is the event's bytes with the `seq` member cut out (the daemon puts it last).
     static func read(_ line: [UInt8], scanner: inout JSONScanner) throws(JSONError) -> FeedEvent {
         let start = scanner.offset
         var seq: UInt64?
         var id: String?
         var origin: String?
         var entity: String?
-        var body: [UInt8] = [UInt8(ascii: "{")]
+        /// The `seq` member, with the comma that separates it from its neighbour.
+        var seqMember: Range<Int>?
         var memberStart = start + 1
-        var canonical = true
+        var canonical = line[start] == UInt8(ascii: "{")
+        var first = true
         try scanner.readObject { (key, scanner) throws(JSONError) in
             if line[memberStart] != UInt8(ascii: "\"") { canonical = false }
-            switch String(decoding: key, as: UTF8.self) {
-            case "seq":
+            if key.elementsEqual(Key.seq) {
                 var text: [UInt8] = []
                 try scanner.canonicalValue(into: &text)
                 seq = UInt64(String(decoding: text, as: UTF8.self))
-            case "id": id = try scanner.readString()
-            case "origin": origin = try scanner.readString()
-            case "entity": entity = try scanner.readString()
-            default: try scanner.skipValue()
+                // `{"seq":1,"a"...`: the comma after it; `...,"seq":1}` or `,"seq":1,`: before.
+                seqMember = first ? memberStart..<(scanner.offset + 1) : (memberStart - 1)..<scanner.offset
+            } else if key.elementsEqual(Key.id) {
+                id = try scanner.readString()
+            } else if key.elementsEqual(Key.origin) {
+                origin = try scanner.readString()
+            } else if key.elementsEqual(Key.entity) {
+                entity = try scanner.readString()
+            } else {
+                try scanner.skipValue()
             }
-            if !key.elementsEqual("seq".utf8) {
-                if body.count > 1 { body.append(UInt8(ascii: ",")) }
-                body.append(contentsOf: line[memberStart..<scanner.offset])
-            }
+            first = false
             memberStart = scanner.offset + 1  // past the comma
         }
-        body.append(UInt8(ascii: "}"))
-        guard let seq, let id, let origin, let entity, let slash = entity.firstIndex(of: "/") else {
+        let end = scanner.offset
+        guard let seq, let id, let origin, let entity, let slash = entity.firstIndex(of: "/"), let seqMember else {
             throw JSONError("an event without seq, id, origin or entity", at: start)
         }
-        if !canonical {
+        // The member after the last is the closing brace, where the next one would start.
+        if line[end - 1] != UInt8(ascii: "}") || memberStart != end { canonical = false }
+        var body: [UInt8]
+        if canonical {
+            body = []
+            body.reserveCapacity(end - start - seqMember.count)
+            body.append(contentsOf: line[start..<seqMember.lowerBound])
+            body.append(contentsOf: line[min(seqMember.upperBound, end - 1)..<end])
+        } else {
             // Whitespace between members: not how evstored writes, so encode it again.
-            guard var object = try JSONTree.parse(Array(line[start..<scanner.offset])) as? [String: Any] else {
+            guard var object = try JSONTree.parse(Array(line[start..<end])) as? [String: Any] else {
                 throw JSONError("an event that is not an object", at: start)
             }
             object["seq"] = nil
@@ -136,4 +194,269 @@ extension FeedEvent {
         }
         return FeedEvent(seq: seq, id: id, origin: origin, type: String(entity[..<slash]), body: body)
     }
+}
+
+extension FeedEvent {
+    /// The event of a notification as evstored writes it — `{"jsonrpc":"2.0","method":
+    /// "event","params":{"event":{...}}}`, no whitespace, ASCII, keys without escapes and in
+    /// canonical order (`seq` last), the id, origin and entity strings without escapes —
+    /// read in one pass over its bytes; nil
+    /// for any other line, which `FeedLine.parse` reads with the full scanner. The pass
+    /// checks what the scanner checks of such a line: the nesting, the strings (no control
+    /// characters, escapes one of JSON's), the numbers' grammar and the literals; only a
+    /// line outside ASCII goes the scanner's way to have its UTF-8 checked.
+    static func readNotification(_ line: [UInt8]) -> FeedEvent? {
+        let head = NotificationBytes.head
+        let tail = NotificationBytes.tail
+        guard line.count > head.count + tail.count + 1, line.starts(with: head),
+            line[(line.count - tail.count)...].elementsEqual(tail)
+        else { return nil }
+        let reader = EventBytes(line: line, start: head.count - 1, end: line.count - tail.count)
+        return reader.event()
+    }
+}
+
+/// The bytes around an event in the daemon's notification.
+private enum NotificationBytes {
+    static let head = Array(#"{"jsonrpc":"2.0","method":"event","params":{"event":{"#.utf8)
+    static let tail = Array("}}".utf8)
+}
+
+/// One pass over an event's bytes, `line[start..<end]`, for `FeedEvent.readNotification`.
+private struct EventBytes {
+    let line: [UInt8]
+    let start: Int
+    let end: Int
+
+    init(line: [UInt8], start: Int, end: Int) {
+        self.line = line
+        self.start = start
+        self.end = end
+    }
+
+    func event() -> FeedEvent? {
+        guard line[start] == UInt8(ascii: "{"), line[end - 1] == UInt8(ascii: "}") else { return nil }
+        var seq: UInt64?
+        var seqMember: Range<Int>?
+        var id: String?
+        var origin: String?
+        var entity: String?
+        var index = start + 1
+        var first = true
+        var previous: ArraySlice<UInt8>?
+        while true {
+            // A member: a key without escapes, a colon, a value.
+            guard index < end, line[index] == UInt8(ascii: "\"") else { return nil }
+            let keyStart = index + 1
+            guard let keyEnd = plainStringEnd(from: keyStart) else { return nil }
+            index = keyEnd + 1
+            guard index < end, line[index] == UInt8(ascii: ":") else { return nil }
+            let valueStart = index + 1
+            guard let valueEnd = valueEnd(from: valueStart, depth: 0) else { return nil }
+            let key = line[keyStart..<keyEnd]
+            // In canonical order, but for `seq`, which the daemon puts last: so no key
+            // comes twice (the scanner refuses that).
+            if !key.elementsEqual(Key.seq) {
+                if let previous, !previous.lexicographicallyPrecedes(key) { return nil }
+                previous = key
+            }
+            if key.elementsEqual(Key.seq) {
+                guard seq == nil, let value = digits(valueStart..<valueEnd) else { return nil }
+                seq = value
+                // The comma after it when it is first, else the one before it.
+                seqMember = first ? (keyStart - 1)..<(valueEnd + 1) : (keyStart - 2)..<valueEnd
+            } else if key.elementsEqual(Key.id) {
+                guard id == nil, let value = plainString(valueStart..<valueEnd) else { return nil }
+                id = value
+            } else if key.elementsEqual(Key.origin) {
+                guard origin == nil, let value = plainString(valueStart..<valueEnd) else { return nil }
+                origin = value
+            } else if key.elementsEqual(Key.entity) {
+                guard entity == nil, let value = plainString(valueStart..<valueEnd) else { return nil }
+                entity = value
+            }
+            index = valueEnd
+            first = false
+            guard index < end else { return nil }
+            if line[index] == UInt8(ascii: ",") {
+                index += 1
+                continue
+            }
+            guard line[index] == UInt8(ascii: "}"), index == end - 1 else { return nil }
+            break
+        }
+        guard let seq, let seqMember, let id, let origin, let entity, let slash = entity.firstIndex(of: "/") else {
+            return nil
+        }
+        var body: [UInt8] = []
+        body.reserveCapacity(end - start - seqMember.count)
+        body.append(contentsOf: line[start..<seqMember.lowerBound])
+        body.append(contentsOf: line[min(seqMember.upperBound, end - 1)..<end])
+        return FeedEvent(seq: seq, id: id, origin: origin, type: String(entity[..<slash]), body: body)
+    }
+
+    /// Where the string that starts at `from` (past its opening quote) ends, at its closing
+    /// quote; nil at an escape, a control character, a byte outside ASCII or the end.
+    private func plainStringEnd(from: Int) -> Int? {
+        var index = from
+        while index < end {
+            let byte = line[index]
+            if byte == UInt8(ascii: "\"") { return index }
+            guard byte >= 0x20, byte < 0x7F, byte != UInt8(ascii: "\\") else { return nil }
+            index += 1
+        }
+        return nil
+    }
+
+    /// A string value without escapes, as `String`.
+    private func plainString(_ range: Range<Int>) -> String? {
+        guard range.count >= 2, line[range.lowerBound] == UInt8(ascii: "\""),
+            plainStringEnd(from: range.lowerBound + 1) == range.upperBound - 1
+        else { return nil }
+        return String(decoding: line[(range.lowerBound + 1)..<(range.upperBound - 1)], as: UTF8.self)
+    }
+
+    /// A seq: decimal digits without a leading zero, within `UInt64`.
+    private func digits(_ range: Range<Int>) -> UInt64? {
+        guard !range.isEmpty, range.count <= 20, line[range.lowerBound] != UInt8(ascii: "0") || range.count == 1
+        else { return nil }
+        var value: UInt64 = 0
+        for byte in line[range] {
+            guard byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") else { return nil }
+            let (times, overflow) = value.multipliedReportingOverflow(by: 10)
+            let (sum, carry) = times.addingReportingOverflow(UInt64(byte - UInt8(ascii: "0")))
+            guard !overflow, !carry else { return nil }
+            value = sum
+        }
+        return value
+    }
+
+    /// Where the value that starts at `from` ends (just past it); nil when it is not one
+    /// that this pass takes. `depth` bounds the nesting below the scanner's bound (which
+    /// counts the notification's three levels around the event too).
+    private func valueEnd(from: Int, depth: Int) -> Int? {
+        guard from < end, depth < JSONTree.maxDepth - 4 else { return nil }
+        switch line[from] {
+        case UInt8(ascii: "\""): return stringEnd(from: from + 1).map { $0 + 1 }
+        case UInt8(ascii: "{"):
+            var index = from + 1
+            if index < end, line[index] == UInt8(ascii: "}") { return index + 1 }
+            var previous: ArraySlice<UInt8>?
+            while true {
+                // Keys without escapes, in canonical order: none twice.
+                guard index < end, line[index] == UInt8(ascii: "\""), let keyEnd = plainStringEnd(from: index + 1),
+                    keyEnd + 1 < end, line[keyEnd + 1] == UInt8(ascii: ":"),
+                    let valueEnd = valueEnd(from: keyEnd + 2, depth: depth + 1), valueEnd < end
+                else { return nil }
+                let key = line[(index + 1)..<keyEnd]
+                if let previous, !previous.lexicographicallyPrecedes(key) { return nil }
+                previous = key
+                index = valueEnd + 1
+                if line[valueEnd] == UInt8(ascii: "}") { return index }
+                guard line[valueEnd] == UInt8(ascii: ",") else { return nil }
+            }
+        case UInt8(ascii: "["):
+            var index = from + 1
+            if index < end, line[index] == UInt8(ascii: "]") { return index + 1 }
+            while true {
+                guard let valueEnd = valueEnd(from: index, depth: depth + 1), valueEnd < end else { return nil }
+                index = valueEnd + 1
+                if line[valueEnd] == UInt8(ascii: "]") { return index }
+                guard line[valueEnd] == UInt8(ascii: ",") else { return nil }
+            }
+        case UInt8(ascii: "t"): return literalEnd(from: from, Literal.true)
+        case UInt8(ascii: "f"): return literalEnd(from: from, Literal.false)
+        case UInt8(ascii: "n"): return literalEnd(from: from, Literal.null)
+        default: return numberEnd(from: from)
+        }
+    }
+
+    /// Where a string that starts at `from` (past its opening quote) ends, at its closing
+    /// quote: escapes JSON's own, no control characters, ASCII only.
+    private func stringEnd(from: Int) -> Int? {
+        var index = from
+        while index < end {
+            let byte = line[index]
+            if byte == UInt8(ascii: "\"") { return index }
+            guard byte >= 0x20, byte < 0x7F else { return nil }
+            if byte == UInt8(ascii: "\\") {
+                guard index + 1 < end else { return nil }
+                switch line[index + 1] {
+                case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"), UInt8(ascii: "b"), UInt8(ascii: "f"),
+                    UInt8(ascii: "n"), UInt8(ascii: "r"), UInt8(ascii: "t"):
+                    index += 2
+                case UInt8(ascii: "u"):
+                    guard index + 6 <= end, line[(index + 2)..<(index + 6)].allSatisfy(EventBytes.isHex) else { return nil }
+                    index += 6
+                default: return nil
+                }
+                continue
+            }
+            index += 1
+        }
+        return nil
+    }
+
+    private static func isHex(_ byte: UInt8) -> Bool {
+        (byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9")) || (byte | 0x20 >= UInt8(ascii: "a") && byte | 0x20 <= UInt8(ascii: "f"))
+    }
+
+    private func literalEnd(from: Int, _ literal: [UInt8]) -> Int? {
+        guard from + literal.count <= end, line[from..<(from + literal.count)].elementsEqual(literal) else { return nil }
+        return from + literal.count
+    }
+
+    /// JSON's number grammar: `-? (0 | [1-9][0-9]*) (.[0-9]+)? ([eE][+-]?[0-9]+)?`.
+    private func numberEnd(from: Int) -> Int? {
+        var index = from
+        func digitsEnd() -> Int {
+            var at = index
+            while at < end, line[at] >= UInt8(ascii: "0"), line[at] <= UInt8(ascii: "9") { at += 1 }
+            return at
+        }
+        if index < end, line[index] == UInt8(ascii: "-") { index += 1 }
+        guard index < end else { return nil }
+        if line[index] == UInt8(ascii: "0") {
+            index += 1
+        } else {
+            let after = digitsEnd()
+            guard after > index else { return nil }
+            index = after
+        }
+        if index < end, line[index] == UInt8(ascii: ".") {
+            index += 1
+            let after = digitsEnd()
+            guard after > index else { return nil }
+            index = after
+        }
+        if index < end, line[index] == UInt8(ascii: "e") || line[index] == UInt8(ascii: "E") {
+            index += 1
+            if index < end, line[index] == UInt8(ascii: "+") || line[index] == UInt8(ascii: "-") { index += 1 }
+            let after = digitsEnd()
+            guard after > index else { return nil }
+            index = after
+        }
+        return index
+    }
+
+    private enum Literal {
+        static let `true` = Array("true".utf8)
+        static let `false` = Array("false".utf8)
+        static let null = Array("null".utf8)
+    }
+}
+
+/// The names the bridge looks for, as bytes: a line's keys are compared with them as
+/// they lie in it.
+private enum Key {
+    static let method = Array("method".utf8)
+    static let params = Array("params".utf8)
+    static let id = Array("id".utf8)
+    static let error = Array("error".utf8)
+    static let event = Array("event".utf8)
+    static let overflow = Array("watch.overflow".utf8)
+    static let resumeAfter = Array("resume_after".utf8)
+    static let seq = Array("seq".utf8)
+    static let origin = Array("origin".utf8)
+    static let entity = Array("entity".utf8)
 }

@@ -34,6 +34,107 @@ struct FeedLineTests {
         #expect(parsed.type == String(entity.prefix { $0 != "/" }))
     }
 
+    @Test("seq where canonical order puts it, or first: cut out with its comma")
+    func seqAnywhere() throws {
+        let members = [
+            #""entity":"job/1""#, #""id":"01M8TVP1NE3V7V7Y557R797HN2""#, #""kind":"status""#,
+            #""origin":"01M8TVNYPY649YV7K22W584XK7""#, #""status":"done""#,
+        ]
+        for place in 0...members.count {
+            var withSeq = members
+            withSeq.insert(#""seq":12"#, at: place)
+            let line = Self.notification("{" + withSeq.joined(separator: ",") + "}")
+            guard case .event(let parsed) = try FeedLine.parse(line) else {
+                Issue.record("not an event")
+                continue
+            }
+            #expect(parsed.seq == 12)
+            #expect(String(decoding: parsed.body, as: UTF8.self) == "{" + members.joined(separator: ",") + "}")
+        }
+        // `params` before `method`: read once the method is known.
+        let event = #"{"entity":"job/1","id":"I","kind":"delete","origin":"O","seq":3}"#
+        let reordered = Array(#"{"params":{"event":\#(event)},"jsonrpc":"2.0","method":"event"}"#.utf8)
+        guard case .event(let parsed) = try FeedLine.parse(reordered) else {
+            Issue.record("not an event")
+            return
+        }
+        #expect(parsed.seq == 3 && String(decoding: parsed.body, as: UTF8.self) == #"{"entity":"job/1","id":"I","kind":"delete","origin":"O"}"#)
+        let overflow = #"{"params":{"resume_after":9},"method":"watch.overflow"}"#
+        guard case .overflow(9) = try FeedLine.parse(Array(overflow.utf8)) else {
+            Issue.record("not an overflow")
+            return
+        }
+    }
+
+    /// Events as the daemon writes them: every kind of value, escapes, nesting.
+    static let daemonEvents = [
+        #"{"entity":"job/1","id":"01M8TVP1NE3V7V7Y557R797HN2","kind":"status","origin":"01M8TVNYPY649YV7K22W584XK7","seq":1,"status":"done"}"#,
+        #"{"base":{"a":["01M8TVP1NE3V7V7Y557R797HN2"]},"by":"ana","entity":"site/a/b","fields":{"a":{"seq":1,"x":[1,{"seq":2}]},"n":-0.5e+3,"t":true,"u":null,"v":false,"w":[],"y":{},"z":"\"seq\":3}\\ \u00e9\n"},"id":"01M8TVP1NE3V7V7Y557R797HN3","kind":"edit","origin":"01M8TVNYPY649YV7K22W584XK7","seq":18446744073709551615}"#,
+        #"{"amount":-9223372036854775808,"counter":"parts","entity":"job/9","id":"01M8TVP1NE3V7V7Y557R797HN4","kind":"incr","origin":"01M8TVNYPY649YV7K22W584XK7","seq":0}"#,
+        #"{"entity":"job/2","fields":{"entity":"z/w","id":"x","origin":"y","seq":5},"id":"01M8TVP1NE3V7V7Y557R797HN5","key":"k\"1","kind":"edit","origin":"01M8TVNYPY649YV7K22W584XK7","seq":77}"#,
+    ]
+
+    static func same(_ a: FeedEvent, _ b: FeedEvent) -> Bool {
+        a.seq == b.seq && a.id == b.id && a.origin == b.origin && a.type == b.type && a.body == b.body
+    }
+
+    @Test("the daemon's notifications are read in one pass, as the full scanner reads them")
+    func onePassAsScanned() throws {
+        for event in Self.daemonEvents {
+            let line = Self.notification(event)
+            let fast = try #require(FeedEvent.readNotification(line), "\(event)")
+            guard case .event(let scanned) = try FeedLine.scanned(line) else {
+                Issue.record("not an event: \(event)")
+                continue
+            }
+            #expect(Self.same(fast, scanned), "\(event)")
+        }
+        // What the one pass leaves to the scanner: whitespace, a key with an escape, an id
+        // with one, text outside ASCII, a second seq, keys out of order.
+        for event in [
+            #"{"entity":"job/1", "id":"I","kind":"delete","origin":"O","seq":3}"#,
+            #"{"entity":"job/1","i\u0064":"I","id":"I","kind":"delete","origin":"O","seq":3}"#,
+            #"{"entity":"job/1","id":"I\u0031","kind":"delete","origin":"O","seq":3}"#,
+            #"{"entity":"job/ü","id":"I","kind":"delete","origin":"O","seq":3}"#,
+            #"{"entity":"job/1","id":"I","kind":"delete","origin":"O","seq":3,"seq":4}"#,
+            #"{"entity":"job/1","id":"I","kind":"delete","origin":"O","fields":{"b":1,"a":2},"seq":3}"#,
+            #"{"id":"I","entity":"job/1","kind":"delete","origin":"O","seq":3}"#,
+        ] {
+            #expect(FeedEvent.readNotification(Self.notification(event)) == nil, "\(event)")
+        }
+    }
+
+    @Test(
+        "a line changed at random is read in one pass only as the scanner reads it, or left to the scanner",
+        arguments: [1, 2, 3] as [UInt64])
+    func onePassNeverTakesWhatTheScannerRefuses(seed: UInt64) throws {
+        var random = SeededGenerator(seed: seed)
+        let alphabet = Array(#"{}[]":,\/-+.eE0123456789abfnrtuxyz "#.utf8) + [0x00, 0x1F, 0x7F, 0xC3]
+        var taken = 0
+        for round in 0..<20_000 {
+            var line = Self.notification(Self.daemonEvents[round % Self.daemonEvents.count])
+            for _ in 0...(random.next() % 3) {
+                let at = Int(random.next() % UInt64(line.count))
+                let byte = alphabet[Int(random.next() % UInt64(alphabet.count))]
+                switch random.next() % 3 {
+                case 0: line[at] = byte
+                case 1: line.insert(byte, at: at)
+                default: line.remove(at: at)
+                }
+            }
+            guard let fast = FeedEvent.readNotification(line) else { continue }
+            taken += 1
+            let text = String(decoding: line, as: UTF8.self)
+            guard case .event(let scanned) = try FeedLine.scanned(line) else {
+                Issue.record("read in one pass, not an event to the scanner: \(text)")
+                continue
+            }
+            #expect(Self.same(fast, scanned), "\(text)")
+        }
+        // Most changes break the line; some leave one that reads.
+        #expect(taken > 100)
+    }
+
     @Test("whitespace between members is encoded again, canonically")
     func nonCanonicalInputIsEncodedAgain() throws {
         let line = Self.notification(
