@@ -3,8 +3,9 @@
 
 Measures, on one machine (evstored, evstore-nats and nats-server share its CPUs):
   - bulk `evctl append --file` of the workload into a fresh daemon: the baseline;
-  - the bridge started on that store: events/s until every event is in the stream and the
-    consumer's lag is 0 (a backlog, as after a long outage);
+  - the bridge started on that store, once the daemon is idle: events/s until every event
+    is in the stream (a backlog, as after a long outage), and the time until the bridge
+    has acknowledged them all to the daemon (its consumer's lag is 0);
   - the same events, as the daemon's `log` gives them, published by a C program with
     libnats' asynchronous JetStream publish (Benchmarks/baselines/nats_publish.c, the same
     headers, as many unacknowledged) into a stream of its own on the same server: what the
@@ -128,12 +129,27 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def wait_for(condition, timeout, what):
+def wait_idle(pid, timeout=60):
+    """Waits until the process used less than 2 % of a CPU over 250 ms: what the daemon does
+    after a bulk load (training its dictionaries) is done before the backlog is timed, as
+    it would be after a long outage."""
+    deadline = time.monotonic() + timeout
+    last = cpu_seconds(pid)
+    while time.monotonic() < deadline:
+        time.sleep(0.25)
+        now = cpu_seconds(pid)
+        if now - last < 0.005:
+            return
+        last = now
+    raise RuntimeError(f"process {pid} was still busy after {timeout} s")
+
+
+def wait_for(condition, timeout, what, interval=0.02):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if condition():
             return
-        time.sleep(0.02)
+        time.sleep(interval)
     raise RuntimeError(f"timed out waiting for {what}")
 
 
@@ -178,6 +194,7 @@ def main():
         subprocess.run([options.bin / "evctl", "--socket", sock, "append", "--file", str(workload)], check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         bulk = count / (time.monotonic() - started)
+        wait_idle(daemon.pid)
 
         client = Daemon(sock)
         bridge_log = open(scratch / "evstore-nats.log", "wb")
@@ -187,21 +204,44 @@ def main():
                                   stdout=subprocess.DEVNULL, stderr=bridge_log)
         processes.append(bridge)
 
+        nats = NATS(port)
+
+        def in_stream():
+            info = nats.request("$JS.API.STREAM.INFO.EVSTORE", b"")
+            return info.get("state", {}).get("messages", 0) if "error" not in info else 0
+
         def drained():
             consumers = client.call("consumers.list")["consumers"]
             return any(c["name"] == "nats" and c["lag"] == 0 for c in consumers)
 
-        wait_for(drained, 600, "the bridge to publish the backlog")
-        elapsed = time.monotonic() - started
+        # Timed until the stream holds every event, as the C publisher is timed until its
+        # last acknowledgement; the acknowledgement to the daemon follows within the
+        # bridge's ack_interval_ms (200 ms), reported apart. The C publisher's clock starts
+        # once it is connected, so the bridge's rate against it is taken from the first
+        # event seen in the stream (the bridge started, connected to both sides, created
+        # the stream); its rate from its start is reported too.
+        first_seen = None
+
+        def published():
+            nonlocal first_seen
+            held = in_stream()
+            if held > 0 and first_seen is None:
+                first_seen = (time.monotonic(), held)
+            return held >= count
+
+        wait_for(published, 600, "the bridge to publish the backlog", interval=0.005)
+        finished = time.monotonic()
+        elapsed = finished - started
         throughput = count / elapsed
-        after_backlog = memory(bridge.pid)
+        seen_at, seen = first_seen
+        publishing = (count - seen) / (finished - seen_at) if finished > seen_at and count > seen else throughput
         cpu = {"evstore-nats": cpu_seconds(bridge.pid),
                "evstored": cpu_seconds(daemon.pid) - cpu_before["evstored"],
                "nats-server": cpu_seconds(server.pid) - cpu_before["nats-server"]}
-
-        nats = NATS(port)
-        info = nats.request("$JS.API.STREAM.INFO.EVSTORE", b"")
-        stored = info["state"]["messages"]
+        wait_for(drained, 600, "the bridge to acknowledge the backlog to the daemon")
+        acknowledged = time.monotonic() - started
+        after_backlog = memory(bridge.pid)
+        stored = in_stream()
 
         # The C publisher: the same events as the daemon's log gives them, the same server,
         # a stream of its own with the bridge's settings.
@@ -265,13 +305,15 @@ def main():
         rows = [
             {"name": "bulk evctl append --file", "value": round(bulk), "unit": "events/s", "note": f"{count} events"},
             {"name": "evstore-nats, backlog into JetStream", "value": round(throughput), "unit": "events/s",
-             "note": f"{count} events in {elapsed:.2f} s, {stored} in the stream; / bulk append {throughput / bulk:.2f}×"},
+             "note": f"{count} events in the stream in {elapsed:.2f} s ({stored} there), acknowledged to the daemon at {acknowledged:.2f} s; / bulk append {throughput / bulk:.2f}×"},
             {"name": "evstore-nats backlog / bulk append", "value": round(throughput / bulk, 2), "unit": "×",
              "note": "the same events, the same run"},
             {"name": "baseline: C publisher, libnats asynchronous JetStream publish", "value": round(ceiling),
              "unit": "events/s", "note": "the same events and headers, 1024 unacknowledged, a stream of its own"},
-            {"name": "evstore-nats backlog / C publisher", "value": round(throughput / ceiling, 2), "unit": "×",
-             "note": "goal ≥ 0.8"},
+            {"name": "evstore-nats, backlog while publishing", "value": round(publishing), "unit": "events/s",
+             "note": f"from the first event in the stream ({seen} there), as the C publisher's clock starts once it is connected"},
+            {"name": "evstore-nats backlog / C publisher", "value": round(publishing / ceiling, 2), "unit": "×",
+             "note": f"goal ≥ 0.8; from the bridge's start {throughput / ceiling:.2f}×"},
             {"name": "append to readable from the stream, p50", "value": round(statistics.median(latencies), 2),
              "unit": "ms", "note": f"{len(latencies)} single appends, about 40/s"},
             {"name": "append to readable from the stream, p99", "value": round(percentile(latencies, 0.99), 2),
