@@ -21,6 +21,7 @@ Standard library only; speaks the NATS protocol itself. Usage:
 import argparse
 import json
 import os
+import resource
 import shutil
 import socket
 import statistics
@@ -266,11 +267,17 @@ def main():
              "duplicate_window": 7 * 86_400 * 1_000_000_000}).encode())
         if "error" in created:
             raise RuntimeError(f"creating the C publisher's stream: {created['error']}")
+        children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        server_before = cpu_seconds(server.pid)
         result = subprocess.run([str(publisher), "--url", f"nats://127.0.0.1:{port}", "--stream", "CBENCH",
                                  "--prefix", "cbench", "--events", str(logged), "--max-pending", "1024"],
                                 capture_output=True, text=True)
         if result.returncode != 0:
             raise RuntimeError(f"nats_publish failed: {result.stderr[-400:]}")
+        children_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        c_cpu = {"publisher": (children_after.ru_utime + children_after.ru_stime
+                               - children_before.ru_utime - children_before.ru_stime),
+                 "nats-server": cpu_seconds(server.pid) - server_before}
         ceiling = json.loads(result.stdout)["results"][0]["value"]
         in_c = nats.request("$JS.API.STREAM.INFO.CBENCH", b"")["state"]["messages"]
         if in_c != count:
@@ -321,6 +328,8 @@ def main():
             {"name": "CPU per event during the backlog, evstore-nats", "value": round(cpu["evstore-nats"] / count * 1e6, 1),
              "unit": "µs", "note": f"evstored {cpu['evstored'] / count * 1e6:.1f} µs, nats-server "
                                    f"{cpu['nats-server'] / count * 1e6:.1f} µs"},
+            {"name": "CPU per event, C publisher", "value": round(c_cpu["publisher"] / count * 1e6, 1),
+             "unit": "µs", "note": f"nats-server {c_cpu['nats-server'] / count * 1e6:.1f} µs"},
             {"name": "evstore-nats RSS after the backlog", "value": round(after_backlog["VmRSS"] / 1024, 1),
              "unit": "MiB", "note": f"RssAnon {after_backlog['RssAnon'] / 1024:.1f} MiB"},
             {"name": "evstore-nats peak RSS", "value": round(at_end["VmHWM"] / 1024, 1), "unit": "MiB",

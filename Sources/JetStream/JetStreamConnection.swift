@@ -34,6 +34,8 @@ public final class JetStreamConnection: Sendable {
     private let registration: UInt
     private let jetStreamWait: Duration
     private let ackWait: Duration
+    /// `ackWait` as libnats takes it, converted once rather than per publish.
+    private let ackWaitMilliseconds: Int64
     /// Set by the first `close()`.
     private let closing = Atomic<Bool>(false)
 
@@ -106,6 +108,7 @@ public final class JetStreamConnection: Sendable {
         self.registration = registration
         jetStreamWait = options.jetStreamWait
         ackWait = options.publishAckTimeout
+        ackWaitMilliseconds = options.publishAckTimeout.milliseconds
     }
 
     deinit {
@@ -192,13 +195,18 @@ public final class JetStreamConnection: Sendable {
         subject: String, messageID: String?, headers: [(String, String)] = [], body: [UInt8], tag: UInt64,
         stream: String? = nil
     ) throws(NATSError) {
-        let situation = Situation.publish(
-            server: connectedURL, subject: subject, maxPayload: maxPayload, ackWait: ackWait, stream: stream)
-        if tracker.closedError != nil { throw closedError() }
-        let message = try attempt(situation) { () throws(NATSFailure) in
-            try NATS.makeMessage(subject: subject, headers: headers, body: body)
+        // What an error names, built only for one.
+        func situation() -> Situation {
+            .publish(server: connectedURL, subject: subject, maxPayload: maxPayload, ackWait: ackWait, stream: stream)
         }
-        let stallDeadline = ContinuousClock.now + ackWait * 2
+        if tracker.closedError != nil { throw closedError() }
+        let message: OpaquePointer
+        do {
+            message = try NATS.makeMessage(subject: subject, headers: headers, body: body)
+        } catch {
+            throw NATSError(error, in: situation())
+        }
+        var stallDeadline: ContinuousClock.Instant?
         while true {
             guard tracker.register(message, tag: tag, stream: stream) else {
                 NATS.destroyMessage(message)
@@ -206,7 +214,8 @@ public final class JetStreamConnection: Sendable {
             }
             let failure: NATSFailure
             switch NATS.publishAsync(
-                handles.jetStream, message, messageID: messageID, stream: stream, ackWait: ackWait)
+                handles.jetStream, message, messageID: messageID, stream: stream,
+                ackWaitMilliseconds: ackWaitMilliseconds)
             {
             case .accepted: return
             case .refused(let refused): failure = refused
@@ -218,15 +227,16 @@ public final class JetStreamConnection: Sendable {
             }
             // libnats waits one stall slice at a time, so that a close (which leaves its
             // count of publishes in flight where it was) cannot hold a publisher for long.
-            if failure.isStall, tracker.closedError == nil, !isClosed,
-                ContinuousClock.now < stallDeadline
-            {
-                continue
+            if failure.isStall, tracker.closedError == nil, !isClosed {
+                let now = ContinuousClock.now
+                let deadline = stallDeadline ?? now + ackWait * 2
+                stallDeadline = deadline
+                if now < deadline { continue }
             }
             NATS.destroyMessage(message)
             // A stall can end after the connection closed but before its handler ran.
             if tracker.closedError != nil || isClosed { throw closedError() }
-            throw NATSError(failure, in: situation)
+            throw NATSError(failure, in: situation())
         }
     }
 

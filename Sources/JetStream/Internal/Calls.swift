@@ -385,11 +385,12 @@ enum NATS {
     /// `ackWait`. Blocks up to the context's stall wait while `MaxPending` publishes are in
     /// flight. The C function is `js_PublishMsgAsync`.
     static func publishAsync(
-        _ context: OpaquePointer, _ message: OpaquePointer, messageID: String?, stream: String?, ackWait: Duration
+        _ context: OpaquePointer, _ message: OpaquePointer, messageID: String?, stream: String?,
+        ackWaitMilliseconds: Int64
     ) -> PublishAttempt {
         var options = jsPubOptions()
         _ = jsPubOptions_Init(&options)
-        options.MaxWait = ackWait.milliseconds
+        options.MaxWait = ackWaitMilliseconds
         var pending: OpaquePointer? = message
         // libnats clears `pending` when it takes the message (also when the send failed but
         // the acknowledgement already came: the outcome was then reported). It copies the
