@@ -43,8 +43,12 @@ public enum DictionaryTrainer {
     /// Trains a dictionary of at most `capacity` bytes from `samples`.
     ///
     /// zstd suggests a few thousand samples totalling about 100 times `capacity`.
-    /// The corresponding C function is `ZDICT_trainFromBuffer`.
-    public static func train(samples: [[UInt8]], capacity: Int) throws -> [UInt8] {
+    /// The corresponding C function is `ZDICT_trainFromBuffer`; with `quick`, which trains at
+    /// one segment size instead of trying several (about a quarter of the time, for a
+    /// dictionary that compresses about 1 % less well), `ZDICT_trainFromBuffer_fastCover`.
+    public static func train(samples: [[UInt8]], capacity: Int, quick: Bool = false, level: Int32 = 3) throws
+        -> [UInt8]
+    {
         // ZDICT_DICTSIZE_MIN in zdict.h.
         guard capacity >= 256 else {
             throw ZstdError(
@@ -59,6 +63,6 @@ public enum DictionaryTrainer {
                     + "collect more records first, or compress without a dictionary."
             )
         }
-        return try Zstd.trainDictionary(samples: samples, capacity: capacity)
+        return try Zstd.trainDictionary(samples: samples, capacity: capacity, quick: quick, level: level)
     }
 }

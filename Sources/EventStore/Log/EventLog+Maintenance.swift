@@ -404,7 +404,7 @@ extension EventLog {
     /// Trains a dictionary from the newest events, in a read transaction: nothing waits for
     /// it. `install(_:)` then stores it, on the writer.
     public func prepareDictionary() throws(EventStoreError) -> PreparedDictionary {
-        let (samples, recordSamples, count) = try reading { txn -> ([[UInt8]], [[UInt8]], Int) in
+        let (samples, recordSamples, count, first) = try reading { txn -> ([[UInt8]], [[UInt8]], Int, Bool) in
             let count = try txn.stat(tables.events).entries
             let first = try txn.get(tables.meta, Meta.dictionaryVersion) == nil
             let wanted =
@@ -425,11 +425,16 @@ extension EventLog {
                     }
                 }
             }
-            return (samples, try sampleRecords(wanted / 4, txn: txn), count)
+            return (samples, try sampleRecords(wanted / 4, txn: txn), count, first)
         }
+        // The first is trained quickly, at one segment size: the writer waits for it (a
+        // bulk load or a first sync, `trainsFirstDictionaryInline`), and the next training
+        // replaces it.
+        let level = options.compressionLevel
         let (bytes, dictionary): ([UInt8], CompressionDictionary)
         do {
-            bytes = try DictionaryTrainer.train(samples: samples, capacity: options.dictionaryCapacity)
+            bytes = try DictionaryTrainer.train(
+                samples: samples, capacity: options.dictionaryCapacity, quick: first, level: level)
             dictionary = try CompressionDictionary(bytes: bytes, level: options.compressionLevel)
         } catch {
             throw EventStoreError.from(error)
@@ -437,7 +442,8 @@ extension EventLog {
         // The records' own: none when they are too few or too alike to train on (zstd
         // refuses), and records then go on with the events' dictionary.
         var records: (bytes: [UInt8], dictionary: CompressionDictionary)?
-        if let recordBytes = try? DictionaryTrainer.train(samples: recordSamples, capacity: options.dictionaryCapacity),
+        if let recordBytes = try? DictionaryTrainer.train(
+            samples: recordSamples, capacity: options.dictionaryCapacity, quick: first, level: level),
             let recordDictionary = try? CompressionDictionary(bytes: recordBytes, level: options.compressionLevel)
         {
             records = (recordBytes, recordDictionary)

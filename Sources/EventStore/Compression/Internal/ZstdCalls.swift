@@ -107,15 +107,31 @@ enum Zstd {
         ZSTD_freeDDict(dictionary)
     }
 
-    /// Trains a dictionary of at most `capacity` bytes from `samples`.
-    static func trainDictionary(samples: [[UInt8]], capacity: Int) throws(ZstdError) -> [UInt8] {
+    /// Trains a dictionary of at most `capacity` bytes from `samples`: with zstd's default
+    /// trainer, which tries several segment sizes, or, `quick`, with one fixed segment size
+    /// (`quickSegmentSize`) for a dictionary wanted at once, for `level`.
+    static func trainDictionary(samples: [[UInt8]], capacity: Int, quick: Bool = false, level: Int32 = 3)
+        throws(ZstdError) -> [UInt8]
+    {
         let joined = Array(samples.joined())
         let sizes = samples.map(\.count)
         var result = 0
+        let operation = quick ? "ZDICT_trainFromBuffer_fastCover" : "ZDICT_trainFromBuffer"
         let dictionary = [UInt8](unsafeUninitializedCapacity: capacity) { buffer, count in
             result = joined.withUnsafeBytes { joined in
                 sizes.withUnsafeBufferPointer { sizes in
-                    ZDICT_trainFromBuffer(
+                    if quick {
+                        var parameters = ZDICT_fastCover_params_t()
+                        parameters.k = quickSegmentSize
+                        parameters.d = 8
+                        parameters.f = 20
+                        parameters.accel = 1
+                        parameters.zParams.compressionLevel = level
+                        return ZDICT_trainFromBuffer_fastCover(
+                            buffer.baseAddress, capacity, joined.baseAddress, sizes.baseAddress,
+                            UInt32(sizes.count), parameters)
+                    }
+                    return ZDICT_trainFromBuffer(
                         buffer.baseAddress, capacity, joined.baseAddress, sizes.baseAddress, UInt32(sizes.count)
                     )
                 }
@@ -125,13 +141,18 @@ enum Zstd {
         guard ZDICT_isError(result) == 0 else {
             let name = String(cString: ZDICT_getErrorName(result))
             throw ZstdError(
-                operation: "ZDICT_trainFromBuffer", code: -result,
+                operation: operation, code: -result,
                 message: "\(name): the samples do not make a useful dictionary; train with more samples "
                     + "(a few thousand, about 100 times the capacity in total) or compress without one."
             )
         }
         return dictionary
     }
+
+    /// The segment size of a quick training: on 3,000 of the field workload's events, with
+    /// a 32 KiB dictionary, 64-event blocks came out 0.9 % larger than with the default
+    /// trainer (12.72 against 12.61 B per event) for a training of 6 ms instead of 23.
+    static let quickSegmentSize: UInt32 = 400
 
     // MARK: Decompression
 
