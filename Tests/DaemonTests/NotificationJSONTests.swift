@@ -1,4 +1,3 @@
-import EventStore
 import Foundation
 import Projections
 import Synchronization
@@ -6,6 +5,7 @@ import Testing
 import UnixSocket
 
 @testable import Daemon
+@testable import EventStore
 @testable import Server
 @testable import Wire
 @testable import Writer
@@ -163,16 +163,27 @@ struct NotificationJSONTests {
         let origin = page.events[0].event.origin
         for filter in [
             FeedFilter(type: "job"), FeedFilter(type: "other"), FeedFilter(origin: origin),
-            FeedFilter(origin: ULID(timestamp: 1_600_000_000_000, random: (9, 9))), FeedFilter(entity: page.events[4].event.entity),
+            FeedFilter(origin: ULID(timestamp: 1_600_000_000_000, random: (9, 9))),
+            FeedFilter(entity: page.events[4].event.entity),
         ] {
             let decoded = try log.feed(after: 2, limit: 3, filter: filter)
             let read = try log.storedFeed(after: 2, limit: 3, filter: filter)
             #expect(read.events.map { $0.seq } == decoded.events.map { $0.seq }, "\(filter)")
             #expect(read.next == decoded.next && read.head == decoded.head, "\(filter)")
         }
+        // A record damaged so that it is no longer JSON is `corrupt` to a read that passes
+        // it on, as to one that decodes it.
+        let damaged = try #require(stored.events.first)
+        var bytes = damaged.payload
+        bytes.removeLast()
+        #expect(throws: EventStoreError.self) { try log.checkStructure(bytes, id: damaged.id) }
+        #expect(throws: EventStoreError.self) { try log.checkStructure(Array("[1]".utf8), id: damaged.id) }
+        try log.checkStructure(damaged.payload, id: damaged.id)
         // A payload that neither has the id's place nor decodes is `corrupt`, as a decoded
         // read of it would be.
-        let broken = StoredEvent(seq: 1, id: ULID(timestamp: 1_600_000_000_000, random: (9, 9)), payload: Array(#"{"kind":"unknown-kind","x":1}"#.utf8))
+        let broken = StoredEvent(
+            seq: 1, id: ULID(timestamp: 1_600_000_000_000, random: (9, 9)),
+            payload: Array(#"{"kind":"unknown-kind","x":1}"#.utf8))
         #expect(throws: EventStoreError.self) { try Notification(broken) }
         var out: [UInt8] = []
         #expect(throws: EventStoreError.self) { try EventJSON.stored(broken, into: &out) }

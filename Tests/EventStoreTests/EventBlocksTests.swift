@@ -25,7 +25,8 @@ import Testing
                         entity: name,
                         change: .edit([FieldChange(name: "notes", value: try! JSONBytes(parsing: "\"\(notes)\""))]))
                 }
-                return InputEvent(entity: name, change: .status(["assigned", "en_route", "done"][Int(random.next() % 3)]))
+                return InputEvent(
+                    entity: name, change: .status(["assigned", "en_route", "done"][Int(random.next() % 3)]))
             }
             let result = try store.log.append(inputs)
             written += zip(result.ids, inputs.map(\.entity)).map { ($0, $1) }
@@ -47,6 +48,33 @@ import Testing
         try store.reopen()
         #expect(try store.log.feed(after: 0, limit: 1_000_000, scanLimit: 1_000_000).events.count == written.count)
         try store.check()
+    }
+
+    /// A record whose JSON was damaged in a block that still decompresses is `corrupt` to
+    /// a read that passes events on without decoding them (`log`, a watch's catch-up), as
+    /// to one that decodes them; the records around it still read.
+    @Test func aRecordThatIsNotJSONIsCorruptToEveryRead() throws {
+        let store = try TempStore { $0.trainsDictionaryAutomatically = false }
+        let inputs = (0..<100).map { InputEvent(entity: entity("job/\($0 % 20)"), change: .status("assigned")) }
+        let ids = try store.log.append(inputs).ids
+        store.writesTablesDirectly(because: "a record is damaged on purpose")
+        // The first block, seqs 1 to 64: record 11 (seq 11) loses its closing brace.
+        try store.log.environment.write { txn in
+            let key = bigEndian(UInt64(1))
+            let value = try #require(try txn.get(store.log.tables.blocks, key))
+            var records = try EventBlocks.records(of: value, first: 1, dictionaries: [:], decompressor: Decompressor())
+            #expect(records.count == 64)
+            records[10].payload.removeLast()
+            let damaged = try EventBlocks.encode(
+                records, dictionaryVersion: 0, dictionary: nil, compressor: Compressor())
+            try txn.put(store.log.tables.blocks, key, damaged)
+        }
+        store.log.blockCache.removeAll()
+        #expect(throws: EventStoreError.self) { try store.log.storedFeed(after: 0, limit: 64) }
+        #expect(throws: EventStoreError.self) { try store.log.feed(after: 0, limit: 64) }
+        #expect(throws: EventStoreError.self) { try store.log.event(ids[10]) }
+        #expect(try store.log.storedFeed(after: 0, limit: 10).events.count == 10)
+        #expect(try store.log.storedFeed(after: 11, limit: 100).events.count == 89)
     }
 
     @Test func aDamagedBlockIsCorruptNamingItsSeqs() throws {

@@ -210,7 +210,8 @@ extension EventLog {
 
     /// The page `feed` gives, with each event as stored rather than decoded: for a reader
     /// that passes the events on as JSON (a watch's catch-up, `log`), which the payload
-    /// makes without decoding it. Events are decoded only to be filtered by origin or type.
+    /// makes without decoding it. Events are decoded only to be filtered by origin or type;
+    /// the others' JSON is checked (`checkStructure`), not decoded.
     public func storedFeed(
         after: UInt64 = 0, limit: Int = 1000, filter: FeedFilter = FeedFilter(), scanLimit: Int = 10_000,
         maxBytes: Int = .max
@@ -268,6 +269,7 @@ extension EventLog {
                     scanned += 1
                     lastSeq = seq
                     let event = decoding ? try decodePayload(payload, id: id) : nil
+                    if !decoding { try checkStructure(payload, id: id) }
                     if let origin = filter.origin, event?.origin != origin {
                     } else if let typePrefix, event?.entity.bytes.starts(with: typePrefix) != true {
                     } else {
@@ -407,6 +409,21 @@ extension EventLog {
         let dictionary = try dictionary(version, txn: txn)
         return try decompressors.withDecompressor { decompressor in
             try decompressor.decompress(frame, dictionary: dictionary, maxSize: StoreOptions.absoluteMaxEventBytes)
+        }
+    }
+
+    /// Checks that a payload passed on without decoding is one JSON object (its grammar,
+    /// strings, nesting, no key twice): a record damaged on disk that still decompresses is
+    /// `corrupt` to a reader that sends it on, as to one that decodes it, for a pass over
+    /// its bytes that builds nothing.
+    func checkStructure(_ payload: [UInt8], id: ULID) throws {
+        var scanner = JSONScanner(payload)
+        do {
+            guard payload.first == UInt8(ascii: "{") else { throw JSONError("not an object", at: 0) }
+            try scanner.skipValue()
+            try scanner.expectEnd()
+        } catch {
+            throw EventStoreError(.corrupt, "stored event \(id) is not the JSON of an event: \(error)")
         }
     }
 
