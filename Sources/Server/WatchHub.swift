@@ -400,7 +400,7 @@ package enum Notification: Sendable {
         if let splice = EventJSON.Splice(item) {
             self = .spliced(splice)
         } else {
-            self = .encoded(WatchHub.notification(SequencedEvent(seq: item.seq, event: try EventJSON.decoded(item))))
+            self = .encoded(WatchHub.notification(SequencedEvent(seq: item.seq, event: try item.decoded())))
         }
     }
 

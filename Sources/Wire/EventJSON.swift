@@ -49,17 +49,7 @@ package enum EventJSON {
                 "an event spliced from its stored payload differs from its encoding")
             return
         }
-        stored(SequencedEvent(seq: item.seq, event: try decoded(item)), into: &out)
-    }
-
-    /// The event of a stored payload. - Throws: `corrupt` when it does not decode.
-    package static func decoded(_ item: StoredEvent) throws(EventStoreError) -> Event {
-        do {
-            return try EventCodec.decodeStored(item.payload, id: item.id)
-        } catch {
-            throw EventStoreError(
-                .corrupt, "stored event \(item.id) (seq \(item.seq)) does not decode: \(error.message)")
-        }
+        stored(SequencedEvent(seq: item.seq, event: try item.decoded()), into: &out)
     }
 
     /// What a stored event's JSON is made of when its stored payload is at hand: the
@@ -82,18 +72,17 @@ package enum EventJSON {
         /// From a payload read back from the log, whether the event has a key read from it
         /// (`EventCodec.idPosition(inPayload:)`). Nil when the id's place cannot be found.
         package init?(_ item: StoredEvent) {
-            guard item.payload.last == UInt8(ascii: "}"), let at = EventCodec.idPosition(inPayload: item.payload)
-            else { return nil }
-            self.payload = item.payload
-            self.id = item.id
-            self.seq = item.seq
-            self.at = at
+            self.init(seq: item.seq, id: item.id, payload: item.payload, at: EventCodec.idPosition(inPayload:))
         }
 
         /// Nil when the id's place cannot be found in the payload.
         package init?(seq: UInt64, id: ULID, hasKey: Bool, payload: [UInt8]) {
-            guard payload.last == UInt8(ascii: "}"), let at = EventCodec.idPosition(inPayload: payload, hasKey: hasKey)
-            else { return nil }
+            self.init(seq: seq, id: id, payload: payload) { EventCodec.idPosition(inPayload: $0, hasKey: hasKey) }
+        }
+
+        /// With the id's place as `place` finds it in a payload that ends its object.
+        private init?(seq: UInt64, id: ULID, payload: [UInt8], at place: ([UInt8]) -> Int?) {
+            guard payload.last == UInt8(ascii: "}"), let at = place(payload) else { return nil }
             self.payload = payload
             self.id = id
             self.seq = seq

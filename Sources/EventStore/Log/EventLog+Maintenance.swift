@@ -435,7 +435,7 @@ extension EventLog {
         do {
             bytes = try DictionaryTrainer.train(
                 samples: samples, capacity: options.dictionaryCapacity, quick: first, level: level)
-            dictionary = try CompressionDictionary(bytes: bytes, level: options.compressionLevel)
+            dictionary = try CompressionDictionary(bytes: bytes, level: level)
         } catch {
             throw EventStoreError.from(error)
         }
@@ -444,7 +444,7 @@ extension EventLog {
         var records: (bytes: [UInt8], dictionary: CompressionDictionary)?
         if let recordBytes = try? DictionaryTrainer.train(
             samples: recordSamples, capacity: options.dictionaryCapacity, quick: first, level: level),
-            let recordDictionary = try? CompressionDictionary(bytes: recordBytes, level: options.compressionLevel)
+            let recordDictionary = try? CompressionDictionary(bytes: recordBytes, level: level)
         {
             records = (recordBytes, recordDictionary)
         }

@@ -428,6 +428,11 @@ extension EventLog {
     }
 
     func decodePayload(_ payload: [UInt8], id: ULID) throws -> Event {
+        try EventLog.decodeStoredPayload(payload, id: id)
+    }
+
+    /// The event of a stored payload. - Throws: `corrupt` when it does not decode.
+    static func decodeStoredPayload(_ payload: [UInt8], id: ULID) throws(EventStoreError) -> Event {
         do {
             return try EventCodec.decodeStored(payload, id: id)
         } catch {
@@ -539,6 +544,11 @@ public struct StoredEvent: Sendable {
         self.seq = seq
         self.id = id
         self.payload = payload
+    }
+
+    /// The event, decoded as every read decodes one. - Throws: `corrupt` when it does not decode.
+    public func decoded() throws(EventStoreError) -> Event {
+        try EventLog.decodeStoredPayload(payload, id: id)
     }
 }
 
