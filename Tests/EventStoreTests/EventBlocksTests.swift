@@ -77,6 +77,33 @@ import Testing
         #expect(try store.log.storedFeed(after: 11, limit: 100).events.count == 89)
     }
 
+    /// What a write keeps of the events it has not put in a block yet: found by seq, and
+    /// a job rolled back gives its seqs up to the next job's events.
+    @Test func theUncommittedRecordsFollowTheSeqsOfTheWrite() {
+        func record(_ n: UInt64) -> EventBlocks.Record {
+            EventBlocks.Record(id: ULID(high: 1, low: n), payload: [UInt8(n)])
+        }
+        var kept = EventBlocks.Uncommitted()
+        #expect(kept.record(at: 1) == nil)
+        for seq in UInt64(5)...7 { kept.keep(record(seq), at: seq) }
+        #expect(kept.record(at: 4) == nil)
+        #expect(kept.record(at: 6)?.id == record(6).id)
+        #expect(kept.record(at: 8) == nil)
+        // A job that stored seqs 6 and 7 was rolled back; the next one takes 6 again.
+        kept.keep(record(60), at: 6)
+        #expect(kept.record(at: 5)?.id == record(5).id)
+        #expect(kept.record(at: 6)?.id == record(60).id)
+        #expect(kept.record(at: 7) == nil)
+        kept.keep(record(70), at: 7)
+        #expect(kept.record(at: 7)?.payload == [70])
+        kept.removeAll()
+        #expect(kept.record(at: 5) == nil)
+        // The next write starts from its own first seq.
+        kept.keep(record(8), at: 8)
+        #expect(kept.record(at: 8)?.id == record(8).id)
+        #expect(kept.record(at: 5) == nil)
+    }
+
     @Test func aDamagedBlockIsCorruptNamingItsSeqs() throws {
         let store = try TempStore { $0.trainsDictionaryAutomatically = false }
         let inputs = (0..<200).map { InputEvent(entity: entity("job/\($0 % 20)"), change: .status("assigned")) }

@@ -41,6 +41,34 @@ package enum EventBlocks {
         let payload: [UInt8]
     }
 
+    /// The events a write in progress stored and has not put in a block yet
+    /// (`EventLog.uncommitted`): their seqs are consecutive, from `first`.
+    struct Uncommitted {
+        private var first: UInt64 = 0
+        private var records: [Record] = []
+
+        /// Keeps `record`, stored at `seq`: the seq after the last one kept, or one a job
+        /// that was rolled back had taken (what it kept from there on goes).
+        mutating func keep(_ record: Record, at seq: UInt64) {
+            if records.isEmpty || seq < first {
+                first = seq
+                records.removeAll(keepingCapacity: true)
+            } else if seq - first < UInt64(records.count) {
+                records.removeSubrange(Int(seq - first)...)
+            }
+            assert(seq == first + UInt64(records.count), "the seqs of one write are consecutive")
+            records.append(record)
+        }
+
+        /// The record kept at `seq`, if any.
+        func record(at seq: UInt64) -> Record? {
+            guard seq >= first, seq - first < UInt64(records.count) else { return nil }
+            return records[Int(seq - first)]
+        }
+
+        mutating func removeAll() { records.removeAll(keepingCapacity: true) }
+    }
+
     /// A block's value for `records` (at least one).
     static func encode(
         _ records: some Collection<Record>, dictionaryVersion: UInt32, dictionary: CompressionDictionary?,
@@ -51,7 +79,10 @@ package enum EventBlocks {
         for record in records {
             record.id.append(to: &raw)
             let length = UInt32(record.payload.count)
-            for shift in [24, 16, 8, 0] as [UInt32] { raw.append(UInt8(truncatingIfNeeded: length >> shift)) }
+            raw.append(UInt8(truncatingIfNeeded: length >> 24))
+            raw.append(UInt8(truncatingIfNeeded: length >> 16))
+            raw.append(UInt8(truncatingIfNeeded: length >> 8))
+            raw.append(UInt8(truncatingIfNeeded: length))
             raw.append(contentsOf: record.payload)
         }
         var out: [UInt8] = []
@@ -345,7 +376,7 @@ extension EventLog {
     {
         guard let block = try block(holding: seq, txn: txn) else {
             // Stored by the write in progress, whose own transaction this is.
-            if let record = uncommitted.withLock({ $0[seq] }), record.id == id { return record.payload }
+            if let record = uncommitted.withLock({ $0.record(at: seq) }), record.id == id { return record.payload }
             throw CorruptDataError("event \(id) took seq \(seq), and no block holds that seq")
         }
         let index = Int(seq - block.first)

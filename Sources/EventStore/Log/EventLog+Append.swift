@@ -496,7 +496,7 @@ struct WriteBatch {
         }
         let record = EventBlocks.Record(id: event.id, payload: payload)
         pendingRecords.append(record)
-        log.uncommitted.withLock { $0[seq] = record }
+        log.uncommitted.withLock { $0.keep(record, at: seq) }
         try txn.put(tables.entityIndex, event.entity.bytes, key)
         try recordBlobReferences(of: event, txn: &txn)
         originEntries.append((event.origin, event.id))

@@ -167,7 +167,10 @@ extension EventLog {
     private func run<Job: WriteJob>(
         _ job: Job, batch: inout WriteBatch, txn: inout WriteTransaction, writer: inout EventLog.Writer
     ) throws -> Committed {
-        var scope = WriteScope(log: self, batch: batch, txn: txn, writer: writer)
+        // The batch moves into the scope and back: a copy would share its arrays with the
+        // caller's, and the job's first change to each would copy all of it (every entity an
+        // earlier job of this commit touched, and then the arrays of each it touches again).
+        var scope = WriteScope(log: self, batch: consume batch, txn: txn, writer: writer)
         let result = Result { () throws -> Job.Output in try job.run(in: &scope) }
         batch = scope.batch
         txn = scope.txn

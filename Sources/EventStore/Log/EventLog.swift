@@ -39,7 +39,7 @@ public final class EventLog: Sendable {
     /// (`WriteBatch.pendingRecords`): a read inside that write finds their ids in `events`
     /// and their seqs in no block, and takes them from here. Only the writer's own
     /// transaction finds such a seq; emptied when each write ends.
-    let uncommitted = Mutex<[UInt64: EventBlocks.Record]>([:])
+    let uncommitted = Mutex(EventBlocks.Uncommitted())
     /// Per origin, the fingerprint of all its ids as some snapshot held them, so a sync's
     /// fingerprints cost the ids added since, not a scan of them all (`summary(of:txn:)`).
     let originSummaries = Mutex<[ULID: OriginSummary]>([:])
