@@ -1,3 +1,4 @@
+import Dispatch
 import Synchronization
 
 /// A connection to a NATS server with a JetStream context: streams, asynchronous publishes
@@ -34,8 +35,9 @@ public final class JetStreamConnection: Sendable {
     private let registration: UInt
     private let jetStreamWait: Duration
     private let ackWait: Duration
-    /// `ackWait` as libnats takes it, converted once rather than per publish.
-    private let ackWaitMilliseconds: Int64
+    /// Reports the publishes whose acknowledgement is overdue (`PublishTracker.expire`), until
+    /// the close cancels it.
+    private let expiry: Mutex<(any DispatchSourceTimer)?>
     /// Set by the first `close()`.
     private let closing = Atomic<Bool>(false)
 
@@ -108,7 +110,7 @@ public final class JetStreamConnection: Sendable {
         self.registration = registration
         jetStreamWait = options.jetStreamWait
         ackWait = options.publishAckTimeout
-        ackWaitMilliseconds = options.publishAckTimeout.milliseconds
+        expiry = Mutex(tracker.startExpiring())
     }
 
     deinit {
@@ -184,7 +186,10 @@ public final class JetStreamConnection: Sendable {
     /// are reported as `streamMismatch`.
     ///
     /// Blocks while `maxPendingPublishes` publishes are in flight, until an acknowledgement
-    /// frees a place or the connection closes.
+    /// frees a place or the connection closes. A publish reported as timed out (no
+    /// acknowledgement within `publishAckTimeout`) keeps its place until its acknowledgement
+    /// comes after all or the connection closes: a server that stopped answering fills the
+    /// places, and a new connection starts with all of them.
     ///
     /// Either throws, and the message was not sent and will not be reported, or returns, and
     /// `onPublishResult` is called exactly once for `tag`. Throws `messageTooLarge` for a
@@ -208,15 +213,12 @@ public final class JetStreamConnection: Sendable {
         }
         var stallDeadline: ContinuousClock.Instant?
         while true {
-            guard tracker.register(message, tag: tag, stream: stream) else {
+            guard tracker.register(message, tag: tag, subject: subject, stream: stream) else {
                 NATS.destroyMessage(message)
                 throw closedError()
             }
             let failure: NATSFailure
-            switch NATS.publishAsync(
-                handles.jetStream, message, messageID: messageID, stream: stream,
-                ackWaitMilliseconds: ackWaitMilliseconds)
-            {
+            switch NATS.publishAsync(handles.jetStream, message, messageID: messageID, stream: stream) {
             case .accepted: return
             case .refused(let refused): failure = refused
             }
@@ -277,6 +279,10 @@ public final class JetStreamConnection: Sendable {
     /// acknowledgements on their way arrive.
     public func close() {
         if closing.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged {
+            expiry.withLock { timer in
+                timer?.cancel()
+                timer = nil
+            }
             NATS.close(handles.connection)
             tracker.close(
                 with: NATSError(

@@ -106,7 +106,7 @@ import Testing
         for (tag, stream) in [(UInt64(1), "OTHER"), (2, "EVENTS")] {
             let message = try NATS.makeMessage(subject: "evstore.job", headers: [], body: [1])
             defer { NATS.destroyMessage(message) }
-            #expect(tracker.register(message, tag: tag, stream: "EVENTS"))
+            #expect(tracker.register(message, tag: tag, subject: "evstore.job", stream: "EVENTS"))
             tracker.settle(message, .success(PublishAck(stream: stream, sequence: 9, duplicate: false)))
         }
         let results = reported.withLock { $0 }
@@ -118,6 +118,47 @@ import Testing
         #expect(error.code == .streamMismatch)
         #expect(error.message.contains("stored by stream OTHER") && error.message.contains("not by stream EVENTS"))
         #expect((try? results.last?.outcome.get())?.stream == "EVENTS")
+    }
+
+    @Test func aPublishWhoseAcknowledgementIsOverdueIsReportedOnceAsATimeout() throws {
+        #expect(nats_Open(-1) == NATS_OK)
+        let reported = Mutex<[PublishResult]>([])
+        let tracker = PublishTracker(server: Self.server, ackWait: .seconds(5)) { result in
+            reported.withLock { $0.append(result) }
+        }
+        let start = ContinuousClock.now
+        var messages: [OpaquePointer] = []
+        defer { for message in messages { NATS.destroyMessage(message) } }
+        for tag in [UInt64(3), 1, 2] {
+            let message = try NATS.makeMessage(subject: "evstore.job", headers: [], body: [1])
+            messages.append(message)
+            #expect(tracker.register(message, tag: tag, subject: "evstore.job", stream: "EVENTS"))
+        }
+        tracker.settle(messages[0], .success(PublishAck(stream: "EVENTS", sequence: 1, duplicate: false)))
+        // Not due yet: nothing is reported.
+        tracker.expire(now: start + .seconds(1))
+        #expect(reported.withLock { $0.count } == 1)
+        #expect(tracker.inFlight == 2)
+
+        tracker.expire(now: start + .seconds(60))
+        let results = reported.withLock { $0 }
+        #expect(results.map(\.tag) == [3, 1, 2])
+        for result in results.dropFirst() {
+            guard case .failure(let error) = result.outcome else {
+                Issue.record("an overdue publish was reported as \(result.outcome)")
+                continue
+            }
+            #expect(error.code == .timeout)
+            #expect(
+                error.message.contains("evstore.job") && error.message.contains("within 5.0 seconds"),
+                "\(error.message)")
+        }
+        #expect(tracker.inFlight == 0)
+
+        // The acknowledgement that comes after all, and a second look, report nothing more.
+        tracker.settle(messages[1], .success(PublishAck(stream: "EVENTS", sequence: 2, duplicate: false)))
+        tracker.expire(now: start + .seconds(120))
+        #expect(reported.withLock { $0.count } == 3)
     }
 
     @Test func patternsMatchByCode() {

@@ -380,17 +380,15 @@ enum NATS {
     // MARK: Publishing
 
     /// Hands `message` to libnats for an asynchronous publish with the `Nats-Msg-Id` header
-    /// set to `messageID`, the `Nats-Expected-Stream` header set to `stream` (a stream of
-    /// another name that takes the subject then refuses it) and an acknowledgement timeout of
-    /// `ackWait`. Blocks up to the context's stall wait while `MaxPending` publishes are in
-    /// flight. The C function is `js_PublishMsgAsync`.
+    /// set to `messageID` and the `Nats-Expected-Stream` header set to `stream` (a stream of
+    /// another name that takes the subject then refuses it). Blocks up to the context's stall
+    /// wait while `MaxPending` publishes are in flight. No `MaxWait`: the acknowledgement
+    /// timeout is the tracker's (`PublishTracker`). The C function is `js_PublishMsgAsync`.
     static func publishAsync(
-        _ context: OpaquePointer, _ message: OpaquePointer, messageID: String?, stream: String?,
-        ackWaitMilliseconds: Int64
+        _ context: OpaquePointer, _ message: OpaquePointer, messageID: String?, stream: String?
     ) -> PublishAttempt {
         var options = jsPubOptions()
         _ = jsPubOptions_Init(&options)
-        options.MaxWait = ackWaitMilliseconds
         var pending: OpaquePointer? = message
         // libnats clears `pending` when it takes the message (also when the send failed but
         // the acknowledgement already came: the outcome was then reported). It copies the

@@ -1,4 +1,5 @@
 import CNats
+import Dispatch
 import Synchronization
 
 #if canImport(Glibc)
@@ -7,7 +8,15 @@ import Synchronization
 
 /// The publishes of one connection that are in flight, and the callback that hears how each
 /// ended: every publish libnats accepted is reported exactly once, by whichever comes first
-/// of its acknowledgement and the connection's close.
+/// of its acknowledgement, its acknowledgement timeout and the connection's close.
+///
+/// The timeout is kept here, not by libnats: libnats' `MaxWait` allocates a record of every
+/// publish and, once the wait has passed, delivers a message of its own through the reply
+/// subscription for each one, acknowledged or not (in a steady stream about as much work
+/// again as the acknowledgements). Here a publish carries its deadline, and a timer looks
+/// over the publishes in flight (at most `maxPendingPublishes`) a few times per wait. A
+/// publish reported as timed out keeps its place in libnats' count of publishes in flight
+/// until its acknowledgement comes after all or the connection closes.
 ///
 /// A publish is known by the address of its `natsMsg`. libnats hands the ack handler the very
 /// message that was published, so the address finds the tag without parsing a header and
@@ -26,10 +35,14 @@ final class PublishTracker: Sendable {
     /// How long a publish waits for its acknowledgement, for the timeout's error.
     let ackWait: Duration
 
-    /// A publish in flight: its tag, and the stream it is for when it expects one.
+    /// A publish in flight: its tag, the stream it is for when it expects one, its subject
+    /// (for the timeout's error: the message itself may be freed by then), and when its
+    /// acknowledgement is due.
     private struct Entry {
         let tag: UInt64
         let stream: String?
+        let subject: String
+        let deadline: ContinuousClock.Instant
     }
 
     private struct State {
@@ -53,15 +66,56 @@ final class PublishTracker: Sendable {
         self.onResult = onResult
     }
 
-    /// Registers a publish about to be handed to libnats, for `stream` when it expects one (an
-    /// acknowledgement from any other stream is then reported as `streamMismatch`); false when
-    /// the connection is closed.
-    func register(_ message: OpaquePointer, tag: UInt64, stream: String?) -> Bool {
-        state.withLock { state in
+    /// Registers a publish to `subject` about to be handed to libnats, for `stream` when it
+    /// expects one (an acknowledgement from any other stream is then reported as
+    /// `streamMismatch`); false when the connection is closed.
+    func register(_ message: OpaquePointer, tag: UInt64, subject: String, stream: String?) -> Bool {
+        let deadline = ContinuousClock.now + ackWait
+        return state.withLock { state in
             guard state.closed == nil else { return false }
-            state.tags[Self.key(message)] = Entry(tag: tag, stream: stream)
+            state.tags[Self.key(message)] = Entry(tag: tag, stream: stream, subject: subject, deadline: deadline)
             return true
         }
+    }
+
+    /// Reports as timed out, in tag order, every publish whose acknowledgement is overdue at
+    /// `now`.
+    func expire(now: ContinuousClock.Instant) {
+        let thread = UInt(pthread_self())
+        let overdue: [Entry] = state.withLock { state in
+            guard state.tags.values.contains(where: { $0.deadline <= now }) else { return [] }
+            var overdue: [Entry] = []
+            for (key, entry) in state.tags where entry.deadline <= now {
+                state.tags[key] = nil
+                overdue.append(entry)
+            }
+            state.reporting[thread, default: 0] += 1
+            return overdue.sorted { $0.tag < $1.tag }
+        }
+        guard !overdue.isEmpty else { return }
+        for entry in overdue {
+            let timeout = NATSFailure(
+                status: NATS_TIMEOUT, jetStreamCode: 0, detail: "", operation: "js_PublishMsgAsync")
+            let error = NATSError(
+                timeout,
+                in: .publish(
+                    server: server, subject: entry.subject, maxPayload: 0, ackWait: ackWait, stream: entry.stream))
+            onResult(PublishResult(tag: entry.tag, outcome: .failure(error)))
+        }
+        finishedReporting(thread)
+    }
+
+    /// A timer on a queue of its own that reports overdue publishes (`expire(now:)`) a few
+    /// times per acknowledgement wait, until it is cancelled.
+    func startExpiring() -> any DispatchSourceTimer {
+        let interval = min(max(ackWait / 8, .milliseconds(5)), .milliseconds(250))
+        let timer = DispatchSource.makeTimerSource(queue: DispatchQueue(label: "evstore.jetstream.ack-timeout"))
+        let nanoseconds =
+            Int(interval.components.seconds) * 1_000_000_000 + Int(interval.components.attoseconds / 1_000_000_000)
+        timer.schedule(deadline: .now() + .nanoseconds(nanoseconds), repeating: .nanoseconds(nanoseconds))
+        timer.setEventHandler { [self] in expire(now: .now) }
+        timer.resume()
+        return timer
     }
 
     /// Takes back a publish libnats refused; false when the close already reported it (the
