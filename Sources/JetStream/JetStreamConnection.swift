@@ -35,7 +35,7 @@ public final class JetStreamConnection: Sendable {
     private let registration: UInt
     private let jetStreamWait: Duration
     private let ackWait: Duration
-    /// Reports the publishes whose acknowledgement is overdue (`PublishTracker.expire`), until
+    /// Reports the publishes whose acknowledgement is overdue (`PublishTracker.tick`), until
     /// the close cancels it.
     private let expiry: Mutex<(any DispatchSourceTimer)?>
     /// Set by the first `close()`.
@@ -110,7 +110,7 @@ public final class JetStreamConnection: Sendable {
         self.registration = registration
         jetStreamWait = options.jetStreamWait
         ackWait = options.publishAckTimeout
-        expiry = Mutex(tracker.startExpiring())
+        expiry = Mutex(tracker.startTicking())
     }
 
     deinit {

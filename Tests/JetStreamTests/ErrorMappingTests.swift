@@ -126,7 +126,7 @@ import Testing
         let tracker = PublishTracker(server: Self.server, ackWait: .seconds(5)) { result in
             reported.withLock { $0.append(result) }
         }
-        let start = ContinuousClock.now
+        #expect(tracker.ticksPerWait == 8 && tracker.tickInterval == .milliseconds(625))
         var messages: [OpaquePointer] = []
         defer { for message in messages { NATS.destroyMessage(message) } }
         for tag in [UInt64(3), 1, 2] {
@@ -135,12 +135,12 @@ import Testing
             #expect(tracker.register(message, tag: tag, subject: "evstore.job", stream: "EVENTS"))
         }
         tracker.settle(messages[0], .success(PublishAck(stream: "EVENTS", sequence: 1, duplicate: false)))
-        // Not due yet: nothing is reported.
-        tracker.expire(now: start + .seconds(1))
+        // A whole wait may not have passed until the clock ticked ticksPerWait + 1 times.
+        for _ in 0..<tracker.ticksPerWait { tracker.tick() }
         #expect(reported.withLock { $0.count } == 1)
         #expect(tracker.inFlight == 2)
 
-        tracker.expire(now: start + .seconds(60))
+        tracker.tick()
         let results = reported.withLock { $0 }
         #expect(results.map(\.tag) == [3, 1, 2])
         for result in results.dropFirst() {
@@ -155,10 +155,16 @@ import Testing
         }
         #expect(tracker.inFlight == 0)
 
-        // The acknowledgement that comes after all, and a second look, report nothing more.
+        // The acknowledgement that comes after all, and later ticks, report nothing more;
+        // a publish registered now is due a whole wait later.
         tracker.settle(messages[1], .success(PublishAck(stream: "EVENTS", sequence: 2, duplicate: false)))
-        tracker.expire(now: start + .seconds(120))
+        let late = try NATS.makeMessage(subject: "evstore.job", headers: [], body: [1])
+        messages.append(late)
+        #expect(tracker.register(late, tag: 4, subject: "evstore.job", stream: "EVENTS"))
+        for _ in 0..<tracker.ticksPerWait { tracker.tick() }
         #expect(reported.withLock { $0.count } == 3)
+        tracker.tick()
+        #expect(reported.withLock { $0.map(\.tag) } == [3, 1, 2, 4])
     }
 
     @Test func patternsMatchByCode() {

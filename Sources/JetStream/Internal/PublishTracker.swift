@@ -13,10 +13,12 @@ import Synchronization
 /// The timeout is kept here, not by libnats: libnats' `MaxWait` allocates a record of every
 /// publish and, once the wait has passed, delivers a message of its own through the reply
 /// subscription for each one, acknowledged or not (in a steady stream about as much work
-/// again as the acknowledgements). Here a publish carries its deadline, and a timer looks
-/// over the publishes in flight (at most `maxPendingPublishes`) a few times per wait. A
-/// publish reported as timed out keeps its place in libnats' count of publishes in flight
-/// until its acknowledgement comes after all or the connection closes.
+/// again as the acknowledgements). Here a publish notes the tick of a coarse clock it was
+/// registered at, and a timer advances that clock `ticksPerWait` times per wait and looks
+/// over the publishes in flight (at most `maxPendingPublishes`): a publish is reported as
+/// timed out between one and 1 + 1/`ticksPerWait` waits after it was sent. It keeps its place
+/// in libnats' count of publishes in flight until its acknowledgement comes after all or
+/// the connection closes.
 ///
 /// A publish is known by the address of its `natsMsg`. libnats hands the ack handler the very
 /// message that was published, so the address finds the tag without parsing a header and
@@ -35,14 +37,21 @@ final class PublishTracker: Sendable {
     /// How long a publish waits for its acknowledgement, for the timeout's error.
     let ackWait: Duration
 
+    /// The coarse clock's ticks per `ackWait`, and the time between two.
+    let ticksPerWait: UInt64
+    let tickInterval: Duration
+
+    /// The coarse clock: ticks since the tracker was made.
+    private let ticks = Atomic<UInt64>(0)
+
     /// A publish in flight: its tag, the stream it is for when it expects one, its subject
-    /// (for the timeout's error: the message itself may be freed by then), and when its
-    /// acknowledgement is due.
+    /// (for the timeout's error: the message itself may be freed by then), and the tick it
+    /// was registered at.
     private struct Entry {
         let tag: UInt64
         let stream: String?
         let subject: String
-        let deadline: ContinuousClock.Instant
+        let tick: UInt64
     }
 
     private struct State {
@@ -54,7 +63,21 @@ final class PublishTracker: Sendable {
         /// Threads now running `onResult`, with how many reports each is in (the same thread
         /// may settle while it reports, if the callback publishes): `waitUntilReported` waits
         /// for them so that a close is a barrier.
-        var reporting: [UInt: Int] = [:]
+        var reporting: [(thread: UInt, reports: Int)] = []
+
+        mutating func startReporting(_ thread: UInt) {
+            if let index = reporting.firstIndex(where: { $0.thread == thread }) {
+                reporting[index].reports += 1
+            } else {
+                reporting.append((thread, 1))
+            }
+        }
+
+        mutating func finishReporting(_ thread: UInt) {
+            guard let index = reporting.firstIndex(where: { $0.thread == thread }) else { return }
+            reporting[index].reports -= 1
+            if reporting[index].reports == 0 { reporting.remove(at: index) }
+        }
     }
 
     /// Protects the tags, the closed state, and the set of threads reporting.
@@ -64,32 +87,37 @@ final class PublishTracker: Sendable {
         self.server = server
         self.ackWait = ackWait
         self.onResult = onResult
+        tickInterval = max(ackWait / 8, .milliseconds(5))
+        ticksPerWait = max(1, UInt64((ackWait / tickInterval).rounded(.up)))
     }
 
     /// Registers a publish to `subject` about to be handed to libnats, for `stream` when it
     /// expects one (an acknowledgement from any other stream is then reported as
     /// `streamMismatch`); false when the connection is closed.
     func register(_ message: OpaquePointer, tag: UInt64, subject: String, stream: String?) -> Bool {
-        let deadline = ContinuousClock.now + ackWait
+        let tick = ticks.load(ordering: .relaxed)
         return state.withLock { state in
             guard state.closed == nil else { return false }
-            state.tags[Self.key(message)] = Entry(tag: tag, stream: stream, subject: subject, deadline: deadline)
+            state.tags[Self.key(message)] = Entry(tag: tag, stream: stream, subject: subject, tick: tick)
             return true
         }
     }
 
-    /// Reports as timed out, in tag order, every publish whose acknowledgement is overdue at
-    /// `now`.
-    func expire(now: ContinuousClock.Instant) {
+    /// Advances the coarse clock one tick and reports as timed out, in tag order, every
+    /// publish registered more than `ticksPerWait` ticks before: at least `ackWait` ago.
+    func tick() {
+        let now = ticks.add(1, ordering: .relaxed).newValue
+        guard now > ticksPerWait else { return }
+        let due = now - ticksPerWait
         let thread = UInt(pthread_self())
         let overdue: [Entry] = state.withLock { state in
-            guard state.tags.values.contains(where: { $0.deadline <= now }) else { return [] }
+            guard state.tags.values.contains(where: { $0.tick < due }) else { return [] }
             var overdue: [Entry] = []
-            for (key, entry) in state.tags where entry.deadline <= now {
+            for (key, entry) in state.tags where entry.tick < due {
                 state.tags[key] = nil
                 overdue.append(entry)
             }
-            state.reporting[thread, default: 0] += 1
+            state.startReporting(thread)
             return overdue.sorted { $0.tag < $1.tag }
         }
         guard !overdue.isEmpty else { return }
@@ -105,15 +133,14 @@ final class PublishTracker: Sendable {
         finishedReporting(thread)
     }
 
-    /// A timer on a queue of its own that reports overdue publishes (`expire(now:)`) a few
-    /// times per acknowledgement wait, until it is cancelled.
-    func startExpiring() -> any DispatchSourceTimer {
-        let interval = min(max(ackWait / 8, .milliseconds(5)), .milliseconds(250))
+    /// A timer on a queue of its own that calls `tick()` every `tickInterval`, until it is
+    /// cancelled.
+    func startTicking() -> any DispatchSourceTimer {
+        let (seconds, attoseconds) = tickInterval.components
+        let nanoseconds = Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000)
         let timer = DispatchSource.makeTimerSource(queue: DispatchQueue(label: "evstore.jetstream.ack-timeout"))
-        let nanoseconds =
-            Int(interval.components.seconds) * 1_000_000_000 + Int(interval.components.attoseconds / 1_000_000_000)
         timer.schedule(deadline: .now() + .nanoseconds(nanoseconds), repeating: .nanoseconds(nanoseconds))
-        timer.setEventHandler { [self] in expire(now: .now) }
+        timer.setEventHandler { [self] in tick() }
         timer.resume()
         return timer
     }
@@ -131,7 +158,7 @@ final class PublishTracker: Sendable {
         let thread = UInt(pthread_self())
         let entry: Entry? = state.withLock { state in
             guard let entry = state.tags.removeValue(forKey: Self.key(message)) else { return nil }
-            state.reporting[thread, default: 0] += 1
+            state.startReporting(thread)
             return entry
         }
         guard let entry else { return }
@@ -161,7 +188,7 @@ final class PublishTracker: Sendable {
             guard !state.tags.isEmpty else { return [] }
             let tags = state.tags.values.map(\.tag).sorted()
             state.tags.removeAll()
-            state.reporting[thread, default: 0] += 1
+            state.startReporting(thread)
             return tags
         }
         guard !cutOff.isEmpty else { return }
@@ -173,7 +200,7 @@ final class PublishTracker: Sendable {
     /// are left out, so a callback that closes the connection does not wait for itself.
     func waitUntilReported() {
         let thread = UInt(pthread_self())
-        while state.withLock({ $0.reporting.keys.contains { $0 != thread } }) {
+        while state.withLock({ $0.reporting.contains { $0.thread != thread } }) {
             NATS.sleep(milliseconds: 1)
         }
     }
@@ -190,13 +217,7 @@ final class PublishTracker: Sendable {
     var closedError: NATSError? { state.withLock { $0.closed } }
 
     private func finishedReporting(_ thread: UInt) {
-        state.withLock { state in
-            if let count = state.reporting[thread], count > 1 {
-                state.reporting[thread] = count - 1
-            } else {
-                state.reporting[thread] = nil
-            }
-        }
+        state.withLock { $0.finishReporting(thread) }
     }
 
     private static func key(_ message: OpaquePointer) -> UInt { UInt(bitPattern: Int(bitPattern: message)) }
