@@ -14,6 +14,9 @@ public final class Compressor: @unchecked Sendable {
     /// The level of frames compressed without a dictionary.
     private let levelWithoutDictionary: Int32
 
+    /// Whether the context ends frames with a checksum of their content now.
+    private var checksumming = false
+
     /// Creates a compressor at `level` (zstd clamps it to its valid range).
     ///
     /// `levelWithoutDictionary` (default: `level`) is for frames without a dictionary. For
@@ -42,10 +45,15 @@ public final class Compressor: @unchecked Sendable {
     }
 
     /// Compresses `input` into one frame appended to `out`, so a caller that prefixes a
-    /// header writes the value in one buffer.
-    public func compress(_ input: [UInt8], dictionary: CompressionDictionary?, appendingTo out: inout [UInt8])
-        throws
-    {
+    /// header writes the value in one buffer. With `checksum`, the frame ends with zstd's
+    /// checksum of its content (4 bytes), which every decompression of it verifies.
+    public func compress(
+        _ input: [UInt8], dictionary: CompressionDictionary?, checksum: Bool = false, appendingTo out: inout [UInt8]
+    ) throws {
+        if checksum != checksumming {
+            try Zstd.setChecksum(context, checksum)
+            checksumming = checksum
+        }
         if dictionary !== referenced {
             // The old dictionary stays held until the new reference is in place: if that
             // fails, the context points at one or the other, both alive.

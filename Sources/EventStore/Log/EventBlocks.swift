@@ -69,10 +69,11 @@ package enum EventBlocks {
         mutating func removeAll() { records.removeAll(keepingCapacity: true) }
     }
 
-    /// A block's value for `records` (at least one).
+    /// A block's value for `records` (at least one). Its frame ends with zstd's checksum of
+    /// the records unless `checksum` is false (as blocks were written before it was added).
     static func encode(
         _ records: some Collection<Record>, dictionaryVersion: UInt32, dictionary: CompressionDictionary?,
-        compressor: Compressor
+        compressor: Compressor, checksum: Bool = true
     ) throws -> [UInt8] {
         var raw: [UInt8] = []
         raw.reserveCapacity(records.reduce(0) { $0 + recordHeaderBytes + $1.payload.count })
@@ -91,8 +92,14 @@ package enum EventBlocks {
         out.appendVarint(UInt64(dictionaryVersion))
         out.appendVarint(records.count)
         out.appendVarint(raw.count)
-        try compressor.compress(raw, dictionary: dictionary, appendingTo: &out)
+        try compressor.compress(raw, dictionary: dictionary, checksum: checksum, appendingTo: &out)
         return out
+    }
+
+    /// Whether the zstd frame at `start` of `value` ends with a checksum of its content: bit
+    /// 2 of the frame header's descriptor, the byte after the 4-byte magic number.
+    static func hasChecksum(_ value: [UInt8], frameStart start: Int) -> Bool {
+        value.count > start + 4 && value[start + 4] & 0x04 != 0
     }
 
     /// What a block's header says, its frame not decompressed.
@@ -152,7 +159,10 @@ package enum EventBlocks {
                 "the block of \(seqs(first, header.count)) holds \(raw.count) bytes of records, not the \(header.rawBytes) it says"
             )
         }
-        return try DecodedBlock(first: first, value: value, raw: raw, count: header.count)
+        // zstd verified the checksum while decompressing, when the frame has one.
+        return try DecodedBlock(
+            first: first, value: value, raw: raw, count: header.count,
+            checksummed: hasChecksum(value, frameStart: header.frameStart))
     }
 
     /// A block's records, read as the store reads them (the block fuzzer's entry):
@@ -166,14 +176,15 @@ package enum EventBlocks {
         return (0..<block.count).map { (block.id(at: $0), block.payload(at: $0)) }
     }
 
-    /// A block's value for `records`, as the store writes one (the block fuzzer's seeds).
+    /// A block's value for `records`, as the store writes one (the block fuzzer's seeds), or
+    /// without the checksum, as blocks were written before it was added.
     package static func encode(
         _ records: [(id: ULID, payload: [UInt8])], dictionaryVersion: UInt32, dictionary: CompressionDictionary?,
-        compressor: Compressor
+        compressor: Compressor, checksum: Bool = true
     ) throws -> [UInt8] {
         try encode(
             records.map { Record(id: $0.id, payload: $0.payload) }, dictionaryVersion: dictionaryVersion,
-            dictionary: dictionary, compressor: compressor)
+            dictionary: dictionary, compressor: compressor, checksum: checksum)
     }
 
     /// The first seq of the block `entry`: its key.
@@ -205,6 +216,9 @@ struct DecodedBlock: Sendable {
     let raw: [UInt8]
     /// The offset in `raw` of each record's id.
     let starts: [Int]
+    /// Whether its frame carried a checksum of its content, which zstd verified: a record
+    /// damaged on disk would not have decompressed.
+    let checksummed: Bool
 
     var count: Int { starts.count }
     /// The seq after its last event.
@@ -226,8 +240,9 @@ struct DecodedBlock: Sendable {
 
     /// Checks the records laid out in `raw` against what the header says: `count` records
     /// that fill it exactly (any 16 bytes are an id).
-    init(first: UInt64, value: [UInt8], raw: [UInt8], count: Int) throws(CorruptDataError) {
+    init(first: UInt64, value: [UInt8], raw: [UInt8], count: Int, checksummed: Bool = false) throws(CorruptDataError) {
         self.value = value
+        self.checksummed = checksummed
         var starts: [Int] = []
         starts.reserveCapacity(count)
         var position = 0

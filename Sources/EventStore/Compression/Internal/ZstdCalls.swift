@@ -52,6 +52,14 @@ enum Zstd {
         }
     }
 
+    /// Whether the frames the context compresses from now on end with zstd's checksum of
+    /// their content (the low 4 bytes of its XXH64), which decompression then verifies.
+    static func setChecksum(_ context: OpaquePointer, _ on: Bool) throws(ZstdError) {
+        try check(
+            ZSTD_CCtx_setParameter(context, ZSTD_c_checksumFlag, on ? 1 : 0), "ZSTD_CCtx_setParameter",
+            hint: "the checksum could not be set")
+    }
+
     /// Compresses `input` into one frame appended to `out`, with the referenced dictionary.
     static func compress(_ context: OpaquePointer, _ input: [UInt8], appendingTo out: inout [UInt8])
         throws(ZstdError)
