@@ -223,6 +223,9 @@ class Runner:
         """Runs one program, its output in OUT/logs/PART.log (stdout to stdout_path when given).
         Returns True when it succeeded."""
         log = self.logs / f"{part}.log"
+        # What the part before left in the page cache is written out first, so no part
+        # measures the writeback of another's files (Redis's append-only file, SQLite's WAL).
+        os.sync()
         say(f"running {part}: {shlex.join(str(c) for c in command)}")
         start = time.monotonic()
         command = [str(c) for c in command]
