@@ -50,31 +50,39 @@ import Testing
         try store.check()
     }
 
-    /// A record whose JSON was damaged in a block that still decompresses is `corrupt` to
-    /// a read that passes events on without decoding them (`log`, a watch's catch-up), as
-    /// to one that decodes them; the records around it still read.
-    /// A block written without a checksum (as blocks were before it was added), whose
-    /// frame is sound around a damaged record: a read that passes events on without decoding
-    /// them checks their JSON.
-    @Test func aRecordThatIsNotJSONIsCorruptToEveryRead() throws {
+    /// A store of 100 events, in a full block (seqs 1 to 64) and the tail, whose full block
+    /// `damage` has replaced; the events' ids.
+    private func eventsWithTheFirstBlock(
+        damagedBecause reason: String, _ damage: ([UInt8]) throws -> [UInt8]
+    ) throws -> (TempStore, [ULID]) {
         let store = try TempStore { $0.trainsDictionaryAutomatically = false }
         let inputs = (0..<100).map { InputEvent(entity: entity("job/\($0 % 20)"), change: .status("assigned")) }
         let ids = try store.log.append(inputs).ids
-        store.writesTablesDirectly(because: "a record is damaged on purpose")
-        // The first block, seqs 1 to 64: record 11 (seq 11) loses its closing brace, in a
-        // block without a checksum.
+        store.writesTablesDirectly(because: reason)
         try store.log.environment.write { txn in
             let key = bigEndian(UInt64(1))
             let value = try #require(try txn.get(store.log.tables.blocks, key))
+            try txn.put(store.log.tables.blocks, key, try damage(value))
+        }
+        store.log.blockCache.removeAll()
+        return (store, ids)
+    }
+
+    /// A record whose JSON was damaged in a block written without a checksum (as blocks were
+    /// before it was added) that still decompresses is `corrupt` to a read that passes events
+    /// on without decoding them (`log`, a watch's catch-up), which checks their JSON, as to
+    /// one that decodes them; the records around it still read.
+    @Test func aRecordThatIsNotJSONIsCorruptToEveryRead() throws {
+        // Record 11 (seq 11) loses its closing brace.
+        let (store, ids) = try eventsWithTheFirstBlock(damagedBecause: "a record is damaged on purpose") { value in
             var records = try EventBlocks.records(of: value, first: 1, dictionaries: [:], decompressor: Decompressor())
             #expect(records.count == 64)
             records[10].payload.removeLast()
             let damaged = try EventBlocks.encode(
                 records, dictionaryVersion: 0, dictionary: nil, compressor: Compressor(), checksum: false)
             #expect(!EventBlocks.hasChecksum(damaged, frameStart: try EventBlocks.header(damaged, first: 1).frameStart))
-            try txn.put(store.log.tables.blocks, key, damaged)
+            return damaged
         }
-        store.log.blockCache.removeAll()
         #expect(throws: EventStoreError.self) { try store.log.storedFeed(after: 0, limit: 64) }
         #expect(throws: EventStoreError.self) { try store.log.feed(after: 0, limit: 64) }
         #expect(throws: EventStoreError.self) { try store.log.event(ids[10]) }
@@ -112,21 +120,15 @@ import Testing
     /// A block's frame ends with zstd's checksum of its records: damage anywhere in them,
     /// JSON or not, is `corrupt` to every read, naming the block's seqs.
     @Test func aBlockWhoseRecordsDoNotMatchTheirChecksumIsCorrupt() throws {
-        let store = try TempStore { $0.trainsDictionaryAutomatically = false }
-        let inputs = (0..<100).map { InputEvent(entity: entity("job/\($0 % 20)"), change: .status("assigned")) }
-        let ids = try store.log.append(inputs).ids
-        store.writesTablesDirectly(because: "a checksum is damaged on purpose")
-        try store.log.environment.write { txn in
-            let key = bigEndian(UInt64(1))
-            var value = try #require(try txn.get(store.log.tables.blocks, key))
+        let (store, ids) = try eventsWithTheFirstBlock(damagedBecause: "a checksum is damaged on purpose") { value in
             let header = try EventBlocks.header(value, first: 1)
             #expect(EventBlocks.hasChecksum(value, frameStart: header.frameStart))
             // The checksum is the frame's last 4 bytes: the records still decompress as they
             // were written, and only the checksum tells them from damaged ones.
-            value[value.count - 2] ^= 0x01
-            try txn.put(store.log.tables.blocks, key, value)
+            var damaged = value
+            damaged[damaged.count - 2] ^= 0x01
+            return damaged
         }
-        store.log.blockCache.removeAll()
         for read in [
             { _ = try store.log.storedFeed(after: 0, limit: 64) },
             { _ = try store.log.feed(after: 0, limit: 64) },
