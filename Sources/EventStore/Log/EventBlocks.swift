@@ -240,7 +240,7 @@ struct DecodedBlock: Sendable {
 
     /// Checks the records laid out in `raw` against what the header says: `count` records
     /// that fill it exactly (any 16 bytes are an id).
-    init(first: UInt64, value: [UInt8], raw: [UInt8], count: Int, checksummed: Bool = false) throws(CorruptDataError) {
+    init(first: UInt64, value: [UInt8], raw: [UInt8], count: Int, checksummed: Bool) throws(CorruptDataError) {
         self.value = value
         self.checksummed = checksummed
         var starts: [Int] = []

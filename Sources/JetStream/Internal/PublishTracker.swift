@@ -111,24 +111,18 @@ final class PublishTracker: Sendable {
         let due = now - ticksPerWait
         let thread = UInt(pthread_self())
         let overdue: [Entry] = state.withLock { state in
-            guard state.tags.values.contains(where: { $0.tick < due }) else { return [] }
             var overdue: [Entry] = []
             for (key, entry) in state.tags where entry.tick < due {
                 state.tags[key] = nil
                 overdue.append(entry)
             }
-            state.startReporting(thread)
+            if !overdue.isEmpty { state.startReporting(thread) }
             return overdue.sorted { $0.tag < $1.tag }
         }
         guard !overdue.isEmpty else { return }
+        let timeout = NATSFailure(status: NATS_TIMEOUT, jetStreamCode: 0, detail: "", operation: "js_PublishMsgAsync")
         for entry in overdue {
-            let timeout = NATSFailure(
-                status: NATS_TIMEOUT, jetStreamCode: 0, detail: "", operation: "js_PublishMsgAsync")
-            let error = NATSError(
-                timeout,
-                in: .publish(
-                    server: server, subject: entry.subject, maxPayload: 0, ackWait: ackWait, stream: entry.stream))
-            onResult(PublishResult(tag: entry.tag, outcome: .failure(error)))
+            onResult(PublishResult(tag: entry.tag, outcome: .failure(publishError(timeout, of: entry))))
         }
         finishedReporting(thread)
     }
@@ -152,9 +146,10 @@ final class PublishTracker: Sendable {
     }
 
     /// Reports the outcome of `message`'s publish, unless it was already reported (the close
-    /// got there first) or it is not this connection's. An acknowledgement from another
-    /// stream than the one the publish expected is reported as a failure.
-    func settle(_ message: OpaquePointer, _ outcome: Result<PublishAck, NATSError>) {
+    /// got there first) or it is not this connection's: its acknowledgement, or libnats'
+    /// failure as an error naming the publish's subject and stream. An acknowledgement from
+    /// another stream than the one the publish expected is reported as a failure.
+    func settle(_ message: OpaquePointer, _ outcome: Result<PublishAck, NATSFailure>) {
         let thread = UInt(pthread_self())
         let entry: Entry? = state.withLock { state in
             guard let entry = state.tags.removeValue(forKey: Self.key(message)) else { return nil }
@@ -162,12 +157,26 @@ final class PublishTracker: Sendable {
             return entry
         }
         guard let entry else { return }
-        var outcome = outcome
-        if case .success(let ack) = outcome, let expected = entry.stream, ack.stream != expected {
-            outcome = .failure(mismatch(ack, expected: expected, subject: NATS.subject(message)))
+        let reported: Result<PublishAck, NATSError>
+        switch outcome {
+        case .success(let ack):
+            if let expected = entry.stream, ack.stream != expected {
+                reported = .failure(mismatch(ack, expected: expected, subject: entry.subject))
+            } else {
+                reported = .success(ack)
+            }
+        case .failure(let failure):
+            reported = .failure(publishError(failure, of: entry))
         }
-        onResult(PublishResult(tag: entry.tag, outcome: outcome))
+        onResult(PublishResult(tag: entry.tag, outcome: reported))
         finishedReporting(thread)
+    }
+
+    /// libnats' `failure` of the publish `entry`, as an error that names it.
+    private func publishError(_ failure: NATSFailure, of entry: Entry) -> NATSError {
+        NATSError(
+            failure,
+            in: .publish(server: server, subject: entry.subject, maxPayload: 0, ackWait: ackWait, stream: entry.stream))
     }
 
     /// The error for a message `expected` should have stored that another stream acknowledged.
@@ -203,11 +212,6 @@ final class PublishTracker: Sendable {
         while state.withLock({ $0.reporting.contains { $0.thread != thread } }) {
             NATS.sleep(milliseconds: 1)
         }
-    }
-
-    /// The stream the publish of `message` expects, while it is in flight.
-    func expectedStream(of message: OpaquePointer) -> String? {
-        state.withLock { $0.tags[Self.key(message)]?.stream }
     }
 
     /// How many publishes are in flight (registered, not reported).
@@ -270,21 +274,15 @@ let publishAckHandler: jsPubAckHandler = { _, message, ack, failure, closure in
     guard let message else { return }
     defer { NATS.destroyMessage(message) }
     guard let tracker = CallbackRegistry.tracker(for: closure) else { return }
-    let outcome: Result<PublishAck, NATSError>
     if let ack {
-        outcome = .success(NATS.acknowledgement(ack))
+        tracker.settle(message, .success(NATS.acknowledgement(ack)))
     } else {
-        let failed =
-            failure.map { NATS.failure($0) }
-            ?? NATSFailure(status: NATS_ERR, jetStreamCode: 0, detail: "", operation: "js_PublishMsgAsync")
-        outcome = .failure(
-            NATSError(
-                failed,
-                in: .publish(
-                    server: tracker.server, subject: NATS.subject(message), maxPayload: 0, ackWait: tracker.ackWait,
-                    stream: tracker.expectedStream(of: message))))
+        tracker.settle(
+            message,
+            .failure(
+                failure.map { NATS.failure($0) }
+                    ?? NATSFailure(status: NATS_ERR, jetStreamCode: 0, detail: "", operation: "js_PublishMsgAsync")))
     }
-    tracker.settle(message, outcome)
 }
 
 /// Called by libnats once the connection is closed, by `close()` or because the server
