@@ -206,13 +206,15 @@ extension FeedEvent {
     /// characters, escapes one of JSON's), the numbers' grammar and the literals; only a
     /// line outside ASCII goes the scanner's way to have its UTF-8 checked.
     static func readNotification(_ line: [UInt8]) -> FeedEvent? {
+        let bytes = line.span
         let head = NotificationBytes.head
         let tail = NotificationBytes.tail
-        guard line.count > head.count + tail.count + 1, line.starts(with: head),
-            line[(line.count - tail.count)...].elementsEqual(tail)
+        guard bytes.count > head.count + tail.count + 1,
+            EventBytes.equal(bytes, 0..<head.count, head),
+            EventBytes.equal(bytes, (bytes.count - tail.count)..<bytes.count, tail)
         else { return nil }
-        let reader = EventBytes(line: line, start: head.count - 1, end: line.count - tail.count)
-        return reader.event()
+        let start = head.count - 1
+        return EventBytes.event(line, bytes.extracting(start..<(bytes.count - tail.count)), at: start)
     }
 }
 
@@ -222,106 +224,176 @@ private enum NotificationBytes {
     static let tail = Array("}}".utf8)
 }
 
-/// One pass over an event's bytes, `line[start..<end]`, for `FeedEvent.readNotification`.
-private struct EventBytes {
-    let line: [UInt8]
-    let start: Int
-    let end: Int
+/// One pass over an event's bytes, for `FeedEvent.readNotification`. It reads them through
+/// a `Span` of the event alone, by index, so every loop's bound is the span's own: no slice,
+/// no copy and no reference count per value, which was most of the bridge's CPU per event.
+private enum EventBytes {
+    private static let quote = UInt8(ascii: "\"")
+    private static let backslash = UInt8(ascii: "\\")
 
-    init(line: [UInt8], start: Int, end: Int) {
-        self.line = line
-        self.start = start
-        self.end = end
+    /// The members the bridge reads.
+    private enum Member {
+        case seq, id, origin, entity, other
+
+        init(_ bytes: Span<UInt8>, _ key: Range<Int>) {
+            let at = key.lowerBound
+            switch key.count {
+            case 2:
+                self = bytes[at] == UInt8(ascii: "i") && bytes[at + 1] == UInt8(ascii: "d") ? .id : .other
+            case 3:
+                self =
+                    bytes[at] == UInt8(ascii: "s") && bytes[at + 1] == UInt8(ascii: "e")
+                        && bytes[at + 2] == UInt8(ascii: "q") ? .seq : .other
+            case 6:
+                if EventBytes.equal(bytes, key, Member.originKey) {
+                    self = .origin
+                } else if EventBytes.equal(bytes, key, Member.entityKey) {
+                    self = .entity
+                } else {
+                    self = .other
+                }
+            default: self = .other
+            }
+        }
+
+        private static let originKey = Array("origin".utf8)
+        private static let entityKey = Array("entity".utf8)
     }
 
-    func event() -> FeedEvent? {
-        guard line[start] == UInt8(ascii: "{"), line[end - 1] == UInt8(ascii: "}") else { return nil }
+    /// The event whose bytes are `bytes`, which are `line`'s from `offset` on.
+    static func event(_ line: [UInt8], _ bytes: Span<UInt8>, at offset: Int) -> FeedEvent? {
+        guard bytes.count >= 2, bytes[0] == UInt8(ascii: "{"), bytes[bytes.count - 1] == UInt8(ascii: "}") else {
+            return nil
+        }
         var seq: UInt64?
         var seqMember: Range<Int>?
-        var id: String?
-        var origin: String?
-        var entity: String?
-        var index = start + 1
+        // The values' text, inside their quotes.
+        var id: Range<Int>?
+        var origin: Range<Int>?
+        var entity: Range<Int>?
+        var index = 1
         var first = true
-        var previous: ArraySlice<UInt8>?
+        var previous: Range<Int>?
         while true {
             // A member: a key without escapes, a colon, a value.
-            guard index < end, line[index] == UInt8(ascii: "\"") else { return nil }
+            guard index < bytes.count, bytes[index] == quote else { return nil }
             let keyStart = index + 1
-            guard let keyEnd = plainStringEnd(from: keyStart) else { return nil }
+            guard let keyEnd = plainStringEnd(bytes, from: keyStart) else { return nil }
             index = keyEnd + 1
-            guard index < end, line[index] == UInt8(ascii: ":") else { return nil }
+            guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { return nil }
             let valueStart = index + 1
-            guard let valueEnd = valueEnd(from: valueStart, depth: 0) else { return nil }
-            let key = line[keyStart..<keyEnd]
+            guard let valueEnd = valueEnd(bytes, from: valueStart, depth: 0) else { return nil }
+            let key = keyStart..<keyEnd
+            let member = Member(bytes, key)
             // In canonical order, but for `seq`, which the daemon puts last: so no key
             // comes twice (the scanner refuses that).
-            if !key.elementsEqual(Key.seq) {
-                if let previous, !previous.lexicographicallyPrecedes(key) { return nil }
+            if member != .seq {
+                if let previous, !precedes(bytes, previous, key) { return nil }
                 previous = key
             }
-            if key.elementsEqual(Key.seq) {
-                guard seq == nil, let value = digits(valueStart..<valueEnd) else { return nil }
+            switch member {
+            case .seq:
+                guard seq == nil, let value = digits(bytes, valueStart..<valueEnd) else { return nil }
                 seq = value
                 // The comma after it when it is first, else the one before it.
                 seqMember = first ? (keyStart - 1)..<(valueEnd + 1) : (keyStart - 2)..<valueEnd
-            } else if key.elementsEqual(Key.id) {
-                guard id == nil, let value = plainString(valueStart..<valueEnd) else { return nil }
-                id = value
-            } else if key.elementsEqual(Key.origin) {
-                guard origin == nil, let value = plainString(valueStart..<valueEnd) else { return nil }
-                origin = value
-            } else if key.elementsEqual(Key.entity) {
-                guard entity == nil, let value = plainString(valueStart..<valueEnd) else { return nil }
-                entity = value
+            case .id:
+                guard id == nil, let text = plainString(bytes, valueStart..<valueEnd) else { return nil }
+                id = text
+            case .origin:
+                guard origin == nil, let text = plainString(bytes, valueStart..<valueEnd) else { return nil }
+                origin = text
+            case .entity:
+                guard entity == nil, let text = plainString(bytes, valueStart..<valueEnd) else { return nil }
+                entity = text
+            case .other: break
             }
             index = valueEnd
             first = false
-            guard index < end else { return nil }
-            if line[index] == UInt8(ascii: ",") {
+            guard index < bytes.count else { return nil }
+            if bytes[index] == UInt8(ascii: ",") {
                 index += 1
                 continue
             }
-            guard line[index] == UInt8(ascii: "}"), index == end - 1 else { return nil }
+            guard bytes[index] == UInt8(ascii: "}"), index == bytes.count - 1 else { return nil }
             break
         }
-        guard let seq, let seqMember, let id, let origin, let entity, let slash = entity.firstIndex(of: "/") else {
-            return nil
+        guard let seq, let seqMember, let id, let origin, let entity,
+            let slash = firstIndex(of: UInt8(ascii: "/"), in: bytes, entity)
+        else { return nil }
+        func text(_ range: Range<Int>) -> String {
+            String(decoding: line[(offset + range.lowerBound)..<(offset + range.upperBound)], as: UTF8.self)
         }
         var body: [UInt8] = []
-        body.reserveCapacity(end - start - seqMember.count)
-        body.append(contentsOf: line[start..<seqMember.lowerBound])
-        body.append(contentsOf: line[min(seqMember.upperBound, end - 1)..<end])
-        return FeedEvent(seq: seq, id: id, origin: origin, type: String(entity[..<slash]), body: body)
+        body.reserveCapacity(bytes.count - seqMember.count)
+        body.append(contentsOf: line[offset..<(offset + seqMember.lowerBound)])
+        body.append(contentsOf: line[(offset + min(seqMember.upperBound, bytes.count - 1))..<(offset + bytes.count)])
+        return FeedEvent(
+            seq: seq, id: text(id), origin: text(origin), type: text(entity.lowerBound..<slash), body: body)
     }
 
-    /// Where the string that starts at `from` (past its opening quote) ends, at its closing
-    /// quote; nil at an escape, a control character, a byte outside ASCII or the end.
-    private func plainStringEnd(from: Int) -> Int? {
-        var index = from
-        while index < end {
-            let byte = line[index]
-            if byte == UInt8(ascii: "\"") { return index }
-            guard byte >= 0x20, byte < 0x7F, byte != UInt8(ascii: "\\") else { return nil }
+    /// Whether `bytes[range]` are `expected`.
+    static func equal(_ bytes: Span<UInt8>, _ range: Range<Int>, _ expected: [UInt8]) -> Bool {
+        guard range.count == expected.count, range.lowerBound >= 0, range.upperBound <= bytes.count else {
+            return false
+        }
+        let given = bytes.extracting(range)
+        let wanted = expected.span
+        for index in 0..<given.count where given[index] != wanted[index] { return false }
+        return true
+    }
+
+    /// Whether the bytes of `first` come before those of `second`, as
+    /// `lexicographicallyPrecedes` orders them.
+    private static func precedes(_ bytes: Span<UInt8>, _ first: Range<Int>, _ second: Range<Int>) -> Bool {
+        let common = min(first.count, second.count)
+        var offset = 0
+        while offset < common {
+            let a = bytes[first.lowerBound + offset]
+            let b = bytes[second.lowerBound + offset]
+            if a != b { return a < b }
+            offset += 1
+        }
+        return first.count < second.count
+    }
+
+    private static func firstIndex(of byte: UInt8, in bytes: Span<UInt8>, _ range: Range<Int>) -> Int? {
+        var index = range.lowerBound
+        while index < range.upperBound {
+            if bytes[index] == byte { return index }
             index += 1
         }
         return nil
     }
 
-    /// A string value without escapes, as `String`.
-    private func plainString(_ range: Range<Int>) -> String? {
-        guard range.count >= 2, line[range.lowerBound] == UInt8(ascii: "\""),
-            plainStringEnd(from: range.lowerBound + 1) == range.upperBound - 1
+    /// Where the string that starts at `from` (past its opening quote) ends, at its closing
+    /// quote; nil at an escape, a control character, a byte outside ASCII or the end.
+    private static func plainStringEnd(_ bytes: Span<UInt8>, from: Int) -> Int? {
+        var index = from
+        while index < bytes.count {
+            let byte = bytes[index]
+            if byte == quote { return index }
+            guard byte >= 0x20, byte < 0x7F, byte != backslash else { return nil }
+            index += 1
+        }
+        return nil
+    }
+
+    /// The text of a string value without escapes, inside its quotes.
+    private static func plainString(_ bytes: Span<UInt8>, _ range: Range<Int>) -> Range<Int>? {
+        guard range.count >= 2, bytes[range.lowerBound] == quote,
+            plainStringEnd(bytes, from: range.lowerBound + 1) == range.upperBound - 1
         else { return nil }
-        return String(decoding: line[(range.lowerBound + 1)..<(range.upperBound - 1)], as: UTF8.self)
+        return (range.lowerBound + 1)..<(range.upperBound - 1)
     }
 
     /// A seq: decimal digits without a leading zero, within `UInt64`.
-    private func digits(_ range: Range<Int>) -> UInt64? {
-        guard !range.isEmpty, range.count <= 20, line[range.lowerBound] != UInt8(ascii: "0") || range.count == 1
+    private static func digits(_ bytes: Span<UInt8>, _ range: Range<Int>) -> UInt64? {
+        guard !range.isEmpty, range.count <= 20, bytes[range.lowerBound] != UInt8(ascii: "0") || range.count == 1
         else { return nil }
         var value: UInt64 = 0
-        for byte in line[range] {
+        for index in range {
+            let byte = bytes[index]
             guard byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") else { return nil }
             let (times, overflow) = value.multipliedReportingOverflow(by: 10)
             let (sum, carry) = times.addingReportingOverflow(UInt64(byte - UInt8(ascii: "0")))
@@ -334,59 +406,62 @@ private struct EventBytes {
     /// Where the value that starts at `from` ends (just past it); nil when it is not one
     /// that this pass takes. `depth` bounds the nesting below the scanner's bound (which
     /// counts the notification's three levels around the event too).
-    private func valueEnd(from: Int, depth: Int) -> Int? {
-        guard from < end, depth < JSONTree.maxDepth - 4 else { return nil }
-        switch line[from] {
-        case UInt8(ascii: "\""): return stringEnd(from: from + 1).map { $0 + 1 }
+    private static func valueEnd(_ bytes: Span<UInt8>, from: Int, depth: Int) -> Int? {
+        guard from < bytes.count, depth < JSONTree.maxDepth - 4 else { return nil }
+        switch bytes[from] {
+        case quote: return stringEnd(bytes, from: from + 1).map { $0 + 1 }
         case UInt8(ascii: "{"):
             var index = from + 1
-            if index < end, line[index] == UInt8(ascii: "}") { return index + 1 }
-            var previous: ArraySlice<UInt8>?
+            if index < bytes.count, bytes[index] == UInt8(ascii: "}") { return index + 1 }
+            var previous: Range<Int>?
             while true {
                 // Keys without escapes, in canonical order: none twice.
-                guard index < end, line[index] == UInt8(ascii: "\""), let keyEnd = plainStringEnd(from: index + 1),
-                    keyEnd + 1 < end, line[keyEnd + 1] == UInt8(ascii: ":"),
-                    let valueEnd = valueEnd(from: keyEnd + 2, depth: depth + 1), valueEnd < end
+                guard index < bytes.count, bytes[index] == quote,
+                    let keyEnd = plainStringEnd(bytes, from: index + 1),
+                    keyEnd + 1 < bytes.count, bytes[keyEnd + 1] == UInt8(ascii: ":"),
+                    let valueEnd = valueEnd(bytes, from: keyEnd + 2, depth: depth + 1), valueEnd < bytes.count
                 else { return nil }
-                let key = line[(index + 1)..<keyEnd]
-                if let previous, !previous.lexicographicallyPrecedes(key) { return nil }
+                let key = (index + 1)..<keyEnd
+                if let previous, !precedes(bytes, previous, key) { return nil }
                 previous = key
                 index = valueEnd + 1
-                if line[valueEnd] == UInt8(ascii: "}") { return index }
-                guard line[valueEnd] == UInt8(ascii: ",") else { return nil }
+                if bytes[valueEnd] == UInt8(ascii: "}") { return index }
+                guard bytes[valueEnd] == UInt8(ascii: ",") else { return nil }
             }
         case UInt8(ascii: "["):
             var index = from + 1
-            if index < end, line[index] == UInt8(ascii: "]") { return index + 1 }
+            if index < bytes.count, bytes[index] == UInt8(ascii: "]") { return index + 1 }
             while true {
-                guard let valueEnd = valueEnd(from: index, depth: depth + 1), valueEnd < end else { return nil }
+                guard let valueEnd = valueEnd(bytes, from: index, depth: depth + 1), valueEnd < bytes.count
+                else { return nil }
                 index = valueEnd + 1
-                if line[valueEnd] == UInt8(ascii: "]") { return index }
-                guard line[valueEnd] == UInt8(ascii: ",") else { return nil }
+                if bytes[valueEnd] == UInt8(ascii: "]") { return index }
+                guard bytes[valueEnd] == UInt8(ascii: ",") else { return nil }
             }
-        case UInt8(ascii: "t"): return literalEnd(from: from, Literal.true)
-        case UInt8(ascii: "f"): return literalEnd(from: from, Literal.false)
-        case UInt8(ascii: "n"): return literalEnd(from: from, Literal.null)
-        default: return numberEnd(from: from)
+        case UInt8(ascii: "t"): return literalEnd(bytes, from: from, Literal.true)
+        case UInt8(ascii: "f"): return literalEnd(bytes, from: from, Literal.false)
+        case UInt8(ascii: "n"): return literalEnd(bytes, from: from, Literal.null)
+        default: return numberEnd(bytes, from: from)
         }
     }
 
     /// Where a string that starts at `from` (past its opening quote) ends, at its closing
     /// quote: escapes JSON's own, no control characters, ASCII only.
-    private func stringEnd(from: Int) -> Int? {
+    private static func stringEnd(_ bytes: Span<UInt8>, from: Int) -> Int? {
         var index = from
-        while index < end {
-            let byte = line[index]
-            if byte == UInt8(ascii: "\"") { return index }
+        while index < bytes.count {
+            let byte = bytes[index]
+            if byte == quote { return index }
             guard byte >= 0x20, byte < 0x7F else { return nil }
-            if byte == UInt8(ascii: "\\") {
-                guard index + 1 < end else { return nil }
-                switch line[index + 1] {
-                case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"), UInt8(ascii: "b"), UInt8(ascii: "f"),
+            if byte == backslash {
+                guard index + 1 < bytes.count else { return nil }
+                switch bytes[index + 1] {
+                case quote, backslash, UInt8(ascii: "/"), UInt8(ascii: "b"), UInt8(ascii: "f"),
                     UInt8(ascii: "n"), UInt8(ascii: "r"), UInt8(ascii: "t"):
                     index += 2
                 case UInt8(ascii: "u"):
-                    guard index + 6 <= end, line[(index + 2)..<(index + 6)].allSatisfy(EventBytes.isHex) else { return nil }
+                    guard index + 6 <= bytes.count else { return nil }
+                    for at in (index + 2)..<(index + 6) where !isHex(bytes[at]) { return nil }
                     index += 6
                 default: return nil
                 }
@@ -398,41 +473,43 @@ private struct EventBytes {
     }
 
     private static func isHex(_ byte: UInt8) -> Bool {
-        (byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9")) || (byte | 0x20 >= UInt8(ascii: "a") && byte | 0x20 <= UInt8(ascii: "f"))
+        (byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9"))
+            || (byte | 0x20 >= UInt8(ascii: "a") && byte | 0x20 <= UInt8(ascii: "f"))
     }
 
-    private func literalEnd(from: Int, _ literal: [UInt8]) -> Int? {
-        guard from + literal.count <= end, line[from..<(from + literal.count)].elementsEqual(literal) else { return nil }
-        return from + literal.count
+    private static func literalEnd(_ bytes: Span<UInt8>, from: Int, _ literal: [UInt8]) -> Int? {
+        let range = from..<(from + literal.count)
+        guard range.upperBound <= bytes.count, equal(bytes, range, literal) else { return nil }
+        return range.upperBound
     }
 
     /// JSON's number grammar: `-? (0 | [1-9][0-9]*) (.[0-9]+)? ([eE][+-]?[0-9]+)?`.
-    private func numberEnd(from: Int) -> Int? {
-        var index = from
-        func digitsEnd() -> Int {
-            var at = index
-            while at < end, line[at] >= UInt8(ascii: "0"), line[at] <= UInt8(ascii: "9") { at += 1 }
+    private static func numberEnd(_ bytes: Span<UInt8>, from: Int) -> Int? {
+        func digitsEnd(_ from: Int) -> Int {
+            var at = from
+            while at < bytes.count, bytes[at] >= UInt8(ascii: "0"), bytes[at] <= UInt8(ascii: "9") { at += 1 }
             return at
         }
-        if index < end, line[index] == UInt8(ascii: "-") { index += 1 }
-        guard index < end else { return nil }
-        if line[index] == UInt8(ascii: "0") {
+        var index = from
+        if index < bytes.count, bytes[index] == UInt8(ascii: "-") { index += 1 }
+        guard index < bytes.count else { return nil }
+        if bytes[index] == UInt8(ascii: "0") {
             index += 1
         } else {
-            let after = digitsEnd()
+            let after = digitsEnd(index)
             guard after > index else { return nil }
             index = after
         }
-        if index < end, line[index] == UInt8(ascii: ".") {
+        if index < bytes.count, bytes[index] == UInt8(ascii: ".") {
             index += 1
-            let after = digitsEnd()
+            let after = digitsEnd(index)
             guard after > index else { return nil }
             index = after
         }
-        if index < end, line[index] == UInt8(ascii: "e") || line[index] == UInt8(ascii: "E") {
+        if index < bytes.count, bytes[index] == UInt8(ascii: "e") || bytes[index] == UInt8(ascii: "E") {
             index += 1
-            if index < end, line[index] == UInt8(ascii: "+") || line[index] == UInt8(ascii: "-") { index += 1 }
-            let after = digitsEnd()
+            if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") { index += 1 }
+            let after = digitsEnd(index)
             guard after > index else { return nil }
             index = after
         }

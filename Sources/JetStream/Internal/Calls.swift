@@ -328,15 +328,22 @@ enum NATS {
                 status: NATS_INVALID_ARG, jetStreamCode: 0, detail: "a body of \(body.count) bytes",
                 operation: "natsMsg_Create")
         }
+        // `withCString` rather than a `String` passed as a pointer, which copies it into an
+        // array of its own for the call: a short string is copied onto the stack, a long one
+        // is passed as it is stored.
         var created: OpaquePointer?
         let status = body.withUnsafeBytes { bytes in
-            natsMsg_Create(
-                &created, subject, nil, bytes.baseAddress?.assumingMemoryBound(to: CChar.self), Int32(bytes.count))
+            subject.withCString { subject in
+                natsMsg_Create(
+                    &created, subject, nil, bytes.baseAddress?.assumingMemoryBound(to: CChar.self), Int32(bytes.count))
+            }
         }
         try check(status, "natsMsg_Create")
         let message = created!
         for (name, value) in headers {
-            let added = natsMsgHeader_Add(message, name, value)
+            let added = name.withCString { name in
+                value.withCString { value in natsMsgHeader_Add(message, name, value) }
+            }
             guard added == NATS_OK else {
                 let failed = failure(added, "natsMsgHeader_Add")
                 natsMsg_Destroy(message)
