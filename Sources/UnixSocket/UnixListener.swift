@@ -44,12 +44,17 @@ public final class UnixListener: @unchecked Sendable {
         }
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw SocketError.last("socket") }
-        // The file is made with the final mode at once, so no other user can connect in
-        // between bind and chmod.
-        let previousMask = umask(~mode & 0o777)
+        // The file is made with at most the final mode (the socket's own mode, less the
+        // umask), so no other user can connect in between bind and chmod. Not by setting the
+        // umask for the bind: it is the process's, and a file or directory another thread
+        // made meanwhile took it too (a backup's directory, a blob's file) with bits missing.
+        guard fchmod(fd, mode) == 0 else {
+            let error = SocketError.last("fchmod", path: path)
+            Glibc.close(fd)
+            throw error
+        }
         let bound = try withAddress(path) { address, length in Glibc.bind(fd, address, length) }
         let bindError = errno
-        umask(previousMask)
         guard bound == 0 else {
             Glibc.close(fd)
             throw SocketError("bind", path: path, code: bindError)

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 import UnixSocket
 
@@ -94,6 +95,52 @@ struct LineReaderTests {
 struct UnixSocketTests {
     func temporaryPath(_ name: String) -> String {
         FileManager.default.temporaryDirectory.appendingPathComponent("us-\(UUID().uuidString.prefix(8))-\(name)").path
+    }
+
+    /// The process's umask, as `/proc/self/status` says (reading it with `umask()` would set it).
+    static func processUmask() throws -> mode_t {
+        let status = try String(contentsOfFile: "/proc/self/status", encoding: .utf8)
+        let line = try #require(status.split(separator: "\n").first { $0.hasPrefix("Umask:") })
+        return try #require(mode_t(line.dropFirst("Umask:".count).trimmingCharacters(in: .whitespaces), radix: 8))
+    }
+
+    @Test("binding a listener leaves the process's umask alone: what another thread makes meanwhile keeps its mode")
+    func bindingLeavesTheUmaskAlone() throws {
+        let expected = 0o755 & ~(try Self.processUmask())
+        let directory = temporaryPath("dirs")
+        defer { rmdir(directory) }
+        final class Flag: Sendable { let binding = Atomic<Bool>(true) }
+        let flag = Flag()
+        let binder = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            defer {
+                flag.binding.store(false, ordering: .releasing)
+                binder.signal()
+            }
+            for index in 0..<3_000 {
+                let path = temporaryPath("u\(index).sock")
+                _ = try? UnixListener.bind(path: path, mode: 0o600)
+                unlink(path)
+            }
+        }
+        // A directory made while another thread binds, as a daemon makes a backup's or a
+        // blob's while it starts listening: it gets the mode it asked for, less the umask.
+        var made = 0
+        var wrong: [mode_t] = []
+        while flag.binding.load(ordering: .acquiring) {
+            guard mkdir(directory, 0o755) == 0 else { break }
+            var info = stat()
+            if stat(directory, &info) == 0, info.st_mode & 0o777 != expected { wrong.append(info.st_mode & 0o777) }
+            rmdir(directory)
+            made += 1
+        }
+        binder.wait()
+        #expect(made > 20, "directories made while binding")
+        let wrongModes = wrong.count
+        #expect(
+            wrongModes == 0,
+            "\(wrongModes) of \(made) made with modes \(wrong.prefix(3).map { String($0, radix: 8) }), not \(String(expected, radix: 8))"
+        )
     }
 
     @Test("a listener binds with the mode asked for, replaces a stale socket, refuses a live one")
