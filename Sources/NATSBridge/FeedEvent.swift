@@ -235,29 +235,20 @@ private enum EventBytes {
     private enum Member {
         case seq, id, origin, entity, other
 
+        /// `equal` compares the lengths first, so a key of another length costs one comparison.
         init(_ bytes: Span<UInt8>, _ key: Range<Int>) {
-            let at = key.lowerBound
-            switch key.count {
-            case 2:
-                self = bytes[at] == UInt8(ascii: "i") && bytes[at + 1] == UInt8(ascii: "d") ? .id : .other
-            case 3:
-                self =
-                    bytes[at] == UInt8(ascii: "s") && bytes[at + 1] == UInt8(ascii: "e")
-                        && bytes[at + 2] == UInt8(ascii: "q") ? .seq : .other
-            case 6:
-                if EventBytes.equal(bytes, key, Member.originKey) {
-                    self = .origin
-                } else if EventBytes.equal(bytes, key, Member.entityKey) {
-                    self = .entity
-                } else {
-                    self = .other
-                }
-            default: self = .other
+            if EventBytes.equal(bytes, key, Key.seq) {
+                self = .seq
+            } else if EventBytes.equal(bytes, key, Key.id) {
+                self = .id
+            } else if EventBytes.equal(bytes, key, Key.origin) {
+                self = .origin
+            } else if EventBytes.equal(bytes, key, Key.entity) {
+                self = .entity
+            } else {
+                self = .other
             }
         }
-
-        private static let originKey = Array("origin".utf8)
-        private static let entityKey = Array("entity".utf8)
     }
 
     /// The event whose bytes are `bytes`, which are `line`'s from `offset` on.
