@@ -647,6 +647,13 @@ if options.runs("get") {
     // of what the sections before wrote, above all), so three rounds each measure with the
     // idle connections and then, once they are closed, without: the ratio is the median of
     // the rounds' ratios, each from a back-to-back pair.
+    func getP99(clients: Int) throws -> Double {
+        percentile(
+            try latencies(clients: clients) {
+                let client = try Client(socket)
+                return { n in _ = try client.roundTrip(get(n)) }
+            }, 0.99)
+    }
     var idleRounds: [Int: [(with: Double, ratio: Double)]] = [1: [], 8: []]
     for _ in 0..<3 {
         var idle: [Client] = []
@@ -655,25 +662,12 @@ if options.runs("get") {
             _ = try client.roundTrip(floor(0))
             idle.append(client)
         }
-        var withIdle: [Int: Double] = [:]
-        for clients in [1, 8] {
-            withIdle[clients] = percentile(
-                try latencies(clients: clients) {
-                    let client = try Client(socket)
-                    return { n in _ = try client.roundTrip(get(n)) }
-                }, 0.99)
-        }
+        let withIdle = try [1, 8].map(getP99)
         idle.removeAll()
         // The daemon has closed them before the next request is timed.
         Thread.sleep(forTimeInterval: 0.2)
-        for clients in [1, 8] {
-            let without = percentile(
-                try latencies(clients: clients) {
-                    let client = try Client(socket)
-                    return { n in _ = try client.roundTrip(get(n)) }
-                }, 0.99)
-            let with = withIdle[clients] ?? 0
-            idleRounds[clients, default: []].append((with, with / max(without, 1e-9)))
+        for (clients, with) in zip([1, 8], withIdle) {
+            idleRounds[clients, default: []].append((with, with / max(try getP99(clients: clients), 1e-9)))
         }
     }
     for clients in [1, 8] {
