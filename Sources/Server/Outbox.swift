@@ -53,18 +53,24 @@ package final class Outbox: @unchecked Sendable {
         var slots: [Slot] = []
         /// The bytes it makes.
         var size = 0
+        /// Whether `alone` is a buffer of `SendBuffers` (what a write could not send of
+        /// slots made into one), to be given back once written.
+        var pooled = false
 
-        init(alone: [UInt8] = []) {
+        init(alone: [UInt8] = [], pooled: Bool = false) {
             self.alone = alone
             self.size = alone.count
+            self.pooled = pooled
         }
+
+        /// Whether its bytes are made into a buffer of `SendBuffers`, or are one.
+        var makesPooled: Bool { pooled || !slots.isEmpty }
 
         /// Its bytes, in order. The slots were taken out of the order with the lock held;
         /// nothing changes them after.
-        func bytes() -> [UInt8] {
+        consuming func bytes() -> [UInt8] {
             guard !slots.isEmpty else { return alone }
-            var out: [UInt8] = []
-            out.reserveCapacity(size)
+            var out = SendBuffers.shared.take(capacity: size)
             for slot in slots {
                 if let bytes = slot.bytes { out.append(contentsOf: bytes) }
                 for part in slot.parts { part.append(to: &out) }
@@ -107,6 +113,8 @@ package final class Outbox: @unchecked Sendable {
     /// a few hundred kilobytes) copies nothing again.
     private var unsent: [UInt8] = []
     private var unsentStart = 0
+    /// Whether `unsent` is a buffer of `SendBuffers`.
+    private var unsentPooled = false
     /// A thread is writing to the socket (the loop, or one writing what it completed).
     private var writing = false
     /// Whether a request thread waits on the condition (for its appends, or for room for
@@ -309,6 +317,7 @@ package final class Outbox: @unchecked Sendable {
         let out = Array(unsent[unsentStart...]) + line
         unsent = []
         unsentStart = 0
+        unsentPooled = false
         writing = true
         condition.unlock()
         _ = try? socket.writeAvailable(out)
@@ -382,10 +391,12 @@ package final class Outbox: @unchecked Sendable {
             if !unsent.isEmpty {
                 let out = unsent
                 let start = unsentStart
+                let pooled = unsentPooled
                 unsent = []
                 unsentStart = 0
+                unsentPooled = false
                 queuedBytes -= out.count - start
-                write(Taken(alone: out), from: start, fromLoop: true)
+                write(Taken(alone: consume out, pooled: pooled), from: start, fromLoop: true)
                 if !unsent.isEmpty { return aborted ? .done : .blocked }
                 continue
             }
@@ -483,9 +494,10 @@ package final class Outbox: @unchecked Sendable {
     }
 
     /// Writes what `taken` makes, from `start` on (the bytes are made with the lock let go).
-    private func write(_ taken: Taken, from start: Int = 0, fromLoop: Bool = false) {
+    private func write(_ taken: consuming Taken, from start: Int = 0, fromLoop: Bool = false) {
         writing = true
         sendingBytes = taken.size - start
+        let pooled = taken.makesPooled
         condition.unlock()
         let bytes = taken.bytes()
         let result: Result<Int, SocketError>
@@ -504,7 +516,10 @@ package final class Outbox: @unchecked Sendable {
             if start + written < bytes.count {
                 unsent = bytes
                 unsentStart = start + written
+                unsentPooled = pooled
                 queuedBytes += bytes.count - unsentStart
+            } else if pooled {
+                SendBuffers.shared.giveBack(consume bytes)
             }
         case .failure(let error):
             failure = error

@@ -379,7 +379,13 @@ package enum Notification: Sendable {
 
     /// From the stored payload, which the bytes are made from when written.
     package init(_ item: borrowing CommittedEvent) {
-        if let splice = EventJSON.Splice(seq: item.seq, id: item.id, hasKey: item.hasKey, payload: item.payload) {
+        let splice =
+            if let at = item.idPosition {
+                EventJSON.Splice(seq: item.seq, id: item.id, payload: item.payload, idPosition: at)
+            } else {
+                EventJSON.Splice(seq: item.seq, id: item.id, hasKey: item.hasKey, payload: item.payload)
+            }
+        if let splice {
             self = .spliced(splice)
         } else if let event = try? EventCodec.decodeStored(item.payload, id: item.id) {
             // A payload whose id's place is not found (none the writer makes): encoded now.

@@ -80,6 +80,19 @@ package enum EventJSON {
             self.init(seq: seq, id: id, payload: payload) { EventCodec.idPosition(inPayload: $0, hasKey: hasKey) }
         }
 
+        /// With the id's place known (the writer encoded the payload): nil when it is not a
+        /// place inside a payload that ends its object.
+        package init?(seq: UInt64, id: ULID, payload: [UInt8], idPosition at: Int) {
+            guard payload.last == UInt8(ascii: "}"), at > 0, at < payload.count else { return nil }
+            assert(
+                EventCodec.idPosition(inPayload: payload) == at,
+                "the id's place the writer kept differs from the one found in its payload")
+            self.payload = payload
+            self.id = id
+            self.seq = seq
+            self.at = at
+        }
+
         /// With the id's place as `place` finds it in a payload that ends its object.
         private init?(seq: UInt64, id: ULID, payload: [UInt8], at place: ([UInt8]) -> Int?) {
             guard payload.last == UInt8(ascii: "}"), let at = place(payload) else { return nil }

@@ -58,6 +58,9 @@ struct NotificationJSONTests {
                 "seq \(item.seq): \(kept.payload.capacity) bytes held for \(kept.payload.count)")
             #expect(kept.hasKey == (item.event.key != nil))
             #expect(EventCodec.idPosition(inPayload: payload, hasKey: item.event.key != nil) != nil)
+            // The writer encoded it, and kept where the id goes: where the search finds it.
+            #expect(kept.idPosition != nil)
+            #expect(kept.idPosition == EventCodec.idPosition(inPayload: payload, hasKey: item.event.key != nil))
             let spliced = EventJSON.stored(item)
             var encoded: [UInt8] = []
             EventCodec.encodeStored(item.event, includeID: true, into: &encoded)
@@ -92,6 +95,8 @@ struct NotificationJSONTests {
             text.replacingOccurrences(of: #","kind":"edit""#, with: "").replacingOccurrences(
                 of: "{", with: #"{"kind":"edit","#, options: .anchored
             ).utf8)
+        // A payload the writer did not encode comes without the id's place.
+        odd.idPosition = nil
         if case .encoded(let bytes) = Notification(odd) {
             #expect(bytes == WatchHub.notification(SequencedEvent(seq: odd.seq, event: first.event)))
         } else {

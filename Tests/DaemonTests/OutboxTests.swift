@@ -255,3 +255,30 @@ struct OutboxTests {
         #expect(sender.wait(timeout: .now() + 10) == .success)
     }
 }
+
+@Suite("SendBuffers")
+struct SendBuffersTests {
+    @Test("a buffer given back is taken again empty with its room; past the bounds buffers are let go")
+    func keepsWithinBounds() {
+        let buffers = SendBuffers(keep: 2, smallest: 1 << 12, largest: 1 << 16)
+        var first = buffers.take(capacity: 100)
+        #expect(first.isEmpty)
+        #expect(first.capacity >= 1 << 12)
+        first.append(contentsOf: repeatElement(7, count: 3000))
+        let room = first.capacity
+        buffers.giveBack(first)
+        #expect(buffers.count == 1)
+        let again = buffers.take(capacity: 10)
+        #expect(again.isEmpty)
+        #expect(again.capacity == room)
+        #expect(buffers.count == 0)
+        // Larger than `largest`: not kept.
+        buffers.giveBack(buffers.take(capacity: 1 << 17))
+        #expect(buffers.count == 0)
+        // No more than `keep`, however many are given back.
+        for _ in 0..<5 { buffers.giveBack(buffers.take(capacity: 1 << 12) + [1]) }
+        let many = (0..<5).map { _ in buffers.take(capacity: 1 << 12) }
+        for buffer in many { buffers.giveBack(buffer) }
+        #expect(buffers.count == 2)
+    }
+}

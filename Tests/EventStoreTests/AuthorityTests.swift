@@ -160,6 +160,10 @@ struct AuthorityTests {
             #expect(try EventCodec.decodeStored(bytes) == event, "\(String(decoding: bytes, as: UTF8.self))")
             let withoutID = EventCodec.encodeStored(event, includeID: false)
             let position = try #require(EventCodec.idPosition(inPayload: withoutID, hasKey: event.key != nil))
+            // The encoder says where the id goes, with or without it, after what came before.
+            var after: [UInt8] = Array("[1,".utf8)
+            #expect(EventCodec.encodeStored(event, includeID: false, into: &after) == position)
+            #expect(EventCodec.encodeStored(event, includeID: true, into: &after) == position)
             var spliced = withoutID
             spliced.insert(contentsOf: Array(#""id":"\#(event.id)","#.utf8), at: position)
             #expect(spliced == bytes)

@@ -56,6 +56,8 @@ struct CodecTests {
         let withoutID = EventCodec.encodeStored(event, includeID: false)
         // Where `log` and `watch` splice the id into the stored payload.
         let at = try #require(EventCodec.idPosition(inPayload: withoutID, hasKey: true))
+        var encoded: [UInt8] = []
+        #expect(EventCodec.encodeStored(event, includeID: false, into: &encoded) == at)
         let spliced =
             Array(withoutID[..<at]) + Array(#""id":"01JD3Q8R5N8X6ZK2W7Y4V9B3TR","#.utf8) + Array(withoutID[at...])
         #expect(String(decoding: spliced, as: UTF8.self) == text)

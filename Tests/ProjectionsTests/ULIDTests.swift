@@ -38,7 +38,9 @@ struct ULIDTests {
     @Test("bytes read at an offset from an array, a slice and any collection agree; too few give nil")
     func bytesAtOffsets() throws {
         var rng = SeededGenerator(seed: 7)
-        let ids = (0..<3).map { _ in ULID(timestamp: UInt64.random(in: 0...ULID.maxTimestamp, using: &rng), random: (1, rng.next())) }
+        let ids = (0..<3).map { _ in
+            ULID(timestamp: UInt64.random(in: 0...ULID.maxTimestamp, using: &rng), random: (1, rng.next()))
+        }
         let bytes = [0xAA] + ids.flatMap(\.bytes) + [0xBB]
         for (index, id) in ids.enumerated() {
             let offset = 1 + index * 16
@@ -70,9 +72,37 @@ struct ULIDTests {
     }
 }
 
-@Test func symbolArithmeticMatchesTheAlphabet() {
+@Test func symbolsAreCrockfordsAlphabet() {
+    let alphabet = Array("0123456789ABCDEFGHJKMNPQRSTVWXYZ".utf8)
     for value in 0..<32 {
-        #expect(ULID.symbol(UInt8(value)) == ULID.alphabet[value])
+        #expect(ULID.symbol(UInt8(value)) == alphabet[value])
+    }
+}
+
+/// The text worked out a bit at a time from the 16 bytes, two zero bits first: another way
+/// than the five-bit shifts of the halves `appendText` takes.
+@Test("text agrees with a reading of the bytes one bit at a time", arguments: 1...5)
+func textAgreesBitByBit(seed: UInt64) {
+    let alphabet = Array("0123456789ABCDEFGHJKMNPQRSTVWXYZ".utf8)
+    var rng = SeededGenerator(seed: seed)
+    var ids: [ULID] = (0..<200).map { _ in ULID(high: rng.next(), low: rng.next()) }
+    ids.append(contentsOf: [
+        .zero, .max, ULID(high: 1, low: 0), ULID(high: 0, low: 1 << 63), ULID(high: 1 << 63, low: 1),
+    ])
+    for id in ids {
+        var bits: [Int] = [0, 0]
+        for byte in id.bytes {
+            for bit in 0..<8 { bits.append(Int(byte >> (7 - bit) & 1)) }
+        }
+        let expected = stride(from: 0, to: 130, by: 5).map { start in
+            alphabet[bits[start..<start + 5].reduce(0) { $0 << 1 | $1 }]
+        }
+        var text: [UInt8] = []
+        id.appendText(to: &text)
+        #expect(text == expected)
+        var json: [UInt8] = [0x20]
+        id.appendJSON(to: &json)
+        #expect(json == [0x20, 0x22] + expected + [0x22])
     }
 }
 

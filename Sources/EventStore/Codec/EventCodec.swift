@@ -503,7 +503,12 @@ public enum EventCodec {
         return out
     }
 
-    public static func encodeStored(_ event: Event, includeID: Bool, into out: inout [UInt8]) {
+    /// - Returns: where the `id` member begins, or would begin when `includeID` is false,
+    ///   counted from where the event's JSON begins in `out` (as `idPosition(inPayload:)`
+    ///   finds it).
+    @discardableResult
+    public static func encodeStored(_ event: Event, includeID: Bool, into out: inout [UInt8]) -> Int {
+        let start = out.count
         out.append(UInt8(ascii: "{"))
         // Keys in byte order:
         // accept amount at base by counter element entity event fields id key kind observed
@@ -577,6 +582,7 @@ public enum EventCodec {
             }
             out.append(contentsOf: [UInt8(ascii: "}"), UInt8(ascii: ",")])
         }
+        let idPosition = out.count - start
         if includeID {
             CanonicalWriter.appendKey("id", to: &out)
             event.id.appendJSON(to: &out)
@@ -620,6 +626,7 @@ public enum EventCodec {
         default: break
         }
         out.append(UInt8(ascii: "}"))
+        return idPosition
     }
 
     static func appendIDs(_ ids: [ULID], to out: inout [UInt8]) {

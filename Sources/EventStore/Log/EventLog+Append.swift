@@ -104,6 +104,8 @@ struct WriteBatch {
     /// blocks when the transaction's work is done (`writeBlocks`). A read inside the
     /// transaction finds them in `EventLog.uncommitted` meanwhile.
     var pendingRecords: [EventBlocks.Record] = []
+    /// Where the events made here are encoded, before each is copied out at its own size.
+    var encoding: [UInt8] = []
     /// Counts the client batches appended, so each entity can tell whether the current one
     /// has named it already.
     var clientBatch = 0
@@ -272,7 +274,7 @@ struct WriteBatch {
         let id = try freshID(txn: txn)
         let event = Event(
             id: id, origin: log.nodeID, entity: entity, body: body, key: input.key, by: input.by, at: input.at)
-        let seq = try write(event, payload: try storedPayload(of: event), txn: &txn, writer: &writer)
+        let seq = try writeEncoding(event, txn: &txn, writer: &writer)
         if let key = input.key {
             try txn.put(tables.keys, Array(key.utf8), id.bytes)
             keysInBatch[key] = id
@@ -466,13 +468,26 @@ struct WriteBatch {
         try log.storedPayload(of: event, replicated: replicated)
     }
 
+    /// Writes an event made here: its payload encoded, and where its id goes kept for a
+    /// watcher's notification.
+    @discardableResult
+    private mutating func writeEncoding(_ event: Event, txn: inout WriteTransaction, writer: inout EventLog.Writer)
+        throws -> UInt64
+    {
+        var idPosition = 0
+        let payload = try log.storedPayload(of: event, through: &encoding, idPosition: &idPosition)
+        return try write(event, payload: payload, idPosition: idPosition, txn: &txn, writer: &writer)
+    }
+
     /// Writes an event (its payload from `storedPayload(of:)`) and its index entries, not
     /// the projection, and gives it the next seq.
     /// - Returns: the seq it took.
     @discardableResult
-    mutating func write(_ event: Event, payload: [UInt8], txn: inout WriteTransaction, writer: inout EventLog.Writer)
-        throws -> UInt64
-    {
+    /// `idPosition` is where the id goes in the payload, when the caller knows it.
+    mutating func write(
+        _ event: Event, payload: [UInt8], idPosition: Int? = nil, txn: inout WriteTransaction,
+        writer: inout EventLog.Writer
+    ) throws -> UInt64 {
         // `open` refuses a head anywhere near the end, so this is only damage done since:
         // an error for the request, never a trap for the daemon.
         guard seq < UInt64.max else {
@@ -513,7 +528,9 @@ struct WriteBatch {
                 kept.append(contentsOf: payload)
             }
             stored?.append(
-                CommittedEvent(seq: seq, id: event.id, entity: event.entity, hasKey: event.key != nil, payload: kept))
+                CommittedEvent(
+                    seq: seq, id: event.id, entity: event.entity, hasKey: event.key != nil, payload: kept,
+                    idPosition: idPosition))
         }
         return seq
     }
@@ -544,7 +561,7 @@ struct WriteBatch {
         let decision = Event(
             id: try freshID(txn: txn), origin: log.nodeID, entity: event.entity,
             body: .decide(proposal: event.id, accept: reason == nil, reason: reason), by: rules.localNode)
-        let seq = try write(decision, payload: try storedPayload(of: decision), txn: &txn, writer: &writer)
+        let seq = try writeEncoding(decision, txn: &txn, writer: &writer)
         try WriteBatch.fold(decision, seq: seq, into: &touched[slot], log: log, txn: txn)
     }
 

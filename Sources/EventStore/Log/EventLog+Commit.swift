@@ -72,13 +72,17 @@ public struct CommittedEvent: Sendable {
     public var hasKey: Bool
     /// The event's canonical JSON without its id, as stored.
     public var payload: [UInt8]
+    /// Where the id goes in the payload, when the writer encoded it (an event made here);
+    /// nil when it came encoded (replicated, imported).
+    public var idPosition: Int?
 
-    public init(seq: UInt64, id: ULID, entity: EntityKey, hasKey: Bool, payload: [UInt8]) {
+    public init(seq: UInt64, id: ULID, entity: EntityKey, hasKey: Bool, payload: [UInt8], idPosition: Int? = nil) {
         self.seq = seq
         self.id = id
         self.entity = entity
         self.hasKey = hasKey
         self.payload = payload
+        self.idPosition = idPosition
     }
 }
 

@@ -47,21 +47,21 @@ extension EventLog {
     func importEvents(
         _ rawEvents: [[UInt8]], batch: inout WriteBatch, txn: inout WriteTransaction, writer: inout EventLog.Writer
     ) throws -> ImportResult {
-            var check = ImportCheck(log: self, now: batch.now)
-            var result = ImportResult()
-            for (index, raw) in rawEvents.enumerated() {
-                switch try check.check(raw, index: index, txn: txn) {
-                case .held:
-                    result.skipped += 1
-                case .new(let event, let payload):
-                    if let lead = batch.clock.observe(event.id, now: batch.now) {
-                        batch.skews[event.origin] = max(batch.skews[event.origin] ?? 0, lead)
-                    }
-                    try batch.writeAndFold(event, payload: payload, txn: &txn, writer: &writer)
-                    result.imported.append(event.id)
+        var check = ImportCheck(log: self, now: batch.now)
+        var result = ImportResult()
+        for (index, raw) in rawEvents.enumerated() {
+            switch try check.check(raw, index: index, txn: txn) {
+            case .held:
+                result.skipped += 1
+            case .new(let event, let payload):
+                if let lead = batch.clock.observe(event.id, now: batch.now) {
+                    batch.skews[event.origin] = max(batch.skews[event.origin] ?? 0, lead)
                 }
+                try batch.writeAndFold(event, payload: payload, txn: &txn, writer: &writer)
+                result.imported.append(event.id)
             }
-            return result
+        }
+        return result
     }
 }
 
@@ -165,7 +165,29 @@ extension EventLog {
     /// different local limits still hold the same events.
     func storedPayload(of event: Event, replicated: Bool = false) throws(EventStoreError) -> [UInt8] {
         let payload = EventCodec.encodeStored(event, includeID: false)
-        let storedSize = payload.count + EventCodec.idMemberBytes
+        try checkStoredSize(payload.count, replicated: replicated)
+        return payload
+    }
+
+    /// `storedPayload(of:)` for a writer that encodes one event after another: encoded in
+    /// `scratch`, which the caller keeps for the next, and copied into an array of its own
+    /// size (a watcher's queue may hold it until it is sent). `idPosition` is set to where
+    /// the event's id goes in it, as `EventCodec.idPosition(inPayload:hasKey:)` finds it.
+    func storedPayload(of event: Event, through scratch: inout [UInt8], idPosition: inout Int)
+        throws(EventStoreError) -> [UInt8]
+    {
+        scratch.removeAll(keepingCapacity: true)
+        idPosition = EventCodec.encodeStored(event, includeID: false, into: &scratch)
+        try checkStoredSize(scratch.count, replicated: false)
+        // Not `Array(scratch[...])`, which may share the scratch's buffer.
+        var payload: [UInt8] = []
+        payload.reserveCapacity(scratch.count)
+        payload.append(contentsOf: scratch)
+        return payload
+    }
+
+    private func checkStoredSize(_ payloadBytes: Int, replicated: Bool) throws(EventStoreError) {
+        let storedSize = payloadBytes + EventCodec.idMemberBytes
         let limit = replicated ? StoreOptions.absoluteMaxEventBytes : options.maxEventBytes
         guard storedSize <= limit else {
             throw EventStoreError(
@@ -175,6 +197,5 @@ extension EventLog {
                     : "the event is \(storedSize) bytes in its stored form; the limit is \(limit) (max_event_bytes): split it or store large content elsewhere"
             )
         }
-        return payload
     }
 }

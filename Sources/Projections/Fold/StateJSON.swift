@@ -446,8 +446,9 @@ private struct Output {
         // the 26 symbols carry 130 bits, the top two always zero.
         var high = id.high
         var low = id.low
+        let symbols = ULID.symbols
         for index in stride(from: 26, through: 1, by: -1) {
-            out[index] = ULID.symbol(UInt8(truncatingIfNeeded: low & 31))
+            out[index] = symbols[Int(low & 31)]
             low = low >> 5 | high << 59
             high >>= 5
         }

@@ -71,20 +71,26 @@ public enum CanonicalWriter {
     }
 
     public static func appendInteger(_ value: Int, to out: inout [UInt8]) {
-        if value < 0 { out.append(UInt8(ascii: "-")) }
-        // Room for the digits, filled from the last: no array of its own.
+        let magnitude = value.magnitude
         var width = 1
-        var scale = value.magnitude
+        var scale = magnitude
         while scale >= 10 {
             scale /= 10
             width += 1
         }
-        let start = out.count
-        out.append(contentsOf: repeatElement(UInt8(ascii: "0"), count: width))
-        var rest = value.magnitude
-        for index in stride(from: start + width - 1, through: start, by: -1) {
-            out[index] = UInt8(ascii: "0") + UInt8(rest % 10)
-            rest /= 10
+        // Room for the sign and the digits at once; the digits filled from the last.
+        out.append(addingCapacity: width + (value < 0 ? 1 : 0)) { span in
+            if value < 0 { span.append(UInt8(ascii: "-")) }
+            let start = span.count
+            span.append(repeating: UInt8(ascii: "0"), count: width)
+            var digits = span.mutableSpan
+            var rest = magnitude
+            var index = start + width
+            repeat {
+                index -= 1
+                digits[index] = UInt8(ascii: "0") + UInt8(truncatingIfNeeded: rest % 10)
+                rest /= 10
+            } while index > start
         }
     }
 

@@ -114,12 +114,11 @@ public struct ULID: Hashable, Comparable, Sendable, CustomStringConvertible {
 
     // MARK: Text (Crockford base32)
 
-    static let alphabet: [UInt8] = Array("0123456789ABCDEFGHJKMNPQRSTVWXYZ".utf8)
-
     /// Symbol values for ASCII bytes, upper and lower case; 0xFF marks bytes outside the alphabet.
     static let decoding: [UInt8] = {
         var table = [UInt8](repeating: 0xFF, count: 256)
-        for (value, symbol) in alphabet.enumerated() {
+        for value in 0..<32 {
+            let symbol = symbols[value]
             table[Int(symbol)] = UInt8(value)
             if symbol >= UInt8(ascii: "A") { table[Int(symbol) + 32] = UInt8(value) }
         }
@@ -134,47 +133,46 @@ public struct ULID: Hashable, Comparable, Sendable, CustomStringConvertible {
     }
 
     public func appendText(to out: inout [UInt8]) {
-        out.append(contentsOf: Text(self, quoted: false))
+        out.append(addingCapacity: ULID.textLength) { appendSymbols(to: &$0) }
     }
 
     /// Appends the id as a JSON string: its text in double quotes.
     public func appendJSON(to out: inout [UInt8]) {
-        out.append(contentsOf: Text(self, quoted: true))
-    }
-
-    /// The 26 symbols, in quotes or not, as a collection, so that `append(contentsOf:)`
-    /// reserves once and copies without a capacity check per byte.
-    private struct Text: RandomAccessCollection {
-        var symbols = InlineArray<28, UInt8>(repeating: UInt8(ascii: "\""))
-        let startIndex: Int
-        let endIndex: Int
-
-        init(_ id: ULID, quoted: Bool) {
-            // Take 5 bits at a time from the low end (a 128-bit shift), last symbol first.
-            // The 26 symbols carry 130 bits; the top two are always zero.
-            var high = id.high
-            var low = id.low
-            for index in stride(from: 26, through: 1, by: -1) {
-                symbols[index] = ULID.symbol(UInt8(truncatingIfNeeded: low & 31))
-                low = low >> 5 | high << 59
-                high >>= 5
-            }
-            (startIndex, endIndex) = quoted ? (0, 28) : (1, 27)
+        out.append(addingCapacity: ULID.textLength + 2) { span in
+            span.append(UInt8(ascii: "\""))
+            appendSymbols(to: &span)
+            span.append(UInt8(ascii: "\""))
         }
-
-        subscript(position: Int) -> UInt8 { symbols[position] }
     }
 
-    /// The Crockford symbol of a 5-bit value: digits, then the letters without I, L, O, U.
+    /// The 26 symbols, first to last, each five bits of the id from the top. They carry 130
+    /// bits, the top two always zero: the first symbol takes the top three bits of `high`,
+    /// and the fourteenth the last bit of `high` and the first four of `low`.
+    private func appendSymbols(to span: inout OutputSpan<UInt8>) {
+        // The table copied once: each read of the static would go through its accessor.
+        let symbols = ULID.symbols
+        span.append(symbols[Int(high &>> 61)])
+        for index in 0..<12 {
+            span.append(symbols[Int(high &>> (56 - 5 * index) & 31)])
+        }
+        span.append(symbols[Int((high &<< 4 | low &>> 60) & 31)])
+        for index in 0..<12 {
+            span.append(symbols[Int(low &>> (55 - 5 * index) & 31)])
+        }
+    }
+
+    /// The Crockford symbols by value: digits, then the letters without I, L, O, U.
+    static let symbols: InlineArray<32, UInt8> = [
+        0x30, 0x31, 0x32, 0x33, 0x34, 0x35, 0x36, 0x37, 0x38, 0x39,  // 0-9
+        0x41, 0x42, 0x43, 0x44, 0x45, 0x46, 0x47, 0x48,  // A-H
+        0x4A, 0x4B, 0x4D, 0x4E, 0x50, 0x51, 0x52, 0x53, 0x54,  // J K M N P Q R S T
+        0x56, 0x57, 0x58, 0x59, 0x5A,  // V-Z
+    ]
+
+    /// The Crockford symbol of the low five bits of `value`.
     @inline(__always)
     static func symbol(_ value: UInt8) -> UInt8 {
-        if value < 10 { return UInt8(ascii: "0") + value }
-        var symbol = UInt8(ascii: "A") + value - 10
-        if symbol >= UInt8(ascii: "I") { symbol += 1 }
-        if symbol >= UInt8(ascii: "L") { symbol += 1 }
-        if symbol >= UInt8(ascii: "O") { symbol += 1 }
-        if symbol >= UInt8(ascii: "U") { symbol += 1 }
-        return symbol
+        symbols[Int(value & 31)]
     }
 
     /// Parses the 26-character form; lower case is accepted, the excluded letters
