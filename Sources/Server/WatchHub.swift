@@ -424,8 +424,8 @@ package enum Notification: Sendable {
         case .encoded(let bytes): out.append(contentsOf: bytes)
         case .spliced(let splice):
             out.append(contentsOf: WatchHub.notificationHead)
-            splice.append(to: &out)
-            out.append(contentsOf: WatchHub.notificationTail)
+            // With the notification's tail.
+            splice.append(to: &out, closingNotification: true)
         }
     }
 }

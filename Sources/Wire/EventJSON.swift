@@ -102,33 +102,49 @@ package enum EventJSON {
             self.at = at
         }
 
-        /// The size of what `append` adds.
+        /// The size of what `append` adds (without `closingNotification`).
         package var count: Int {
             // The payload, `"id":` and the id in quotes and a comma, `,"seq":` and the digits.
-            payload.count + EventJSON.idKey.count + 28 + 1 + EventJSON.seqMember.count
-                + Splice.digits(Int(clamping: seq).magnitude)
+            payload.count + Splice.idMemberBytes + Splice.seqKey.count
+                + CanonicalWriter.digitCount(Int(clamping: seq).magnitude)
         }
 
-        package func append(to out: inout [UInt8]) {
+        /// Appends the event's JSON; with `closingNotification`, the `}}` that close a watch
+        /// notification around it and the newline after it as well (3 bytes more than
+        /// `count`). What is not the payload's goes in in two pieces, each with room made
+        /// once.
+        package func append(to out: inout [UInt8], closingNotification: Bool = false) {
             out.append(contentsOf: payload[..<at])
-            out.append(contentsOf: EventJSON.idKey)
-            id.appendJSON(to: &out)
-            out.append(UInt8(ascii: ","))
+            out.append(addingCapacity: Splice.idMemberBytes) { span in
+                let key = Splice.idKey
+                for index in key.indices { span.append(key[index]) }
+                span.append(UInt8(ascii: "\""))
+                id.appendText(to: &span)
+                span.append(UInt8(ascii: "\""))
+                span.append(UInt8(ascii: ","))
+            }
             out.append(contentsOf: payload[at..<(payload.count - 1)])
-            out.append(contentsOf: EventJSON.seqMember)
-            CanonicalWriter.appendInteger(Int(clamping: seq), to: &out)
-            out.append(UInt8(ascii: "}"))
+            let magnitude = Int(clamping: seq).magnitude
+            let width = CanonicalWriter.digitCount(magnitude)
+            out.append(addingCapacity: Splice.seqKey.count + width + (closingNotification ? 4 : 1)) { span in
+                let key = Splice.seqKey
+                for index in key.indices { span.append(key[index]) }
+                CanonicalWriter.appendDigits(magnitude, width: width, to: &span)
+                span.append(UInt8(ascii: "}"))
+                if closingNotification {
+                    span.append(UInt8(ascii: "}"))
+                    span.append(UInt8(ascii: "}"))
+                    span.append(UInt8(ascii: "\n"))
+                }
+            }
         }
 
-        private static func digits(_ value: UInt) -> Int {
-            var width = 1
-            var rest = value
-            while rest >= 10 {
-                rest /= 10
-                width += 1
-            }
-            return width
-        }
+        /// `"id":`, and `,"seq":`: fixed-size values, read without an accessor's lazy
+        /// initialization or a reference count.
+        private static let idKey: InlineArray<5, UInt8> = [0x22, 0x69, 0x64, 0x22, 0x3A]
+        private static let seqKey: InlineArray<7, UInt8> = [0x2C, 0x22, 0x73, 0x65, 0x71, 0x22, 0x3A]
+        /// `"id":`, the id in quotes, and the comma after it.
+        private static let idMemberBytes = 5 + ULID.textLength + 2 + 1
     }
 
     /// A payload whose id's place is not known, with the id and `seq` as its last members:

@@ -72,26 +72,38 @@ public enum CanonicalWriter {
 
     public static func appendInteger(_ value: Int, to out: inout [UInt8]) {
         let magnitude = value.magnitude
+        let width = digitCount(magnitude)
+        // Room for the sign and the digits at once.
+        out.append(addingCapacity: width + (value < 0 ? 1 : 0)) { span in
+            if value < 0 { span.append(UInt8(ascii: "-")) }
+            appendDigits(magnitude, width: width, to: &span)
+        }
+    }
+
+    /// How many decimal digits `magnitude` has.
+    public static func digitCount(_ magnitude: UInt) -> Int {
         var width = 1
         var scale = magnitude
         while scale >= 10 {
             scale /= 10
             width += 1
         }
-        // Room for the sign and the digits at once; the digits filled from the last.
-        out.append(addingCapacity: width + (value < 0 ? 1 : 0)) { span in
-            if value < 0 { span.append(UInt8(ascii: "-")) }
-            let start = span.count
-            span.append(repeating: UInt8(ascii: "0"), count: width)
-            var digits = span.mutableSpan
-            var rest = magnitude
-            var index = start + width
-            repeat {
-                index -= 1
-                digits[index] = UInt8(ascii: "0") + UInt8(truncatingIfNeeded: rest % 10)
-                rest /= 10
-            } while index > start
-        }
+        return width
+    }
+
+    /// Appends the `width` decimal digits of `magnitude` (`digitCount(magnitude)`), filled
+    /// from the last.
+    public static func appendDigits(_ magnitude: UInt, width: Int, to span: inout OutputSpan<UInt8>) {
+        let start = span.count
+        span.append(repeating: UInt8(ascii: "0"), count: width)
+        var digits = span.mutableSpan
+        var rest = magnitude
+        var index = start + width
+        repeat {
+            index -= 1
+            digits[index] = UInt8(ascii: "0") + UInt8(truncatingIfNeeded: rest % 10)
+            rest /= 10
+        } while index > start
     }
 
     public static func appendBool(_ value: Bool, to out: inout [UInt8]) {

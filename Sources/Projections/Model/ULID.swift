@@ -133,14 +133,14 @@ public struct ULID: Hashable, Comparable, Sendable, CustomStringConvertible {
     }
 
     public func appendText(to out: inout [UInt8]) {
-        out.append(addingCapacity: ULID.textLength) { appendSymbols(to: &$0) }
+        out.append(addingCapacity: ULID.textLength) { appendText(to: &$0) }
     }
 
     /// Appends the id as a JSON string: its text in double quotes.
     public func appendJSON(to out: inout [UInt8]) {
         out.append(addingCapacity: ULID.textLength + 2) { span in
             span.append(UInt8(ascii: "\""))
-            appendSymbols(to: &span)
+            appendText(to: &span)
             span.append(UInt8(ascii: "\""))
         }
     }
@@ -148,7 +148,7 @@ public struct ULID: Hashable, Comparable, Sendable, CustomStringConvertible {
     /// The 26 symbols, first to last, each five bits of the id from the top. They carry 130
     /// bits, the top two always zero: the first symbol takes the top three bits of `high`,
     /// and the fourteenth the last bit of `high` and the first four of `low`.
-    private func appendSymbols(to span: inout OutputSpan<UInt8>) {
+    public func appendText(to span: inout OutputSpan<UInt8>) {
         // The table copied once: each read of the static would go through its accessor.
         let symbols = ULID.symbols
         span.append(symbols[Int(high &>> 61)])
