@@ -63,14 +63,21 @@ package final class Outbox: @unchecked Sendable {
             self.pooled = pooled
         }
 
-        /// Whether its bytes are made into a buffer of `SendBuffers`, or are one.
-        var makesPooled: Bool { pooled || !slots.isEmpty }
+        /// Whether its bytes are made into a buffer of `SendBuffers`, or are one: slots of a
+        /// stream's size (a few notifications go into a buffer of their size, not one of
+        /// `SendBuffers`' when none is kept).
+        var makesPooled: Bool { pooled || (!slots.isEmpty && size >= SendBuffers.pooledFrom) }
 
         /// Its bytes, in order. The slots were taken out of the order with the lock held;
         /// nothing changes them after.
-        consuming func bytes() -> [UInt8] {
+        consuming func bytes(using buffers: SendBuffers) -> [UInt8] {
             guard !slots.isEmpty else { return alone }
-            var out = SendBuffers.shared.take(capacity: size)
+            var out: [UInt8] = []
+            if size >= SendBuffers.pooledFrom {
+                out = buffers.take(capacity: size)
+            } else {
+                out.reserveCapacity(size)
+            }
             for slot in slots {
                 if let bytes = slot.bytes { out.append(contentsOf: bytes) }
                 for part in slot.parts { part.append(to: &out) }
@@ -100,6 +107,8 @@ package final class Outbox: @unchecked Sendable {
     package let byteLimit: Int
     /// What every connection's outbox, reader and queue together may hold.
     package let budget: BufferBudget
+    /// Where a write of notifications is made, and given back to once written.
+    private let sendBuffers: SendBuffers
     /// Where responses go; written by one thread at a time (`writing`).
     private let socket: UnixConnection
     /// Protects every var below (and each slot's bytes); wakes the sender and waiters.
@@ -153,8 +162,10 @@ package final class Outbox: @unchecked Sendable {
 
     package init(
         socket: UnixConnection, notificationLimit: Int, byteLimit: Int = 64 << 20,
-        notificationByteLimit: Int = 16 << 20, budget: BufferBudget = BufferBudget(limit: .max)
+        notificationByteLimit: Int = 16 << 20, budget: BufferBudget = BufferBudget(limit: .max),
+        sendBuffers: SendBuffers = .shared
     ) {
+        self.sendBuffers = sendBuffers
         self.socket = socket
         self.notificationLimit = notificationLimit
         self.notificationByteLimit = notificationByteLimit
@@ -499,7 +510,7 @@ package final class Outbox: @unchecked Sendable {
         sendingBytes = taken.size - start
         let pooled = taken.makesPooled
         condition.unlock()
-        let bytes = taken.bytes()
+        let bytes = taken.bytes(using: sendBuffers)
         let result: Result<Int, SocketError>
         do throws(SocketError) {
             result = .success(try socket.writeAvailable(bytes, from: start))
@@ -519,7 +530,7 @@ package final class Outbox: @unchecked Sendable {
                 unsentPooled = pooled
                 queuedBytes += bytes.count - unsentStart
             } else if pooled {
-                SendBuffers.shared.giveBack(consume bytes)
+                sendBuffers.giveBack(consume bytes)
             }
         case .failure(let error):
             failure = error

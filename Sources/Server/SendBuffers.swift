@@ -12,6 +12,10 @@ import Synchronization
 package final class SendBuffers: Sendable {
     package static let shared = SendBuffers(keep: 2, smallest: 2 * Outbox.writeBytes, largest: 8 * Outbox.writeBytes)
 
+    /// The size of a write from which a buffer is taken from here: below it, one of the
+    /// write's own size costs less than one of `smallest` bytes made when none is kept.
+    package static let pooledFrom = 16 << 10
+
     private let kept: Mutex<[[UInt8]]>
     private let keep: Int
     private let smallest: Int

@@ -281,4 +281,42 @@ struct SendBuffersTests {
         for buffer in many { buffers.giveBack(buffer) }
         #expect(buffers.count == 2)
     }
+
+    @Test("an outbox takes a kept buffer for a stream's writes and gives it back; a few notifications go without one")
+    func outboxUsesThemForStreamsOnly() throws {
+        let buffers = SendBuffers(keep: 2, smallest: 1 << 16, largest: 1 << 20)
+        let (server, client) = try UnixConnection.pair()
+        let outbox = Outbox(
+            socket: server, notificationLimit: 100_000, byteLimit: 64 << 20, notificationByteLimit: 64 << 20,
+            sendBuffers: buffers)
+        let line = Array("{\"n\":1}\n".utf8)
+        // A few bytes: written at once by this thread, in a buffer of their size.
+        #expect(outbox.offerNotifications([.encoded(line), .encoded(line)]) == 2)
+        #expect(outbox.flush() == .idle)
+        #expect(readLines(client, count: 2) == ["{\"n\":1}", "{\"n\":1}"])
+        #expect(buffers.count == 0)
+        // A stream's worth: made into a kept buffer, given back once the socket took it all.
+        let many = [[UInt8]](repeating: line, count: 4000)
+        #expect(outbox.offerNotifications(many.map { .encoded($0) }) == 4000)
+        #expect(outbox.flush() == .idle)
+        #expect(readLines(client, count: 4000).count == 4000)
+        #expect(buffers.count == 1)
+        outbox.finish()
+        #expect(outbox.flush() == .done)
+    }
+
+    /// Reads `count` lines from `socket`.
+    func readLines(_ socket: UnixConnection, count: Int) -> [String] {
+        var reader = LineReader(limit: 1 << 20)
+        var lines: [String] = []
+        while lines.count < count {
+            guard
+                case .line(let bytes) = try? reader.next(reading: { buffer, n in
+                    try socket.read(into: &buffer, count: n)
+                })
+            else { break }
+            lines.append(String(decoding: bytes, as: UTF8.self))
+        }
+        return lines
+    }
 }
