@@ -73,7 +73,7 @@ package final class Outbox: @unchecked Sendable {
         consuming func bytes(using buffers: SendBuffers) -> [UInt8] {
             guard !slots.isEmpty else { return alone }
             var out: [UInt8] = []
-            if size >= SendBuffers.pooledFrom {
+            if makesPooled {
                 out = buffers.take(capacity: size)
             } else {
                 out.reserveCapacity(size)

@@ -25,7 +25,7 @@ package enum EventJSON {
         EventCodec.encodeStored(item.event, includeID: true, into: &out)
         guard out.last == UInt8(ascii: "}") else { return }
         out.removeLast()
-        out.append(contentsOf: seqMember)
+        append(seqMember, to: &out)
         CanonicalWriter.appendInteger(Int(clamping: item.seq), to: &out)
         out.append(UInt8(ascii: "}"))
     }
@@ -83,14 +83,10 @@ package enum EventJSON {
         /// With the id's place known (the writer encoded the payload): nil when it is not a
         /// place inside a payload that ends its object.
         package init?(seq: UInt64, id: ULID, payload: [UInt8], idPosition at: Int) {
-            guard payload.last == UInt8(ascii: "}"), at > 0, at < payload.count else { return nil }
+            self.init(seq: seq, id: id, payload: payload) { $0.indices.contains(at) && at > 0 ? at : nil }
             assert(
                 EventCodec.idPosition(inPayload: payload) == at,
                 "the id's place the writer kept differs from the one found in its payload")
-            self.payload = payload
-            self.id = id
-            self.seq = seq
-            self.at = at
         }
 
         /// With the id's place as `place` finds it in a payload that ends its object.
@@ -105,7 +101,7 @@ package enum EventJSON {
         /// The size of what `append` adds (without `closingNotification`).
         package var count: Int {
             // The payload, `"id":` and the id in quotes and a comma, `,"seq":` and the digits.
-            payload.count + Splice.idMemberBytes + Splice.seqKey.count
+            payload.count + Splice.idMemberBytes + EventJSON.seqMember.count
                 + CanonicalWriter.digitCount(Int(clamping: seq).magnitude)
         }
 
@@ -116,8 +112,7 @@ package enum EventJSON {
         package func append(to out: inout [UInt8], closingNotification: Bool = false) {
             out.append(contentsOf: payload[..<at])
             out.append(addingCapacity: Splice.idMemberBytes) { span in
-                let key = Splice.idKey
-                for index in key.indices { span.append(key[index]) }
+                EventJSON.append(EventJSON.idKey, to: &span)
                 span.append(UInt8(ascii: "\""))
                 id.appendText(to: &span)
                 span.append(UInt8(ascii: "\""))
@@ -126,9 +121,8 @@ package enum EventJSON {
             out.append(contentsOf: payload[at..<(payload.count - 1)])
             let magnitude = Int(clamping: seq).magnitude
             let width = CanonicalWriter.digitCount(magnitude)
-            out.append(addingCapacity: Splice.seqKey.count + width + (closingNotification ? 4 : 1)) { span in
-                let key = Splice.seqKey
-                for index in key.indices { span.append(key[index]) }
+            out.append(addingCapacity: EventJSON.seqMember.count + width + (closingNotification ? 4 : 1)) { span in
+                EventJSON.append(EventJSON.seqMember, to: &span)
                 CanonicalWriter.appendDigits(magnitude, width: width, to: &span)
                 span.append(UInt8(ascii: "}"))
                 if closingNotification {
@@ -139,10 +133,6 @@ package enum EventJSON {
             }
         }
 
-        /// `"id":`, and `,"seq":`: fixed-size values, read without an accessor's lazy
-        /// initialization or a reference count.
-        private static let idKey: InlineArray<5, UInt8> = [0x22, 0x69, 0x64, 0x22, 0x3A]
-        private static let seqKey: InlineArray<7, UInt8> = [0x2C, 0x22, 0x73, 0x65, 0x71, 0x22, 0x3A]
         /// `"id":`, the id in quotes, and the comma after it.
         private static let idMemberBytes = 5 + ULID.textLength + 2 + 1
     }
@@ -152,13 +142,24 @@ package enum EventJSON {
     package static func appendUnspliced(payload: [UInt8], id: ULID, seq: UInt64, to out: inout [UInt8]) {
         out.append(contentsOf: payload.dropLast())
         out.append(UInt8(ascii: ","))
-        out.append(contentsOf: idKey)
+        append(idKey, to: &out)
         id.appendJSON(to: &out)
-        out.append(contentsOf: seqMember)
+        append(seqMember, to: &out)
         CanonicalWriter.appendInteger(Int(clamping: seq), to: &out)
         out.append(UInt8(ascii: "}"))
     }
 
-    fileprivate static let idKey = Array(#""id":"#.utf8)
-    fileprivate static let seqMember = Array(#","seq":"#.utf8)
+    /// `"id":` and `,"seq":`: fixed-size values, read without an accessor's lazy
+    /// initialization or a reference count.
+    fileprivate static let idKey: InlineArray<5, UInt8> = [0x22, 0x69, 0x64, 0x22, 0x3A]
+    fileprivate static let seqMember: InlineArray<7, UInt8> = [0x2C, 0x22, 0x73, 0x65, 0x71, 0x22, 0x3A]
+
+    fileprivate static func append<let count: Int>(_ bytes: InlineArray<count, UInt8>, to span: inout OutputSpan<UInt8>)
+    {
+        for index in bytes.indices { span.append(bytes[index]) }
+    }
+
+    fileprivate static func append<let count: Int>(_ bytes: InlineArray<count, UInt8>, to out: inout [UInt8]) {
+        out.append(addingCapacity: count) { append(bytes, to: &$0) }
+    }
 }

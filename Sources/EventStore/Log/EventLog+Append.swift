@@ -480,10 +480,10 @@ struct WriteBatch {
     }
 
     /// Writes an event (its payload from `storedPayload(of:)`) and its index entries, not
-    /// the projection, and gives it the next seq.
+    /// the projection, and gives it the next seq. `idPosition` is where the id goes in the
+    /// payload, when the caller knows it.
     /// - Returns: the seq it took.
     @discardableResult
-    /// `idPosition` is where the id goes in the payload, when the caller knows it.
     mutating func write(
         _ event: Event, payload: [UInt8], idPosition: Int? = nil, txn: inout WriteTransaction,
         writer: inout EventLog.Writer

@@ -169,12 +169,6 @@ public struct ULID: Hashable, Comparable, Sendable, CustomStringConvertible {
         0x56, 0x57, 0x58, 0x59, 0x5A,  // V-Z
     ]
 
-    /// The Crockford symbol of the low five bits of `value`.
-    @inline(__always)
-    static func symbol(_ value: UInt8) -> UInt8 {
-        symbols[Int(value & 31)]
-    }
-
     /// Parses the 26-character form; lower case is accepted, the excluded letters
     /// I, L, O and U are not (they are not ULID symbols), and the first symbol must be ≤ 7.
     public init?(_ text: some StringProtocol) {
