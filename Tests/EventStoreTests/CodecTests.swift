@@ -218,6 +218,40 @@ struct CodecTests {
         }
     }
 
+    @Test(
+        "a stored event written loosely (spaces, keys in any order, escapes, repeated ids) decodes as its canonical form"
+    )
+    func looseStoredFormDecodes() throws {
+        let loose = #"""
+            { "origin" : "01JD00000000000000000N0DE1", "kind":"edit" ,
+              "base" : { "note" : [ "01JD3Q8R5N8X6ZK2W7Y4V9B3TS", "01JD3Q8R5N8X6ZK2W7Y4V9B3TQ",
+                                    "01jd3q8r5n8x6zk2w7y4v9b3ts" ], "address": [] },
+              "fields" : { "note" : "say \"hi\"\n", "address" : "Z\u00fcrich", "floor" : { "b" : 1, "a" : [ true, null ] } },
+              "entity" : "job\/42", "by" : "tech\u002d0", "id" : "01JD3Q8R5N8X6ZK2W7Y4V9B3TR" }
+            """#
+        let event = try EventCodec.decodeStored(Array(loose.utf8))
+        #expect(
+            String(decoding: EventCodec.encodeStored(event), as: UTF8.self)
+                == #"{"base":{"note":["01JD3Q8R5N8X6ZK2W7Y4V9B3TQ","01JD3Q8R5N8X6ZK2W7Y4V9B3TS"]},"by":"tech-0","entity":"job/42","fields":{"address":"Zürich","floor":{"a":[true,null],"b":1},"note":"say \"hi\"\n"},"id":"01JD3Q8R5N8X6ZK2W7Y4V9B3TR","kind":"edit","origin":"01JD00000000000000000N0DE1"}"#
+        )
+        // Any order and repetition of a list's ids comes out sorted, each once.
+        var generator = SystemRandomNumberGenerator()
+        let pool = (0..<6).map { ULID(high: UInt64($0 % 3), low: UInt64.random(in: 0...3, using: &generator)) }
+        for _ in 0..<200 {
+            let list = (0..<Int.random(in: 0...10, using: &generator)).map { _ in pool.randomElement(using: &generator)!
+            }
+            let text = list.map { "\"\($0)\"" }.joined(separator: " , ")
+            let json =
+                #"{"base":[ "# + text
+                + #" ],"entity":"job/1","id":"01JD3Q8R5N8X6ZK2W7Y4V9B3TR","kind":"status","origin":"01JD00000000000000000N0DE1","status":"a"}"#
+            guard case .status(_, let base) = try EventCodec.decodeStored(Array(json.utf8)).body else {
+                Issue.record("not a status event: \(json)")
+                continue
+            }
+            #expect(base == Set(list).sorted())
+        }
+    }
+
     @Test(arguments: [
         (#"{"entity":"job/1","kind":"delete","origin":"01JD3Q8R5N8X6ZK2W7Y4V9B3TQ"}"#, "needs \"id\""),
         (#"{"entity":"job/1","kind":"delete","id":"01JD3Q8R5N8X6ZK2W7Y4V9B3TQ"}"#, "needs \"origin\""),

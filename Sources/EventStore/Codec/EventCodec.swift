@@ -6,31 +6,35 @@ public enum EventCodec {
     static let inputKeys = "entity, kind, status, fields, set, element, counter, amount, key, by, at, if_match, resolve"
 
     /// Everything an event object may carry, as read off the wire, before the kind is known.
+    /// An event's members as read. Strings are parts of the input when they have no
+    /// escapes (the common case: no array of their own), else decoded.
     struct Members {
-        var entity: [UInt8]?
-        var kind: [UInt8]?
-        var status: [UInt8]?
+        var entity: ArraySlice<UInt8>?
+        var kind: ArraySlice<UInt8>?
+        var status: ArraySlice<UInt8>?
         var fields: [FieldChange]?
-        var set: [UInt8]?
+        var set: ArraySlice<UInt8>?
         var element: JSONBytes?
-        var counter: [UInt8]?
+        var counter: ArraySlice<UInt8>?
         var amount: JSONBytes?
-        var key: [UInt8]?
-        var by: [UInt8]?
+        var key: ArraySlice<UInt8>?
+        var by: ArraySlice<UInt8>?
         var at: JSONBytes?
         var ifMatch: JSONBytes?
         var resolve: Bool?
         // Stored form only.
-        var id: [UInt8]?
-        var origin: [UInt8]?
-        var base: JSONBytes?
-        var observed: JSONBytes?
+        var id: ArraySlice<UInt8>?
+        var origin: ArraySlice<UInt8>?
+        /// Where the `base` and `observed` values begin in the input: checked as JSON when
+        /// read, and read for their ids once the kind says what they must hold.
+        var base: Int?
+        var observed: Int?
         /// A status event made away from its type's authority.
         var proposal: Bool?
         /// A decision's members.
-        var event: [UInt8]?
+        var event: ArraySlice<UInt8>?
         var accept: Bool?
-        var reason: [UInt8]?
+        var reason: ArraySlice<UInt8>?
     }
 
     /// The members an event object may have, found by their bytes without making strings.
@@ -41,8 +45,16 @@ public enum EventCodec {
         case seq
         case ifMatch = "if_match"
 
-        static let kinds: [[UInt8]: EventKind] = Dictionary(
-            uniqueKeysWithValues: EventKind.allCases.map { (Array($0.rawValue.utf8), $0) })
+        /// The kinds and their names' bytes.
+        static let kindNames: [(kind: EventKind, name: [UInt8])] = EventKind.allCases.map {
+            ($0, Array($0.rawValue.utf8))
+        }
+
+        /// The kind a `kind` member's bytes name.
+        static func kind(named bytes: ArraySlice<UInt8>) -> EventKind? {
+            for candidate in kindNames where bytes.elementsEqual(candidate.name) { return candidate.kind }
+            return nil
+        }
         /// Members and their names' bytes, by name length.
         static let byLength: [[(member: Member, name: [UInt8])]] = {
             var table = [[(member: Member, name: [UInt8])]](repeating: [], count: 9)
@@ -132,7 +144,7 @@ public enum EventCodec {
         guard let kindBytes = m.kind else {
             throw .invalid("\"kind\" is required: one of \(EventKind.names)")
         }
-        guard let kind = Member.kinds[kindBytes] else {
+        guard let kind = Member.kind(named: kindBytes) else {
             throw .invalid(
                 "kind \"\(String(decoding: kindBytes.prefix(40), as: UTF8.self))\" is not one of \(EventKind.names)"
             )
@@ -251,8 +263,12 @@ public enum EventCodec {
                     try s.skipValue()
                 case .id where stored: m.id = try stringMember(&s, "id")
                 case .origin where stored: m.origin = try stringMember(&s, "origin")
-                case .base where stored: m.base = try canonical(&s)
-                case .observed where stored: m.observed = try canonical(&s)
+                case .base where stored:
+                    m.base = s.offset
+                    try s.skipValue()
+                case .observed where stored:
+                    m.observed = s.offset
+                    try s.skipValue()
                 case .proposal where stored:
                     guard s.peek() == UInt8(ascii: "t") else {
                         throw JSONError(meaning: "\"proposal\" is true or absent", at: s.offset)
@@ -280,11 +296,11 @@ public enum EventCodec {
         return m
     }
 
-    static func stringMember(_ s: inout JSONScanner, _ name: String) throws(JSONError) -> [UInt8] {
+    static func stringMember(_ s: inout JSONScanner, _ name: String) throws(JSONError) -> ArraySlice<UInt8> {
         guard s.peek() == UInt8(ascii: "\"") else {
             throw JSONError(meaning: "\"\(name)\" must be a string", at: s.offset)
         }
-        return try s.readStringBytes()
+        return try s.readStringSlice()
     }
 
     static func canonical(_ s: inout JSONScanner) throws(JSONError) -> JSONBytes {
@@ -353,8 +369,8 @@ public enum EventCodec {
             body = decision!
         case .edit(let fields):
             var base: [FieldBase] = []
-            if let raw = m.base {
-                var s = JSONScanner(raw.bytes)
+            if let offset = m.base {
+                var s = JSONScanner(bytes, from: offset)
                 guard s.peek() == UInt8(ascii: "{") else {
                     throw .invalid("an edit's \"base\" must be an object of field names to id lists")
                 }
@@ -374,7 +390,7 @@ public enum EventCodec {
             }
             body = .edit(fields: fields, base: base)
         case .status(let status):
-            let base = try ids(m.base, "base")
+            let base = try ids(at: m.base, in: bytes, "base")
             body = m.proposal == true ? .propose(status, base: base) : .status(status, base: base)
         case .add(let set, let element):
             guard m.base == nil, m.observed == nil else { throw .invalid("an add event has no causal context") }
@@ -383,12 +399,12 @@ public enum EventCodec {
             guard m.base == nil else {
                 throw .invalid("\"base\" is not allowed on a remove event (it has \"observed\")")
             }
-            body = .remove(set: set, element: element, observed: try ids(m.observed, "observed"))
+            body = .remove(set: set, element: element, observed: try ids(at: m.observed, in: bytes, "observed"))
         case .delete:
             guard m.base == nil, m.observed == nil else { throw .invalid("a delete event has no causal context") }
             body = .delete
         case .restore:
-            body = .restore(base: try ids(m.base, "base"))
+            body = .restore(base: try ids(at: m.base, in: bytes, "base"))
         case .incr(let counter, let amount):
             guard m.base == nil, m.observed == nil else { throw .invalid("an incr event has no causal context") }
             body = .incr(counter: counter, amount: amount)
@@ -406,7 +422,7 @@ public enum EventCodec {
     /// The body of a stored `decide` event, nil for another kind. A decision's members
     /// (`event`, `accept`, `reason`) on another kind are errors.
     static func decision(from m: Members) throws(EventStoreError) -> EventBody? {
-        guard let kind = m.kind, Member.kinds[kind] == .decide else {
+        guard let kind = m.kind, Member.kind(named: kind) == .decide else {
             if m.event != nil || m.accept != nil || m.reason != nil {
                 throw .invalid("\"event\", \"accept\" and \"reason\" are only allowed on a decide event")
             }
@@ -427,9 +443,10 @@ public enum EventCodec {
         return .decide(proposal: proposal, accept: accept, reason: reason)
     }
 
-    static func ids(_ raw: JSONBytes?, _ what: String) throws(EventStoreError) -> [ULID] {
-        guard let raw else { return [] }
-        var s = JSONScanner(raw.bytes)
+    /// The id list at `offset` of `input`, none when there is none.
+    static func ids(at offset: Int?, in input: [UInt8], _ what: String) throws(EventStoreError) -> [ULID] {
+        guard let offset else { return [] }
+        var s = JSONScanner(input, from: offset)
         do { return try idList(&s, what) } catch {
             throw .invalid(error.isSyntax ? "invalid JSON: \(error)" : error.message)
         }
@@ -451,7 +468,15 @@ public enum EventCodec {
             }
             ids.append(id)
         }
-        return Array(Set(ids)).sorted()
+        // Sorted, then each run of equal ids kept once: no set made for a list of a few.
+        ids.sort()
+        var kept = 0
+        for index in ids.indices where kept == 0 || ids[index] != ids[kept - 1] {
+            ids[kept] = ids[index]
+            kept += 1
+        }
+        ids.removeLast(ids.count - kept)
+        return ids
     }
 
     /// Where `encodeStored` puts the `id` member in a payload it encoded without one: before

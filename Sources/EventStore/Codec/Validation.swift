@@ -14,6 +14,17 @@ public enum Validation {
     /// `TYPE/ID`: TYPE matches `[a-z][a-z0-9_-]{0,63}`; ID is 1...200 bytes of UTF-8 with no
     /// control characters (C0, DEL, C1) and may contain `/`.
     public static func entity(_ bytes: [UInt8]) throws(EventStoreError) -> EntityKey {
+        try check(entity: bytes[...])
+        return EntityKey(validated: bytes)
+    }
+
+    /// As `entity(_:)`, from a part of a larger text (a member read in place).
+    public static func entity(_ bytes: ArraySlice<UInt8>) throws(EventStoreError) -> EntityKey {
+        try check(entity: bytes)
+        return EntityKey(validated: Array(bytes))
+    }
+
+    private static func check(entity bytes: ArraySlice<UInt8>) throws(EventStoreError) {
         var shown: String { String(decoding: bytes.prefix(80), as: UTF8.self) }
         guard let slash = bytes.firstIndex(of: UInt8(ascii: "/")) else {
             throw .invalid(
@@ -36,7 +47,6 @@ public enum Validation {
         if let problem = controlCharacterProblem(id) {
             throw .invalid("entity ID \(problem)")
         }
-        return EntityKey(validated: bytes)
     }
 
     public static func entity(_ text: String) throws(EventStoreError) -> EntityKey {
@@ -63,14 +73,14 @@ public enum Validation {
     }
 
     /// Free text up to `limit` bytes without control characters (status values, `by`, keys).
-    public static func text(_ bytes: [UInt8], what: String, limit: Int, allowEmpty: Bool = false)
+    public static func text(_ bytes: ArraySlice<UInt8>, what: String, limit: Int, allowEmpty: Bool = false)
         throws(EventStoreError) -> String
     {
         guard allowEmpty || !bytes.isEmpty else { throw .invalid("\(what) must not be empty") }
         guard bytes.count <= limit else {
             throw .invalid("\(what) is \(bytes.count) bytes; at most \(limit) are allowed")
         }
-        if let problem = controlCharacterProblem(bytes[...]) { throw .invalid("\(what) \(problem)") }
+        if let problem = controlCharacterProblem(bytes) { throw .invalid("\(what) \(problem)") }
         return String(decoding: bytes, as: UTF8.self)
     }
 

@@ -389,6 +389,11 @@ public struct JSONScanner {
             }
             out.append(UInt8(ascii: "]"))
         case UInt8(ascii: "\""):
+            // Plain ASCII without escapes or control characters is its own canonical form.
+            if let plain = readPlainString() {
+                out.append(contentsOf: input[(plain.lowerBound - 1)...plain.upperBound])
+                return
+            }
             let content = try readStringBytes()
             CanonicalWriter.appendString(utf8: content, to: &out)
         case UInt8(ascii: "t"), UInt8(ascii: "f"):

@@ -176,11 +176,18 @@ public struct ULID: Hashable, Comparable, Sendable, CustomStringConvertible {
     }
 
     public init?(utf8 text: [UInt8]) {
+        self.init(utf8: text[...])
+    }
+
+    /// As `init?(utf8:)`, from a part of a larger text (a member read in place).
+    public init?(utf8 text: ArraySlice<UInt8>) {
         guard text.count == 26 else { return nil }
         var high: UInt64 = 0
         var low: UInt64 = 0
+        // The table read once: each read of the static would go through its accessor.
+        let decoding = ULID.decoding
         for byte in text {
-            let value = ULID.decoding[Int(byte)]
+            let value = decoding[Int(byte)]
             guard value != 0xFF else { return nil }
             // Shift the 128-bit (high, low) left by 5 and add the symbol.
             guard high >> 59 == 0 else { return nil }  // would overflow 128 bits
@@ -192,6 +199,10 @@ public struct ULID: Hashable, Comparable, Sendable, CustomStringConvertible {
 
     /// Why `text` is not a ULID, in words a person can act on; nil when it is one.
     public static func problem(with text: [UInt8]) -> String? {
+        problem(with: text[...])
+    }
+
+    public static func problem(with text: ArraySlice<UInt8>) -> String? {
         guard text.count == 26 else { return "a ULID has 26 characters, this has \(text.count)" }
         for byte in text where decoding[Int(byte)] == 0xFF {
             return "'\(String(decoding: [byte], as: UTF8.self))' is not a Crockford base32 symbol"
