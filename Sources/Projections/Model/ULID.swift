@@ -53,23 +53,14 @@ public struct ULID: Hashable, Comparable, Sendable, CustomStringConvertible {
     }
 
     public func append(to out: inout [UInt8]) {
-        // Unrolled: this runs several times per appended event.
-        out.append(UInt8(truncatingIfNeeded: high >> 56))
-        out.append(UInt8(truncatingIfNeeded: high >> 48))
-        out.append(UInt8(truncatingIfNeeded: high >> 40))
-        out.append(UInt8(truncatingIfNeeded: high >> 32))
-        out.append(UInt8(truncatingIfNeeded: high >> 24))
-        out.append(UInt8(truncatingIfNeeded: high >> 16))
-        out.append(UInt8(truncatingIfNeeded: high >> 8))
-        out.append(UInt8(truncatingIfNeeded: high))
-        out.append(UInt8(truncatingIfNeeded: low >> 56))
-        out.append(UInt8(truncatingIfNeeded: low >> 48))
-        out.append(UInt8(truncatingIfNeeded: low >> 40))
-        out.append(UInt8(truncatingIfNeeded: low >> 32))
-        out.append(UInt8(truncatingIfNeeded: low >> 24))
-        out.append(UInt8(truncatingIfNeeded: low >> 16))
-        out.append(UInt8(truncatingIfNeeded: low >> 8))
-        out.append(UInt8(truncatingIfNeeded: low))
+        // Two stores into room made once: this runs several times per appended event.
+        out.append(addingCapacity: 16) { span in
+            span.append(repeating: 0, count: 16)
+            var written = span.mutableSpan
+            var bytes = written.mutableBytes
+            bytes.storeBytes(of: high.bigEndian, toByteOffset: 0, as: UInt64.self)
+            bytes.storeBytes(of: low.bigEndian, toByteOffset: 8, as: UInt64.self)
+        }
     }
 
     /// Reads 16 big-endian bytes starting at `offset`; nil when there are fewer.
