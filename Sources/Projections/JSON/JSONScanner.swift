@@ -136,15 +136,20 @@ public struct JSONScanner {
     /// The content of the string at the scanner, when it is plain ASCII without escapes,
     /// as a range of the input, the scanner moved past it; else nil, the scanner left.
     mutating func readPlainString() -> Range<Int>? {
+        guard let end = plainStringEnd() else { return nil }
+        defer { position = end + 1 }
+        return (position + 1)..<end
+    }
+
+    /// Where the plain string at the scanner ends (its closing quote), or nil. Read through
+    /// a span: each byte checked against its bounds alone.
+    private func plainStringEnd() -> Int? {
+        let input = self.input.span
         guard position < input.count, input[position] == UInt8(ascii: "\"") else { return nil }
-        let start = position + 1
-        var index = start
+        var index = position + 1
         while index < input.count {
             let byte = input[index]
-            if byte == UInt8(ascii: "\"") {
-                position = index + 1
-                return start..<index
-            }
+            if byte == UInt8(ascii: "\"") { return index }
             if byte == UInt8(ascii: "\\") || byte >= 0x80 || byte < 0x20 { return nil }
             index += 1
         }
