@@ -37,7 +37,7 @@ extension EventLog {
         txn: inout WriteTransaction, writer: inout EventLog.Writer
     ) throws -> IngestResult {
         var result = IngestResult()
-        var seen = Set<ULID>()
+        var seen = Set<ULID>(minimumCapacity: replicated.count)
         // Dropped dead letters stay refused: looked up only while there are any.
         let anyDropped = try txn.stat(tables.deadLetterIDs).entries > 0
         for (index, record) in replicated.enumerated() {
