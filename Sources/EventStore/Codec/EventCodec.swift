@@ -6,8 +6,8 @@ public enum EventCodec {
     static let inputKeys = "entity, kind, status, fields, set, element, counter, amount, key, by, at, if_match, resolve"
 
     /// Everything an event object may carry, as read off the wire, before the kind is known.
-    /// An event's members as read. Strings are parts of the input when they have no
-    /// escapes (the common case: no array of their own), else decoded.
+    /// Strings are parts of the input when they have no escapes (the common case: no array
+    /// of their own), else decoded; none outlives the decoding.
     struct Members {
         var entity: ArraySlice<UInt8>?
         var kind: ArraySlice<UInt8>?
@@ -55,6 +55,7 @@ public enum EventCodec {
             for candidate in kindNames where bytes.elementsEqual(candidate.name) { return candidate.kind }
             return nil
         }
+
         /// Members and their names' bytes, by name length.
         static let byLength: [[(member: Member, name: [UInt8])]] = {
             var table = [[(member: Member, name: [UInt8])]](repeating: [], count: 9)
