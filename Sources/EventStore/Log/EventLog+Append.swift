@@ -293,6 +293,13 @@ struct WriteBatch {
         namedInBatch.append(slot)
     }
 
+    /// Whether the events index may hold `id`: it cannot when `id` is above its greatest key
+    /// or the index is empty. Only an id it may hold is looked up; any other goes in with
+    /// MDB_APPEND.
+    func mayHold(_ id: ULID) -> Bool {
+        lastEventKey.map { !($0 < id) } ?? false
+    }
+
     /// The clock's next id that no stored event holds. The clock stays above every id it
     /// observed within the allowed skew, but an event of another origin further ahead, or
     /// stored while the wall clock read later than it does now, can sit where the clock goes
@@ -300,9 +307,7 @@ struct WriteBatch {
     mutating func freshID(txn: borrowing WriteTransaction) throws -> ULID {
         while true {
             let id = try clock.next(now: now)
-            guard let lastEventKey, !(lastEventKey < id), try txn.get(log.tables.events, id.bytes) != nil else {
-                return id
-            }
+            guard mayHold(id), try txn.get(log.tables.events, id.bytes) != nil else { return id }
             clock.skip(past: id)
         }
     }
@@ -503,7 +508,7 @@ struct WriteBatch {
         seq += 1
         var indexValue: [UInt8] = []
         indexValue.appendVarint(seq)
-        if lastEventKey.map({ $0 < event.id }) ?? true {
+        if !mayHold(event.id) {
             try txn.put(tables.events, key, indexValue, flags: .append)
             lastEventKey = event.id
         } else {

@@ -91,10 +91,8 @@ extension EventLog {
         }
         if seen.contains(event.id) { return .held }
         if skipDropped, try txn.get(tables.deadLetterIDs, event.id.bytes) == EventLog.droppedMarker { return .held }
-        // An id above every key of the events index is not held, nor is any id in an empty
-        // store: a first sync of one origin, in id order, looks nothing up.
-        let mayBeHeld = batch.lastEventKey.map { !($0 < event.id) } ?? false
-        if mayBeHeld, let held = try storedPayload(of: event.id, txn: txn) {
+        // A first sync of one origin, in id order, looks nothing up.
+        if batch.mayHold(event.id), let held = try storedPayload(of: event.id, txn: txn) {
             // Held already. Honest nodes never give two events one id; a peer that
             // does is reported, and the event held first stays.
             guard held == payload else {

@@ -53,7 +53,8 @@ public struct RejectedOwnProposal: Equatable, Sendable {
         guard now.map(\.id) != before else { return }
         for id in before where !now.contains(where: { $0.id == id }) { _ = try txn.delete(table, key(id)) }
         for proposal in now where !before.contains(proposal.id) {
-            try txn.put(table, key(proposal.id), RejectedOwnProposal(entity: state.entity, proposal: proposal).encoded())
+            try txn.put(
+                table, key(proposal.id), RejectedOwnProposal(entity: state.entity, proposal: proposal).encoded())
         }
     }
 }
@@ -70,7 +71,7 @@ extension EventLog {
             var records: [RejectedOwnProposal] = []
             var item = try cursor.seek(prefix)
             while let (key, value) = item, key.starts(with: prefix) {
-                if let id = ULID(utf8: Array(key.dropFirst(prefix.count))),
+                if let id = ULID(utf8: key.dropFirst(prefix.count)),
                     let record = RejectedOwnProposal(id: id, decoding: value)
                 {
                     records.append(record)

@@ -129,8 +129,12 @@ public struct JSONScanner {
     /// holds only plain ASCII, else decoded: a method name or version read this way costs
     /// no array of its own.
     public mutating func readStringSlice() throws(JSONError) -> ArraySlice<UInt8> {
+        skipWhitespace()
         if let plain = readPlainString() { return input[plain] }
-        return try readStringBytes()[...]
+        guard position < input.count, input[position] == UInt8(ascii: "\"") else {
+            throw unexpected(expecting: "a string")
+        }
+        return try readDecodedString()[...]
     }
 
     /// The content of the string at the scanner, when it is plain ASCII without escapes,
@@ -229,20 +233,17 @@ public struct JSONScanner {
         guard position < input.count, input[position] == UInt8(ascii: "\"") else {
             throw unexpected(expecting: "a string")
         }
+        // Fast path: no escapes, ASCII only.
+        if let plain = readPlainString() { return Array(input[plain]) }
+        return try readDecodedString()
+    }
+
+    /// The string at the scanner (at its opening quote), decoded: its escapes and its
+    /// UTF-8 checked.
+    mutating func readDecodedString() throws(JSONError) -> [UInt8] {
         position += 1
         let start = position
-        // Fast path: no escapes, ASCII only.
-        while position < input.count {
-            let byte = input[position]
-            if byte == UInt8(ascii: "\"") {
-                let result = Array(input[start..<position])
-                position += 1
-                return result
-            }
-            if byte == UInt8(ascii: "\\") || byte >= 0x80 || byte < 0x20 { break }
-            position += 1
-        }
-        var out = Array(input[start..<position])
+        var out: [UInt8] = []
         while position < input.count {
             let byte = input[position]
             switch byte {
