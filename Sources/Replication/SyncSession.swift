@@ -33,13 +33,16 @@ package struct SyncNode: Sendable {
     package let name: String?
     /// Commits received events in one transaction (in the daemon through the writer, so
     /// watchers see them); the peer is named in dead letters, and once the batch has made
-    /// as many dead letters as the number says, the rest of it is refused.
-    package let ingest: @Sendable ([ReplicatedEvent], IngestPeer, Int) throws(EventStoreError) -> IngestResult
+    /// as many dead letters as the allowance has left, the rest of it is refused.
+    package let ingest:
+        @Sendable ([ReplicatedEvent], IngestPeer, DeadLetterAllowance) throws(EventStoreError) -> IngestResult
     /// As `ingest`, without waiting: `completion` gets the result once committed. A session
     /// decodes the next batch meanwhile.
     package let ingestLater:
-        @Sendable ([ReplicatedEvent], IngestPeer, Int, @escaping @Sendable (Result<IngestResult, EventStoreError>) -> Void)
-            -> Void
+        @Sendable (
+            [ReplicatedEvent], IngestPeer, DeadLetterAllowance,
+            @escaping @Sendable (Result<IngestResult, EventStoreError>) -> Void
+        ) -> Void
     /// Stores (nil: deletes) entries of the peers table: peer records and sync state.
     package let storePeerEntries: @Sendable ([PeerEntry]) throws(EventStoreError) -> Void
     /// Answers an append another node hands to this one (`forward`): the JSON-RPC request
@@ -59,10 +62,14 @@ package struct SyncNode: Sendable {
 
     package init(
         log: EventLog, name: String?,
-        ingest: @escaping @Sendable ([ReplicatedEvent], IngestPeer, Int) throws(EventStoreError) -> IngestResult,
+        ingest:
+            @escaping @Sendable ([ReplicatedEvent], IngestPeer, DeadLetterAllowance) throws(EventStoreError) ->
+            IngestResult,
         ingestLater: (
-            @Sendable ([ReplicatedEvent], IngestPeer, Int, @escaping @Sendable (Result<IngestResult, EventStoreError>) -> Void)
-                -> Void
+            @Sendable (
+                [ReplicatedEvent], IngestPeer, DeadLetterAllowance,
+                @escaping @Sendable (Result<IngestResult, EventStoreError>) -> Void
+            ) -> Void
         )? = nil,
         storePeerEntries: @escaping @Sendable ([PeerEntry]) throws(EventStoreError) -> Void,
         forwarded: @escaping @Sendable ([UInt8]) -> [UInt8] = SyncNode.takesNoForwards
@@ -93,16 +100,16 @@ package struct SyncNode: Sendable {
     ) {
         self.init(
             log: log, name: name,
-            ingest: { (events, peer, maxDeadLetters) throws(EventStoreError) in
+            ingest: { (events, peer, allowance) throws(EventStoreError) in
                 guard !events.isEmpty else { return try log.ingest(events, from: peer) }  // nothing to write
-                return try writer.perform(IngestJob(events, from: peer, maxDeadLetters: maxDeadLetters), from: -1)
+                return try writer.perform(IngestJob(events, from: peer, allowance: allowance), from: -1)
             },
-            ingestLater: { events, peer, maxDeadLetters, completion in
+            ingestLater: { events, peer, allowance, completion in
                 guard !events.isEmpty else {
                     completion(Result { () throws(EventStoreError) in try log.ingest(events, from: peer) })
                     return
                 }
-                writer.submit(IngestJob(events, from: peer, maxDeadLetters: maxDeadLetters), from: -1, completion: completion)
+                writer.submit(IngestJob(events, from: peer, allowance: allowance), from: -1, completion: completion)
             },
             storePeerEntries: { (entries) throws(EventStoreError) in
                 try writer.perform(PeerEntriesJob(entries), from: -3)
@@ -113,8 +120,9 @@ package struct SyncNode: Sendable {
     package init(log: EventLog, name: String? = nil) {
         self.init(
             log: log, name: name,
-            ingest: { (events, peer, maxDeadLetters) throws(EventStoreError) in
-                try log.ingest(events, from: peer, maxDeadLetters: maxDeadLetters)
+            ingest: { (events, peer, allowance) throws(EventStoreError) in
+                guard !events.isEmpty else { return try log.ingest(events, from: peer) }
+                return try log.perform(IngestJob(events, from: peer, allowance: allowance))
             },
             storePeerEntries: { (entries) throws(EventStoreError) in
                 try log.setPeerEntries(entries.map { ($0.key, $0.value) })
@@ -229,6 +237,12 @@ package final class SyncSession {
     /// reconciliation found (not a prefix of anything).
     private var awaitingAck: [(origin: ULID, through: ULID)?] = []
     package static let window = 4
+    /// A receiver hands the writer at most this many batches at a time (less than the
+    /// window, so the sender always has the next on its way)…
+    package static let handedBatches = 3
+    /// …and at most this many bytes of events, but always one: a batch of the largest
+    /// size is committed alone, as it would be without the overlap.
+    package static let handedBytes = 8 << 20
     private let compressor = Compressor(level: 3)
     private let decompressor = Decompressor(windowLogMax: SyncSession.windowLogMax)
     /// The largest zstd window a batch may ask for: 128 MiB, more than any payload.
@@ -846,24 +860,34 @@ package final class SyncSession {
 
     /// Takes the peer's batches, committing and acknowledging each, until it says done.
     ///
-    /// Two batches overlap: while the writer commits one, this thread reads and decodes
-    /// the next (`EventLog.predecode`: its JSON, fields and canonical payload), then waits
-    /// for the first's result and acknowledges it before it hands the next to the writer.
-    /// When nothing more from the peer is waiting, the batch in the writer is settled and
-    /// acknowledged first: the peer may be waiting for that ack before it sends more.
-    /// Acks go in the order of the batches, each once its batch is committed.
+    /// Batches overlap: while the writer commits, this thread reads and decodes the next
+    /// (`EventLog.predecode`: its JSON, fields and canonical payload) and hands it to the
+    /// writer too, up to `handedBatches` batches and `handedBytes` bytes of events at a
+    /// time. When the writer is the slower, the batches waiting for it are committed
+    /// together, one transaction and one sync to disk for them all. Past either bound the
+    /// oldest is settled first: its result waited for and acknowledged. When nothing more
+    /// from the peer is waiting, the oldest are settled until something is: the peer may
+    /// be waiting for an ack before it sends more. Acks go in the order of the batches,
+    /// each once its batch is committed.
     private func receive() throws(SyncError) {
         /// A batch handed to the writer: its result, once there.
         final class Pending: @unchecked Sendable {
             let done = DispatchSemaphore(value: 0)
             var result: Result<IngestResult, EventStoreError>?
+            let bytes: Int
+            init(bytes: Int) { self.bytes = bytes }
         }
-        var pending: Pending?
+        // Oldest first.
+        var pending: [Pending] = []
+        var pendingBytes = 0
+        // Shared by the batches handed: each is allowed what those before it left.
+        let allowance = DeadLetterAllowance(limits.deadLetters - report.deadLettered)
         let peer = IngestPeer(name: peerLabel, node: report.peerNode)
-        /// Waits for the batch in the writer and acknowledges it.
+        /// Waits for the oldest batch in the writer and acknowledges it.
         func settle() throws(SyncError) {
-            guard let waiting = pending else { return }
-            pending = nil
+            guard !pending.isEmpty else { return }
+            let waiting = pending.removeFirst()
+            pendingBytes -= waiting.bytes
             waiting.done.wait()
             let outcome = waiting.result!
             let result = try storage { () throws(EventStoreError) in try outcome.get() }
@@ -889,26 +913,31 @@ package final class SyncSession {
         defer {
             // A session that fails leaves nothing running: what the writer has is committed
             // or refused before the session ends.
-            pending?.done.wait()
+            for waiting in pending { waiting.done.wait() }
         }
         while true {
-            if pending != nil, !channel.hasBytesWaiting { try settle() }
+            while !pending.isEmpty, !channel.hasBytesWaiting { try settle() }
             let frame = try read()
             switch frame.kind {
             case .batch:
                 let events = node.log.predecode(
                     try BatchCodec.decode(
                         frame.payload, decompressor: decompressor, maxEventBytes: StoreOptions.absoluteMaxEventBytes))
-                try settle()
-                let allowance = max(0, limits.deadLetters - report.deadLettered)
-                let handed = Pending()
-                pending = handed
+                let bytes = events.reduce(0) { $0 + $1.json.count }
+                while !pending.isEmpty,
+                    pending.count >= SyncSession.handedBatches || pendingBytes + bytes > SyncSession.handedBytes
+                {
+                    try settle()
+                }
+                let handed = Pending(bytes: bytes)
+                pending.append(handed)
+                pendingBytes += bytes
                 node.ingestLater(events, peer, allowance) { result in
                     handed.result = result
                     handed.done.signal()
                 }
             case .done:
-                try settle()
+                while !pending.isEmpty { try settle() }
                 let done = try Messages.decode(Messages.Done.self, frame.payload, frame: "done")
                 report.reconciledReceived = done.reconciled
                 try takeDivergent(done.divergent, recheck: done.recheck)

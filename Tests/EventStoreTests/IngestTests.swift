@@ -116,6 +116,31 @@ struct IngestTests {
         try b.check()
     }
 
+    @Test("batches committed together with one allowance add no more dead letters than it holds, in their order")
+    func batchesShareAnAllowance() throws {
+        let a = try TempStore()
+        let b = try TempStore()
+        _ = try a.log.append(workload(seed: 6, count: 9))
+        let good = try allStoredEvents(a.log)
+        // Three batches, each three good events and then five invalid ones.
+        let batches = (0..<3).map { batch in
+            let bad = (0..<5).map { Array(#"{"entity":"job/\#(batch)-\#($0)","kind":"teleport"}"#.utf8) }
+            return (good[(batch * 3)..<(batch * 3 + 3)] + bad).map { ReplicatedEvent(id: nil, json: $0) }
+        }
+        let allowance = DeadLetterAllowance(7)
+        let result = try b.log.commit(
+            batches.map { IngestJob($0, from: IngestPeer(name: "gw"), allowance: allowance) })
+        let outcomes = result.outcomes.map { $0.output(as: IngestResult.self) }
+        // The first batch spends 5 of the 7; the second the 2 left, its other 3 refused; the
+        // third may make none, so all of it is refused, its good events too.
+        #expect(outcomes.map { $0?.ingested.count } == [3, 3, 0])
+        #expect(outcomes.map { $0?.deadLettered.count } == [5, 2, 0])
+        #expect(outcomes.map { $0?.refused } == [0, 3, 8])
+        #expect(allowance.remaining == 0)
+        #expect(try b.log.deadLetters().count == 7)
+        try b.check()
+    }
+
     @Test func deadLetterRecordsWithoutAPeerNodeStillRead() throws {
         // As releases before the peer's node id was kept wrote them.
         let key = ULID(timestamp: 1_700_000_000_000, random: (1, 2))

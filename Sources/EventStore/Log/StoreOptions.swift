@@ -1,5 +1,6 @@
 import FoundationEssentials
 import Projections
+import Synchronization
 
 /// How a store behaves. Defaults follow the spec's configuration defaults.
 public struct StoreOptions: Sendable {
@@ -98,6 +99,18 @@ public struct IngestResult: Equatable, Sendable {
     /// Events at the end of the batch neither stored nor kept as dead letters, because the
     /// batch had put `maxDeadLetters` events in the dead letters already.
     public var refused: Int = 0
+}
+
+/// The dead letters a sync session may still add, shared by the batches it has handed the
+/// writer at once: the writer runs them in turn, each allowed what the ones before left, so
+/// together they add no more than one batch allowed the whole would.
+public final class DeadLetterAllowance: Sendable {
+    private let left: Atomic<Int>
+    public init(_ count: Int) { left = Atomic(max(0, count)) }
+    /// What is left.
+    public var remaining: Int { left.load(ordering: .acquiring) }
+    /// Takes `count` from what is left.
+    func spend(_ count: Int) { left.subtract(count, ordering: .releasing) }
 }
 
 /// Who sent replicated events, as their dead letters name it.

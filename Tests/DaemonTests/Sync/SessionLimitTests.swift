@@ -320,4 +320,73 @@ struct SessionLimitTests {
         #expect(letters.allSatisfy { $0["peer"] as? String == peer.url })
         try goodPeerSyncs(daemon)
     }
+
+    @Test("batches handed to the writer together share sync_session_max_dead_letters: no more are added")
+    func deadLettersOfBatchesInFlight() throws {
+        let daemon = try DaemonProcess(arguments: ["--sync-session-max-dead-letters", "20"])
+        defer { daemon.removeFiles() }
+        let peer = try ScriptedPeer(handshake: true) { peer, channel in
+            try peer.answerHello(channel)
+            // A window's worth of batches at once, acks not waited for: the receiver reads
+            // the next while the writer has the first. Each is a valid event and then 10
+            // invalid ones.
+            for batch in 0..<UInt64(SyncSession.window) {
+                let first = batch * 11 + 1
+                var events = [peer.event(peer.id(first), "job/valid-\(batch)", status: "assigned")]
+                for n in (first + 1)...(first + 10) {
+                    events.append((peer.id(n), #"{"entity":"job/\#(n)","kind":"teleport","origin":"\#(peer.node)"}"#))
+                }
+                try channel.write(try peer.batch(events))
+            }
+            while (try? channel.read()) != nil {}
+        }
+        let outcome = try sync(daemon, peer.url)
+        peer.finish()
+        #expect(error(outcome).reason == "too_many_invalid", "\(outcome)")
+        // The first batch makes 10 dead letters, the second the 10 left, and the rest of
+        // the session is refused: the third batch's valid event is not stored, whether or
+        // not the writer had it before the second was settled.
+        let letters = try daemon.client().call("dead_letters", #"{"limit":1000}"#)["dead_letters"] as! [[String: Any]]
+        #expect(letters.count == 20)
+        #expect(try status(daemon)["events"] as? Int == 2)
+        try goodPeerSyncs(daemon)
+    }
+
+    @Test("batches sent without waiting are each acknowledged once committed, in order")
+    func acksOfBatchesInFlight() throws {
+        let daemon = try DaemonProcess()
+        defer { daemon.removeFiles() }
+        let acks = Mutex<[Messages.Ack]>([])
+        let sizes = [3, 1, 4, 1, 5, 9]
+        let peer = try ScriptedPeer(handshake: true) { peer, channel in
+            try peer.answerHello(channel)
+            var next: UInt64 = 1
+            var sent = 0
+            var acked = 0
+            // Up to a window of batches unacknowledged, as a sender keeps them.
+            while acked < sizes.count {
+                while sent < sizes.count, sent - acked < SyncSession.window {
+                    var events: [(ULID, String)] = []
+                    for _ in 0..<sizes[sent] {
+                        events.append(peer.event(peer.id(next), "job/\(next)", status: "assigned"))
+                        next += 1
+                    }
+                    try channel.write(try peer.batch(events))
+                    sent += 1
+                }
+                let frame = try channel.read()
+                guard frame.kind == .ack else { return }
+                let ack = try Messages.decode(Messages.Ack.self, frame.payload, frame: "ack")
+                acks.withLock { $0.append(ack) }
+                acked += 1
+            }
+            try channel.write(
+                Frame(kind: .done, payload: Messages.encode(Messages.Done(sent: sizes.reduce(0, +), reconciled: 0))))
+        }
+        let outcome = try sync(daemon, peer.url)
+        peer.finish()
+        #expect(outcome["error"] is NSNull, "\(outcome)")
+        #expect(acks.withLock { $0.map(\.received) } == sizes)
+        #expect(try status(daemon)["events"] as? Int == sizes.reduce(0, +))
+    }
 }
