@@ -912,7 +912,9 @@ package final class SyncSession {
         }
         defer {
             // A session that fails leaves nothing running: what the writer has is committed
-            // or refused before the session ends.
+            // or refused before the session ends. A batch handed after the one that failed
+            // may be committed unacknowledged; the peer sends it again, and it is skipped
+            // as held.
             for waiting in pending { waiting.done.wait() }
         }
         while true {
