@@ -104,7 +104,9 @@ package struct Frame: Equatable, Sendable {
     package static let protocolVersion = 1
     /// The capabilities this node speaks; each names the frame kinds it adds in
     /// `Kind.rule`, or the members it adds to frames of protocol 2.
-    package static let capabilities: [String] = [verifyCapability, forwardCapability, blobsCapability]
+    package static let capabilities: [String] = [
+        verifyCapability, forwardCapability, blobsCapability, wideWindowCapability,
+    ]
     /// Content checks: the responder's hello carries a window of the events both sides
     /// hold with its content hashes, the initiator's done the ones it holds otherwise
     /// (`DivergenceLedger`). No frame kind of its own.
@@ -118,6 +120,11 @@ package struct Frame: Equatable, Sendable {
     /// then `blobs_done`, and the initiator `blobs_kept` once they are on its disk; then the
     /// other way. A node that keeps no blobs does not name it.
     package static let blobsCapability = "blobs"
+    /// A sender keeps up to `SyncSession.wideWindow` batches unacknowledged, not
+    /// `SyncSession.window`: the receiver commits those that wait for its writer together,
+    /// so on a disk whose flushes are slow a sync makes fewer commits. No frame kind of its
+    /// own.
+    package static let wideWindowCapability = "window8"
     /// Each side's first bytes: "EVSYNC/" and the version in decimal, then a newline.
     package static func preamble(version: Int = protocolVersion) -> [UInt8] { Array("EVSYNC/\(version)\n".utf8) }
     package static let preamblePrefix = Array("EVSYNC/".utf8)

@@ -237,9 +237,16 @@ package final class SyncSession {
     /// reconciliation found (not a prefix of anything).
     private var awaitingAck: [(origin: ULID, through: ULID)?] = []
     package static let window = 4
-    /// A receiver hands the writer at most this many batches at a time (less than the
-    /// window, so the sender always has the next on its way)…
-    package static let handedBatches = 3
+    /// The window when both hellos name `Frame.wideWindowCapability`.
+    package static let wideWindow = 8
+    /// The batches this side keeps unacknowledged as it sends, as the session agreed.
+    var sendWindow: Int {
+        channel.agreement.capabilities.contains(Frame.wideWindowCapability)
+            ? SyncSession.wideWindow : SyncSession.window
+    }
+    /// A receiver hands the writer at most one batch less than the window at a time, so the
+    /// sender always has the next on its way…
+    var handedBatches: Int { sendWindow - 1 }
     /// …and at most this many bytes of events, but always one: a batch of the largest
     /// size is committed alone, as it would be without the overlap.
     package static let handedBytes = 8 << 20
@@ -624,7 +631,7 @@ package final class SyncSession {
             }
             report.sent += events.count
             inFlight += 1
-            if inFlight >= SyncSession.window {
+            if inFlight >= sendWindow {
                 try readAck()
                 inFlight -= 1
             }
@@ -927,7 +934,7 @@ package final class SyncSession {
                         frame.payload, decompressor: decompressor, maxEventBytes: StoreOptions.absoluteMaxEventBytes))
                 let bytes = events.reduce(0) { $0 + $1.json.count }
                 while !pending.isEmpty,
-                    pending.count >= SyncSession.handedBatches || pendingBytes + bytes > SyncSession.handedBytes
+                    pending.count >= handedBatches || pendingBytes + bytes > SyncSession.handedBytes
                 {
                     try settle()
                 }

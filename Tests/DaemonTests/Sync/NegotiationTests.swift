@@ -113,6 +113,59 @@ struct NegotiationTests {
         _ = try daemon.client().call("status")
     }
 
+    @Test(
+        "a sender keeps 8 batches unacknowledged when both hellos name window8, 4 when they do not",
+        arguments: [true, false])
+    func sendWindow(wide: Bool) throws {
+        let daemon = try DaemonProcess()
+        defer { daemon.removeFiles() }
+        let batches = 12
+        for part in 0..<batches {
+            let lines = (0..<BatchCodec.maxEvents).map {
+                #"{"entity":"job/\#(part)-\#($0)","kind":"status","status":"assigned"}"#
+            }
+            _ = try daemon.client().call("append", eventsParams(lines))
+        }
+        let (peer, frame) = try NegotiationTests.open(
+            daemon,
+            hello: NegotiationTests.hello(
+                protocols: [1, 2], capabilities: wide ? [Frame.wideWindowCapability] : [Frame.verifyCapability]))
+        defer { peer.close() }
+        let hello = try Messages.decode(Messages.Hello.self, frame.payload, frame: "hello")
+        #expect(hello.capabilities?.contains(Frame.wideWindowCapability) == true)
+        // This side holds nothing to send: its done, then the daemon's batches.
+        try peer.channel.write(Frame(kind: .done, payload: Messages.encode(Messages.Done(sent: 0, reconciled: 0))))
+        func ack() throws {
+            try peer.channel.write(
+                Frame(
+                    kind: .ack,
+                    payload: Messages.encode(Messages.Ack(received: BatchCodec.maxEvents, skipped: 0, deadLetters: 0))))
+        }
+        // None acknowledged: the daemon sends its window, then waits.
+        var unacknowledged = 0
+        while true {
+            if !peer.channel.hasBytesWaiting {
+                Thread.sleep(forTimeInterval: 0.5)
+                if !peer.channel.hasBytesWaiting { break }
+            }
+            let next = try peer.channel.read()
+            try #require(next.kind == .batch, "the daemon sent a \(next.kind) frame")
+            unacknowledged += 1
+        }
+        #expect(unacknowledged == (wide ? SyncSession.wideWindow : SyncSession.window))
+        // Acknowledged, the rest follows, one batch for each ack.
+        var received = unacknowledged
+        for _ in 0..<unacknowledged { try ack() }
+        while true {
+            let next = try peer.channel.read()
+            if next.kind == .done { break }
+            try #require(next.kind == .batch, "the daemon sent a \(next.kind) frame")
+            received += 1
+            try ack()
+        }
+        #expect(received == batches)
+    }
+
     @Test("every frame kind of protocol 1 is allowed from the start; the table names a limit for each")
     func frameTable() {
         for kind in [Frame.Kind.hello, .reconcile, .batch, .ack, .done, .error] {
