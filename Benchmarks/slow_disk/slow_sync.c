@@ -6,23 +6,23 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-static void linger(void) {
+typedef int (*flush_fn)(int);
+
+/* The C library's `name` (looked up once into `real`) on `fd`, then the added time. */
+static int flush_slowly(const char *name, flush_fn *real, int fd) {
+    if (!*real) *real = (flush_fn)dlsym(RTLD_NEXT, name);
+    int result = (*real)(fd);
     const char *text = getenv("SLOW_SYNC_US");
     usleep(text ? (useconds_t)atoi(text) : 5000);
+    return result;
 }
 
 int fdatasync(int fd) {
-    static int (*real)(int);
-    if (!real) real = (int (*)(int))dlsym(RTLD_NEXT, "fdatasync");
-    int result = real(fd);
-    linger();
-    return result;
+    static flush_fn real;
+    return flush_slowly("fdatasync", &real, fd);
 }
 
 int fsync(int fd) {
-    static int (*real)(int);
-    if (!real) real = (int (*)(int))dlsym(RTLD_NEXT, "fsync");
-    int result = real(fd);
-    linger();
-    return result;
+    static flush_fn real;
+    return flush_slowly("fsync", &real, fd);
 }
