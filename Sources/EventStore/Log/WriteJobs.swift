@@ -16,29 +16,27 @@ public struct AppendJob: WriteJob {
     }
 }
 
-/// Events replicated from a peer. As `EventLog.ingest(_:from:maxDeadLetters:)`; with an
-/// allowance, the dead letters it may add are what the allowance has left when it runs, and
-/// those it adds are taken from it.
+/// Events replicated from a peer. As `EventLog.ingest(_:from:maxDeadLetters:)`: the dead
+/// letters it may add are what its allowance has left when it runs, and those it adds are
+/// taken from it (a session's batches in the writer share one).
 public struct IngestJob: WriteJob {
     public var events: [ReplicatedEvent]
     public var peer: IngestPeer
-    public var maxDeadLetters: Int
-    public var allowance: DeadLetterAllowance?
-    public init(
-        _ events: [ReplicatedEvent], from peer: IngestPeer, maxDeadLetters: Int = .max,
-        allowance: DeadLetterAllowance? = nil
-    ) {
+    public var allowance: DeadLetterAllowance
+    public init(_ events: [ReplicatedEvent], from peer: IngestPeer, allowance: DeadLetterAllowance) {
         self.events = events
         self.peer = peer
-        self.maxDeadLetters = maxDeadLetters
         self.allowance = allowance
+    }
+    public init(_ events: [ReplicatedEvent], from peer: IngestPeer, maxDeadLetters: Int = .max) {
+        self.init(events, from: peer, allowance: DeadLetterAllowance(maxDeadLetters))
     }
     public var weight: Int { events.count }
     public func run(in scope: inout WriteScope) throws -> IngestResult {
         let result = try scope.log.ingest(
-            events, from: peer, maxDeadLetters: min(maxDeadLetters, allowance?.remaining ?? .max),
-            batch: &scope.batch, txn: &scope.txn, writer: &scope.writer)
-        allowance?.spend(result.deadLettered.count)
+            events, from: peer, maxDeadLetters: allowance.remaining, batch: &scope.batch, txn: &scope.txn,
+            writer: &scope.writer)
+        allowance.spend(result.deadLettered.count)
         return result
     }
     public func counts(_ output: IngestResult) -> WriteCounts { WriteCounts(received: output.ingested.count) }
