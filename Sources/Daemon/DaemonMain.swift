@@ -284,6 +284,7 @@ final class Daemon: Sendable {
             options.maxEventBytes = configuration.maxEventBytes
             options.maxClockSkewMilliseconds = UInt64(configuration.maxClockSkewSeconds) * 1000
             options.environment.maxMapSize = configuration.mapMaxBytes
+            options.blockCacheBytes = configuration.blockCacheBytes
             options.environment.initialMapSize = min(configuration.mapInitialBytes, configuration.mapMaxBytes)
             options.dictionaryTrainingThreshold = configuration.dictionaryTrainingEvents
             options.environment.durable = configuration.durability == .full
@@ -537,6 +538,9 @@ final class Daemon: Sendable {
             serving.sync.update(SyncService.Settings(current))
             serving.retention.retentionSeconds.store(current.blobRetentionSeconds, ordering: .relaxed)
             if current.mapMaxBytes != old.mapMaxBytes { serving.log.setMaxStorageBytes(current.mapMaxBytes) }
+            if current.blockCacheBytes != old.blockCacheBytes {
+                serving.log.setBlockCacheBytes(current.blockCacheBytes)
+            }
             // The writer's clock takes it at its next write: a dead letter refused for its
             // lead can be retried under the new bound.
             serving.log.setMaxClockSkew(milliseconds: UInt64(current.maxClockSkewSeconds) * 1000)

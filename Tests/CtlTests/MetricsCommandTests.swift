@@ -111,6 +111,7 @@ struct MetricsCommandTests {
         let attention = before["needs_attention"] as? [String: Any]
         let clock = before["clock"] as? [String: Any]
         let blobs = before["blobs"] as? [String: Any]
+        let cache = before["block_cache"] as? [String: Any]
         let equal: [(String, Double?)] = [
             ("evstore_blobs", number(blobs, "count")),
             ("evstore_blob_bytes", number(blobs, "bytes")),
@@ -119,6 +120,9 @@ struct MetricsCommandTests {
             ("evstore_entities", number(before, "entities")),
             ("evstore_store_bytes", number(before, "bytes")),
             ("evstore_map_bytes", number(before, "map_bytes")),
+            ("evstore_block_cache_bytes", number(cache, "bytes")),
+            ("evstore_block_cache_hits_total", number(cache, "hits")),
+            ("evstore_block_cache_misses_total", number(cache, "misses")),
             ("evstore_appended_events_total", number(appends, "events_total")),
             ("evstore_append_requests_total", number(appends, "requests_total")),
             ("evstore_received_events_total", number(appends, "received_total")),

@@ -1,4 +1,6 @@
 import Foundation
+import Synchronization
+import TestSupport
 import Testing
 
 @testable import Daemon
@@ -154,4 +156,79 @@ struct StatusCountersTests {
         #expect(onB["events_total"] as? Int == 2 && onB["requests_total"] as? Int == 1)
         #expect(onB["received_total"] as? Int == 3)
     }
+
+    @Test(
+        "the decompressed blocks kept for reads stay within block_cache_bytes while sixteen clients read at random, and a reload lowers the bound at once"
+    )
+    func blockCacheBoundedUnderManyReaders() throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("evbc-\(UUID().uuidString.prefix(8))")
+            .path
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        let config = root + "/evstored.json"
+        let bound = 96 << 10
+        try #"{"block_cache_bytes":\#(bound)}"#.write(toFile: config, atomically: true, encoding: .utf8)
+        let daemon = try DaemonProcess(root: root, arguments: ["--config", config])
+        defer { daemon.removeFiles() }
+        let client = try daemon.client()
+        // 6,400 events: some 100 blocks, several times what the bound holds.
+        for round in 0..<8 {
+            _ = try client.call(
+                "append",
+                eventsParams(
+                    (0..<800).map { index in
+                        let n = round * 800 + index
+                        return
+                            #"{"entity":"job/\#(n % 250)","kind":"edit","fields":{"note":"visit \#(n) at site \#(n % 17)","hours":\#(n % 9)}}"#
+                    }))
+        }
+        let head = 6_400
+        func cache() throws -> [String: Int] {
+            try #require(try client.call("status")["block_cache"] as? [String: Int])
+        }
+
+        let failures = Mutex<[String]>([])
+        let group = DispatchGroup()
+        let readers = try (0..<16).map { _ in try daemon.client() }
+        for (index, reader) in readers.enumerated() {
+            group.enter()
+            Thread.detachNewThread {
+                defer { group.leave() }
+                var random = SeededGenerator(seed: UInt64(index + 1))
+                for _ in 0..<40 {
+                    let after = Int(random.next() % UInt64(head - 10))
+                    do {
+                        let page = try reader.call("log", #"{"after":\#(after),"limit":10}"#)
+                        let seqs = (page["events"] as? [[String: Any]] ?? []).compactMap { $0["seq"] as? Int }
+                        if seqs != Array((after + 1)...(after + 10)) {
+                            failures.withLock { $0.append("reader \(index) after \(after): \(seqs)") }
+                        }
+                    } catch {
+                        failures.withLock { $0.append("reader \(index): \(error)") }
+                        return
+                    }
+                }
+            }
+        }
+        #expect(group.wait(timeout: .now() + 120) == .success)
+        #expect(failures.withLock { $0 }.isEmpty, "\(failures.withLock { $0 }.prefix(3))")
+        var kept = try cache()
+        #expect(kept["max_bytes"] == bound)
+        #expect(kept["bytes"]! > 0 && kept["bytes"]! <= bound, "\(kept)")
+        #expect(kept["blocks"]! >= 1 && kept["misses"]! > kept["blocks"]!, "\(kept)")
+        #expect(kept["hits"]! + kept["misses"]! >= 16 * 40, "each page read at least one block: \(kept)")
+
+        // Lowered to none by a reload: emptied at once, and reads go on.
+        try #"{"block_cache_bytes":0}"#.write(toFile: config, atomically: true, encoding: .utf8)
+        daemon.signal(SIGHUP)
+        let deadline = Date().addingTimeInterval(20)
+        while !daemon.stderr.contains("configuration reloaded"), Date() < deadline {
+            Thread.sleep(forTimeInterval: 0.02)
+        }
+        kept = try cache()
+        #expect(kept["max_bytes"] == 0 && kept["bytes"] == 0 && kept["blocks"] == 0, "\(kept)")
+        let page = try client.call("log", #"{"after":100,"limit":3}"#)
+        #expect((page["events"] as? [[String: Any]])?.compactMap { $0["seq"] as? Int } == [101, 102, 103])
+        #expect(try cache()["blocks"] == 0)
+    }
+
 }

@@ -182,4 +182,63 @@ import Testing
             #expect(error.message.contains("seq 129") && error.message.contains("127 events"), "\(error)")
         }
     }
+
+    /// The decompressed blocks kept for readers: bounded in bytes in total, a kept block read
+    /// again without decompressing it, and a lowered bound applied at once.
+    @Test func theBlockCacheKeepsToItsBytesAndServesWhatItKeeps() throws {
+        let store = try TempStore {
+            $0.trainsDictionaryAutomatically = false
+            $0.blockCacheBytes = 64 << 10
+        }
+        var written: [(id: ULID, entity: EntityKey)] = []
+        for round in 0..<20 {
+            let inputs = (0..<100).map { index in
+                InputEvent(
+                    entity: entity("job/\(round)-\(index % 9)"),
+                    change: .edit([
+                        FieldChange(
+                            name: "note",
+                            value: try! JSONBytes(parsing: "\"visit \(round * 100 + index) at site \(index)\""))
+                    ]))
+            }
+            written += zip(try store.log.append(inputs).ids, inputs.map(\.entity)).map { ($0, $1) }
+        }
+        var random = SplitMix64(seed: 11)
+        func readAll() throws {
+            for pick in written.shuffled(using: &random) {
+                #expect(try store.log.event(pick.id)?.entity == pick.entity)
+            }
+        }
+        try readAll()
+        var statistics = store.log.blockCacheStatistics
+        #expect(statistics.maxBytes == 64 << 10)
+        #expect(statistics.blocks >= 1 && statistics.bytes > 0 && statistics.bytes <= 64 << 10)
+        #expect(statistics.misses > statistics.blocks, "2,000 events' blocks do not fit in 64 KiB")
+
+        // Read again at once: kept, not decompressed.
+        let last = try #require(written.last)
+        _ = try store.log.event(last.id)
+        let before = store.log.blockCacheStatistics
+        #expect(try store.log.event(last.id)?.entity == last.entity)
+        #expect(store.log.blockCacheStatistics.hits == before.hits + 1)
+        #expect(store.log.blockCacheStatistics.misses == before.misses)
+
+        // None kept: every read decompresses, and reads are as right.
+        store.log.setBlockCacheBytes(0)
+        statistics = store.log.blockCacheStatistics
+        #expect(statistics.blocks == 0 && statistics.bytes == 0)
+        try readAll()
+        #expect(store.log.blockCacheStatistics.blocks == 0)
+        #expect(store.log.blockCacheStatistics.misses >= statistics.misses + written.count)
+
+        // Room for all: the second pass decompresses nothing.
+        store.log.setBlockCacheBytes(1 << 30)
+        try readAll()
+        let full = store.log.blockCacheStatistics
+        #expect(full.blocks >= written.count / EventBlocks.maxEvents)
+        try readAll()
+        #expect(store.log.blockCacheStatistics.misses == full.misses)
+        #expect(store.log.blockCacheStatistics.hits == full.hits + written.count)
+    }
+
 }

@@ -56,6 +56,8 @@ package struct Configuration: Equatable, Sendable {
     var maxClockSkewSeconds = 3600
     var maxEventBytes = 65_536
     var mapMaxBytes = 64 << 30
+    /// Bytes of decompressed event blocks kept for readers, in total (`StoreOptions`).
+    var blockCacheBytes = 32 << 20
     /// The map's size when a store is opened (it grows by doubling, by at least this much).
     var mapInitialBytes = 64 << 20
     /// Events a store holds before its first compression dictionary is trained.
@@ -256,6 +258,10 @@ package struct Configuration: Equatable, Sendable {
         Option(
             key: "map_max_bytes", help: "largest size the store may grow to, bytes (64 GiB)", field: .at(\.mapMaxBytes),
             reloads: true),
+        Option(
+            key: "block_cache_bytes",
+            help: "decompressed blocks of events kept for reads, bytes in total; 0: none (32 MiB)",
+            field: .at(\.blockCacheBytes), reloads: true),
         Option(
             key: "map_initial_bytes", help: "size of the map at open, and its least growth step, bytes (64 MiB)",
             field: .at(\.mapInitialBytes), reloads: false),
@@ -613,6 +619,7 @@ package struct Configuration: Equatable, Sendable {
         case "max_clock_skew_s": maxClockSkewSeconds = try integer(0...31_536_000)
         case "max_event_bytes": maxEventBytes = try integer(256...(16 << 20))
         case "map_max_bytes": mapMaxBytes = try integer((1 << 20)...(1 << 50))
+        case "block_cache_bytes": blockCacheBytes = try integer(0...(1 << 40))
         case "map_initial_bytes": mapInitialBytes = try integer((64 << 10)...(1 << 50))
         case "dictionary_training_events": dictionaryTrainingEvents = try integer(100...1_000_000_000)
         case "durability":

@@ -274,27 +274,67 @@ struct DecodedBlock: Sendable {
 }
 
 /// The blocks read last, decompressed, for readers that go through a run of them (`log`,
-/// a peer's range, an entity's history) or come back to one. Shared by every reader: a
-/// block never changes once written, but for the last one, which a commit may top up under
-/// the same key (and a write that failed may have left one under a key a later write
-/// takes); an entry is used only for the very bytes it was decoded from. Comparing them
-/// costs a hit a little more than hashing them did, and a miss nothing: most reads of a
-/// block are its first (a `log` page, a random read).
-final class BlockCache: Sendable {
-    static let capacity = 64
+/// a peer's range, an entity's history) or come back to one (one event by id, at random).
+/// Shared by every reader and bounded in bytes in total (`StoreOptions.blockCacheBytes`,
+/// `block_cache_bytes`): past it the least recently used go. A block never changes once
+/// written, but for the last one, which a commit may top up under the same key (and a write
+/// that failed may have left one under a key a later write takes); an entry is used only
+/// for the very bytes it was decoded from. Comparing them costs a hit a little more than
+/// hashing them did, and a miss nothing.
+public final class BlockCache: Sendable {
+    /// Bounds the entries however small the blocks: a block of one event costs little.
+    static let maxEntries = 1 << 16
+    /// What a block costs beside its bytes: the entry, its arrays' headers.
+    static let overheadBytes = 160
 
     /// The cached blocks by first seq.
-    private let blocks = Mutex(LeastRecentlyUsed<UInt64, DecodedBlock>(maxEntries: BlockCache.capacity))
+    private let blocks: Mutex<LeastRecentlyUsed<UInt64, DecodedBlock>>
+    private let hits = Atomic<Int>(0)
+    private let misses = Atomic<Int>(0)
 
-    func block(_ first: UInt64, value: [UInt8]) -> DecodedBlock? {
-        blocks.withLock { blocks in
-            blocks.value(for: first) { $0.value == value }
-        }
+    /// What the cache holds and has done, for `status`.
+    public struct Statistics: Sendable, Equatable {
+        public var blocks: Int
+        public var bytes: Int
+        public var maxBytes: Int
+        public var hits: Int
+        public var misses: Int
     }
 
-    func keep(_ block: DecodedBlock) { blocks.withLock { $0.set(block, for: block.first) } }
+    init(maxBytes: Int) {
+        blocks = Mutex(LeastRecentlyUsed(maxEntries: BlockCache.maxEntries, maxCost: max(0, maxBytes)))
+    }
+
+    /// The bytes `block` holds the cache to.
+    static func cost(of block: DecodedBlock) -> Int {
+        block.value.count + block.raw.count + block.starts.count * MemoryLayout<Int>.stride + overheadBytes
+    }
+
+    func block(_ first: UInt64, value: [UInt8]) -> DecodedBlock? {
+        let found = blocks.withLock { blocks in
+            blocks.value(for: first) { $0.value == value }
+        }
+        if found == nil { misses.add(1, ordering: .relaxed) } else { hits.add(1, ordering: .relaxed) }
+        return found
+    }
+
+    func keep(_ block: DecodedBlock) {
+        let cost = BlockCache.cost(of: block)
+        blocks.withLock { $0.set(block, for: block.first, cost: cost) }
+    }
 
     func removeAll() { blocks.withLock { $0.removeAll() } }
+
+    /// Holds the cache to `maxBytes` from now on, dropping the least recently used blocks
+    /// past it (0: none kept).
+    func setMaxBytes(_ maxBytes: Int) { blocks.withLock { $0.setMaxCost(max(0, maxBytes)) } }
+
+    var statistics: Statistics {
+        let (count, bytes, maxBytes) = blocks.withLock { ($0.count, $0.cost, $0.maxCost) }
+        return Statistics(
+            blocks: count, bytes: bytes, maxBytes: maxBytes, hits: hits.load(ordering: .relaxed),
+            misses: misses.load(ordering: .relaxed))
+    }
 }
 
 extension EventLog {

@@ -34,7 +34,7 @@ public final class EventLog: Sendable {
     let dictionaries: Mutex<[UInt32: CompressionDictionary]>
     let decompressors = DecompressorPool()
     /// The blocks of events read last, decompressed (`EventBlocks`).
-    let blockCache = BlockCache()
+    let blockCache: BlockCache
     /// The events the write in progress stored and has not put in a block yet, by seq
     /// (`WriteBatch.pendingRecords`): a read inside that write finds their ids in `events`
     /// and their seqs in no block, and takes them from here. Only the writer's own
@@ -332,6 +332,7 @@ public final class EventLog: Sendable {
         self.storedFormat = storedFormat
         self.committedSequence = Atomic(head)
         self.clockSkew = Atomic(options.maxClockSkewMilliseconds)
+        self.blockCache = BlockCache(maxBytes: options.blockCacheBytes)
         self.nodeID = nodeID
         self.previousNodeID = previousNodeID
         var cache: [UInt32: CompressionDictionary] = [:]
@@ -436,6 +437,13 @@ public final class EventLog: Sendable {
     public func setMaxClockSkew(milliseconds: UInt64) {
         clockSkew.store(milliseconds, ordering: .relaxed)
     }
+
+    /// Holds the decompressed blocks kept for readers to `bytes` from now on (a reload of
+    /// `block_cache_bytes`); what no longer fits goes at once.
+    public func setBlockCacheBytes(_ bytes: Int) { blockCache.setMaxBytes(bytes) }
+
+    /// The block cache's size, bound, hits and misses (`status`).
+    public var blockCacheStatistics: BlockCache.Statistics { blockCache.statistics }
 
     /// The rules of the types file, checked on local appends from the next write on.
     public var typeRules: TypeRules {

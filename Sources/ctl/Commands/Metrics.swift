@@ -104,6 +104,16 @@ struct Metrics: Command {
         gauge("evstore_entities", "Entities held in the store, deleted ones included.", int(status, "entities"))
         gauge("evstore_store_bytes", "Bytes the store's data uses.", int(status, "bytes"))
         gauge("evstore_map_bytes", "The size of the store's memory map, in bytes.", int(status, "map_bytes"))
+        let cache = status["block_cache"] as? [String: Any] ?? [:]
+        gauge(
+            "evstore_block_cache_bytes", "Bytes of decompressed event blocks kept for reads.", int(cache, "bytes"))
+        counter(
+            "evstore_block_cache_hits_total", "Reads of an event block found decompressed, since the daemon started.",
+            int(cache, "hits"))
+        counter(
+            "evstore_block_cache_misses_total",
+            "Reads of an event block that decompressed it, since the daemon started.",
+            int(cache, "misses"))
 
         let appends = status["appends"] as? [String: Any] ?? [:]
         counter(
