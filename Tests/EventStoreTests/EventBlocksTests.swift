@@ -241,4 +241,23 @@ import Testing
         #expect(store.log.blockCacheStatistics.hits == full.hits + written.count)
     }
 
+    /// A block of the tail is topped up by each commit under the same key: a reader that
+    /// kept it before a commit gets the new one after, never the events it held then alone.
+    @Test func aKeptBlockOfTheTailIsNotServedOnceACommitToppedItUp() throws {
+        let store = try TempStore { $0.trainsDictionaryAutomatically = false }
+        var ids: [ULID] = []
+        for round in 0..<(EventBlocks.maxEvents + 5) {
+            ids += try store.log.append([
+                InputEvent(entity: entity("job/\(round % 3)"), change: .status(round % 2 == 0 ? "assigned" : "done"))
+            ]).ids
+            // Every event so far, read after each commit: the first ones from a block kept
+            // since an earlier commit, the newest from the block that commit rewrote.
+            for (index, id) in ids.enumerated() where index % 7 == 0 || index == ids.count - 1 {
+                #expect(try store.log.event(id)?.id == id, "event \(index) after commit \(round)")
+            }
+        }
+        #expect(store.log.blockCacheStatistics.hits > 0)
+        try store.check()
+    }
+
 }

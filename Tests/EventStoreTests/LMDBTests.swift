@@ -331,6 +331,15 @@ struct LMDBCursorTests {
                     #expect(try cursor.prevKey() == bytes("a"))
                     #expect(try cursor.prevKey() == nil)
                     #expect(try cursor.seekKey(bytes("f")) == nil)
+                    #expect(try cursor.lastKey() == bytes("e"))
+                    #expect(try cursor.current()?.value == bytes("E"))
+
+                    // A value compared where it lies: equal bytes only, not a prefix or a longer one.
+                    _ = try cursor.seekKey(bytes("c"))
+                    #expect(try cursor.currentValueEquals(bytes("C")))
+                    #expect(try !cursor.currentValueEquals(bytes("D")))
+                    #expect(try !cursor.currentValueEquals(bytes("CC")))
+                    #expect(try !cursor.currentValueEquals([]))
                 }
             }
         }

@@ -60,9 +60,20 @@ public struct Cursor: ~Copyable {
         try perform("mdb_cursor_get") { cursor throws(LMDBError) in try MDB.cursorGetKey(cursor, .setRange, key: key) }
     }
 
+    /// `last` that copies out only the key it lands on.
+    public mutating func lastKey() throws(LMDBError) -> [UInt8]? {
+        try perform("mdb_cursor_get") { cursor throws(LMDBError) in try MDB.cursorGetKey(cursor, .last) }
+    }
+
     /// `prev` that copies out only the key it lands on.
     public mutating func prevKey() throws(LMDBError) -> [UInt8]? {
         try perform("mdb_cursor_get") { cursor throws(LMDBError) in try MDB.cursorGetKey(cursor, .prev) }
+    }
+
+    /// Whether the value at the cursor is `bytes`, compared in the map without copying it
+    /// out; false when the cursor is on no pair.
+    public mutating func currentValueEquals(_ bytes: [UInt8]) throws(LMDBError) -> Bool {
+        try perform("mdb_cursor_get") { cursor throws(LMDBError) in try MDB.cursorValueEquals(cursor, bytes) }
     }
 
     /// Moves to `key` exactly (`MDB_SET_KEY`), to its first value in a `.dupSort` database.

@@ -189,8 +189,12 @@ package enum EventBlocks {
 
     /// The first seq of the block `entry`: its key.
     static func first(of entry: Cursor.Entry) throws(CorruptDataError) -> UInt64 {
-        guard entry.key.count == 8 else { throw CorruptDataError("an event_blocks key is not a seq") }
-        return uint64(bigEndian: entry.key)
+        try first(ofKey: entry.key)
+    }
+
+    static func first(ofKey key: [UInt8]) throws(CorruptDataError) -> UInt64 {
+        guard key.count == 8 else { throw CorruptDataError("an event_blocks key is not a seq") }
+        return uint64(bigEndian: key)
     }
 
     /// The seqs the block `entry` holds, from its key and header alone (nothing decompressed).
@@ -297,7 +301,9 @@ public final class BlockCache: Sendable {
         public var blocks: Int
         public var bytes: Int
         public var maxBytes: Int
+        /// Reads of a block served by the cache.
         public var hits: Int
+        /// Blocks decompressed.
         public var misses: Int
     }
 
@@ -310,13 +316,33 @@ public final class BlockCache: Sendable {
         block.value.count + block.raw.count + block.starts.count * MemoryLayout<Int>.stride + overheadBytes
     }
 
+    /// The block kept under `first` when it was decoded from the value at `cursor`,
+    /// compared where it lies in the map. Not counted: the caller counts it as a hit if it
+    /// holds what it looks for (`countHit`).
+    func block(_ first: UInt64, storedIn cursor: inout Cursor) throws -> DecodedBlock? {
+        // Taken out under the lock and compared outside it: a block another reader replaces
+        // meanwhile is still the one compared, and a hit marks whatever is kept as used.
+        guard let kept = blocks.withLock({ $0.peek(first) }), try cursor.currentValueEquals(kept.value) else {
+            return nil
+        }
+        blocks.withLock { _ = $0.value(for: first) }
+        return kept
+    }
+
+    /// The block kept under `first` when it was decoded from `value`; counted as a hit.
     func block(_ first: UInt64, value: [UInt8]) -> DecodedBlock? {
         let found = blocks.withLock { blocks in
             blocks.value(for: first) { $0.value == value }
         }
-        if found == nil { misses.add(1, ordering: .relaxed) } else { hits.add(1, ordering: .relaxed) }
+        if found != nil { countHit() }
         return found
     }
+
+    /// A read served by a kept block.
+    func countHit() { hits.add(1, ordering: .relaxed) }
+
+    /// A block decompressed (kept or not).
+    func countMiss() { misses.add(1, ordering: .relaxed) }
 
     func keep(_ block: DecodedBlock) {
         let cost = BlockCache.cost(of: block)
@@ -356,30 +382,62 @@ extension EventLog {
     func block(holding seq: UInt64, txn: borrowing some TransactionReading & ~Copyable) throws -> DecodedBlock? {
         let key = bigEndian(seq)
         for table in tables.blockTables {
-            let entry = try txn.withCursor(table) { cursor in try EventLog.block(atOrBefore: key, &cursor) }
-            // Passed over by its header when it does not hold `seq` (the last full block,
-            // when `seq` is in the tail); a decoded block holds what its header says.
-            guard let entry, try EventBlocks.span(of: entry).contains(seq) else { continue }
-            return try decodeBlock(entry, txn: txn)
+            // The block that would hold `seq`: kept in the cache with the very bytes stored
+            // under its key (compared in place, not copied), or copied out to be decoded.
+            let found = try txn.withCursor(table) { cursor -> BlockLookup in
+                guard let blockKey = try EventLog.blockKey(atOrBefore: key, &cursor) else { return .none }
+                let first = try EventBlocks.first(ofKey: blockKey)
+                if let kept = try blockCache.block(first, storedIn: &cursor) { return .kept(kept) }
+                return try cursor.current().map { .stored($0) } ?? .none
+            }
+            switch found {
+            case .none: continue
+            case .kept(let block):
+                // The last full block, when `seq` is in the tail.
+                guard block.contains(seq) else { continue }
+                blockCache.countHit()
+                return block
+            case .stored(let entry):
+                // Passed over by its header when it does not hold `seq`; a decoded block
+                // holds what its header says.
+                guard try EventBlocks.span(of: entry).contains(seq) else { continue }
+                return try decodeBlock(entry, txn: txn, cacheChecked: true)
+            }
         }
         return nil
+    }
+
+    private enum BlockLookup {
+        case none
+        case kept(DecodedBlock)
+        case stored(Cursor.Entry)
+    }
+
+    /// The key of the block of `cursor`'s table with the greatest key at most `key`, the
+    /// cursor on it: the one that holds that seq if any does. Nil when every block starts
+    /// after it. Moves by keys, copying no value.
+    static func blockKey(atOrBefore key: [UInt8], _ cursor: inout Cursor) throws -> [UInt8]? {
+        guard let found = try cursor.seekKey(key) else { return try cursor.lastKey() }
+        if found == key { return found }
+        return try cursor.prevKey()
     }
 
     /// The block of `cursor`'s table with the greatest key at most `key`: the one that holds
     /// that seq if any does. Nil when every block starts after it. Moves by keys, so the
     /// block after it is passed over uncopied.
     static func block(atOrBefore key: [UInt8], _ cursor: inout Cursor) throws -> Cursor.Entry? {
-        guard let found = try cursor.seekKey(key) else { return try cursor.last() }
-        if found != key, try cursor.prevKey() == nil { return nil }
+        guard try blockKey(atOrBefore: key, &cursor) != nil else { return nil }
         return try cursor.current()
     }
 
-    /// A block's entry decompressed (or taken from the cache), its records checked.
-    func decodeBlock(_ entry: Cursor.Entry, txn: borrowing some TransactionReading & ~Copyable) throws
-        -> DecodedBlock
-    {
+    /// A block's entry decompressed (or taken from the cache, unless the caller has looked
+    /// there already), its records checked.
+    func decodeBlock(
+        _ entry: Cursor.Entry, txn: borrowing some TransactionReading & ~Copyable, cacheChecked: Bool = false
+    ) throws -> DecodedBlock {
         let first = try EventBlocks.first(of: entry)
-        if let cached = blockCache.block(first, value: entry.value) { return cached }
+        if !cacheChecked, let cached = blockCache.block(first, value: entry.value) { return cached }
+        blockCache.countMiss()
         let header = try EventBlocks.header(entry.value, first: first)
         let dictionary = try dictionary(header.dictionaryVersion, txn: txn)
         let block = try decompressors.withDecompressor { decompressor in

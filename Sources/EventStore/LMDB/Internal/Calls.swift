@@ -4,6 +4,10 @@ import CLMDB
     import Glibc
 #endif
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// Every call into liblmdb (and the few libc calls the environment needs) goes through here.
 ///
 /// Each wrapper turns a return code into a thrown `LMDBError` and copies bytes out of the map,
@@ -232,6 +236,19 @@ enum MDB {
         if current == MDB_NOTFOUND { return nil }
         try check(current, "mdb_cursor_get")
         return (foundKey.bytes, foundValue.bytes)
+    }
+
+    /// Whether the value at the cursor is `bytes`, compared where it lies in the map (nothing
+    /// copied); false when the cursor is on no pair.
+    static func cursorValueEquals(_ cursor: OpaquePointer, _ bytes: [UInt8]) throws(LMDBError) -> Bool {
+        var foundKey = MDB_val()
+        var foundValue = MDB_val()
+        let code = mdb_cursor_get(cursor, &foundKey, &foundValue, MDB_GET_CURRENT)
+        if code == MDB_NOTFOUND { return false }
+        try check(code, "mdb_cursor_get")
+        guard foundValue.mv_size == bytes.count else { return false }
+        guard let data = foundValue.mv_data, !bytes.isEmpty else { return true }
+        return bytes.withUnsafeBytes { memcmp(data, $0.baseAddress!, bytes.count) == 0 }
     }
 
     /// The same move, copying out only the key it lands on: for a search that looks at keys
