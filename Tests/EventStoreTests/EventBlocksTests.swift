@@ -231,8 +231,18 @@ import Testing
         #expect(store.log.blockCacheStatistics.blocks == 0)
         #expect(store.log.blockCacheStatistics.misses >= statistics.misses + written.count)
 
-        // Room for all: the second pass decompresses nothing.
+        // A walk through the log keeps only the block it stops in, where its next page starts.
         store.log.setBlockCacheBytes(1 << 30)
+        let walked = try store.log.feed(after: 0, limit: 1_000_000, scanLimit: 1_000_000)
+        #expect(walked.events.count == written.count)
+        #expect(store.log.blockCacheStatistics.blocks == 1, "the walk pushed out the blocks reads come back to")
+        let page = try store.log.feed(after: 100, limit: 10)
+        #expect(page.events.map(\.seq) == Array(101...110))
+        let beforeNextPage = store.log.blockCacheStatistics
+        #expect(try store.log.feed(after: 110, limit: 10).events.map(\.seq) == Array(111...120))
+        #expect(store.log.blockCacheStatistics.misses == beforeNextPage.misses, "the next page's block was kept")
+
+        // Room for all: the second pass decompresses nothing.
         try readAll()
         let full = store.log.blockCacheStatistics
         #expect(full.blocks >= written.count / EventBlocks.maxEvents)

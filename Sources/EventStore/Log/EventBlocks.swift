@@ -401,7 +401,7 @@ extension EventLog {
                 // Passed over by its header when it does not hold `seq`; a decoded block
                 // holds what its header says.
                 guard try EventBlocks.span(of: entry).contains(seq) else { continue }
-                return try decodeBlock(entry, txn: txn, cacheChecked: true)
+                return try decodeBlock(entry, txn: txn, lookUp: false)
             }
         }
         return nil
@@ -430,13 +430,17 @@ extension EventLog {
         return try cursor.current()
     }
 
-    /// A block's entry decompressed (or taken from the cache, unless the caller has looked
-    /// there already), its records checked.
+    /// A block's entry decompressed, its records checked: taken from the cache when
+    /// `lookUp` (unless the caller has looked there already), and kept there once
+    /// decompressed when `keep`. A walk through many blocks (`forEachStored`, the writer's
+    /// merge of the tail, a rebuild) keeps none of them, so it does not push out the blocks
+    /// that reads by id come back to.
     func decodeBlock(
-        _ entry: Cursor.Entry, txn: borrowing some TransactionReading & ~Copyable, cacheChecked: Bool = false
+        _ entry: Cursor.Entry, txn: borrowing some TransactionReading & ~Copyable, lookUp: Bool = true,
+        keep: Bool = true
     ) throws -> DecodedBlock {
         let first = try EventBlocks.first(of: entry)
-        if !cacheChecked, let cached = blockCache.block(first, value: entry.value) { return cached }
+        if lookUp, let cached = blockCache.block(first, value: entry.value) { return cached }
         blockCache.countMiss()
         let header = try EventBlocks.header(entry.value, first: first)
         let dictionary = try dictionary(header.dictionaryVersion, txn: txn)
@@ -444,7 +448,7 @@ extension EventLog {
             try EventBlocks.decode(
                 entry.value, first: first, header: header, dictionary: dictionary, decompressor: decompressor)
         }
-        blockCache.keep(block)
+        if keep { blockCache.keep(block) }
         return block
     }
 
@@ -502,11 +506,14 @@ extension EventLog {
     }
 
     /// Calls `body` with each stored event's seq, its block and its place there, from seq
-    /// `from` on, in seq order, until it returns false.
+    /// `from` on, in seq order, until it returns false. Of the blocks it decompresses, only
+    /// the one it stops in is kept in the cache: where the next page of the walk starts.
     func forEachStored(
         from: UInt64, txn: borrowing some TransactionReading & ~Copyable,
         _ body: (UInt64, DecodedBlock, Int) throws -> Bool
     ) throws {
+        var last: DecodedBlock?
+        defer { if let last { blockCache.keep(last) } }
         for table in tables.blockTables {
             let goOn = try txn.withCursor(table) { cursor -> Bool in
                 let key = bigEndian(from)
@@ -518,7 +525,8 @@ extension EventLog {
                         item = try cursor.next()
                         continue
                     }
-                    let block = try decodeBlock(entry, txn: txn)
+                    let block = try decodeBlock(entry, txn: txn, keep: false)
+                    last = block
                     for index in 0..<block.count where block.first + UInt64(index) >= from {
                         guard try body(block.first + UInt64(index), block, index) else { return false }
                     }

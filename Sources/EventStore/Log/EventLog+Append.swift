@@ -421,7 +421,7 @@ struct WriteBatch {
         var records: [EventBlocks.Record] = []
         records.reserveCapacity(tailCount + pendingRecords.count)
         for entry in tail {
-            let block = try log.decodeBlock(entry, txn: txn)
+            let block = try log.decodeBlock(entry, txn: txn, keep: false)
             for index in 0..<block.count { records.append(block.record(at: index)) }
         }
         records.append(contentsOf: pendingRecords)

@@ -417,7 +417,7 @@ extension EventLog {
                 try txn.withCursor(table) { cursor in
                     var item = try cursor.last()
                     while let current = item, samples.count < wanted {
-                        let block = try decodeBlock(current, txn: txn)
+                        let block = try decodeBlock(current, txn: txn, keep: false)
                         for index in (0..<block.count).reversed() where samples.count < wanted {
                             samples.append(block.payload(at: index))
                         }

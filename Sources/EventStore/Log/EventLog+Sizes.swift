@@ -44,7 +44,7 @@ extension EventLog {
                         overflowPages: stat.overflowPages))
             }
             try forEachBlock(txn: txn) { current in
-                let block = try decodeBlock(current, txn: txn)
+                let block = try decodeBlock(current, txn: txn, keep: false)
                 result.events += block.count
                 result.eventValueBytes += current.value.count
                 for index in 0..<block.count {
