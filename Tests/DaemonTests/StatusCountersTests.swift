@@ -45,19 +45,7 @@ struct StatusCountersTests {
         // due; its clock alone would not train again before five seconds have passed.
         Thread.sleep(forTimeInterval: 1.5)
         #expect(try client.call("status")["dictionary_version"] as? Int == 0)
-        let statuses = ["assigned", "en_route", "on_site", "paused", "done"]
-        func append(rounds: Range<Int>) throws {
-            for round in rounds {
-                _ = try client.call(
-                    "append",
-                    eventsParams(
-                        (0..<1000).map { index in
-                            let n = round * 1000 + index
-                            return
-                                #"{"entity":"job/\#(n % 300)","kind":"edit","fields":{"note":"visit \#(n) at site \#(n % 17)","status_hint":"\#(statuses[n % 5])","hours":\#(n % 9)}}"#
-                        }))
-            }
-        }
+        func append(rounds: Range<Int>) throws { try appendEdits(client, rounds: rounds) }
         // The first: trained by the writer after the commit that made it due, before it
         // answered the next request.
         try append(rounds: 0..<2)
@@ -170,18 +158,9 @@ struct StatusCountersTests {
         let daemon = try DaemonProcess(root: root, arguments: ["--config", config])
         defer { daemon.removeFiles() }
         let client = try daemon.client()
-        // 6,400 events: some 100 blocks, several times what the bound holds.
-        for round in 0..<8 {
-            _ = try client.call(
-                "append",
-                eventsParams(
-                    (0..<800).map { index in
-                        let n = round * 800 + index
-                        return
-                            #"{"entity":"job/\#(n % 250)","kind":"edit","fields":{"note":"visit \#(n) at site \#(n % 17)","hours":\#(n % 9)}}"#
-                    }))
-        }
-        let head = 6_400
+        // 7,000 events: some 110 blocks, several times what the bound holds.
+        try appendEdits(client, rounds: 0..<7)
+        let head = 7_000
         func cache() throws -> [String: Int] {
             try #require(try client.call("status")["block_cache"] as? [String: Int])
         }
@@ -231,4 +210,19 @@ struct StatusCountersTests {
         #expect(try cache()["blocks"] == 0)
     }
 
+}
+
+/// Appends `rounds` of 1,000 edits shaped like the field workload's, over 300 jobs.
+private func appendEdits(_ client: RPCClient, rounds: Range<Int>) throws {
+    let statuses = ["assigned", "en_route", "on_site", "paused", "done"]
+    for round in rounds {
+        _ = try client.call(
+            "append",
+            eventsParams(
+                (0..<1000).map { index in
+                    let n = round * 1000 + index
+                    return
+                        #"{"entity":"job/\#(n % 300)","kind":"edit","fields":{"note":"visit \#(n) at site \#(n % 17)","status_hint":"\#(statuses[n % 5])","hours":\#(n % 9)}}"#
+                }))
+    }
 }
