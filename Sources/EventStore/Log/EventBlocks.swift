@@ -283,8 +283,9 @@ struct DecodedBlock: Sendable {
 /// `block_cache_bytes`): past it the least recently used go. A block never changes once
 /// written, but for the last one, which a commit may top up under the same key (and a write
 /// that failed may have left one under a key a later write takes); an entry is used only
-/// for the very bytes it was decoded from. Comparing them costs a hit a little more than
-/// hashing them did, and a miss nothing.
+/// for the very bytes it was decoded from. A read by seq compares them where they lie in
+/// the map (`block(_:storedIn:)`), so a hit copies nothing; a walk compares the value it
+/// copied out anyway. Walks keep only the block they stop in (`forEachStored`).
 public final class BlockCache: Sendable {
     /// Bounds the entries however small the blocks: a block of one event costs little.
     static let maxEntries = 1 << 16
