@@ -375,7 +375,7 @@ struct JetStreamConnectionTests {
         try (NKeyTests.documentedSeed + "\n").write(toFile: seedFile, atomically: true, encoding: .utf8)
         var options = NATSOptions(url: server.url)
         options.nkeySeedFile = seedFile
-        try publishesOne(with: options)
+        try publishesOne(with: options, on: server)
 
         let refused = #expect(throws: NATSError.self) {
             try JetStreamConnection(options: NATSOptions(url: server.url)) { _ in }
@@ -390,7 +390,7 @@ struct JetStreamConnectionTests {
         var options = NATSOptions(url: server.url)
         options.user = "evstore"
         options.password = "s3cret pass"
-        try publishesOne(with: options)
+        try publishesOne(with: options, on: server)
         options.password = "wrong"
         #expect(throws: NATSError.authenticationFailed) { try JetStreamConnection(options: options) { _ in } }
 
@@ -398,7 +398,7 @@ struct JetStreamConnectionTests {
         defer { tokenServer.remove() }
         var tokenOptions = NATSOptions(url: tokenServer.url)
         tokenOptions.token = "t0ken"
-        try publishesOne(with: tokenOptions)
+        try publishesOne(with: tokenOptions, on: tokenServer)
     }
 
     @Test func credentialsInTheURLNeverReachAMessage() throws {
@@ -498,7 +498,7 @@ struct JetStreamConnectionTests {
         options.tlsCAFile = certificates.ca
         options.tlsCertificateFile = certificates.clientCertificate
         options.tlsKeyFile = certificates.clientKey
-        try publishesOne(with: options)
+        try publishesOne(with: options, on: server)
 
         let plain = #expect(throws: NATSError.self) {
             try JetStreamConnection(options: NATSOptions(url: server.url)) { _ in }
@@ -519,9 +519,17 @@ struct JetStreamConnectionTests {
     }
 
     /// Connects with `options`, creates a stream, and publishes one message that is acknowledged.
-    private func publishesOne(with options: NATSOptions) throws {
+    /// Publishes one message through a connection made with `options` to `server`. A
+    /// connection refused records what the server logged of it, the other side of the story.
+    private func publishesOne(with options: NATSOptions, on server: NATSServer) throws {
         let results = PublishResults()
-        let connection = try JetStreamConnection(options: options) { results.record($0) }
+        let connection: JetStreamConnection
+        do {
+            connection = try JetStreamConnection(options: options) { results.record($0) }
+        } catch {
+            Issue.record("nats-server's log of the refused connection:\n\(server.log)")
+            throw error
+        }
         defer { connection.close() }
         try connection.addStream(Self.events)
         try connection.publishAsync(subject: "evstore.one", messageID: "one", body: [1], tag: 1)
