@@ -386,13 +386,13 @@ extension EventLog {
             // The block that would hold `seq`: kept in the cache with the very bytes stored
             // under its key (compared in place, not copied), or copied out to be decoded.
             let found = try txn.withCursor(table) { cursor -> BlockLookup in
-                guard let blockKey = try EventLog.blockKey(atOrBefore: key, &cursor) else { return .none }
+                guard let blockKey = try EventLog.blockKey(atOrBefore: key, &cursor) else { return .noBlock }
                 let first = try EventBlocks.first(ofKey: blockKey)
                 if let kept = try blockCache.block(first, storedIn: &cursor) { return .kept(kept) }
-                return try cursor.current().map { .stored($0) } ?? .none
+                return try cursor.current().map { .stored($0) } ?? .noBlock
             }
             switch found {
-            case .none: continue
+            case .noBlock: continue
             case .kept(let block):
                 // The last full block, when `seq` is in the tail.
                 guard block.contains(seq) else { continue }
@@ -408,8 +408,10 @@ extension EventLog {
         return nil
     }
 
+    /// Where `block(holding:)` found the block of one table that would hold a seq.
     private enum BlockLookup {
-        case none
+        /// Every block of the table starts after the seq.
+        case noBlock
         case kept(DecodedBlock)
         case stored(Cursor.Entry)
     }
