@@ -784,6 +784,8 @@ if options.runs("sync") {
     let loadSeconds = try runEvctl(bin, socket: source.socket, ["append", "--file", options.workload])
     let target = try Daemon(bin: bin, root: options.directory + "/sync-target", cpu: 1)
     let client = try Client(source.socket)
+    let loadCPU = source.ioAndCPU.cpuSeconds
+    let targetCPU = target.ioAndCPU.cpuSeconds
     let (full, fullSeconds) = try client.sync("unix://\(target.socket)")
     let sent = full["sent"] as? Int ?? 0
     let bytesSent = full["bytes_sent"] as? Int ?? 0
@@ -792,6 +794,18 @@ if options.runs("sync") {
     rows.append(Row(name: "full sync between two daemons", value: syncRate, unit: "events/s", note: "\(sent) events"))
     rows.append(Row(name: "baseline: bulk evctl append --file, same events", value: bulkRate, unit: "events/s"))
     rows.append(Row(name: "full sync / bulk append", value: syncRate / bulkRate, unit: "x", note: "goal >= 0.5"))
+    // Where each side's CPU went, per event: a daemon busy all the time the sync ran is the
+    // one that bounds it.
+    let perEvent = { (seconds: Double) in seconds * 1e6 / Double(max(1, sent)) }
+    rows.append(Row(name: "bulk append: daemon CPU per event, from its start", value: perEvent(loadCPU), unit: "µs"))
+    rows.append(
+        Row(name: "full sync: sender CPU per event", value: perEvent(source.ioAndCPU.cpuSeconds - loadCPU), unit: "µs"))
+    rows.append(
+        Row(
+            name: "full sync: receiver CPU per event", value: perEvent(target.ioAndCPU.cpuSeconds - targetCPU),
+            unit: "µs",
+            note: String(
+                format: "busy %.0f %% of the sync", (target.ioAndCPU.cpuSeconds - targetCPU) / fullSeconds * 100)))
     var noop: [Double] = []
     var noopBytes = 0
     for _ in 0..<5 {
