@@ -90,7 +90,9 @@ public enum EventCodec {
     /// `stored`: the event is a stored one (from disk, a peer or an import), whose values are
     /// kept as they are; only a local input's blob references are checked.
     static func input(from m: Members, stored: Bool = false) throws(EventStoreError) -> InputEvent {
-        try details(of: InputEvent(entity: entity(of: m), change: change(from: m, stored: stored)), from: m)
+        var event = InputEvent(entity: try entity(of: m), change: try change(from: m, stored: stored))
+        try addDetails(from: m, to: &event)
+        return event
     }
 
     static func entity(of m: Members) throws(EventStoreError) -> EntityKey {
@@ -100,10 +102,9 @@ public enum EventCodec {
         return try Validation.entity(entityBytes)
     }
 
-    /// `key`, `by`, `at`, `if_match` and `resolve` of `m`, checked, on `event`.
-    static func details(of event: InputEvent, from m: Members) throws(EventStoreError) -> InputEvent {
-        var event = event
-        let change = event.change
+    /// Sets `key`, `by`, `at`, `if_match` and `resolve` of `m`, checked, on `event` (in place:
+    /// an event passed in and returned would be copied, each of its buffers retained).
+    static func addDetails(from m: Members, to event: inout InputEvent) throws(EventStoreError) {
         if let key = m.key { event.key = try Validation.text(key, what: "\"key\"", limit: Validation.maxKeyBytes) }
         if let by = m.by {
             event.by = try Validation.text(by, what: "\"by\"", limit: Validation.maxByBytes, allowEmpty: true)
@@ -113,14 +114,13 @@ public enum EventCodec {
         if let resolve = m.resolve {
             // A status event always names every status head, so it settles a status conflict
             // without the flag; on other kinds there is nothing for it to settle.
-            guard case .edit = change else {
+            guard event.change.kind == .edit else {
                 throw .invalid(
-                    "\"resolve\" is only allowed on an \"edit\" event, not on a \"\(change.kind.rawValue)\" event (a status event settles a status conflict without it)"
+                    "\"resolve\" is only allowed on an \"edit\" event, not on a \"\(event.change.kind.rawValue)\" event (a status event settles a status conflict without it)"
                 )
             }
             event.resolve = resolve
         }
-        return event
     }
 
     /// An `if_match`: the entity's rev as `get`, `list` or `append` reported it, a positive
@@ -294,7 +294,8 @@ public enum EventCodec {
         } catch {
             throw .invalid(error.isSyntax ? "invalid JSON: \(error)" : error.message)
         }
-        return m
+        // Moved out: a copy of the members would retain each slice's buffer, and release it twice.
+        return consume m
     }
 
     static func stringMember(_ s: inout JSONScanner, _ name: String) throws(JSONError) -> ArraySlice<UInt8> {
@@ -340,7 +341,9 @@ public enum EventCodec {
         let input: InputEvent
         if decision != nil {
             // A decision has no change of its own; `delete` stands in for the checks of the rest.
-            input = try details(of: InputEvent(entity: entity(of: m), change: .delete), from: m)
+            var decided = InputEvent(entity: try entity(of: m), change: .delete)
+            try addDetails(from: m, to: &decided)
+            input = decided
         } else {
             input = try self.input(from: m, stored: true)
         }

@@ -139,15 +139,16 @@ extension EventLog {
     /// nothing stored — its JSON, its fields, its size — and its canonical payload. What
     /// depends on the store (held already, a dropped dead letter, this node's clock) the
     /// writer still checks.
-    public func predecode(_ events: [ReplicatedEvent]) -> [ReplicatedEvent] {
-        events.map { record in
-            var decoded = record
-            decoded.decoded = Result { () throws(EventStoreError) in
-                let event = try EventCodec.decodeStored(record.json, id: record.id)
+    public func predecode(_ events: consuming [ReplicatedEvent]) -> [ReplicatedEvent] {
+        // In place: the events are not copied (nor their buffers retained) to add what was decoded.
+        var events = events
+        for index in events.indices {
+            events[index].decoded = Result { () throws(EventStoreError) in
+                let event = try EventCodec.decodeStored(events[index].json, id: events[index].id)
                 return DecodedReplica(event: event, payload: try storedPayload(of: event, replicated: true))
             }
-            return decoded
         }
+        return events
     }
 
     /// A replicated event decoded and its stored payload, or why it cannot be stored.
