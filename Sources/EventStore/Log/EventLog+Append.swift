@@ -227,50 +227,9 @@ struct WriteBatch {
             throw EventStoreError(
                 .conflict, "\(entity) \(actual), not \(expected) (if_match): read it again and retry")
         }
-        // Read in place: a copy of the state would retain and release each of its arrays.
-        let body: EventBody
-        switch input.change {
-        case .restore:
-            guard touched[slot].state.isDeleted else {
-                throw EventStoreError(.conflict, "\(entity) is not deleted: there is nothing to restore")
-            }
-            body = .restore(base: touched[slot].state.liveDeletes)
-        case _ where touched[slot].state.isDeleted:
-            throw EventStoreError(
-                .deleted,
-                "\(entity) is deleted: restore it first (kind \"restore\"), then \(input.change.kind.rawValue) it")
-        case .edit(let fields):
-            // A field in conflict keeps its heads unless this edit is a resolution: a plain
-            // edit of it names none of them and joins the conflict as one more head, so no
-            // edit settles a conflict its author did not see.
-            let settles = input.settlesConflicts
-            let base = fields.compactMap { field -> FieldBase? in
-                let heads = touched[slot].state.heads(ofField: field.name)
-                guard !heads.isEmpty, heads.count == 1 || settles else { return nil }
-                return FieldBase(field: field.name, heads: heads)
-            }
-            body = .edit(fields: fields, base: base)
-        case .status(let status):
-            let base = touched[slot].state.statusHeadIDs
-            body = rules.proposes(entity) ? .propose(status, base: base) : .status(status, base: base)
-        case .add(let set, let element):
-            body = .add(set: set, element: element)
-        case .remove(let set, let element):
-            body = .remove(
-                set: set, element: element, observed: touched[slot].state.liveAdds(set: set, element: element))
-        case .delete:
-            body = .delete
-        case .incr(let counter, let amount):
-            let current = touched[slot].state.counter(counter) ?? 0
-            let sum = current + Int128(amount)
-            guard sum >= Int128(Int64.min), sum <= Int128(Int64.max) else {
-                throw EventStoreError.invalid(
-                    "\(entity)'s counter \(counter) is \(current): adding \(amount) takes it out of a signed 64-bit integer"
-                )
-            }
-            body = .incr(counter: counter, amount: amount)
-        }
-        try rules.check(input.change, of: entity, currentStatus: touched[slot].state.currentStatus?.status)
+        // Through the entry's address: a copy of its state would retain and release each of
+        // its arrays, and reading the state of an array's element any other way copies it.
+        let body = try WriteBatch.body(of: input, on: &touched[slot], rules: rules)
         let id = try freshID(txn: txn)
         let event = Event(
             id: id, origin: log.nodeID, entity: entity, body: body, key: input.key, by: input.by, at: input.at)
@@ -282,6 +241,57 @@ struct WriteBatch {
         let log = self.log
         try WriteBatch.fold(event, seq: seq, into: &touched[slot], log: log, txn: txn)
         return .appended(id)
+    }
+
+    /// The body an appended `input` makes on `entry`, its entity's: the causal context (the
+    /// heads it names) read from the state, checked against the state and the type's rules.
+    /// `inout` only to read the state where it lies.
+    static func body(of input: InputEvent, on entry: inout Touched, rules: TypeRules) throws -> EventBody {
+        let entity = input.entity
+        let body: EventBody
+        switch input.change {
+        case .restore:
+            guard entry.state.isDeleted else {
+                throw EventStoreError(.conflict, "\(entity) is not deleted: there is nothing to restore")
+            }
+            body = .restore(base: entry.state.liveDeletes)
+        case _ where entry.state.isDeleted:
+            throw EventStoreError(
+                .deleted,
+                "\(entity) is deleted: restore it first (kind \"restore\"), then \(input.change.kind.rawValue) it")
+        case .edit(let fields):
+            // A field in conflict keeps its heads unless this edit is a resolution: a plain
+            // edit of it names none of them and joins the conflict as one more head, so no
+            // edit settles a conflict its author did not see.
+            let settles = input.settlesConflicts
+            let base = fields.compactMap { field -> FieldBase? in
+                let heads = entry.state.heads(ofField: field.name)
+                guard !heads.isEmpty, heads.count == 1 || settles else { return nil }
+                return FieldBase(field: field.name, heads: heads)
+            }
+            body = .edit(fields: fields, base: base)
+        case .status(let status):
+            let base = entry.state.statusHeadIDs
+            body = rules.proposes(entity) ? .propose(status, base: base) : .status(status, base: base)
+        case .add(let set, let element):
+            body = .add(set: set, element: element)
+        case .remove(let set, let element):
+            body = .remove(
+                set: set, element: element, observed: entry.state.liveAdds(set: set, element: element))
+        case .delete:
+            body = .delete
+        case .incr(let counter, let amount):
+            let current = entry.state.counter(counter) ?? 0
+            let sum = current + Int128(amount)
+            guard sum >= Int128(Int64.min), sum <= Int128(Int64.max) else {
+                throw EventStoreError.invalid(
+                    "\(entity)'s counter \(counter) is \(current): adding \(amount) takes it out of a signed 64-bit integer"
+                )
+            }
+            body = .incr(counter: counter, amount: amount)
+        }
+        try rules.check(input.change, of: entity, currentStatus: entry.state.currentStatus?.status)
+        return body
     }
 
     /// Marks the entity at `slot` as named by the current client batch; the first time, its
