@@ -800,12 +800,11 @@ if options.runs("sync") {
     rows.append(Row(name: "bulk append: daemon CPU per event, from its start", value: perEvent(loadCPU), unit: "µs"))
     rows.append(
         Row(name: "full sync: sender CPU per event", value: perEvent(source.ioAndCPU.cpuSeconds - loadCPU), unit: "µs"))
+    let receiverCPU = target.ioAndCPU.cpuSeconds - targetCPU
     rows.append(
         Row(
-            name: "full sync: receiver CPU per event", value: perEvent(target.ioAndCPU.cpuSeconds - targetCPU),
-            unit: "µs",
-            note: String(
-                format: "busy %.0f %% of the sync", (target.ioAndCPU.cpuSeconds - targetCPU) / fullSeconds * 100)))
+            name: "full sync: receiver CPU per event", value: perEvent(receiverCPU), unit: "µs",
+            note: String(format: "busy %.0f %% of the sync", receiverCPU / fullSeconds * 100)))
     var noop: [Double] = []
     var noopBytes = 0
     for _ in 0..<5 {

@@ -229,7 +229,7 @@ struct WriteBatch {
         }
         // Through the entry's address: a copy of its state would retain and release each of
         // its arrays, and reading the state of an array's element any other way copies it.
-        let body = try WriteBatch.body(of: input, on: &touched[slot], rules: rules)
+        let body = try WriteBatch.body(of: input, on: &touched[slot].state, rules: rules)
         let id = try freshID(txn: txn)
         let event = Event(
             id: id, origin: log.nodeID, entity: entity, body: body, key: input.key, by: input.by, at: input.at)
@@ -243,19 +243,19 @@ struct WriteBatch {
         return .appended(id)
     }
 
-    /// The body an appended `input` makes on `entry`, its entity's: the causal context (the
-    /// heads it names) read from the state, checked against the state and the type's rules.
+    /// The body an appended `input` makes on `state`, its entity's: the causal context (the
+    /// heads it names) read from the state, checked against it and the type's rules.
     /// `inout` only to read the state where it lies.
-    static func body(of input: InputEvent, on entry: inout Touched, rules: TypeRules) throws -> EventBody {
+    static func body(of input: InputEvent, on state: inout EntityState, rules: TypeRules) throws -> EventBody {
         let entity = input.entity
         let body: EventBody
         switch input.change {
         case .restore:
-            guard entry.state.isDeleted else {
+            guard state.isDeleted else {
                 throw EventStoreError(.conflict, "\(entity) is not deleted: there is nothing to restore")
             }
-            body = .restore(base: entry.state.liveDeletes)
-        case _ where entry.state.isDeleted:
+            body = .restore(base: state.liveDeletes)
+        case _ where state.isDeleted:
             throw EventStoreError(
                 .deleted,
                 "\(entity) is deleted: restore it first (kind \"restore\"), then \(input.change.kind.rawValue) it")
@@ -265,23 +265,23 @@ struct WriteBatch {
             // edit settles a conflict its author did not see.
             let settles = input.settlesConflicts
             let base = fields.compactMap { field -> FieldBase? in
-                let heads = entry.state.heads(ofField: field.name)
+                let heads = state.heads(ofField: field.name)
                 guard !heads.isEmpty, heads.count == 1 || settles else { return nil }
                 return FieldBase(field: field.name, heads: heads)
             }
             body = .edit(fields: fields, base: base)
         case .status(let status):
-            let base = entry.state.statusHeadIDs
+            let base = state.statusHeadIDs
             body = rules.proposes(entity) ? .propose(status, base: base) : .status(status, base: base)
         case .add(let set, let element):
             body = .add(set: set, element: element)
         case .remove(let set, let element):
             body = .remove(
-                set: set, element: element, observed: entry.state.liveAdds(set: set, element: element))
+                set: set, element: element, observed: state.liveAdds(set: set, element: element))
         case .delete:
             body = .delete
         case .incr(let counter, let amount):
-            let current = entry.state.counter(counter) ?? 0
+            let current = state.counter(counter) ?? 0
             let sum = current + Int128(amount)
             guard sum >= Int128(Int64.min), sum <= Int128(Int64.max) else {
                 throw EventStoreError.invalid(
@@ -290,7 +290,7 @@ struct WriteBatch {
             }
             body = .incr(counter: counter, amount: amount)
         }
-        try rules.check(input.change, of: entity, currentStatus: entry.state.currentStatus?.status)
+        try rules.check(input.change, of: entity, currentStatus: state.currentStatus?.status)
         return body
     }
 

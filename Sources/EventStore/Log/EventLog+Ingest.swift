@@ -141,7 +141,6 @@ extension EventLog {
     /// writer still checks.
     public func predecode(_ events: consuming [ReplicatedEvent]) -> [ReplicatedEvent] {
         // In place: the events are not copied (nor their buffers retained) to add what was decoded.
-        var events = events
         for index in events.indices {
             events[index].decoded = Result { () throws(EventStoreError) in
                 let event = try EventCodec.decodeStored(events[index].json, id: events[index].id)
