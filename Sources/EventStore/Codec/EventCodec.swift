@@ -35,6 +35,10 @@ public enum EventCodec {
         var event: ArraySlice<UInt8>?
         var accept: Bool?
         var reason: ArraySlice<UInt8>?
+        /// A stored event's members out of their canonical order, or one its payload
+        /// never holds (`id`, `seq`), or `fields` out of order: its canonical payload is
+        /// not its bytes.
+        var outOfOrder = false
     }
 
     /// The members an event object may have, found by their bytes without making strings.
@@ -44,6 +48,32 @@ public enum EventCodec {
         case proposal, event, accept, reason
         case seq
         case ifMatch = "if_match"
+
+        /// Where the member stands in a stored payload (`encodeStored` without the id): its
+        /// name's place in byte order. Nil for the members a payload never holds.
+        var payloadRank: Int? {
+            switch self {
+            case .accept: 0
+            case .amount: 1
+            case .at: 2
+            case .base: 3
+            case .by: 4
+            case .counter: 5
+            case .element: 6
+            case .entity: 7
+            case .event: 8
+            case .fields: 9
+            case .key: 10
+            case .kind: 11
+            case .observed: 12
+            case .origin: 13
+            case .proposal: 14
+            case .reason: 15
+            case .set: 16
+            case .status: 17
+            case .id, .seq, .ifMatch, .resolve: nil
+            }
+        }
 
         /// The kinds and their names' bytes.
         static let kindNames: [(kind: EventKind, name: [UInt8])] = EventKind.allCases.map {
@@ -230,9 +260,14 @@ public enum EventCodec {
     static func readMembers(_ scanner: inout JSONScanner, stored: Bool) throws(EventStoreError) -> Members {
         var m = Members()
         guard scanner.peek() == UInt8(ascii: "{") else { throw .invalid("an event must be a JSON object") }
+        var lastRank = -1
         do {
             try scanner.readObject { (key, s) throws(JSONError) in
-                switch Member.named(key) {
+                let member = Member.named(key)
+                if stored {
+                    if let rank = member?.payloadRank, rank > lastRank { lastRank = rank } else { m.outOfOrder = true }
+                }
+                switch member {
                 case .entity: m.entity = try stringMember(&s, "entity")
                 case .kind: m.kind = try stringMember(&s, "kind")
                 case .status: m.status = try stringMember(&s, "status")
@@ -251,7 +286,10 @@ public enum EventCodec {
                             meaning: "\"at\" must be a string or a number (the client's wall time)", at: s.offset)
                     }
                     m.at = at
-                case .fields: m.fields = try fieldsMember(&s)
+                case .fields:
+                    var outOfOrder = false
+                    m.fields = try fieldsMember(&s, outOfOrder: &outOfOrder)
+                    if outOfOrder { m.outOfOrder = true }
                 case .ifMatch where !stored: m.ifMatch = try canonical(&s)
                 case .resolve where !stored:
                     guard s.peek() == UInt8(ascii: "t") || s.peek() == UInt8(ascii: "f") else {
@@ -312,6 +350,12 @@ public enum EventCodec {
     }
 
     static func fieldsMember(_ s: inout JSONScanner) throws(JSONError) -> [FieldChange] {
+        var outOfOrder = false
+        return try fieldsMember(&s, outOfOrder: &outOfOrder)
+    }
+
+    /// `outOfOrder` is set when the fields do not come in their canonical order.
+    static func fieldsMember(_ s: inout JSONScanner, outOfOrder: inout Bool) throws(JSONError) -> [FieldChange] {
         guard s.peek() == UInt8(ascii: "{") else {
             throw JSONError(meaning: "\"fields\" must be an object of field names to values", at: s.offset)
         }
@@ -324,7 +368,12 @@ public enum EventCodec {
             fields.append(FieldChange(name: valid, value: try canonical(&s)))
         }
         // Canonical order is by UTF-8 bytes.
-        fields.sort { $0.name.utf8.lexicographicallyPrecedes($1.name.utf8) }
+        for index in fields.indices.dropFirst()
+        where !fields[index - 1].name.utf8.lexicographicallyPrecedes(fields[index].name.utf8) {
+            outOfOrder = true
+            fields.sort { $0.name.utf8.lexicographicallyPrecedes($1.name.utf8) }
+            break
+        }
         return fields
     }
 
@@ -334,9 +383,23 @@ public enum EventCodec {
     /// strictly as an input. `id` supplies the id when the bytes omit it (on disk the id is
     /// the key).
     public static func decodeStored(_ bytes: [UInt8], id knownID: ULID? = nil) throws(EventStoreError) -> Event {
+        var isPayload = false
+        return try decodeStored(bytes, id: knownID, isPayload: &isPayload)
+    }
+
+    /// As `decodeStored(_:id:)`, and says whether `bytes` are the event's payload as they
+    /// are: the canonical JSON without the id that `encodeStored(_:includeID:)` would write
+    /// for it, so a receiver keeps them rather than encoding the event again. False for any
+    /// other form of the event (whitespace, members or ids out of order, an escape or an
+    /// id in another case than the canonical one, an empty list, an `id` inside): those are
+    /// taken too, and stored in the canonical form.
+    public static func decodeStored(_ bytes: [UInt8], id knownID: ULID?, isPayload: inout Bool)
+        throws(EventStoreError) -> Event
+    {
         var scanner = JSONScanner(bytes)
         let m = try readMembers(&scanner, stored: true)
         do { try scanner.expectEnd() } catch { throw .invalid("invalid JSON: \(error)") }
+        var canonical = !m.outOfOrder && !scanner.rewritten
         let decision = try decision(from: m)
         let input: InputEvent
         if decision != nil {
@@ -366,6 +429,12 @@ public enum EventCodec {
         guard let origin = ULID(utf8: originBytes) else {
             throw .invalid("\"origin\" is not a node id (a ULID): \(ULID.problem(with: originBytes) ?? "invalid")")
         }
+        if canonical {
+            canonical = isCanonicalText(ofID: originBytes) && m.event.map(isCanonicalText(ofID:)) != false
+            if let amount = m.amount, case .incr(_, let value) = input.change {
+                canonical = canonical && amount.bytes.elementsEqual(value.description.utf8)
+            }
+        }
         let body: EventBody
         switch input.change {
         case _ where decision != nil:
@@ -386,15 +455,19 @@ public enum EventCodec {
                                 meaning: "\"base\" names field \"\(field.prefix(40))\" that the edit does not set",
                                 at: s.offset)
                         }
-                        base.append(FieldBase(field: field, heads: try idList(&s, "base")))
+                        if let last = base.last, last.field >= field { canonical = false }
+                        let heads = try idList(&s, "base", canonical: &canonical)
+                        if heads.isEmpty { canonical = false }
+                        base.append(FieldBase(field: field, heads: heads))
                     }
                 } catch { throw .invalid(error.isSyntax ? "invalid JSON: \(error)" : error.message) }
+                if base.isEmpty { canonical = false }
                 base.sort { $0.field < $1.field }
                 base.removeAll { $0.heads.isEmpty }
             }
             body = .edit(fields: fields, base: base)
         case .status(let status):
-            let base = try ids(at: m.base, in: bytes, "base")
+            let base = try ids(at: m.base, in: bytes, "base", canonical: &canonical)
             body = m.proposal == true ? .propose(status, base: base) : .status(status, base: base)
         case .add(let set, let element):
             guard m.base == nil, m.observed == nil else { throw .invalid("an add event has no causal context") }
@@ -403,12 +476,14 @@ public enum EventCodec {
             guard m.base == nil else {
                 throw .invalid("\"base\" is not allowed on a remove event (it has \"observed\")")
             }
-            body = .remove(set: set, element: element, observed: try ids(at: m.observed, in: bytes, "observed"))
+            body = .remove(
+                set: set, element: element,
+                observed: try ids(at: m.observed, in: bytes, "observed", canonical: &canonical))
         case .delete:
             guard m.base == nil, m.observed == nil else { throw .invalid("a delete event has no causal context") }
             body = .delete
         case .restore:
-            body = .restore(base: try ids(at: m.base, in: bytes, "base"))
+            body = .restore(base: try ids(at: m.base, in: bytes, "base", canonical: &canonical))
         case .incr(let counter, let amount):
             guard m.base == nil, m.observed == nil else { throw .invalid("an incr event has no causal context") }
             body = .incr(counter: counter, amount: amount)
@@ -419,6 +494,7 @@ public enum EventCodec {
         }
         if input.ifMatch != nil { throw .invalid("\"if_match\" is not part of a stored event") }
         if input.resolve { throw .invalid("\"resolve\" is not part of a stored event") }
+        isPayload = canonical
         return Event(
             id: id, origin: origin, entity: input.entity, body: body, key: input.key, by: input.by, at: input.at)
     }
@@ -447,21 +523,37 @@ public enum EventCodec {
         return .decide(proposal: proposal, accept: accept, reason: reason)
     }
 
-    /// The id list at `offset` of `input`, none when there is none.
-    static func ids(at offset: Int?, in input: [UInt8], _ what: String) throws(EventStoreError) -> [ULID] {
+    /// The id list at `offset` of `input`, none when there is none. `canonical` is set to
+    /// false when the list is not in its canonical form (`idList(_:_:canonical:)`), or is
+    /// empty (the canonical form leaves an empty list out).
+    static func ids(at offset: Int?, in input: [UInt8], _ what: String, canonical: inout Bool)
+        throws(EventStoreError) -> [ULID]
+    {
         guard let offset else { return [] }
         var s = JSONScanner(input, from: offset)
-        do { return try idList(&s, what) } catch {
+        do {
+            let ids = try idList(&s, what, canonical: &canonical)
+            if ids.isEmpty { canonical = false }
+            return ids
+        } catch {
             throw .invalid(error.isSyntax ? "invalid JSON: \(error)" : error.message)
         }
     }
 
     /// A JSON array of ULID strings, returned sorted and without duplicates.
     static func idList(_ s: inout JSONScanner, _ what: String) throws(JSONError) -> [ULID] {
+        var canonical = true
+        return try idList(&s, what, canonical: &canonical)
+    }
+
+    /// As `idList(_:_:)`; `canonical` is set to false when the ids do not come in their
+    /// canonical form: in ascending order, each once, their text in upper case.
+    static func idList(_ s: inout JSONScanner, _ what: String, canonical: inout Bool) throws(JSONError) -> [ULID] {
         guard s.peek() == UInt8(ascii: "[") else {
             throw JSONError(meaning: "\"\(what)\" must be an array of event ids", at: s.offset)
         }
         var ids: [ULID] = []
+        var ascending = true
         try s.readArray { (s) throws(JSONError) in
             let text = try stringMember(&s, what)
             guard let id = ULID(utf8: text) else {
@@ -470,8 +562,11 @@ public enum EventCodec {
                         "\"\(what)\" holds \"\(String(decoding: text.prefix(40), as: UTF8.self))\", not an event id: \(ULID.problem(with: text) ?? "")",
                     at: s.offset)
             }
+            if let last = ids.last, last >= id { ascending = false }
+            if ascending, !isCanonicalText(ofID: text) { ascending = false }
             ids.append(id)
         }
+        if !ascending { canonical = false }
         // Sorted, then each run of equal ids kept once: no set made for a list of a few.
         ids.sort()
         var kept = 0
@@ -481,6 +576,12 @@ public enum EventCodec {
         }
         ids.removeLast(ids.count - kept)
         return ids
+    }
+
+    /// Whether an id's text (one `ULID(utf8:)` reads) is the canonical one: upper case.
+    static func isCanonicalText(ofID text: ArraySlice<UInt8>) -> Bool {
+        for byte in text where byte >= UInt8(ascii: "a") { return false }
+        return true
     }
 
     /// Where `encodeStored` puts the `id` member in a payload it encoded without one: before

@@ -186,7 +186,7 @@ extension EventLog {
         return payload
     }
 
-    private func checkStoredSize(_ payloadBytes: Int, replicated: Bool) throws(EventStoreError) {
+    func checkStoredSize(_ payloadBytes: Int, replicated: Bool) throws(EventStoreError) {
         let storedSize = payloadBytes + EventCodec.idMemberBytes
         let limit = replicated ? StoreOptions.absoluteMaxEventBytes : options.maxEventBytes
         guard storedSize <= limit else {

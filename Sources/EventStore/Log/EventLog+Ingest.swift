@@ -143,8 +143,8 @@ extension EventLog {
         // In place: the events are not copied (nor their buffers retained) to add what was decoded.
         for index in events.indices {
             events[index].decoded = Result { () throws(EventStoreError) in
-                let event = try EventCodec.decodeStored(events[index].json, id: events[index].id)
-                return DecodedReplica(event: event, payload: try storedPayload(of: event, replicated: true))
+                let (event, payload) = try EventLog.received(events[index].json, id: events[index].id, log: self)
+                return DecodedReplica(event: event, payload: payload)
             }
         }
         return events
@@ -154,11 +154,21 @@ extension EventLog {
     static func decodeReplicated(_ raw: [UInt8], id: ULID?, batch: WriteBatch) -> Result<
         (Event, [UInt8]), EventStoreError
     > {
-        Result { () throws(EventStoreError) in
-            let event = try EventCodec.decodeStored(raw, id: id)
-            // Held to the protocol's limit, not `max_event_bytes`: see `storedPayload(of:replicated:)`.
-            return (event, try batch.storedPayload(of: event, replicated: true))
-        }
+        Result { () throws(EventStoreError) in try received(raw, id: id, log: batch.log) }
+    }
+
+    /// A received event decoded, and its payload: the received bytes themselves when they
+    /// are the canonical payload already (as a node of this release sends them), else the
+    /// event encoded again. Held to the protocol's limit, not `max_event_bytes`: see
+    /// `storedPayload(of:replicated:)`.
+    static func received(_ raw: [UInt8], id: ULID?, log: EventLog) throws(EventStoreError) -> (Event, [UInt8]) {
+        var isPayload = false
+        let event = try EventCodec.decodeStored(raw, id: id, isPayload: &isPayload)
+        guard isPayload else { return (event, try log.storedPayload(of: event, replicated: true)) }
+        try log.checkStoredSize(raw.count, replicated: true)
+        assert(
+            raw == EventCodec.encodeStored(event, includeID: false), "received bytes taken as canonical that are not")
+        return (event, raw)
     }
 
     /// The refusal of an event of this node's origin whose id is `lead` ms ahead of its

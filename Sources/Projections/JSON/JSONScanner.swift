@@ -10,6 +10,11 @@ public struct JSONScanner {
     let input: [UInt8]
     var position: Int
     let maxDepth: Int
+    /// Whether anything read so far was not in its canonical form: whitespace between
+    /// tokens, an escape other than the minimal one (`CanonicalWriter`'s), or an object's
+    /// keys out of order in a value read by `canonicalValue(into:)`. While it is false, the
+    /// canonical bytes of what was read are the input's own bytes.
+    public private(set) var rewritten = false
 
     public init(_ input: [UInt8], maxDepth: Int = JSONScanner.defaultMaxDepth) {
         self.input = input
@@ -31,7 +36,9 @@ public struct JSONScanner {
     public mutating func skipWhitespace() {
         while position < input.count {
             switch input[position] {
-            case 0x20, 0x0A, 0x0D, 0x09: position += 1
+            case 0x20, 0x0A, 0x0D, 0x09:
+                position += 1
+                rewritten = true
             default: return
             }
         }
@@ -274,7 +281,10 @@ public struct JSONScanner {
         switch code {
         case UInt8(ascii: "\""): out.append(0x22)
         case UInt8(ascii: "\\"): out.append(0x5C)
-        case UInt8(ascii: "/"): out.append(0x2F)
+        case UInt8(ascii: "/"):
+            // Written raw in the canonical form.
+            rewritten = true
+            out.append(0x2F)
         case UInt8(ascii: "b"): out.append(0x08)
         case UInt8(ascii: "f"): out.append(0x0C)
         case UInt8(ascii: "n"): out.append(0x0A)
@@ -295,12 +305,26 @@ public struct JSONScanner {
             } else if (0xDC00..<0xE000).contains(scalar) {
                 throw JSONError("lone low surrogate in \\u escape", at: escapeStart)
             }
+            if !isMinimalEscape(scalar, at: escapeStart) { rewritten = true }
             guard let unicode = Unicode.Scalar(scalar) else {
                 throw JSONError("invalid \\u escape", at: escapeStart)
             }
             out.append(contentsOf: UTF8.encode(unicode)!)
         default:
             throw JSONError("invalid escape '\\\(Character(Unicode.Scalar(code)))'", at: escapeStart)
+        }
+    }
+
+    /// Whether the `\\u` escape of `scalar` at `escapeStart` is the one the canonical form
+    /// writes: a C0 control without a short form, as `\\u00` and two lower-case hex digits.
+    /// Anything else is written raw or with its short form.
+    func isMinimalEscape(_ scalar: UInt32, at escapeStart: Int) -> Bool {
+        switch scalar {
+        case 0x08, 0x09, 0x0A, 0x0C, 0x0D: return false
+        case 0..<0x20:
+            let digits = input[(escapeStart + 2)..<(escapeStart + 6)]
+            return digits.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }
+        default: return false
         }
     }
 
@@ -374,6 +398,11 @@ public struct JSONScanner {
                 var value: [UInt8] = []
                 try scanner.canonicalValue(into: &value, depth: depth + 1)
                 members.append((Array(key), value))
+            }
+            for index in members.indices.dropFirst()
+            where !members[index - 1].key.lexicographicallyPrecedes(members[index].key) {
+                rewritten = true
+                break
             }
             members.sort { $0.key.lexicographicallyPrecedes($1.key) }
             out.append(UInt8(ascii: "{"))
