@@ -19,7 +19,8 @@ public enum FuzzEntry {
     /// with the id from the bytes or, when they have none, a fixed one).
     ///
     /// An accepted event is encoded in the stored form and decoded again: both must give the
-    /// same event and the same bytes. Its fold must encode as valid JSON.
+    /// same event and the same bytes. Its fold must encode as valid JSON. A stored form is
+    /// said to be the event's payload exactly when it is.
     public static func event(_ data: [UInt8]) throws(EventStoreError) -> Event {
         guard let selector = data.first else { throw .invalid("an empty input") }
         let json = Array(data.dropFirst())
@@ -30,7 +31,14 @@ public enum FuzzEntry {
                 id: sampleID, origin: sampleOrigin, entity: input.entity, body: body(of: input.change),
                 key: input.key, by: input.by, at: input.at)
         } else {
-            event = try EventCodec.decodeStored(json, id: selector & 2 == 0 ? nil : sampleID)
+            // As a receiver reads it: the bytes are kept as the payload when the decoder says
+            // they are one, so it must say so exactly when they are the encoder's bytes.
+            var isPayload = false
+            event = try EventCodec.decodeStored(json, id: selector & 2 == 0 ? nil : sampleID, isPayload: &isPayload)
+            let payload = EventCodec.encodeStored(event, includeID: false)
+            precondition(
+                isPayload == (json == payload),
+                "\(quote(json)) is \(isPayload ? "" : "not ")taken as its payload, \(quote(payload))")
         }
         checkRoundTrip(event)
         checkJSON(Projection.canonicalJSON(event.entity, [event]), "the canonical state of \(event.entity)")
