@@ -182,6 +182,29 @@ struct CodecTests {
         }
     }
 
+    @Test("a key names a member exactly when it is that member's name, byte for byte")
+    func memberNames() {
+        let names = EventCodec.Member.allCases.map { ($0, Array($0.rawValue.utf8)) }
+        for (member, name) in names { #expect(EventCodec.Member.named(name[...]) == member) }
+        var generator = SeededGenerator(seed: 9)
+        for _ in 0..<20_000 {
+            var key = names.randomElement(using: &generator)!.1
+            switch Int.random(in: 0..<6, using: &generator) {
+            case 0: key.insert(0, at: 0)
+            case 1: key.append(UInt8.random(in: 0...255, using: &generator))
+            case 2: key.removeLast()
+            case 3: key[Int.random(in: 0..<key.count, using: &generator)] = UInt8.random(in: 0...255, using: &generator)
+            case 4:
+                key = (0..<Int.random(in: 0...10, using: &generator)).map { _ in
+                    UInt8.random(in: 0...3, using: &generator)
+                }
+            default: key = key.map { $0 ^ 0x20 }
+            }
+            let expected = names.first { $0.1 == key }?.0
+            #expect(EventCodec.Member.named(key[...]) == expected, "\(key)")
+        }
+    }
+
     @Test func storedFormIsCanonicalAndRoundTrips() throws {
         let base = ULID("01JD3Q8R5N8X6ZK2W7Y4V9B3TQ")!
         let event = Event(

@@ -8,6 +8,27 @@ import Testing
 
 @Suite("Ingest of replicated events")
 struct IngestTests {
+    @Test("the ids a batch stored answer as a set does, in order or not", arguments: [UInt64(1), 2, 3, 4])
+    func seenIDs(seed: UInt64) {
+        var generator = SeededGenerator(seed: seed)
+        var seen = SeenIDs()
+        var reference = Set<ULID>()
+        // An ascending run first (as a peer sends an origin), then, for some seeds, any order.
+        let ascendingRun = Int.random(in: 0...300, using: &generator)
+        for step in 0..<600 {
+            let id =
+                step < ascendingRun || seed == 1
+                ? ULID(high: UInt64(step * 3 + Int.random(in: 0...2, using: &generator)), low: 0)
+                : ULID(high: UInt64.random(in: 0...2000, using: &generator), low: 0)
+            let probe = ULID(high: UInt64.random(in: 0...2000, using: &generator), low: 0)
+            #expect(seen.contains(probe) == reference.contains(probe))
+            #expect(seen.contains(id) == reference.contains(id))
+            seen.insert(id)
+            reference.insert(id)
+            #expect(seen.contains(id))
+        }
+    }
+
     @Test("two stores that take each other's events converge", arguments: [UInt64(1), 2, 3])
     func convergence(seed: UInt64) throws {
         let a = try TempStore()

@@ -86,18 +86,48 @@ public enum EventCodec {
             return nil
         }
 
-        /// Members and their names' bytes, by name length.
-        static let byLength: [[(member: Member, name: [UInt8])]] = {
-            var table = [[(member: Member, name: [UInt8])]](repeating: [], count: 9)
-            for member in allCases { table[member.rawValue.utf8.count].append((member, Array(member.rawValue.utf8))) }
-            return table
-        }()
-
-        /// The member a key names, found without allocating.
+        /// The member a key names, found without allocating: a name of up to 8 bytes, none of
+        /// them 0, is one integer, its bytes in order (`packed(_:)`), compared at once.
         static func named(_ key: ArraySlice<UInt8>) -> Member? {
-            guard key.count < byLength.count else { return nil }
-            for candidate in byLength[key.count] where key.elementsEqual(candidate.name) { return candidate.member }
-            return nil
+            guard let packed = packed(key) else { return nil }
+            return switch packed {
+            case 0x656e_7469_7479: .entity
+            case 0x6b69_6e64: .kind
+            case 0x7374_6174_7573: .status
+            case 0x6669_656c_6473: .fields
+            case 0x73_6574: .set
+            case 0x65_6c65_6d65_6e74: .element
+            case 0x63_6f75_6e74_6572: .counter
+            case 0x616d_6f75_6e74: .amount
+            case 0x6b_6579: .key
+            case 0x6279: .by
+            case 0x6174: .at
+            case 0x6964: .id
+            case 0x6f72_6967_696e: .origin
+            case 0x6261_7365: .base
+            case 0x6f62_7365_7276_6564: .observed
+            case 0x72_6573_6f6c_7665: .resolve
+            case 0x7072_6f70_6f73_616c: .proposal
+            case 0x65_7665_6e74: .event
+            case 0x6163_6365_7074: .accept
+            case 0x7265_6173_6f6e: .reason
+            case 0x73_6571: .seq
+            case 0x6966_5f6d_6174_6368: .ifMatch
+            default: nil
+            }
+        }
+
+        /// A key's bytes as one integer, the first in the highest byte used; nil for a key over
+        /// 8 bytes or holding a 0 byte, which no member's name does (without 0 bytes, two
+        /// keys of up to 8 bytes give one integer only when they are the same).
+        static func packed(_ key: ArraySlice<UInt8>) -> UInt64? {
+            guard key.count <= 8 else { return nil }
+            var packed: UInt64 = 0
+            for byte in key {
+                guard byte != 0 else { return nil }
+                packed = packed << 8 | UInt64(byte)
+            }
+            return packed
         }
     }
 

@@ -22,7 +22,7 @@ extension EventLog {
         _ ids: [ULID], batch: inout WriteBatch, txn: inout WriteTransaction, writer: inout EventLog.Writer
     ) throws -> DeadLetterRetry {
         var result = DeadLetterRetry()
-        var seen = Set<ULID>()
+        var seen = SeenIDs()
         for given in ids {
             guard let (key, letter) = try deadLetter(named: given, txn: txn) else {
                 result.stillInvalid.append(

@@ -37,7 +37,7 @@ extension EventLog {
         txn: inout WriteTransaction, writer: inout EventLog.Writer
     ) throws -> IngestResult {
         var result = IngestResult()
-        var seen = Set<ULID>(minimumCapacity: replicated.count)
+        var seen = SeenIDs()
         // Dropped dead letters stay refused: looked up only while there are any.
         let anyDropped = try txn.stat(tables.deadLetterIDs).entries > 0
         for (index, record) in replicated.enumerated() {
@@ -79,7 +79,7 @@ extension EventLog {
     /// `skipDropped`: an event whose dead letter was dropped (`dead_letters.drop`) counts as
     /// held, valid or not, so a drop is final on this node.
     func judge(
-        _ record: ReplicatedEvent, seen: Set<ULID>, skipDropped: Bool = false, batch: inout WriteBatch,
+        _ record: ReplicatedEvent, seen: SeenIDs, skipDropped: Bool = false, batch: inout WriteBatch,
         txn: inout WriteTransaction
     ) throws -> Verdict {
         let decoded =
@@ -346,5 +346,40 @@ extension EventLog {
     private static func digits(_ value: Int, _ width: Int) -> String {
         let text = String(value)
         return text.count >= width ? text : String(repeating: "0", count: width - text.count) + text
+    }
+}
+
+/// The ids a batch stored so far, for `EventLog.judge`. A peer sends an origin's events in
+/// id order, so while they come ascending they are kept in a sorted array (an append each,
+/// no hashing) and an id above the last is known unseen at once; the first out of order
+/// moves them all to a set.
+struct SeenIDs {
+    private var ascending: [ULID] = []
+    private var set: Set<ULID>?
+
+    func contains(_ id: ULID) -> Bool {
+        if let set { return set.contains(id) }
+        guard let last = ascending.last, id <= last else { return false }
+        // The first index whose id is not below `id`.
+        var low = 0
+        var high = ascending.count - 1
+        while low < high {
+            let middle = (low + high) / 2
+            if ascending[middle] < id { low = middle + 1 } else { high = middle }
+        }
+        return ascending[low] == id
+    }
+
+    mutating func insert(_ id: ULID) {
+        if set != nil {
+            set!.insert(id)
+        } else if let last = ascending.last, id <= last {
+            var all = Set(ascending)
+            all.insert(id)
+            set = all
+            ascending = []
+        } else {
+            ascending.append(id)
+        }
     }
 }
