@@ -173,9 +173,11 @@ struct ReceivedPayloadTests {
         let apply: @Sendable ([UInt8], Event, inout SeededGenerator) -> [UInt8]
     }
 
-    /// The offsets of the bytes outside strings that are structural (`{ } [ ] : ,`).
-    static func structuralOffsets(_ bytes: [UInt8]) -> [Int] {
-        var offsets: [Int] = []
+    /// The bytes outside strings that are structural (`{ } [ ] : ,`), each with the depth it
+    /// stands at: an object's or array's brackets at the depth outside it.
+    static func structure(_ bytes: [UInt8]) -> [(offset: Int, depth: Int)] {
+        var found: [(offset: Int, depth: Int)] = []
+        var depth = 0
         var inString = false
         var index = 0
         while index < bytes.count {
@@ -185,38 +187,26 @@ struct ReceivedPayloadTests {
             } else if byte == UInt8(ascii: "\"") {
                 inString = true
             } else if Array("{}[]:,".utf8).contains(byte) {
-                offsets.append(index)
+                if byte == UInt8(ascii: "}") || byte == UInt8(ascii: "]") { depth -= 1 }
+                found.append((index, depth))
+                if byte == UInt8(ascii: "{") || byte == UInt8(ascii: "[") { depth += 1 }
             }
             index += 1
         }
-        return offsets
+        return found
     }
 
-    /// The top-level members of an object's bytes, each as its own bytes.
+    static func structuralOffsets(_ bytes: [UInt8]) -> [Int] { structure(bytes).map(\.offset) }
+
+    /// The top-level members of an object's bytes, each as its own bytes: what lies between
+    /// its commas, and its braces.
     static func members(_ bytes: [UInt8]) -> [[UInt8]] {
         var parts: [[UInt8]] = []
-        var depth = 0
         var start = 1
-        var inString = false
-        var index = 0
-        while index < bytes.count {
-            let byte = bytes[index]
-            if inString {
-                if byte == UInt8(ascii: "\\") { index += 1 } else if byte == UInt8(ascii: "\"") { inString = false }
-            } else {
-                switch byte {
-                case UInt8(ascii: "\""): inString = true
-                case UInt8(ascii: "{"), UInt8(ascii: "["): depth += 1
-                case UInt8(ascii: "}"), UInt8(ascii: "]"):
-                    depth -= 1
-                    if depth == 0 { parts.append(Array(bytes[start..<index])) }
-                case UInt8(ascii: ",") where depth == 1:
-                    parts.append(Array(bytes[start..<index]))
-                    start = index + 1
-                default: break
-                }
-            }
-            index += 1
+        for (offset, depth) in structure(bytes)
+        where (depth == 1 && bytes[offset] == UInt8(ascii: ",")) || (depth == 0 && offset > 0) {
+            parts.append(Array(bytes[start..<offset]))
+            start = offset + 1
         }
         return parts.filter { !$0.isEmpty }
     }
