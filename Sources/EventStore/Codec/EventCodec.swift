@@ -49,32 +49,6 @@ public enum EventCodec {
         case seq
         case ifMatch = "if_match"
 
-        /// Where the member stands in a stored payload (`encodeStored` without the id): its
-        /// name's place in byte order. Nil for the members a payload never holds.
-        var payloadRank: Int? {
-            switch self {
-            case .accept: 0
-            case .amount: 1
-            case .at: 2
-            case .base: 3
-            case .by: 4
-            case .counter: 5
-            case .element: 6
-            case .entity: 7
-            case .event: 8
-            case .fields: 9
-            case .key: 10
-            case .kind: 11
-            case .observed: 12
-            case .origin: 13
-            case .proposal: 14
-            case .reason: 15
-            case .set: 16
-            case .status: 17
-            case .id, .seq, .ifMatch, .resolve: nil
-            }
-        }
-
         /// The kinds and their names' bytes.
         static let kindNames: [(kind: EventKind, name: [UInt8])] = EventKind.allCases.map {
             ($0, Array($0.rawValue.utf8))
@@ -87,39 +61,45 @@ public enum EventCodec {
         }
 
         /// The member a key names, found without allocating: a name of up to 8 bytes, none of
-        /// them 0, is one integer, its bytes in order (`packed(_:)`), compared at once.
+        /// them 0, is one integer (`packed(_:)`), compared at once.
         static func named(_ key: ArraySlice<UInt8>) -> Member? {
-            guard let packed = packed(key) else { return nil }
-            return switch packed {
-            case 0x656e_7469_7479: .entity
-            case 0x6b69_6e64: .kind
-            case 0x7374_6174_7573: .status
-            case 0x6669_656c_6473: .fields
-            case 0x73_6574: .set
-            case 0x65_6c65_6d65_6e74: .element
-            case 0x63_6f75_6e74_6572: .counter
-            case 0x616d_6f75_6e74: .amount
-            case 0x6b_6579: .key
-            case 0x6279: .by
-            case 0x6174: .at
-            case 0x6964: .id
-            case 0x6f72_6967_696e: .origin
-            case 0x6261_7365: .base
+            packed(key).flatMap(named(packed:))
+        }
+
+        /// The member whose name packs to `packed`.
+        static func named(packed: UInt64) -> Member? {
+            switch packed {
+            case 0x656e_7469_7479_0000: .entity
+            case 0x6b69_6e64_0000_0000: .kind
+            case 0x7374_6174_7573_0000: .status
+            case 0x6669_656c_6473_0000: .fields
+            case 0x7365_7400_0000_0000: .set
+            case 0x656c_656d_656e_7400: .element
+            case 0x636f_756e_7465_7200: .counter
+            case 0x616d_6f75_6e74_0000: .amount
+            case 0x6b65_7900_0000_0000: .key
+            case 0x6279_0000_0000_0000: .by
+            case 0x6174_0000_0000_0000: .at
+            case 0x6964_0000_0000_0000: .id
+            case 0x6f72_6967_696e_0000: .origin
+            case 0x6261_7365_0000_0000: .base
             case 0x6f62_7365_7276_6564: .observed
-            case 0x72_6573_6f6c_7665: .resolve
+            case 0x7265_736f_6c76_6500: .resolve
             case 0x7072_6f70_6f73_616c: .proposal
-            case 0x65_7665_6e74: .event
-            case 0x6163_6365_7074: .accept
-            case 0x7265_6173_6f6e: .reason
-            case 0x73_6571: .seq
+            case 0x6576_656e_7400_0000: .event
+            case 0x6163_6365_7074_0000: .accept
+            case 0x7265_6173_6f6e_0000: .reason
+            case 0x7365_7100_0000_0000: .seq
             case 0x6966_5f6d_6174_6368: .ifMatch
             default: nil
             }
         }
 
-        /// A key's bytes as one integer, the first in the highest byte used; nil for a key over
-        /// 8 bytes or holding a 0 byte, which no member's name does (without 0 bytes, two
-        /// keys of up to 8 bytes give one integer only when they are the same).
+        /// A key's bytes as one integer, the first in the highest byte and any missing after
+        /// the last as zeros; nil for a key over 8 bytes or holding a 0 byte, which no
+        /// member's name does. Without 0 bytes, two keys of up to 8 bytes give one integer
+        /// only when they are the same, and the integers are in the keys' byte order: the
+        /// order of a stored payload's members.
         static func packed(_ key: ArraySlice<UInt8>) -> UInt64? {
             guard key.count <= 8 else { return nil }
             var packed: UInt64 = 0
@@ -127,7 +107,7 @@ public enum EventCodec {
                 guard byte != 0 else { return nil }
                 packed = packed << 8 | UInt64(byte)
             }
-            return packed
+            return key.isEmpty ? 0 : packed << (8 * (8 - key.count))
         }
     }
 
@@ -290,12 +270,19 @@ public enum EventCodec {
     static func readMembers(_ scanner: inout JSONScanner, stored: Bool) throws(EventStoreError) -> Members {
         var m = Members()
         guard scanner.peek() == UInt8(ascii: "{") else { throw .invalid("an event must be a JSON object") }
-        var lastRank = -1
+        // A stored payload's members come in their names' byte order, the order of the packed
+        // names; `id` and `seq` are never in it.
+        var lastName: UInt64 = 0
         do {
             try scanner.readObject { (key, s) throws(JSONError) in
-                let member = Member.named(key)
+                let name = Member.packed(key)
+                let member = name.flatMap(Member.named(packed:))
                 if stored {
-                    if let rank = member?.payloadRank, rank > lastRank { lastRank = rank } else { m.outOfOrder = true }
+                    if let name, name > lastName, member != .id, member != .seq {
+                        lastName = name
+                    } else {
+                        m.outOfOrder = true
+                    }
                 }
                 switch member {
                 case .entity: m.entity = try stringMember(&s, "entity")
@@ -377,11 +364,6 @@ public enum EventCodec {
         var out: [UInt8] = []
         try s.canonicalValue(into: &out)
         return JSONBytes(canonical: out)
-    }
-
-    static func fieldsMember(_ s: inout JSONScanner) throws(JSONError) -> [FieldChange] {
-        var outOfOrder = false
-        return try fieldsMember(&s, outOfOrder: &outOfOrder)
     }
 
     /// `outOfOrder` is set when the fields do not come in their canonical order.
@@ -570,14 +552,9 @@ public enum EventCodec {
         }
     }
 
-    /// A JSON array of ULID strings, returned sorted and without duplicates.
-    static func idList(_ s: inout JSONScanner, _ what: String) throws(JSONError) -> [ULID] {
-        var canonical = true
-        return try idList(&s, what, canonical: &canonical)
-    }
-
-    /// As `idList(_:_:)`; `canonical` is set to false when the ids do not come in their
-    /// canonical form: in ascending order, each once, their text in upper case.
+    /// A JSON array of ULID strings, returned sorted and without duplicates. `canonical` is
+    /// set to false when the ids do not come in their canonical form: in ascending order,
+    /// each once, their text in upper case.
     static func idList(_ s: inout JSONScanner, _ what: String, canonical: inout Bool) throws(JSONError) -> [ULID] {
         guard s.peek() == UInt8(ascii: "[") else {
             throw JSONError(meaning: "\"\(what)\" must be an array of event ids", at: s.offset)

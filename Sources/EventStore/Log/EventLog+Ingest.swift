@@ -84,7 +84,8 @@ extension EventLog {
     ) throws -> Verdict {
         let decoded =
             record.decoded.map { $0.map { ($0.event, $0.payload) } }
-            ?? EventLog.decodeReplicated(record.json, id: record.id, batch: batch)
+            ?? Result { () throws(EventStoreError) in try EventLog.received(record.json, id: record.id, log: batch.log)
+            }
         guard case .success(let (event, payload)) = decoded else {
             guard case .failure(let error) = decoded else { return .held }
             return .invalid(error)
@@ -148,13 +149,6 @@ extension EventLog {
             }
         }
         return events
-    }
-
-    /// A replicated event decoded and its stored payload, or why it cannot be stored.
-    static func decodeReplicated(_ raw: [UInt8], id: ULID?, batch: WriteBatch) -> Result<
-        (Event, [UInt8]), EventStoreError
-    > {
-        Result { () throws(EventStoreError) in try received(raw, id: id, log: batch.log) }
     }
 
     /// A received event decoded, and its payload: the received bytes themselves when they
