@@ -78,6 +78,41 @@ struct BenchError: Error, CustomStringConvertible {
     var description: String
 }
 
+/// What the block device holding a directory has written since boot, from /proc/diskstats:
+/// 512-byte sectors and write requests completed. It counts every writer of that device
+/// (the file system's journal as well), so it is read over a run with nothing else writing.
+/// `/proc/PID/io`'s `write_bytes` cannot stand in for it: it counts each page-cache folio a
+/// write dirties whole, and on file systems with large folios (ext4 from Linux 6.16) that
+/// is up to several times the pages that reach the device.
+struct DeviceWrites {
+    var sectors = 0
+    var requests = 0
+
+    /// The counters of the device holding `path`; nil when it is not a block device's
+    /// (tmpfs, overlay) or /proc/diskstats does not list it.
+    init?(holding path: String) {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        let device = UInt64(info.st_dev)
+        let major = ((device >> 8) & 0xfff) | ((device >> 32) & ~0xfff)
+        let minor = (device & 0xff) | ((device >> 12) & ~0xff)
+        guard major != 0, let table = try? String(contentsOfFile: "/proc/diskstats", encoding: .utf8) else {
+            return nil
+        }
+        for line in table.split(separator: "\n") {
+            // major minor name reads merged sectors ms writes merged sectors ...
+            let fields = line.split(separator: " ")
+            guard fields.count > 9, UInt64(fields[0]) == major, UInt64(fields[1]) == minor,
+                let requests = Int(fields[7]), let sectors = Int(fields[9])
+            else { continue }
+            self.sectors = sectors
+            self.requests = requests
+            return
+        }
+        return nil
+    }
+}
+
 /// A daemon started for one measurement.
 final class Daemon {
     let process = Process()
@@ -430,8 +465,19 @@ print(
 //    events sent in batches of 1000 by a client that does nothing else.
 if options.runs("bulk") {
     let bulk = try Daemon(bin: bin, root: options.directory + "/bulk")
+    let deviceBefore = DeviceWrites(holding: bulk.root)
     let elapsed = try runEvctl(bin, socket: bulk.socket, ["append", "--file", options.workload])
+    let deviceAfter = DeviceWrites(holding: bulk.root)
     bulk.stop()
+    if let start = deviceBefore, let end = deviceAfter {
+        // Write amplification: what reached the device per byte of the NDJSON loaded.
+        let input = (try? FileManager.default.attributesOfItem(atPath: options.workload)[.size] as? Int) ?? 0
+        rows.append(
+            Row(
+                name: "bulk load: device bytes written per byte of input",
+                value: Double((end.sectors - start.sectors) * 512) / Double(max(input, 1)),
+                unit: "x", note: "/proc/diskstats, \(input) bytes of NDJSON"))
+    }
     let direct = try Daemon(bin: bin, root: options.directory + "/direct")
     let client = try Client(direct.socket)
     var requests: [[UInt8]] = []
@@ -525,13 +571,17 @@ if options.runs("watch") {
 }
 
 // 2. Durable single-event appends: 16 clients against 1, with what each commit costs the
-//    daemon: events per commit (the writer's counter), bytes it sent to the disk per
-//    commit (write_bytes in /proc/PID/io: LMDB writes each page a commit dirtied, so this
-//    over 4 KiB is the pages dirtied), and its CPU time per event (/proc/PID/stat).
+//    daemon: events per commit (the writer's counter), pages per commit as write_bytes in
+//    /proc/PID/io counts them (whole page-cache folios, see `DeviceWrites`), the 4 KiB
+//    blocks and write requests the store's device took per commit (/proc/diskstats: the
+//    pages LMDB wrote, its meta page, and any journal writes), and the daemon's CPU time
+//    per event (/proc/PID/stat).
 struct CommitCost {
     var rate = 0.0
     var eventsPerCommit = 0.0
     var pagesPerCommit = 0.0
+    var deviceBlocksPerCommit: Double?
+    var deviceRequestsPerCommit: Double?
     var cpuMicrosecondsPerEvent = 0.0
 }
 
@@ -542,6 +592,7 @@ func singleEventRate(clients: Int, root: String) throws -> CommitCost {
     let counter = Counter()
     let probe = try Client(socket)
     let before = (try probe.call("status"), daemon.ioAndCPU)
+    let deviceBefore = DeviceWrites(holding: root)
     let deadline = ContinuousClock.now + .seconds(options.seconds)
     let group = DispatchGroup()
     for index in 0..<clients {
@@ -562,12 +613,19 @@ func singleEventRate(clients: Int, root: String) throws -> CommitCost {
     }
     group.wait()
     let after = (try probe.call("status"), daemon.ioAndCPU)
+    let deviceAfter = DeviceWrites(holding: root)
     func commits(_ status: [String: Any]) -> Int { (status["writer"] as? [String: Any])?["commits"] as? Int ?? 0 }
     let made = max(1, commits(after.0) - commits(before.0))
     let events = max(1, counter.value)
     return CommitCost(
         rate: Double(counter.value) / options.seconds, eventsPerCommit: Double(events) / Double(made),
         pagesPerCommit: Double(after.1.writeBytes - before.1.writeBytes) / 4096 / Double(made),
+        deviceBlocksPerCommit: deviceBefore.flatMap { start in
+            deviceAfter.map { Double($0.sectors - start.sectors) / 8 / Double(made) }
+        },
+        deviceRequestsPerCommit: deviceBefore.flatMap { start in
+            deviceAfter.map { Double($0.requests - start.requests) / Double(made) }
+        },
         cpuMicrosecondsPerEvent: (after.1.cpuSeconds - before.1.cpuSeconds) * 1e6 / Double(events))
 }
 
@@ -593,7 +651,14 @@ if options.runs("appends") {
         rows.append(
             Row(
                 name: "pages written per commit, \(label)", value: cost.pagesPerCommit, unit: "4 KiB",
-                note: "write_bytes / commits"))
+                note: "write_bytes / commits (whole folios)"))
+        if let blocks = cost.deviceBlocksPerCommit, let requests = cost.deviceRequestsPerCommit {
+            rows.append(
+                Row(
+                    name: "device blocks written per commit, \(label)", value: blocks, unit: "4 KiB",
+                    note: "/proc/diskstats"))
+            rows.append(Row(name: "device write requests per commit, \(label)", value: requests, unit: ""))
+        }
         rows.append(Row(name: "daemon CPU per event, \(label)", value: cost.cpuMicrosecondsPerEvent, unit: "µs"))
     }
 }
