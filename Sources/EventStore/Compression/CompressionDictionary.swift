@@ -29,6 +29,10 @@ public final class CompressionDictionary: @unchecked Sendable {
         self.bytes = bytes
     }
 
+    /// The memory the digested dictionary for compression takes: its copy of the
+    /// dictionary and its match-finding tables (`ZSTD_sizeof_CDict`).
+    public var compressionMemoryBytes: Int { Zstd.memoryBytes(ofCompressionDictionary: compressionHandle) }
+
     deinit {
         Zstd.freeCompressionDictionary(compressionHandle)
         Zstd.freeDecompressionDictionary(decompressionHandle)

@@ -85,15 +85,48 @@ enum Zstd {
 
     // MARK: Dictionaries
 
+    /// A digested dictionary for compression at `level`, its match-finding tables sized to
+    /// the dictionary (`dictionaryTableParameters`).
     static func makeCompressionDictionary(_ bytes: [UInt8], level: Int32) throws(ZstdError) -> OpaquePointer {
-        let dictionary = bytes.withUnsafeBytes { ZSTD_createCDict($0.baseAddress, $0.count, level) }
+        let parameters = dictionaryTableParameters(level: level, dictionaryBytes: bytes.count)
+        let dictionary = bytes.withUnsafeBytes {
+            ZSTD_createCDict_advanced(
+                $0.baseAddress, $0.count, ZSTD_dlm_byCopy, ZSTD_dct_auto, parameters,
+                ZSTD_customMem(customAlloc: nil, customFree: nil, opaque: nil))
+        }
         guard let dictionary else {
             throw ZstdError(
-                operation: "ZSTD_createCDict", code: ZstdError.invalidDictionary.code,
+                operation: "ZSTD_createCDict_advanced", code: ZstdError.invalidDictionary.code,
                 message: "zstd could not load the \(bytes.count)-byte dictionary; it is damaged or memory ran out."
             )
         }
         return dictionary
+    }
+
+    /// The parameters `ZSTD_createCDict` would take for `level` and a dictionary of
+    /// `dictionaryBytes`, with the hash tables of the fast strategies (levels 1 to 4 for a
+    /// dictionary of tens of KiB) no larger than the dictionary has positions to fill.
+    ///
+    /// zstd sizes a dictionary's tables as for an input of 128 KiB: 384 KiB at level 3 for a
+    /// 32 KiB dictionary, mostly empty. Every frame compressed with the dictionary looks
+    /// positions up in them, and a commit of a few events, between two of the disk's
+    /// flushes, finds them out of the cache. Capped to the dictionary (the hash table a slot
+    /// for every two of its positions, the second table half that), they take 96 KiB, and
+    /// the workload's blocks and records compress to the same size within a tenth of a byte
+    /// an event (docs/performance.md, "A dictionary's tables sized to the dictionary").
+    static func dictionaryTableParameters(level: Int32, dictionaryBytes: Int) -> ZSTD_compressionParameters {
+        var parameters = ZSTD_getCParams(level, 0, dictionaryBytes)
+        guard parameters.strategy.rawValue <= ZSTD_dfast.rawValue else { return parameters }
+        // log2 of the dictionary's size, rounded up, less one: 14 for 32 KiB.
+        let sizeLog = UInt32(Int.bitWidth - (max(dictionaryBytes, 2) - 1).leadingZeroBitCount)
+        let hashLog = max(UInt32(ZSTD_HASHLOG_MIN), sizeLog - 1)
+        parameters.hashLog = min(parameters.hashLog, hashLog)
+        parameters.chainLog = min(parameters.chainLog, max(UInt32(ZSTD_CHAINLOG_MIN), hashLog - 1))
+        return parameters
+    }
+
+    static func memoryBytes(ofCompressionDictionary dictionary: OpaquePointer) -> Int {
+        ZSTD_sizeof_CDict(dictionary)
     }
 
     static func makeDecompressionDictionary(_ bytes: [UInt8]) throws(ZstdError) -> OpaquePointer {
