@@ -365,23 +365,30 @@ package final class Connection: @unchecked Sendable {
     }
 
     /// Answers `line` here, on the loop, when the session can (`ConnectionSession.answerOnLoop`:
-    /// a small `get`) and nothing of this connection's is queued, running or unanswered:
-    /// the request then costs no thread wake-up. The connection counts as running meanwhile,
-    /// so nothing else runs its requests.
+    /// a small `get`, or a small append it hands to the writer) and nothing of this
+    /// connection's is queued, running or unanswered: the request then costs no thread
+    /// wake-up. The connection counts as running meanwhile, so nothing else runs its
+    /// requests, and the line's bytes count as unanswered from the start, as a queued
+    /// line's do, since an append's answer may come from the writer before this returns.
     private func answeredOnLoop(_ line: [UInt8]) -> Bool {
         guard line.count <= Connection.maxLoopLineBytes, outbox.isIdle else { return false }
         let claimed = work.withLock { work -> Bool in
             guard work.isEmpty, !work.running, !work.parked, !work.catchingUp, !work.finished else { return false }
             work.running = true
+            work.account(line.count)
             return true
         }
         guard claimed else { return false }
-        let answered = session.answerOnLoop(line)
-        work.withLock { $0.running = false }
-        return answered
+        let answer = session.answerOnLoop(line)
+        work.withLock { work in
+            work.running = false
+            if answer != .submitted { work.account(-line.count) }
+        }
+        return answer != .declined
     }
 
-    /// The longest request line a connection answers on the loop: a `get` is a few hundred bytes.
+    /// The longest request line a connection answers on the loop: a `get` is a few hundred
+    /// bytes, an append of one event a few hundred more.
     static let maxLoopLineBytes = 4096
 
     /// Queues `item` for the request threads and starts one on it when none runs.

@@ -36,11 +36,22 @@ package protocol ConnectionSession: AnyObject, Sendable {
     /// Logs a refusal of `what` to this client.
     func logRefusal(_ what: String, message: String)
     /// Answers the request `line` at once, on the event loop's thread, when it is cheap and
-    /// bounded (a `get` of an entity whose record is small) and the client may make it:
-    /// whether it did (its answer is in the outbox). The connection calls it only when no
-    /// request of its own is queued, running or unanswered, so the order holds; anything
-    /// else goes to the request threads as before.
-    func answerOnLoop(_ line: [UInt8]) -> Bool
+    /// bounded (a `get` of an entity whose record is small, a small append handed to the
+    /// writer) and the client may make it. The connection calls it only when no request of
+    /// its own is queued, running or unanswered, so the order holds; what it declines goes
+    /// to the request threads as before.
+    func answerOnLoop(_ line: [UInt8]) -> LoopAnswer
+}
+
+/// What became of a request line offered to the session on the event loop.
+package enum LoopAnswer: Sendable, Equatable {
+    /// Not answered here: the line goes to the request threads.
+    case declined
+    /// Answered: the answer is in the outbox.
+    case answered
+    /// Handed to the writer: its answer takes its place in the outbox once committed, and
+    /// the session then calls `SessionOwner.answered` with the line's bytes.
+    case submitted
 }
 
 /// Makes the session of each connection the server accepts.

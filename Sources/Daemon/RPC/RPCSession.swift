@@ -119,25 +119,7 @@ final class RPCSession: ConnectionSession, @unchecked Sendable {
     /// Runs one request; false when it is answered later (an append, once committed).
     private func handle(_ request: Request, bytes: Int) -> Bool {
         if request.method == MethodTable.append, case .events(let events) = request.params {
-            let slot = outbox.reserve(isAppend: true)
-            let id = request.id
-            let outbox = self.outbox
-            switch admit(events) {
-            case .admit(let job):
-                context.writer.submit(job, from: identifier) { [self] result in
-                    outbox.fill(slot, with: id.map { Response.line(id: $0, append: result) } ?? [])
-                    owner?.answered(bytes)
-                }
-                return false
-            case let outcome:
-                // Answered or refused at once, or by the authority (this thread waits for
-                // it, so a connection hands on one append at a time): nothing goes to the
-                // writer. A notification handed on is still handed on.
-                let line = outcome.responseLine(
-                    id: id ?? RequestParser.nullID, writer: context.writer, source: identifier)
-                outbox.fill(slot, with: id == nil ? [] : line)
-                return true
-            }
+            return append(events, id: request.id, bytes: bytes, outcome: admit(events))
         }
         if let error = refusal(of: request) {
             if let id = request.id { outbox.push(Response.line(id: id, error: error)) }
@@ -154,34 +136,76 @@ final class RPCSession: ConnectionSession, @unchecked Sendable {
         return true
     }
 
-    /// A `get` answered on the event loop: one with an id, that this client may make, of an
-    /// entity whose record is small (`Methods.getOnLoop`).
-    func answerOnLoop(_ line: [UInt8]) -> Bool {
-        // Most lines are not a get: they are told apart without parsing.
-        guard RPCSession.mentionsGet(line) else { return false }
-        guard case .single(.request(let request)) = RequestParser.parse(line, maxBatch: 1),
-            request.method == "get", let id = request.id, client.refusal(of: request.method) == nil,
-            let result = methods.getOnLoop(request)
-        else { return false }
-        switch result {
-        case .success(let bytes): outbox.push(Response.line(id: id, result: bytes))
-        case .failure(let error): outbox.push(Response.line(id: id, error: error))
+    /// Answers an append of `events` as the admission stage decided (`outcome`), in its place
+    /// in the outbox; false when the writer answers it later (then `owner.answered(bytes)`).
+    private func append(_ events: [InputEvent], id: [UInt8]?, bytes: Int, outcome: Admission.Outcome) -> Bool {
+        let slot = outbox.reserve(isAppend: true)
+        let outbox = self.outbox
+        switch outcome {
+        case .admit(let job):
+            context.writer.submit(job, from: identifier) { [self] result in
+                outbox.fill(slot, with: id.map { Response.line(id: $0, append: result) } ?? [])
+                owner?.answered(bytes)
+            }
+            return false
+        case let outcome:
+            // Answered or refused at once, or by the authority (this thread waits for it, so
+            // a connection hands on one append at a time): nothing goes to the writer. A
+            // notification handed on is still handed on.
+            let line = outcome.responseLine(id: id ?? RequestParser.nullID, writer: context.writer, source: identifier)
+            outbox.fill(slot, with: id == nil ? [] : line)
+            return true
         }
-        return true
     }
 
-    /// Whether `line` holds `"get"`, quotes included, anywhere: a plain scan of its bytes.
-    /// (Foundation's `firstRange(of:)` is generic over the collections it compares, and took
-    /// a third of the loop's own work for a get.)
-    static func mentionsGet(_ line: [UInt8]) -> Bool {
+    /// A request answered on the event loop (`ConnectionSession.answerOnLoop`): a `get`
+    /// that this client may make, of an entity whose record is small (`Methods.getOnLoop`);
+    /// or an append this client may make, handed to the writer or answered at once as on a
+    /// request thread, unless it names a blob (whose file the admission looks at) or goes
+    /// to a type's authority (whose answer is waited for). The rest, refusals (which are
+    /// logged) among them, go to the request threads.
+    func answerOnLoop(_ line: [UInt8]) -> LoopAnswer {
+        // Most lines are neither: they are told apart without parsing.
+        if RPCSession.mentions(RPCSession.quotedGet, in: line) {
+            guard case .single(.request(let request)) = RequestParser.parse(line, maxBatch: 1),
+                request.method == "get", let id = request.id, client.refusal(of: request.method) == nil,
+                let result = methods.getOnLoop(request)
+            else { return .declined }
+            switch result {
+            case .success(let bytes): outbox.push(Response.line(id: id, result: bytes))
+            case .failure(let error): outbox.push(Response.line(id: id, error: error))
+            }
+            return .answered
+        }
+        guard line.first == UInt8(ascii: "{"), RPCSession.mentions(RPCSession.quotedAppend, in: line),
+            case .single(.request(let request)) = RequestParser.parse(line, maxBatch: 1),
+            request.method == MethodTable.append, case .events(let events) = request.params,
+            client.refusal(of: MethodTable.append) == nil, events.allSatisfy({ $0.blobReferences.isEmpty })
+        else { return .declined }
+        let outcome = admit(events)
+        if case .handOff = outcome { return .declined }
+        return append(events, id: request.id, bytes: line.count, outcome: outcome) ? .answered : .submitted
+    }
+
+    static let quotedGet = Array(#""get""#.utf8)
+    static let quotedAppend = Array(#""append""#.utf8)
+
+    /// Whether `line` holds `"get"`, quotes included, anywhere.
+    static func mentionsGet(_ line: [UInt8]) -> Bool { mentions(quotedGet, in: line) }
+
+    /// Whether `line` holds `word` anywhere: a plain scan of its bytes. (Foundation's
+    /// `firstRange(of:)` is generic over the collections it compares, and took a third of
+    /// the loop's own work for a get.)
+    static func mentions(_ word: [UInt8], in line: [UInt8]) -> Bool {
         let bytes = line.span
-        let quote = UInt8(ascii: "\"")
+        let pattern = word.span
+        guard let first = word.first, pattern.count <= bytes.count else { return false }
         var index = 0
-        while index + 4 < bytes.count {
-            if bytes[index] == quote, bytes[index + 1] == UInt8(ascii: "g"), bytes[index + 2] == UInt8(ascii: "e"),
-                bytes[index + 3] == UInt8(ascii: "t"), bytes[index + 4] == quote
-            {
-                return true
+        while index + pattern.count <= bytes.count {
+            if bytes[index] == first {
+                var offset = 1
+                while offset < pattern.count, bytes[index + offset] == pattern[offset] { offset += 1 }
+                if offset == pattern.count { return true }
             }
             index += 1
         }
