@@ -165,26 +165,29 @@ final class RPCSession: ConnectionSession, @unchecked Sendable {
     /// to a type's authority (whose answer is waited for). The rest, refusals (which are
     /// logged) among them, go to the request threads.
     func answerOnLoop(_ line: [UInt8]) -> LoopAnswer {
-        // Most lines are neither: they are told apart without parsing.
-        if RPCSession.mentions(RPCSession.quotedGet, in: line) {
-            guard case .single(.request(let request)) = RequestParser.parse(line, maxBatch: 1),
-                request.method == "get", let id = request.id, client.refusal(of: request.method) == nil,
-                let result = methods.getOnLoop(request)
-            else { return .declined }
+        // Most lines are neither, and a batch is never answered here: both are told apart
+        // without parsing. The rest is parsed once, whichever it turns out to be.
+        guard line.first != UInt8(ascii: "["),
+            RPCSession.mentions(RPCSession.quotedGet, in: line)
+                || RPCSession.mentions(RPCSession.quotedAppend, in: line),
+            case .single(.request(let request)) = RequestParser.parse(line, maxBatch: 1),
+            client.refusal(of: request.method) == nil
+        else { return .declined }
+        switch (request.method, request.params) {
+        case ("get", _):
+            guard let id = request.id, let result = methods.getOnLoop(request) else { return .declined }
             switch result {
             case .success(let bytes): outbox.push(Response.line(id: id, result: bytes))
             case .failure(let error): outbox.push(Response.line(id: id, error: error))
             }
             return .answered
+        case (MethodTable.append, .events(let events)) where events.allSatisfy({ $0.blobReferences.isEmpty }):
+            let outcome = admit(events)
+            if case .handOff = outcome { return .declined }
+            return append(events, id: request.id, bytes: line.count, outcome: outcome) ? .answered : .submitted
+        default:
+            return .declined
         }
-        guard line.first == UInt8(ascii: "{"), RPCSession.mentions(RPCSession.quotedAppend, in: line),
-            case .single(.request(let request)) = RequestParser.parse(line, maxBatch: 1),
-            request.method == MethodTable.append, case .events(let events) = request.params,
-            client.refusal(of: MethodTable.append) == nil, events.allSatisfy({ $0.blobReferences.isEmpty })
-        else { return .declined }
-        let outcome = admit(events)
-        if case .handOff = outcome { return .declined }
-        return append(events, id: request.id, bytes: line.count, outcome: outcome) ? .answered : .submitted
     }
 
     static let quotedGet = Array(#""get""#.utf8)
