@@ -10,8 +10,13 @@ import Testing
 /// the usual way and answer as before.
 @Suite("Get on the event loop", .serialized)
 struct GetOnLoopTests {
-    /// A daemon with one request thread, and a sync that may hold it for 20 s.
-    static func daemonWithOneRequestThread() throws -> DaemonProcess {
+    /// Runs `body` on a daemon with one request thread while a sync holds that thread (its
+    /// peer never says a word; the sync waits up to 20 s), after `before` ran on the daemon
+    /// with the thread free; then checks that `body` took well under those 20 s, so nothing
+    /// in it waited for the thread.
+    static func withTheRequestThreadHeld(
+        before: (DaemonProcess) throws -> Void = { _ in }, _ body: (DaemonProcess) throws -> Void
+    ) throws {
         let root = FileManager.default.temporaryDirectory.appendingPathComponent(
             "evloop-\(UUID().uuidString.prefix(8))"
         )
@@ -19,64 +24,57 @@ struct GetOnLoopTests {
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
         try #"{"request_threads":1,"sync_timeout_s":20,"sync_interval_s":3600}"#.write(
             toFile: root + "/evstored.json", atomically: true, encoding: .utf8)
-        return try DaemonProcess(root: root, arguments: ["--config", root + "/evstored.json"])
-    }
-
-    /// Takes the daemon's only request thread: a sync with a peer that never says a word
-    /// waits on it there. The connection returned must stay open while it is held.
-    static func holdTheRequestThread(of daemon: DaemonProcess) throws -> RPCClient {
+        let daemon = try DaemonProcess(root: root, arguments: ["--config", root + "/evstored.json"])
+        defer { daemon.removeFiles() }
+        try before(daemon)
         let holder = try daemon.client()
         try holder.send(#"{"jsonrpc":"2.0","id":1,"method":"sync","params":{"peer":"exec:sleep 30"}}"#)
         Thread.sleep(forTimeInterval: 0.5)
-        return holder
+        let started = Date()
+        try body(daemon)
+        #expect(Date().timeIntervalSince(started) < 10)
+        withExtendedLifetime(holder) {}
     }
 
     @Test(
         "with the one request thread held by a sync that waits on a silent peer, a get on another connection is answered at once",
         .timeLimit(.minutes(30)))
     func getNeedsNoRequestThread() throws {
-        let daemon = try GetOnLoopTests.daemonWithOneRequestThread()
-        defer { daemon.removeFiles() }
-        _ = try daemon.client().call(
-            "append", eventsParams([#"{"entity":"job/1","kind":"status","status":"assigned"}"#]))
-        let holder = try GetOnLoopTests.holdTheRequestThread(of: daemon)
-        defer { withExtendedLifetime(holder) {} }
-        let started = Date()
-        let reader = try daemon.client()
-        let state = try reader.call("get", #"{"entity":"job/1"}"#)
-        #expect((state["status"] as? [String: Any])?["current"] as? String == "assigned", "\(state)")
-        let missing = try reader.failure("get", #"{"entity":"job/2"}"#)
-        #expect(missing.reason == "not_found", "\(missing)")
-        // Well inside the sync's 20 s: it did not wait for the thread.
-        #expect(Date().timeIntervalSince(started) < 10)
+        try GetOnLoopTests.withTheRequestThreadHeld(
+            before: { daemon in
+                _ = try daemon.client().call(
+                    "append", eventsParams([#"{"entity":"job/1","kind":"status","status":"assigned"}"#]))
+            },
+            { daemon in
+                let reader = try daemon.client()
+                let state = try reader.call("get", #"{"entity":"job/1"}"#)
+                #expect((state["status"] as? [String: Any])?["current"] as? String == "assigned", "\(state)")
+                let missing = try reader.failure("get", #"{"entity":"job/2"}"#)
+                #expect(missing.reason == "not_found", "\(missing)")
+            })
     }
 
     @Test(
         "with the one request thread held, small appends on another connection are committed and answered at once",
         .timeLimit(.minutes(30)))
     func appendNeedsNoRequestThread() throws {
-        let daemon = try GetOnLoopTests.daemonWithOneRequestThread()
-        defer { daemon.removeFiles() }
-        let holder = try GetOnLoopTests.holdTheRequestThread(of: daemon)
-        defer { withExtendedLifetime(holder) {} }
-        let started = Date()
-        let writer = try daemon.client()
-        var ids: [String] = []
-        for round in 1...5 {
-            let answer = try writer.call(
-                "append", eventsParams([#"{"entity":"job/l","kind":"edit","fields":{"n":\#(round)}}"#]))
-            let id = try #require((answer["ids"] as? [String])?.first, "\(answer)")
-            ids.append(id)
+        try GetOnLoopTests.withTheRequestThreadHeld { daemon in
+            let writer = try daemon.client()
+            var ids: [String] = []
+            for round in 1...5 {
+                let answer = try writer.call(
+                    "append", eventsParams([#"{"entity":"job/l","kind":"edit","fields":{"n":\#(round)}}"#]))
+                let id = try #require((answer["ids"] as? [String])?.first, "\(answer)")
+                ids.append(id)
+            }
+            // Nothing to store is answered at once, on the loop too.
+            let empty = try writer.call("append", #"{"events":[]}"#)
+            #expect((empty["ids"] as? [String]) == [], "\(empty)")
+            let state = try writer.call("get", #"{"entity":"job/l"}"#)
+            #expect((state["fields"] as? [String: Any])?["n"] as? Int == 5, "\(state)")
+            #expect(state["events"] as? Int == 5, "\(state)")
+            #expect(Set(ids).count == 5)
         }
-        // Nothing to store is answered at once, on the loop too.
-        let empty = try writer.call("append", #"{"events":[]}"#)
-        #expect((empty["ids"] as? [String]) == [], "\(empty)")
-        let state = try writer.call("get", #"{"entity":"job/l"}"#)
-        #expect((state["fields"] as? [String: Any])?["n"] as? Int == 5, "\(state)")
-        #expect(state["events"] as? Int == 5, "\(state)")
-        #expect(Set(ids).count == 5)
-        // Well inside the sync's 20 s: none of them waited for the thread.
-        #expect(Date().timeIntervalSince(started) < 10)
     }
 
     @Test(
