@@ -111,6 +111,17 @@ struct DeviceWrites {
         }
         return nil
     }
+
+    private init(sectors: Int, requests: Int) {
+        self.sectors = sectors
+        self.requests = requests
+    }
+
+    /// What was written between `earlier` and `later`; nil when either could not be read.
+    static func between(_ earlier: DeviceWrites?, _ later: DeviceWrites?) -> DeviceWrites? {
+        guard let earlier, let later else { return nil }
+        return DeviceWrites(sectors: later.sectors - earlier.sectors, requests: later.requests - earlier.requests)
+    }
 }
 
 /// A daemon started for one measurement.
@@ -467,15 +478,15 @@ if options.runs("bulk") {
     let bulk = try Daemon(bin: bin, root: options.directory + "/bulk")
     let deviceBefore = DeviceWrites(holding: bulk.root)
     let elapsed = try runEvctl(bin, socket: bulk.socket, ["append", "--file", options.workload])
-    let deviceAfter = DeviceWrites(holding: bulk.root)
+    let device = DeviceWrites.between(deviceBefore, DeviceWrites(holding: bulk.root))
     bulk.stop()
-    if let start = deviceBefore, let end = deviceAfter {
+    if let device {
         // Write amplification: what reached the device per byte of the NDJSON loaded.
         let input = (try? FileManager.default.attributesOfItem(atPath: options.workload)[.size] as? Int) ?? 0
         rows.append(
             Row(
                 name: "bulk load: device bytes written per byte of input",
-                value: Double((end.sectors - start.sectors) * 512) / Double(max(input, 1)),
+                value: Double(device.sectors * 512) / Double(max(input, 1)),
                 unit: "x", note: "/proc/diskstats, \(input) bytes of NDJSON"))
     }
     let direct = try Daemon(bin: bin, root: options.directory + "/direct")
@@ -613,19 +624,15 @@ func singleEventRate(clients: Int, root: String) throws -> CommitCost {
     }
     group.wait()
     let after = (try probe.call("status"), daemon.ioAndCPU)
-    let deviceAfter = DeviceWrites(holding: root)
+    let device = DeviceWrites.between(deviceBefore, DeviceWrites(holding: root))
     func commits(_ status: [String: Any]) -> Int { (status["writer"] as? [String: Any])?["commits"] as? Int ?? 0 }
     let made = max(1, commits(after.0) - commits(before.0))
     let events = max(1, counter.value)
     return CommitCost(
         rate: Double(counter.value) / options.seconds, eventsPerCommit: Double(events) / Double(made),
         pagesPerCommit: Double(after.1.writeBytes - before.1.writeBytes) / 4096 / Double(made),
-        deviceBlocksPerCommit: deviceBefore.flatMap { start in
-            deviceAfter.map { Double($0.sectors - start.sectors) / 8 / Double(made) }
-        },
-        deviceRequestsPerCommit: deviceBefore.flatMap { start in
-            deviceAfter.map { Double($0.requests - start.requests) / Double(made) }
-        },
+        deviceBlocksPerCommit: device.map { Double($0.sectors) / 8 / Double(made) },
+        deviceRequestsPerCommit: device.map { Double($0.requests) / Double(made) },
         cpuMicrosecondsPerEvent: (after.1.cpuSeconds - before.1.cpuSeconds) * 1e6 / Double(events))
 }
 
