@@ -371,7 +371,7 @@ package final class Connection: @unchecked Sendable {
     /// requests, and the line's bytes count as unanswered from the start, as a queued
     /// line's do, since an append's answer may come from the writer before this returns.
     private func answeredOnLoop(_ line: [UInt8]) -> Bool {
-        guard line.count <= Connection.maxLoopLineBytes, outbox.isIdle else { return false }
+        guard line.count <= Connection.maxLoopLineBytes, outbox.isAnswered else { return false }
         let claimed = work.withLock { work -> Bool in
             guard work.isEmpty, !work.running, !work.parked, !work.catchingUp, !work.finished else { return false }
             work.running = true

@@ -376,6 +376,17 @@ package final class Outbox: @unchecked Sendable {
         return head == slots.count && unsent.isEmpty && !writing && appendsInFlight == 0
     }
 
+    /// Every answer is with the socket or being handed to it: none waits in a slot or is
+    /// left unsent, and no append is in flight. Unlike `isIdle`, a write still in its
+    /// system call does not count: its client may already have the answer and have sent
+    /// its next request, which the loop can then take (what it answers queues behind the
+    /// write).
+    package var isAnswered: Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        return head == slots.count && unsent.isEmpty && appendsInFlight == 0
+    }
+
     /// Waits until every append this connection sent has its response.
     package func waitForAppends() {
         condition.lock()
