@@ -72,7 +72,8 @@ struct JSONTests {
             }
         }
         var texts: [[UInt8]] = [
-            #" {"entity":"job/01KB76YV004TFF59TDWH9EDD1R","sync":true} , 1"#, #"{"a":{"b":[1,2.5e3,"é\n",null,false]}}"#,
+            #" {"entity":"job/01KB76YV004TFF59TDWH9EDD1R","sync":true} , 1"#,
+            #"{"a":{"b":[1,2.5e3,"é\n",null,false]}}"#,
             #""\ud83d\ude00""#, "-0", String(repeating: "[", count: 65) + String(repeating: "]", count: 65),
             #"{"a":1,"a":2}"#, "[1,]", "\"\u{1}\"", "tru", "01",
         ].map { Array($0.utf8) }
@@ -138,6 +139,36 @@ struct DigestTests {
         #expect(XXH64.hash([]) == 0xEF46_DB37_51D8_E999)
         #expect(XXH64.hash(Array("abc".utf8)) == 0x44BC_2CF5_AD77_0999)
         #expect(XXH64.hash(Array("Nobody inspects the spammish repetition".utf8)) == 0xFBCE_A83C_8A37_8BF1)
+    }
+
+    /// A state's two hashes, past one 32-byte stripe and with a tail of every length class,
+    /// against the reference implementation's (python-xxhash) under the state seeds.
+    @Test func stateHashReferenceValues() {
+        let bytes = (0..<256).map { UInt8($0) }
+        let expected: [(Int, UInt64, UInt64)] = [
+            (32, 0x21AC_19D6_D4AC_69FE, 0x0B9A_3DC7_277B_AF29),
+            (100, 0xB7FF_A464_4F0B_BF6E, 0x7E7D_3B48_8936_CE0A),
+            (255, 0x492C_2E88_F029_1852, 0xA66C_C8EC_8840_8839),
+        ]
+        for (length, high, low) in expected {
+            #expect(StateHash(hashing: Array(bytes[..<length])) == StateHash(high: high, low: low), "\(length) bytes")
+        }
+    }
+
+    /// Both seeds in one pass give what two passes give, at every length around the
+    /// stripe's 32 bytes and the tail's 8 and 4.
+    @Test func twoSeedsInOnePass() {
+        var generator = SystemRandomNumberGenerator()
+        for length in 0..<200 {
+            let bytes = (0..<length).map { _ in UInt8.random(in: 0...255, using: &generator) }
+            let seeds = (
+                UInt64.random(in: 0...UInt64.max, using: &generator),
+                UInt64.random(in: 0...UInt64.max, using: &generator)
+            )
+            let pair = XXH64.hash(bytes, seeds: seeds.0, seeds.1)
+            #expect(pair.0 == XXH64.hash(bytes, seed: seeds.0), "\(length) bytes")
+            #expect(pair.1 == XXH64.hash(bytes, seed: seeds.1), "\(length) bytes")
+        }
     }
 
     @Test func digestIgnoresOrderAndUndoes() {

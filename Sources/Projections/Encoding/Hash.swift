@@ -33,21 +33,66 @@ public enum XXH64 {
     }
 
     public static func hash(_ input: [UInt8], seed: UInt64 = 0) -> UInt64 {
-        let length = input.count
+        var lanes = Lanes(seed: seed)
         var i = 0
+        while i + 32 <= input.count {
+            lanes.consume(read64(input, i), read64(input, i + 8), read64(input, i + 16), read64(input, i + 24))
+            i += 32
+        }
+        return finish(lanes, seed: seed, input, from: i)
+    }
+
+    /// The hashes of `input` under two seeds, equal to two calls of `hash(_:seed:)`: each
+    /// 32-byte stripe is read once for both, which is most of a hash's work.
+    public static func hash(_ input: [UInt8], seeds first: UInt64, _ second: UInt64) -> (UInt64, UInt64) {
+        var a = Lanes(seed: first)
+        var b = Lanes(seed: second)
+        var i = 0
+        while i + 32 <= input.count {
+            let w1 = read64(input, i)
+            let w2 = read64(input, i + 8)
+            let w3 = read64(input, i + 16)
+            let w4 = read64(input, i + 24)
+            a.consume(w1, w2, w3, w4)
+            b.consume(w1, w2, w3, w4)
+            i += 32
+        }
+        return (finish(a, seed: first, input, from: i), finish(b, seed: second, input, from: i))
+    }
+
+    /// The four accumulators of the 32-byte stripes.
+    struct Lanes {
+        var v1: UInt64
+        var v2: UInt64
+        var v3: UInt64
+        var v4: UInt64
+
+        @inline(__always)
+        init(seed: UInt64) {
+            v1 = seed &+ prime1 &+ prime2
+            v2 = seed &+ prime2
+            v3 = seed
+            v4 = seed &- prime1
+        }
+
+        @inline(__always)
+        mutating func consume(_ w1: UInt64, _ w2: UInt64, _ w3: UInt64, _ w4: UInt64) {
+            v1 = round(v1, w1)
+            v2 = round(v2, w2)
+            v3 = round(v3, w3)
+            v4 = round(v4, w4)
+        }
+    }
+
+    /// The hash from the stripes' accumulators (unused when `input` is shorter than one
+    /// stripe), the bytes from `i` on, and the final avalanche.
+    @inline(__always)
+    static func finish(_ lanes: Lanes, seed: UInt64, _ input: [UInt8], from start: Int) -> UInt64 {
+        let length = input.count
+        var i = start
         var h: UInt64
         if length >= 32 {
-            var v1 = seed &+ prime1 &+ prime2
-            var v2 = seed &+ prime2
-            var v3 = seed
-            var v4 = seed &- prime1
-            while i + 32 <= length {
-                v1 = round(v1, read64(input, i))
-                v2 = round(v2, read64(input, i + 8))
-                v3 = round(v3, read64(input, i + 16))
-                v4 = round(v4, read64(input, i + 24))
-                i += 32
-            }
+            let (v1, v2, v3, v4) = (lanes.v1, lanes.v2, lanes.v3, lanes.v4)
             h =
                 ((v1 << 1) | (v1 >> 63)) &+ ((v2 << 7) | (v2 >> 57)) &+ ((v3 << 12) | (v3 >> 52))
                 &+ ((v4 << 18) | (v4 >> 46))
@@ -96,8 +141,8 @@ public struct StateHash: Equatable, Sendable {
     /// The hash of bytes that determine a state: an entity's encoded state, or one status
     /// history entry.
     public init(hashing bytes: [UInt8]) {
-        self.high = XXH64.hash(bytes, seed: 0x6576_7374_6F72_6531)  // "evstore1"
-        self.low = XXH64.hash(bytes, seed: 0x6576_7374_6F72_6532)  // "evstore2"
+        // The seeds spell "evstore1" and "evstore2".
+        (high, low) = XXH64.hash(bytes, seeds: 0x6576_7374_6F72_6531, 0x6576_7374_6F72_6532)
     }
 }
 
