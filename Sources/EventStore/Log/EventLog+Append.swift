@@ -106,6 +106,10 @@ struct WriteBatch {
     var pendingRecords: [EventBlocks.Record] = []
     /// Where the events made here are encoded, before each is copied out at its own size.
     var encoding: [UInt8] = []
+    /// The key and the value of the event's entry in `events`, overwritten for each event:
+    /// two arrays made and freed for every event stored cost more than the entry's bytes.
+    var eventKey = [UInt8](repeating: 0, count: 16)
+    var eventValue: [UInt8] = []
     /// Counts the client batches appended, so each entity can tell whether the current one
     /// has named it already.
     var clientBatch = 0
@@ -512,22 +516,22 @@ struct WriteBatch {
             )
         }
         let tables = log.tables
-        let key = event.id.bytes
+        event.id.store(into: &eventKey)
         // The index entry now, so that a later event of this transaction finds the id held;
         // the event itself goes into a block when the transaction's work is done.
         seq += 1
-        var indexValue: [UInt8] = []
-        indexValue.appendVarint(seq)
+        eventValue.removeAll(keepingCapacity: true)
+        eventValue.appendVarint(seq)
         if !mayHold(event.id) {
-            try txn.put(tables.events, key, indexValue, flags: .append)
+            try txn.put(tables.events, eventKey, eventValue, flags: .append)
             lastEventKey = event.id
         } else {
-            try txn.put(tables.events, key, indexValue, flags: .noOverwrite)
+            try txn.put(tables.events, eventKey, eventValue, flags: .noOverwrite)
         }
         let record = EventBlocks.Record(id: event.id, payload: payload)
         pendingRecords.append(record)
         log.uncommitted.withLock { $0.keep(record, at: seq) }
-        try txn.put(tables.entityIndex, event.entity.bytes, key)
+        try txn.put(tables.entityIndex, event.entity.bytes, eventKey)
         try recordBlobReferences(of: event, txn: &txn)
         originEntries.append((event.origin, event.id))
         // Every path that stores an event comes through here, so every stored event takes a

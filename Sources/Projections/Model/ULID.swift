@@ -46,10 +46,18 @@ public struct ULID: Hashable, Comparable, Sendable, CustomStringConvertible {
     // MARK: Binary
 
     public var bytes: [UInt8] {
-        var out: [UInt8] = []
-        out.reserveCapacity(16)
-        append(to: &out)
+        var out = [UInt8](repeating: 0, count: 16)
+        store(into: &out)
         return out
+    }
+
+    /// Writes the id's 16 bytes over the first 16 of `bytes`, which must have as many: a
+    /// key reused from one event to the next, without an array made for each.
+    public func store(into bytes: inout [UInt8]) {
+        var span = bytes.mutableSpan
+        var raw = span.mutableBytes
+        raw.storeBytes(of: high.bigEndian, toByteOffset: 0, as: UInt64.self)
+        raw.storeBytes(of: low.bigEndian, toByteOffset: 8, as: UInt64.self)
     }
 
     public func append(to out: inout [UInt8]) {
