@@ -650,115 +650,103 @@ public enum EventCodec {
         // Keys in byte order:
         // accept amount at base by counter element entity event fields id key kind observed
         // origin proposal reason set status
+        // `entity` is always there: the members before it end with their comma, those after
+        // it begin with theirs, so that a member's comma and name are one literal.
         if case .decide(_, let accept, _) = event.body {
-            CanonicalWriter.appendKey("accept", to: &out)
+            CanonicalWriter.appendLiteral(#""accept":"#, to: &out)
             CanonicalWriter.appendBool(accept, to: &out)
             out.append(UInt8(ascii: ","))
         }
         if case .incr(_, let amount) = event.body {
-            CanonicalWriter.appendKey("amount", to: &out)
+            CanonicalWriter.appendLiteral(#""amount":"#, to: &out)
             out.append(contentsOf: amount.description.utf8)
             out.append(UInt8(ascii: ","))
         }
         if let at = event.at {
-            CanonicalWriter.appendKey("at", to: &out)
+            CanonicalWriter.appendLiteral(#""at":"#, to: &out)
             out.append(contentsOf: at.bytes)
             out.append(UInt8(ascii: ","))
         }
         switch event.body {
         case .edit(_, let base) where !base.isEmpty:
-            CanonicalWriter.appendKey("base", to: &out)
-            out.append(UInt8(ascii: "{"))
+            CanonicalWriter.appendLiteral(#""base":{"#, to: &out)
             for (index, entry) in base.enumerated() {
                 if index > 0 { out.append(UInt8(ascii: ",")) }
                 CanonicalWriter.appendString(entry.field, to: &out)
                 out.append(UInt8(ascii: ":"))
                 appendIDs(entry.heads, to: &out)
             }
-            out.append(contentsOf: [UInt8(ascii: "}"), UInt8(ascii: ",")])
+            CanonicalWriter.appendLiteral("},", to: &out)
         case .status(_, let base) where !base.isEmpty, .propose(_, let base) where !base.isEmpty,
             .restore(let base) where !base.isEmpty:
-            CanonicalWriter.appendKey("base", to: &out)
+            CanonicalWriter.appendLiteral(#""base":"#, to: &out)
             appendIDs(base, to: &out)
             out.append(UInt8(ascii: ","))
         default: break
         }
         if let by = event.by {
-            CanonicalWriter.appendKey("by", to: &out)
+            CanonicalWriter.appendLiteral(#""by":"#, to: &out)
             CanonicalWriter.appendString(by, to: &out)
             out.append(UInt8(ascii: ","))
         }
         if case .incr(let counter, _) = event.body {
-            CanonicalWriter.appendKey("counter", to: &out)
+            CanonicalWriter.appendLiteral(#""counter":"#, to: &out)
             CanonicalWriter.appendString(counter, to: &out)
             out.append(UInt8(ascii: ","))
         }
         switch event.body {
         case .add(_, let element), .remove(_, let element, _):
-            CanonicalWriter.appendKey("element", to: &out)
+            CanonicalWriter.appendLiteral(#""element":"#, to: &out)
             out.append(contentsOf: element.bytes)
             out.append(UInt8(ascii: ","))
         default: break
         }
-        CanonicalWriter.appendKey("entity", to: &out)
+        CanonicalWriter.appendLiteral(#""entity":"#, to: &out)
         CanonicalWriter.appendString(utf8: event.entity.bytes, to: &out)
-        out.append(UInt8(ascii: ","))
         if case .decide(let proposal, _, _) = event.body {
-            CanonicalWriter.appendKey("event", to: &out)
+            CanonicalWriter.appendLiteral(#","event":"#, to: &out)
             proposal.appendJSON(to: &out)
-            out.append(UInt8(ascii: ","))
         }
         if case .edit(let fields, _) = event.body {
-            CanonicalWriter.appendKey("fields", to: &out)
-            out.append(UInt8(ascii: "{"))
+            CanonicalWriter.appendLiteral(#","fields":{"#, to: &out)
             for (index, field) in fields.enumerated() {
                 if index > 0 { out.append(UInt8(ascii: ",")) }
                 CanonicalWriter.appendString(field.name, to: &out)
                 out.append(UInt8(ascii: ":"))
                 out.append(contentsOf: field.value.bytes)
             }
-            out.append(contentsOf: [UInt8(ascii: "}"), UInt8(ascii: ",")])
+            out.append(UInt8(ascii: "}"))
         }
-        let idPosition = out.count - start
+        // Past the comma the next member begins with: where `"id":"…",` goes.
+        let idPosition = out.count + 1 - start
         if includeID {
-            CanonicalWriter.appendKey("id", to: &out)
+            CanonicalWriter.appendLiteral(#","id":"#, to: &out)
             event.id.appendJSON(to: &out)
-            out.append(UInt8(ascii: ","))
         }
         if let key = event.key {
-            CanonicalWriter.appendKey("key", to: &out)
+            CanonicalWriter.appendLiteral(#","key":"#, to: &out)
             CanonicalWriter.appendString(key, to: &out)
-            out.append(UInt8(ascii: ","))
         }
-        CanonicalWriter.appendKey("kind", to: &out)
+        CanonicalWriter.appendLiteral(#","kind":"#, to: &out)
         CanonicalWriter.appendString(event.body.kind.rawValue, to: &out)
-        out.append(UInt8(ascii: ","))
         if case .remove(_, _, let observed) = event.body, !observed.isEmpty {
-            CanonicalWriter.appendKey("observed", to: &out)
+            CanonicalWriter.appendLiteral(#","observed":"#, to: &out)
             appendIDs(observed, to: &out)
-            out.append(UInt8(ascii: ","))
         }
-        CanonicalWriter.appendKey("origin", to: &out)
+        CanonicalWriter.appendLiteral(#","origin":"#, to: &out)
         event.origin.appendJSON(to: &out)
         switch event.body {
         case .add(let set, _), .remove(let set, _, _):
-            out.append(UInt8(ascii: ","))
-            CanonicalWriter.appendKey("set", to: &out)
+            CanonicalWriter.appendLiteral(#","set":"#, to: &out)
             CanonicalWriter.appendString(set, to: &out)
         case .propose(let status, _):
-            out.append(UInt8(ascii: ","))
-            CanonicalWriter.appendKey("proposal", to: &out)
-            CanonicalWriter.appendBool(true, to: &out)
-            out.append(UInt8(ascii: ","))
-            CanonicalWriter.appendKey("status", to: &out)
+            CanonicalWriter.appendLiteral(#","proposal":true,"status":"#, to: &out)
             CanonicalWriter.appendString(status, to: &out)
         case .decide(_, _, let reason?):
-            out.append(UInt8(ascii: ","))
-            CanonicalWriter.appendKey("reason", to: &out)
+            CanonicalWriter.appendLiteral(#","reason":"#, to: &out)
             CanonicalWriter.appendString(reason, to: &out)
         case .status(let status, _):
-            out.append(UInt8(ascii: ","))
-            CanonicalWriter.appendKey("status", to: &out)
+            CanonicalWriter.appendLiteral(#","status":"#, to: &out)
             CanonicalWriter.appendString(status, to: &out)
         default: break
         }

@@ -62,6 +62,13 @@ public enum CanonicalWriter {
         }
     }
 
+    /// Appends bytes already in their canonical form, such as a member's name with its
+    /// quotes and colon (`"entity":`): one copy, where `appendKey` makes four appends, each
+    /// checking the array's uniqueness and capacity again.
+    public static func appendLiteral(_ literal: StaticString, to out: inout [UInt8]) {
+        literal.withUTF8Buffer { out.append(contentsOf: $0) }
+    }
+
     /// Appends `"key":` — the key must already be in canonical order relative to its siblings.
     public static func appendKey(_ key: StaticString, to out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
