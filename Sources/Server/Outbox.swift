@@ -373,7 +373,7 @@ package final class Outbox: @unchecked Sendable {
     package var isIdle: Bool {
         condition.lock()
         defer { condition.unlock() }
-        return head == slots.count && unsent.isEmpty && !writing && appendsInFlight == 0
+        return everyAnswerHanded && !writing
     }
 
     /// Every answer is with the socket or being handed to it: none waits in a slot or is
@@ -384,7 +384,12 @@ package final class Outbox: @unchecked Sendable {
     package var isAnswered: Bool {
         condition.lock()
         defer { condition.unlock() }
-        return head == slots.count && unsent.isEmpty && appendsInFlight == 0
+        return everyAnswerHanded
+    }
+
+    /// What `isIdle` and `isAnswered` share; read under the lock.
+    private var everyAnswerHanded: Bool {
+        head == slots.count && unsent.isEmpty && appendsInFlight == 0
     }
 
     /// Waits until every append this connection sent has its response.
