@@ -234,6 +234,14 @@ package final class FrameChannel {
         buffer.count > start || (try? connection.waitReadable(timeout: 0)) == true
     }
 
+    /// Waits until bytes from the peer wait to be read (true) or `wake` is signalled or
+    /// `timeout` seconds pass (false). Like `hasBytesWaiting`, a hint: a socket that fails
+    /// the poll counts as bytes waiting, so the read that follows reports its error.
+    package func waitForBytes(timeout: Double, or wake: EventFD) -> Bool {
+        guard buffer.count <= start else { return true }
+        do { return try connection.waitReadable(timeout: timeout, or: wake) == .readable } catch { return true }
+    }
+
     package var deadlineError: SyncError {
         SyncError(
             .sessionLimit,

@@ -3,6 +3,7 @@ import EventStore
 import FoundationEssentials
 import Projections
 import Synchronization
+import UnixSocket
 import Wire
 
 /// What replication writes through: in the daemon its one writer, which commits each job
@@ -881,9 +882,15 @@ package final class SyncSession {
         final class Pending: @unchecked Sendable {
             let done = DispatchSemaphore(value: 0)
             var result: Result<IngestResult, EventStoreError>?
+            /// Set before `done` is signalled: the writer is through with the batch.
+            let finished = Atomic(false)
             let bytes: Int
             init(bytes: Int) { self.bytes = bytes }
         }
+        // Signalled as the writer finishes each batch, so the session can wait for that or
+        // the peer's next bytes, whichever comes first. Without it (no descriptor left)
+        // the session waits for the writer alone, as it did before.
+        let writerDone = try? EventFD()
         // Oldest first.
         var pending: [Pending] = []
         var pendingBytes = 0
@@ -925,7 +932,16 @@ package final class SyncSession {
             for waiting in pending { waiting.done.wait() }
         }
         while true {
-            while !pending.isEmpty, !channel.hasBytesWaiting { try settle() }
+            // Acknowledges what the writer is through with while the peer has sent nothing
+            // more. A batch that arrives while the writer still works (or waits for the
+            // disk's flush) is read and decoded meanwhile rather than after it.
+            while let oldest = pending.first, !channel.hasBytesWaiting {
+                guard let writerDone, !oldest.finished.load(ordering: .acquiring) else {
+                    try settle()
+                    continue
+                }
+                if channel.waitForBytes(timeout: channel.timeoutSeconds, or: writerDone) { break }
+            }
             let frame = try read()
             switch frame.kind {
             case .batch:
@@ -943,7 +959,9 @@ package final class SyncSession {
                 pendingBytes += bytes
                 node.ingestLater(events, peer, allowance) { result in
                     handed.result = result
+                    handed.finished.store(true, ordering: .releasing)
                     handed.done.signal()
+                    writerDone?.signal()
                 }
             case .done:
                 while !pending.isEmpty { try settle() }

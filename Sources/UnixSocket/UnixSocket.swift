@@ -218,6 +218,36 @@ public final class UnixConnection: @unchecked Sendable {
         }
     }
 
+    /// What ended a wait for bytes that another thread may cut short.
+    public enum Wake: Equatable, Sendable {
+        /// Bytes (or the end of the stream) wait to be read.
+        case readable
+        /// `wake` was signalled; it is drained.
+        case signalled
+        case timedOut
+    }
+
+    /// Waits up to `timeout` seconds for bytes to read, or for another thread to signal
+    /// `wake`, whichever comes first (both at once: `readable`). The corresponding C
+    /// function is `poll`.
+    public func waitReadable(timeout: Double, or wake: EventFD) throws(SocketError) -> Wake {
+        var pollers = [
+            pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0),
+            pollfd(fd: wake.descriptor, events: Int16(POLLIN), revents: 0),
+        ]
+        let milliseconds = Int32(min(max(timeout, 0) * 1000, Double(Int32.max)).rounded(.up))
+        while true {
+            let ready = poll(&pollers, 2, milliseconds)
+            if ready < 0 {
+                if errno == EINTR { continue }
+                throw SocketError.last("poll")
+            }
+            if pollers[1].revents != 0 { wake.drain() }
+            if pollers[0].revents != 0 { return .readable }
+            return pollers[1].revents != 0 ? .signalled : .timedOut
+        }
+    }
+
     /// Whether the other end is gone: closed in both directions, not merely done sending
     /// (a client may shut down its writing side and still read its answers). Does not
     /// block. The corresponding C function is `poll`.

@@ -27,6 +27,32 @@ struct EpollTests {
         #expect(epoll.wait(timeout: 5).first?.events.contains(.writable) == true)
     }
 
+    @Test(
+        "waitReadable(or:) ends at the socket's bytes, at a signal from another thread (drained), at the end of the stream, or at its timeout"
+    )
+    func waitReadableOrSignalled() throws {
+        let (server, client) = try UnixConnection.pair()
+        let wake = try EventFD()
+        #expect(try server.waitReadable(timeout: 0.01, or: wake) == .timedOut)
+        // From another thread while the wait is under way.
+        let signaller = Thread {
+            Thread.sleep(forTimeInterval: 0.05)
+            wake.signal()
+        }
+        signaller.start()
+        #expect(try server.waitReadable(timeout: 30, or: wake) == .signalled)
+        #expect(try server.waitReadable(timeout: 0, or: wake) == .timedOut, "the signal is drained")
+        try client.write(Array("x".utf8))
+        wake.signal()
+        #expect(try server.waitReadable(timeout: 30, or: wake) == .readable, "bytes win when both are there")
+        #expect(try server.waitReadable(timeout: 0, or: wake) == .readable, "…and the signal is drained still")
+        var byte: [UInt8] = []
+        _ = try server.read(into: &byte, count: 1)
+        #expect(try server.waitReadable(timeout: 0, or: wake) == .timedOut)
+        client.close()
+        #expect(try server.waitReadable(timeout: 30, or: wake) == .readable, "the end of the stream is read")
+    }
+
     @Test("readAvailable: nil while nothing is there, the bytes once they are, 0 at the end")
     func readAvailable() throws {
         let (server, client) = try UnixConnection.pair()
