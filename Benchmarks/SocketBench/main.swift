@@ -183,8 +183,8 @@ final class Daemon {
     }
 
     /// Bytes the daemon has caused to be written to the disk, and the CPU time it has
-    /// used, from /proc.
-    var ioAndCPU: (writeBytes: Int, cpuSeconds: Double) {
+    /// used (and of it, in the kernel), from /proc.
+    var ioAndCPU: (writeBytes: Int, cpuSeconds: Double, systemSeconds: Double) {
         let pid = process.processIdentifier
         var written = 0
         if let io = try? String(contentsOfFile: "/proc/\(pid)/io", encoding: .utf8) {
@@ -193,6 +193,7 @@ final class Daemon {
             }
         }
         var cpu = 0.0
+        var kernel = 0.0
         if let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
             let close = stat.lastIndex(of: ")")
         {
@@ -200,9 +201,10 @@ final class Daemon {
             let fields = stat[stat.index(after: close)...].split(separator: " ")
             if fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) {
                 cpu = (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+                kernel = system / Double(sysconf(Int32(_SC_CLK_TCK)))
             }
         }
-        return (written, cpu)
+        return (written, cpu, kernel)
     }
 
     func stop() {
@@ -594,6 +596,8 @@ struct CommitCost {
     var deviceBlocksPerCommit: Double?
     var deviceRequestsPerCommit: Double?
     var cpuMicrosecondsPerEvent = 0.0
+    /// Of it, in the kernel: the sockets, the wake-ups, the writes and flushes.
+    var systemMicrosecondsPerEvent = 0.0
 }
 
 func singleEventRate(clients: Int, root: String) throws -> CommitCost {
@@ -633,7 +637,8 @@ func singleEventRate(clients: Int, root: String) throws -> CommitCost {
         pagesPerCommit: Double(after.1.writeBytes - before.1.writeBytes) / 4096 / Double(made),
         deviceBlocksPerCommit: device.map { Double($0.sectors) / 8 / Double(made) },
         deviceRequestsPerCommit: device.map { Double($0.requests) / Double(made) },
-        cpuMicrosecondsPerEvent: (after.1.cpuSeconds - before.1.cpuSeconds) * 1e6 / Double(events))
+        cpuMicrosecondsPerEvent: (after.1.cpuSeconds - before.1.cpuSeconds) * 1e6 / Double(events),
+        systemMicrosecondsPerEvent: (after.1.systemSeconds - before.1.systemSeconds) * 1e6 / Double(events))
 }
 
 final class Counter: @unchecked Sendable {
@@ -667,6 +672,10 @@ if options.runs("appends") {
             rows.append(Row(name: "device write requests per commit, \(label)", value: requests, unit: ""))
         }
         rows.append(Row(name: "daemon CPU per event, \(label)", value: cost.cpuMicrosecondsPerEvent, unit: "µs"))
+        rows.append(
+            Row(
+                name: "of it in the kernel, \(label)", value: cost.systemMicrosecondsPerEvent, unit: "µs",
+                note: "system time: sockets, wake-ups, writes, flushes"))
     }
 }
 
