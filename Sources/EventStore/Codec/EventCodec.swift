@@ -573,7 +573,10 @@ public enum EventCodec {
             if ascending, !isCanonicalText(ofID: text) { ascending = false }
             ids.append(id)
         }
-        if !ascending { canonical = false }
+        // Strictly ascending is sorted and each once already, as a node of this release
+        // writes them.
+        if ascending { return ids }
+        canonical = false
         // Sorted, then each run of equal ids kept once: no set made for a list of a few.
         ids.sort()
         var kept = 0

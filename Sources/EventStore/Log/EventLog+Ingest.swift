@@ -40,13 +40,17 @@ extension EventLog {
         var seen = SeenIDs()
         // Dropped dead letters stay refused: looked up only while there are any.
         let anyDropped = try txn.stat(tables.deadLetterIDs).entries > 0
-        for (index, record) in replicated.enumerated() {
+        // Each record borrowed through a span: one taken out of the array is a copy, each of
+        // its buffers retained and released again.
+        let records = replicated.span
+        for index in records.indices {
             if result.deadLettered.count >= maxDeadLetters {
                 result.refused = replicated.count - index
                 break
             }
-            switch try judge(record, seen: seen, skipDropped: anyDropped, batch: &batch, txn: &txn) {
+            switch try judge(records[index], seen: seen, skipDropped: anyDropped, batch: &batch, txn: &txn) {
             case .invalid(let error):
+                let record = records[index]
                 if let letter = try batch.deadLetter(record.json, id: record.id, reason: error, peer: peer, txn: &txn) {
                     result.deadLettered.append(letter)
                 } else {
@@ -79,16 +83,25 @@ extension EventLog {
     /// `skipDropped`: an event whose dead letter was dropped (`dead_letters.drop`) counts as
     /// held, valid or not, so a drop is final on this node.
     func judge(
-        _ record: ReplicatedEvent, seen: SeenIDs, skipDropped: Bool = false, batch: inout WriteBatch,
+        _ record: borrowing ReplicatedEvent, seen: SeenIDs, skipDropped: Bool = false, batch: inout WriteBatch,
         txn: inout WriteTransaction
     ) throws -> Verdict {
-        let decoded =
-            record.decoded.map { $0.map { ($0.event, $0.payload) } }
-            ?? Result { () throws(EventStoreError) in try EventLog.received(record.json, id: record.id, log: batch.log)
-            }
-        guard case .success(let (event, payload)) = decoded else {
-            guard case .failure(let error) = decoded else { return .held }
+        // Read out of the record by a switch, not mapped into a new result: each copy of
+        // an event retains every buffer it holds.
+        let event: Event
+        let payload: [UInt8]
+        switch record.decoded {
+        case .success(let decoded)?:
+            event = decoded.event
+            payload = decoded.payload
+        case .failure(let error)?:
             return .invalid(error)
+        case nil:
+            do {
+                (event, payload) = try EventLog.received(record.json, id: record.id, log: batch.log)
+            } catch {
+                return .invalid(error)
+            }
         }
         if seen.contains(event.id) { return .held }
         if skipDropped, try txn.get(tables.deadLetterIDs, event.id.bytes) == EventLog.droppedMarker { return .held }

@@ -181,19 +181,20 @@ public struct ULID: Hashable, Comparable, Sendable, CustomStringConvertible {
     /// As `init?(utf8:)`, from a part of a larger text (a member read in place).
     public init?(utf8 text: ArraySlice<UInt8>) {
         guard text.count == 26 else { return nil }
-        var high: UInt64 = 0
-        var low: UInt64 = 0
         // The table read once: each read of the static would go through its accessor.
-        let decoding = ULID.decoding
-        for byte in text {
-            let value = decoding[Int(byte)]
-            guard value != 0xFF else { return nil }
-            // Shift the 128-bit (high, low) left by 5 and add the symbol.
-            guard high >> 59 == 0 else { return nil }  // would overflow 128 bits
-            high = high << 5 | low >> 59
-            low = low << 5 | UInt64(value)
+        let decoding = ULID.decoding.span
+        let symbols = text.span
+        var bits: UInt128 = 0
+        // Every symbol's value ORed: one not in the table (0xFF) sets the high bits.
+        var seen: UInt8 = 0
+        for index in symbols.indices {
+            let value = decoding[Int(symbols[index])]
+            seen |= value
+            bits = bits << 5 | UInt128(value)
         }
-        self.init(high: high, low: low)
+        // 26 symbols are 130 bits: the first must be at most 7 for the value to fit in 128.
+        guard seen < 32, decoding[Int(symbols[0])] < 8 else { return nil }
+        self.init(high: UInt64(truncatingIfNeeded: bits >> 64), low: UInt64(truncatingIfNeeded: bits))
     }
 
     /// Why `text` is not a ULID, in words a person can act on; nil when it is one.
