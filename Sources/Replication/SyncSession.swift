@@ -935,12 +935,14 @@ package final class SyncSession {
             // Acknowledges what the writer is through with while the peer has sent nothing
             // more. A batch that arrives while the writer still works (or waits for the
             // disk's flush) is read and decoded meanwhile rather than after it.
-            while let oldest = pending.first, !channel.hasBytesWaiting {
-                guard let writerDone, !oldest.finished.load(ordering: .acquiring) else {
+            while let oldest = pending.first {
+                if let writerDone, !oldest.finished.load(ordering: .acquiring) {
+                    // One poll: bytes waiting end it at once, a batch finished loops.
+                    if channel.waitForBytes(timeout: channel.timeoutSeconds, or: writerDone) { break }
+                } else {
+                    if channel.hasBytesWaiting { break }
                     try settle()
-                    continue
                 }
-                if channel.waitForBytes(timeout: channel.timeoutSeconds, or: writerDone) { break }
             }
             let frame = try read()
             switch frame.kind {

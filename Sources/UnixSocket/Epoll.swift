@@ -78,7 +78,7 @@ public final class Epoll: @unchecked Sendable {
     /// ready; empty when the time ran out or a signal came. The corresponding C function is
     /// `epoll_wait`.
     public func wait(timeout: Double?) -> [Ready] {
-        let milliseconds = timeout.map { Int32(min(max($0, 0) * 1000, Double(Int32.max)).rounded(.up)) } ?? -1
+        let milliseconds = timeout.map(pollMilliseconds) ?? -1
         let count = evstore_epoll_wait(descriptor, tags, events, capacity, milliseconds)
         guard count > 0 else { return [] }
         return (0..<Int(count)).map { Ready(tag: tags[$0], events: Events(rawValue: events[$0])) }

@@ -117,7 +117,7 @@ public final class RouteMonitor: @unchecked Sendable {
     /// (perhaps none); nil when none came in time.
     public func receive(timeout: Double) throws(SocketError) -> [NetworkChange]? {
         var poller = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
-        let milliseconds = Int32(min(max(timeout, 0) * 1000, Double(Int32.max)).rounded(.up))
+        let milliseconds = pollMilliseconds(timeout)
         let ready = poll(&poller, 1, milliseconds)
         if ready < 0 {
             if errno == EINTR { return nil }

@@ -210,7 +210,7 @@ public final class UnixConnection: @unchecked Sendable {
     /// when the time ran out first. The corresponding C function is `poll`.
     public func waitReadable(timeout: Double) throws(SocketError) -> Bool {
         var poller = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
-        let milliseconds = Int32(min(max(timeout, 0) * 1000, Double(Int32.max)).rounded(.up))
+        let milliseconds = pollMilliseconds(timeout)
         while true {
             let ready = poll(&poller, 1, milliseconds)
             if ready >= 0 { return ready > 0 }
@@ -235,7 +235,7 @@ public final class UnixConnection: @unchecked Sendable {
             pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0),
             pollfd(fd: wake.descriptor, events: Int16(POLLIN), revents: 0),
         ]
-        let milliseconds = Int32(min(max(timeout, 0) * 1000, Double(Int32.max)).rounded(.up))
+        let milliseconds = pollMilliseconds(timeout)
         while true {
             let ready = poll(&pollers, 2, milliseconds)
             if ready < 0 {
@@ -401,4 +401,10 @@ func withAddress<R>(_ path: String, _ body: (UnsafePointer<sockaddr>, socklen_t)
             body($0, socklen_t(MemoryLayout<sockaddr_un>.size))
         }
     }
+}
+
+/// `seconds` as the milliseconds `poll` and `epoll_wait` take: rounded up, so a wait never
+/// ends early, and clamped to 0 through `Int32.max`.
+func pollMilliseconds(_ seconds: Double) -> Int32 {
+    Int32(min(max(seconds, 0) * 1000, Double(Int32.max)).rounded(.up))
 }
