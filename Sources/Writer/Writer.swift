@@ -125,8 +125,23 @@ package final class Writer: Sendable {
     /// and stores it on the writer. The new version, or nil when none was due.
     package func trainDictionaryIfDue() throws(EventStoreError) -> UInt32? {
         guard try log.dictionaryTrainingDue() else { return nil }
+        // A store that trains its first inline does so on the writer as soon as it is due
+        // (and again, at double the count, if that fails): a training here meanwhile
+        // would be the same work twice.
+        if log.options.trainsFirstDictionaryInline, try !log.hasDictionary() { return nil }
         let prepared = try log.prepareDictionary()
-        return try performAlone(from: -5) { [log] () throws(EventStoreError) in try log.install(prepared) }
+        return try performAlone(from: -5) { [log] () throws(EventStoreError) -> UInt32? in
+            // The writer's own first training, or a peer's dictionary taken, may have been
+            // stored while this one trained: then it is no longer due, and not stored.
+            guard try log.dictionaryTrainingDue() else { return nil }
+            return try log.install(prepared)
+        }
+    }
+
+    /// `EventLog.adoptDictionaries(_:)` on the writer, alone: a peer's dictionaries taken
+    /// by a store that has none yet. Whether they were.
+    package func adoptDictionaries(_ offered: SharedDictionaries, from source: Int) throws(EventStoreError) -> Bool {
+        try performAlone(from: source) { [log] () throws(EventStoreError) in try log.adoptDictionaries(offered) }
     }
 
     private static let mismatch = EventStoreError(.corrupt, "the writer answered a job with another's output")
