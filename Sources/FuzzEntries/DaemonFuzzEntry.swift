@@ -90,6 +90,8 @@ public enum DaemonFuzzEntry {
         case .manifest: _ = try BlobManifest.decode(frame.payload)
         case .blobsDone: _ = try Messages.decode(Messages.BlobsDone.self, frame.payload, frame: "blobs_done")
         case .blobsKept: _ = try Messages.decode(Messages.BlobsKept.self, frame.payload, frame: "blobs_kept")
+        // zstd's loader and a trial compression, as a node checks a peer's dictionaries.
+        case .dictionary: _ = try DictionaryFrame.decode(frame.payload).loaded(level: 3)
         }
     }
 

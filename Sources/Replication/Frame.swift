@@ -29,6 +29,9 @@ package struct Frame: Equatable, Sendable {
         /// The answer to `blobs_done`: JSON, the blobs kept whole, all of them on the
         /// receiver's disk by then.
         case blobsKept = 0x6B  // "k"
+        /// The sender's compression dictionaries, before its first batch to a peer whose
+        /// hello said it has none (`dictionary`): binary (`DictionaryFrame`).
+        case dictionary = 0x5A  // "Z"
 
         /// What a session must have agreed to before either side sends a frame of a kind:
         /// the protocol version that added it, or a capability both hellos named.
@@ -57,6 +60,8 @@ package struct Frame: Equatable, Sendable {
             case .want, .blobsDone, .blobsKept: (.capability(Frame.blobsCapability), Frame.maxSmallPayloadBytes)
             case .chunk: (.capability(Frame.blobsCapability), BlobChunk.headerBytes + BlobChunk.maxBytes)
             case .manifest: (.capability(Frame.blobsCapability), BlobManifest.maxPayloadBytes)
+            // Two dictionaries of at most 1 MiB each, with their lengths.
+            case .dictionary: (.capability(Frame.dictionaryCapability), DictionaryFrame.maxPayloadBytes)
             }
         }
 
@@ -105,7 +110,7 @@ package struct Frame: Equatable, Sendable {
     /// The capabilities this node speaks; each names the frame kinds it adds in
     /// `Kind.rule`, or the members it adds to frames of protocol 2.
     package static let capabilities: [String] = [
-        verifyCapability, forwardCapability, blobsCapability, wideWindowCapability,
+        verifyCapability, forwardCapability, blobsCapability, wideWindowCapability, dictionaryCapability,
     ]
     /// Content checks: the responder's hello carries a window of the events both sides
     /// hold with its content hashes, the initiator's done the ones it holds otherwise
@@ -125,6 +130,11 @@ package struct Frame: Equatable, Sendable {
     /// so on a disk whose flushes are slow a sync makes fewer commits. No frame kind of its
     /// own.
     package static let wideWindowCapability = "window8"
+    /// A node without a compression dictionary says so in its hello (`needs_dictionary`);
+    /// a peer that has one sends it in a `dictionary` frame before its first batch, and the
+    /// node takes it as its first (`EventLog.adoptDictionaries(_:)`) rather than train one
+    /// on its own first ten thousand events.
+    package static let dictionaryCapability = "dictionary"
     /// Each side's first bytes: "EVSYNC/" and the version in decimal, then a newline.
     package static func preamble(version: Int = protocolVersion) -> [UInt8] { Array("EVSYNC/\(version)\n".utf8) }
     package static let preamblePrefix = Array("EVSYNC/".utf8)

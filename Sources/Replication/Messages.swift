@@ -44,6 +44,10 @@ package enum Messages {
         /// append to the responder and syncs nothing. A node without the capability ignores
         /// it (and the initiator, finding no `forward` agreed, ends the session).
         package var forward: Bool? = nil
+        /// True when the sender has no compression dictionary yet: with the `dictionary`
+        /// capability agreed, the peer sends its own before its first batch. Older peers
+        /// leave it out (and ignore it).
+        package var needsDictionary: Bool? = nil
 
         package enum CodingKeys: String, CodingKey {
             case protocolVersion = "protocol"
@@ -51,6 +55,7 @@ package enum Messages {
             case deadLetters = "dead_letters"
             case deadLettersCut = "dead_letters_cut"
             case protocols, capabilities, windows, checks, forward
+            case needsDictionary = "needs_dictionary"
         }
 
         /// Checks one hello may carry at most (about 4.5 MB).

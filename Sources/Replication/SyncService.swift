@@ -658,7 +658,7 @@ package final class SyncService: Sendable {
                 ? ", blobs sent \(report.blobsSent) (\(report.blobBytesSent) bytes), received \(report.blobsReceived) (\(report.blobBytesReceived) bytes)"
                 : ""
             logger.info(
-                "sync with \(label): sent \(report.sent), received \(report.received)\(blobs) in \(milliseconds) ms (\(report.bytesSent) bytes out, \(report.bytesReceived) in, protocol \(report.protocolVersion ?? 1))"
+                "sync with \(label): sent \(report.sent), received \(report.received)\(blobs)\(report.dictionaryNote) in \(milliseconds) ms (\(report.bytesSent) bytes out, \(report.bytesReceived) in, protocol \(report.protocolVersion ?? 1))"
             )
         }
         logDivergence(report, peer: label)
@@ -762,7 +762,7 @@ package final class SyncService: Sendable {
             }
             if report.received > 0 { refreshFingerprints() }
             logger.info(
-                "sync from \(session.peerLabel): received \(report.received), sent \(report.sent) (\(report.bytesReceived) bytes in, \(report.bytesSent) out, protocol \(report.protocolVersion ?? 1))"
+                "sync from \(session.peerLabel): received \(report.received), sent \(report.sent)\(report.dictionaryNote) (\(report.bytesReceived) bytes in, \(report.bytesSent) out, protocol \(report.protocolVersion ?? 1))"
             )
             logDivergence(report, peer: session.peerLabel)
             warnOfSharedName(report, peer: session.peerLabel)

@@ -12,6 +12,9 @@ package protocol JobWriter: Sendable {
     func perform<Job: WriteJob>(_ job: Job, from source: Int) throws(EventStoreError) -> Job.Output
     func submit<Job: WriteJob>(
         _ job: Job, from source: Int, completion: @escaping @Sendable (Result<Job.Output, EventStoreError>) -> Void)
+    /// Takes a peer's compression dictionaries when the store has none yet, on the writer
+    /// alone (`EventLog.adoptDictionaries(_:)`).
+    func adoptDictionaries(_ offered: SharedDictionaries, from source: Int) throws(EventStoreError) -> Bool
 }
 
 /// A peer by name and URL, as the configuration file gives it.
@@ -50,6 +53,9 @@ package struct SyncNode: Sendable {
     /// line in, the response line out. The daemon runs it through its own admission stage
     /// and writer; tools answer that they take none.
     package let forwarded: @Sendable ([UInt8]) -> [UInt8]
+    /// Takes a peer's compression dictionaries as the store's first (`dictionary`), on the
+    /// writer; false when the store has one by then.
+    package let adoptDictionaries: @Sendable (SharedDictionaries) throws(EventStoreError) -> Bool
     /// The windows of content checks per peer, shared by the node's sessions.
     package let divergence = DivergenceLedger()
     /// The node's blobs, which sessions agreeing to `blobs` move; nil: the node keeps none
@@ -73,7 +79,8 @@ package struct SyncNode: Sendable {
             ) -> Void
         )? = nil,
         storePeerEntries: @escaping @Sendable ([PeerEntry]) throws(EventStoreError) -> Void,
-        forwarded: @escaping @Sendable ([UInt8]) -> [UInt8] = SyncNode.takesNoForwards
+        forwarded: @escaping @Sendable ([UInt8]) -> [UInt8] = SyncNode.takesNoForwards,
+        adoptDictionaries: (@Sendable (SharedDictionaries) throws(EventStoreError) -> Bool)? = nil
     ) {
         self.log = log
         self.name = name
@@ -84,6 +91,11 @@ package struct SyncNode: Sendable {
             }
         self.storePeerEntries = storePeerEntries
         self.forwarded = forwarded
+        if let adoptDictionaries {
+            self.adoptDictionaries = adoptDictionaries
+        } else {
+            self.adoptDictionaries = { (offered) throws(EventStoreError) in try log.adoptDictionaries(offered) }
+        }
     }
 
     /// The answer of a node that takes no forwarded appends.
@@ -114,7 +126,10 @@ package struct SyncNode: Sendable {
             },
             storePeerEntries: { (entries) throws(EventStoreError) in
                 try writer.perform(PeerEntriesJob(entries), from: -3)
-            }, forwarded: forwarded)
+            }, forwarded: forwarded,
+            adoptDictionaries: { (offered) throws(EventStoreError) in
+                try writer.adoptDictionaries(offered, from: -5)
+            })
     }
 
     /// Writes straight into the log (tools and tests).
@@ -199,6 +214,16 @@ package struct SyncReport: Sendable, Equatable {
     package var windowsDiffering = 0
     /// The session carried an append handed to the responder (`forward`) and synced nothing.
     package var forwarded = false
+    /// This side sent its compression dictionaries to a peer that had none (`dictionary`),
+    /// and took the peer's as its first.
+    package var dictionarySent = false
+    package var dictionaryAdopted = false
+
+    /// For the session's log line: the dictionaries that went either way, if any.
+    package var dictionaryNote: String {
+        (dictionarySent ? ", compression dictionary sent" : "")
+            + (dictionaryAdopted ? ", the peer's compression dictionary taken" : "")
+    }
     /// Blobs (`blobs`): those this side asked the peer for, received whole, passed over
     /// (another session was receiving them, or no upload was free), and the peer said it
     /// does not hold; the blobs and bytes sent, and those the peer asked for, this side
@@ -270,6 +295,11 @@ package final class SyncSession {
     private var divergentReply: [Messages.Check]?
     /// The responder's windows whose digest differs here, for the done.
     private var recheckReply: [Messages.WireRange]?
+    /// `dictionary`: this side's hello said it has no dictionary, and the peer's said so of
+    /// the peer; whether this side has offered its own (before its first batch, once).
+    private var askedForDictionary = false
+    private var peerNeedsDictionary = false
+    private var dictionaryOffered = false
 
     /// The session's clock starts now: it must be over `limits.sessionSeconds` later.
     /// The peer's name in this node's configuration, for a session this node started with
@@ -299,6 +329,7 @@ package final class SyncSession {
                     vector: mine.wire, ranges: nil, clock: sentAt)
                 hello.protocols = Array(Frame.protocolVersions)
                 hello.capabilities = node.capabilities
+                try askForDictionary(in: &hello)
                 try listDeadLetters(in: &hello)
                 try send(.hello, hello)
             } catch {
@@ -356,6 +387,9 @@ package final class SyncSession {
             if theirHello.protocols != nil {
                 hello.protocols = Array(Frame.protocolVersions)
                 hello.capabilities = node.capabilities
+                if channel.agreement.capabilities.contains(Frame.dictionaryCapability) {
+                    try askForDictionary(in: &hello)
+                }
             }
             if channel.agreement.capabilities.contains(Frame.verifyCapability) {
                 (hello.windows, hello.checks) = try checks(mine: mine, theirs: theirs)
@@ -551,6 +585,7 @@ package final class SyncSession {
         let name = try hello.validatedName()
         report.peerDeadLetters.listed = try hello.decodedDeadLetters()
         report.peerDeadLetters.cut = hello.deadLettersCut ?? false
+        peerNeedsDictionary = hello.needsDictionary == true
         report.peerNode = peer
         report.peerName = name
         if peerLabel.isEmpty { peerLabel = name.map { "\($0) (\(peer))" } ?? peer.description }
@@ -622,6 +657,10 @@ package final class SyncSession {
         func sendBatch(_ batch: [ReplicatedEvent], origin: ULID? = nil) throws(SyncError) {
             let events = refused.isEmpty ? batch : batch.filter { $0.id.map { !refused.contains($0) } ?? true }
             guard !events.isEmpty else { return }
+            if !dictionaryOffered {
+                dictionaryOffered = true
+                try offerDictionary()
+            }
             try channel.write(Frame(kind: .batch, payload: try BatchCodec.encode(events, compressor: compressor)))
             // Through the batch's last event before the filter: those left out are the
             // peer's dead letters, below its vector already.
@@ -857,6 +896,43 @@ package final class SyncSession {
         if !awaitingAck.isEmpty, let held = awaitingAck.removeFirst() { acknowledged?(held.origin, held.through) }
     }
 
+    // MARK: Dictionaries (`dictionary`)
+
+    /// Says in this node's hello that it has no compression dictionary yet, when it has none.
+    private func askForDictionary(in hello: inout Messages.Hello) throws(SyncError) {
+        guard try !storage({ () throws(EventStoreError) in try node.log.hasDictionary() }) else { return }
+        hello.needsDictionary = true
+        askedForDictionary = true
+    }
+
+    /// Sends this node's dictionaries before its first batch, when the session agreed to
+    /// `dictionary`, the peer's hello said it has none, and this node has one.
+    private func offerDictionary() throws(SyncError) {
+        guard peerNeedsDictionary, channel.agreement.capabilities.contains(Frame.dictionaryCapability),
+            let dictionaries = try storage({ () throws(EventStoreError) in try node.log.currentDictionaries() })
+        else { return }
+        try channel.write(Frame(kind: .dictionary, payload: DictionaryFrame.encode(dictionaries)))
+        report.dictionarySent = true
+    }
+
+    /// Takes the peer's dictionaries as this node's first: once, and only when this node
+    /// asked. Bytes that are not a dictionary this node can use end the session (`protocol`).
+    private func takeDictionary(_ frame: Frame) throws(SyncError) {
+        guard askedForDictionary else {
+            throw SyncError(
+                .protocolError, "the peer sent a dictionary frame this node did not ask for, or a second one")
+        }
+        askedForDictionary = false
+        let offered = try DictionaryFrame.decode(frame.payload)
+        do {
+            report.dictionaryAdopted = try node.adoptDictionaries(offered)
+        } catch  where error.reason == .invalidParams {
+            throw SyncError(.protocolError, "the peer's dictionary frame: \(error.message)")
+        } catch {
+            _ = try storage { () throws(EventStoreError) in throw error }
+        }
+    }
+
     /// Puts the ids of the events this node holds as dead letters in its hello.
     private func listDeadLetters(in hello: inout Messages.Hello) throws(SyncError) {
         let (ids, cut) = try storage { () throws(EventStoreError) in
@@ -965,6 +1041,8 @@ package final class SyncSession {
                     handed.done.signal()
                     writerDone?.signal()
                 }
+            case .dictionary:
+                try takeDictionary(frame)
             case .done:
                 while !pending.isEmpty { try settle() }
                 let done = try Messages.decode(Messages.Done.self, frame.payload, frame: "done")

@@ -1,12 +1,13 @@
-@testable import Daemon
 import EventStore
 import Foundation
 import FuzzEntries
 import Projections
-@testable import Replication
-@testable import Server
 import TestSupport
 import Testing
+
+@testable import Daemon
+@testable import Replication
+@testable import Server
 @testable import Writer
 
 /// The request and sync-stream fuzzers' seeds and regressions (Fuzz/Corpus,
@@ -61,6 +62,7 @@ import Testing
         "bad-zeros-batch": "more than the 1000 records it claims",
         "bad-batch-extra-records": "more than the 1 records it claims",
         "bad-batch-record-too-long": "over the 16777216 of the largest event",
+        "bad-dictionary-lengths": "is not two dictionaries behind their lengths",
     ]
 
     /// Writes the sync-stream seeds into Fuzz/Corpus/sync-stream: not a test of its own, run
@@ -135,6 +137,17 @@ import Testing
         appendBigEndian(1, to: &longPayload)
         longPayload += try Compressor(level: 1).compress(long, dictionary: nil)
         seeds.append(("bad-batch-record-too-long", stream(hello, Frame(kind: .batch, payload: longPayload).encoded())))
+        // A new node's first session: the peer's dictionaries, then done; and a dictionary
+        // frame whose first length runs past its payload.
+        let sample = try FuzzEntry.sampleDictionary().bytes
+        let dictionaries = Frame(
+            kind: .dictionary, payload: DictionaryFrame.encode(SharedDictionaries(events: sample, records: sample))
+        ).encoded()
+        let done = Frame(kind: .done, payload: Messages.encode(Messages.Done(sent: 0, reconciled: 0))).encoded()
+        seeds.append(("session-dictionary", stream(hello, dictionaries, done)))
+        var cut = DictionaryFrame.encode(SharedDictionaries(events: sample, records: nil))
+        cut[2] = 0xFF
+        seeds.append(("bad-dictionary-lengths", stream(hello, Frame(kind: .dictionary, payload: cut).encoded())))
         seeds += hostilePeerSeeds(node: node)
         for (name, bytes) in seeds {
             try Data(bytes).write(to: directory.appendingPathComponent(name))

@@ -122,6 +122,11 @@ struct PreviousReleaseTests {
         #expect(lettersAfter.filter { $0["id"] as? String == bigID }.count == 1, "\(lettersAfter.count) dead letters")
         #expect(try call(old.socketPath, "status")["digest"] as? String == converged.digest)
         #expect(try call(new.socketPath, "status")["digest"] as? String == newStatus["digest"] as? String)
+        // The previous release speaks no `dictionary`: no dictionary went either way, and
+        // this node trained its own once it held 10,000 events.
+        #expect(!new.stderr.contains("compression dictionary sent"), "\(new.stderr.suffix(600))")
+        #expect(!new.stderr.contains("compression dictionary taken"), "\(new.stderr.suffix(600))")
+        #expect(newStatus["dictionary_version"] as? Int ?? 0 >= 1, "\(newStatus)")
         let durations = [firstSession, secondSession, thirdSession].map { $0["duration_ms"] as? Int ?? -1 }
         let conflicts = (oldStatus["needs_attention"] as? [String: Any])?["conflicts"] as? Int ?? -1
         print(
