@@ -925,6 +925,9 @@ package final class SyncSession {
         askedForDictionary = false
         let offered = try DictionaryFrame.decode(frame.payload)
         do {
+            // Tried here first, on the session's thread: what a hostile peer sends costs the
+            // writer nothing.
+            _ = try offered.loaded(level: node.log.options.compressionLevel)
             report.dictionaryAdopted = try node.adoptDictionaries(offered)
         } catch  where error.reason == .invalidParams {
             throw SyncError(.protocolError, "the peer's dictionary frame: \(error.message)")

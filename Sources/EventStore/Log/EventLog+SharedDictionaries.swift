@@ -18,7 +18,7 @@ public struct SharedDictionaries: Equatable, Sendable {
     public static let maxBytes = 1 << 20
     /// The first bytes of a trained zstd dictionary (`ZSTD_MAGIC_DICTIONARY`, little-endian):
     /// what is offered must be one, not raw content zstd would also load.
-    static let magic: [UInt8] = [0x37, 0xA4, 0x30, 0xEC]
+    public static let magic: [UInt8] = [0x37, 0xA4, 0x30, 0xEC]
     /// What a dictionary taken is tried on before it is stored.
     static let probe = Array(
         #"{"entity":"job/01JD3Q8R5N8X6ZK2W7Y4V9B3TQ","fields":{"address":"12 Main St","priority":2},"kind":"edit","origin":"01JD3Q8R5N8X6ZK2W7Y4V9B3TQ"}"#

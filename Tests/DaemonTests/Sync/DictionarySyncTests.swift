@@ -1,6 +1,7 @@
 import EventStore
 import Foundation
 import Projections
+import Synchronization
 import TestSupport
 import Testing
 import UnixSocket
@@ -139,7 +140,7 @@ struct DictionarySyncTests {
         #expect(kinds.filter { $0 == .dictionary }.count == 1)
         #expect(kinds.dropFirst().dropLast().allSatisfy { $0 == .batch } && kinds.last == .done, "\(kinds)")
         let sent = try #require(dictionaries)
-        #expect(sent.events.starts(with: [0x37, 0xA4, 0x30, 0xEC]))
+        #expect(sent.events.starts(with: SharedDictionaries.magic))
         _ = try sent.loaded(level: 3)
 
         // A peer that asks without naming the capability (a node of another release) gets
@@ -208,6 +209,44 @@ struct DictionarySyncTests {
         #expect(after["events"] as? Int == before["events"] as? Int)
         _ = try daemon.client().call(
             "append", eventsParams([#"{"entity":"job/after","kind":"status","status":"new"}"#]))
+    }
+
+    @Test(
+        "16 hostile peers at once, each sending a dictionary frame of the largest size that is not a dictionary: each refused (protocol, or busy past max_incoming_sessions), in bounded memory; the node then takes a good one"
+    )
+    func manyHostileOffersAtOnce() throws {
+        let daemon = try DaemonProcess()
+        defer { daemon.removeFiles() }
+        let figures = ProcessFigures(pid: daemon.process.processIdentifier)
+        let peakBefore = figures.peakRSS
+        let garbage = [UInt8](repeating: 0xEC, count: SharedDictionaries.maxBytes)
+        let payload = DictionaryFrame.encode(
+            SharedDictionaries(events: SharedDictionaries.magic + garbage.dropFirst(4), records: garbage))
+        #expect(payload.count == Frame.Kind.dictionary.maxPayloadBytes)
+        let reasons = Mutex<[String]>([])
+        DispatchQueue.concurrentPerform(iterations: 16) { _ in
+            let reason: String
+            do {
+                reason = try offer(payload, to: daemon)?.reason ?? "taken"
+            } catch {
+                reason = "\(error)"
+            }
+            reasons.withLock { $0.append(reason) }
+        }
+        let seen = reasons.withLock { $0 }
+        #expect(seen.count == 16)
+        #expect(seen.allSatisfy { $0 == "protocol" || $0 == "busy" }, "\(seen)")
+        #expect(seen.contains("protocol"), "\(seen)")
+        // Each session holds its frame (2 MiB) and zstd's tables while it tries it: at most
+        // max_incoming_sessions (8) at once.
+        #expect(
+            !memoryBoundsApply || figures.peakRSS - peakBefore < 96 << 20,
+            "peak RSS grew \(figures.peakRSS - peakBefore) bytes")
+        #expect(try DictionarySyncTests.dictionaryVersion(daemon) == 0)
+        let good = try DictionaryTrainer.train(
+            samples: FuzzEntry.sampleEvents(), capacity: 4096, quick: false, level: 3)
+        #expect(try offer(DictionaryFrame.encode(SharedDictionaries(events: good, records: nil)), to: daemon) == nil)
+        #expect(try DictionarySyncTests.dictionaryVersion(daemon) == 1)
     }
 
     @Test("a peer's valid dictionary is taken by a node that asked, and the batch after it is stored with it")
