@@ -924,15 +924,15 @@ package final class SyncSession {
         }
         askedForDictionary = false
         let offered = try DictionaryFrame.decode(frame.payload)
+        // Tried here first, on the session's thread: what a hostile peer sends costs the
+        // writer nothing. The writer checks it again as it stores it.
         do {
-            // Tried here first, on the session's thread: what a hostile peer sends costs the
-            // writer nothing.
             _ = try offered.loaded(level: node.log.options.compressionLevel)
-            report.dictionaryAdopted = try node.adoptDictionaries(offered)
-        } catch  where error.reason == .invalidParams {
-            throw SyncError(.protocolError, "the peer's dictionary frame: \(error.message)")
         } catch {
-            _ = try storage { () throws(EventStoreError) in throw error }
+            throw SyncError(.protocolError, "the peer's dictionary frame: \(error.message)")
+        }
+        report.dictionaryAdopted = try storage { () throws(EventStoreError) in
+            try node.adoptDictionaries(offered)
         }
     }
 
