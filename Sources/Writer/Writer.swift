@@ -125,10 +125,6 @@ package final class Writer: Sendable {
     /// and stores it on the writer. The new version, or nil when none was due.
     package func trainDictionaryIfDue() throws(EventStoreError) -> UInt32? {
         guard try log.dictionaryTrainingDue() else { return nil }
-        // A store that trains its first inline does so on the writer as soon as it is due
-        // (and again, at double the count, if that fails): a training here meanwhile
-        // would be the same work twice.
-        if log.options.trainsFirstDictionaryInline, try !log.hasDictionary() { return nil }
         let prepared = try log.prepareDictionary()
         return try performAlone(from: -5) { [log] () throws(EventStoreError) -> UInt32? in
             // The writer's own first training, or a peer's dictionary taken, may have been
