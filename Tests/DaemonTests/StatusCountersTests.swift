@@ -70,6 +70,25 @@ struct StatusCountersTests {
             "the second dictionary was not trained as soon as it was due: \(trained ?? "no log line")")
     }
 
+    @Test(
+        "a store due for its first dictionary when the daemon starts (its threshold lowered since) is trained at the maintenance thread's first round, with nothing appended"
+    )
+    func dueAtStartIsTrained() throws {
+        let first = try DaemonProcess(arguments: ["--dictionary-training-events", "1000000"])
+        try appendEdits(try first.client(), rounds: 0..<1)
+        #expect(try first.client().call("status")["dictionary_version"] as? Int == 0)
+        #expect(try first.stop() == 0)
+        let again = try DaemonProcess(root: first.root, arguments: ["--dictionary-training-events", "500"])
+        defer { again.removeFiles() }
+        let deadline = Date().addingTimeInterval(60)
+        var version = 0
+        while version == 0, Date() < deadline {
+            version = try again.client().call("status")["dictionary_version"] as? Int ?? 0
+            if version == 0 { Thread.sleep(forTimeInterval: 0.05) }
+        }
+        #expect(version == 1, "no dictionary a minute after a start that found one due")
+    }
+
     @Test("types lists the entity types held, sorted, from a store with ids holding '/' and prefix types")
     func typesMethod() throws {
         let daemon = try DaemonProcess()
