@@ -12,9 +12,7 @@ package enum DictionaryFrame {
         var out: [UInt8] = []
         out.reserveCapacity(8 + dictionaries.events.count + records.count)
         for part in [dictionaries.events, records] {
-            for shift in stride(from: 24, through: 0, by: -8) {
-                out.append(UInt8(truncatingIfNeeded: part.count >> shift))
-            }
+            appendBigEndian(UInt32(part.count), to: &out)
             out.append(contentsOf: part)
         }
         return out
@@ -22,13 +20,12 @@ package enum DictionaryFrame {
 
     /// The two dictionaries; lengths that do not add up to the payload, an empty events'
     /// dictionary or one over `SharedDictionaries.maxBytes` are a protocol error. What
-    /// the bytes are is checked when they are taken (`EventLog.adoptDictionaries(_:)`).
+    /// the bytes are is checked when they are loaded (`SharedDictionaries.loaded(level:)`).
     package static func decode(_ payload: [UInt8]) throws(SyncError) -> SharedDictionaries {
         var position = 0
         func part() throws(SyncError) -> [UInt8] {
             guard payload.count - position >= 4 else { throw malformed(payload.count) }
-            var length = 0
-            for byte in payload[position..<position + 4] { length = length << 8 | Int(byte) }
+            let length = Int(readBigEndian32(payload, at: position))
             position += 4
             guard length <= SharedDictionaries.maxBytes, length <= payload.count - position else {
                 throw malformed(payload.count)

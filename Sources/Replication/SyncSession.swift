@@ -14,7 +14,7 @@ package protocol JobWriter: Sendable {
         _ job: Job, from source: Int, completion: @escaping @Sendable (Result<Job.Output, EventStoreError>) -> Void)
     /// Takes a peer's compression dictionaries when the store has none yet, on the writer
     /// alone (`EventLog.adoptDictionaries(_:)`).
-    func adoptDictionaries(_ offered: SharedDictionaries, from source: Int) throws(EventStoreError) -> Bool
+    func adoptDictionaries(_ loaded: LoadedDictionaries, from source: Int) throws(EventStoreError) -> Bool
 }
 
 /// A peer by name and URL, as the configuration file gives it.
@@ -55,7 +55,7 @@ package struct SyncNode: Sendable {
     package let forwarded: @Sendable ([UInt8]) -> [UInt8]
     /// Takes a peer's compression dictionaries as the store's first (`dictionary`), on the
     /// writer; false when the store has one by then.
-    package let adoptDictionaries: @Sendable (SharedDictionaries) throws(EventStoreError) -> Bool
+    package let adoptDictionaries: @Sendable (LoadedDictionaries) throws(EventStoreError) -> Bool
     /// The windows of content checks per peer, shared by the node's sessions.
     package let divergence = DivergenceLedger()
     /// The node's blobs, which sessions agreeing to `blobs` move; nil: the node keeps none
@@ -80,7 +80,7 @@ package struct SyncNode: Sendable {
         )? = nil,
         storePeerEntries: @escaping @Sendable ([PeerEntry]) throws(EventStoreError) -> Void,
         forwarded: @escaping @Sendable ([UInt8]) -> [UInt8] = SyncNode.takesNoForwards,
-        adoptDictionaries: (@Sendable (SharedDictionaries) throws(EventStoreError) -> Bool)? = nil
+        adoptDictionaries: (@Sendable (LoadedDictionaries) throws(EventStoreError) -> Bool)? = nil
     ) {
         self.log = log
         self.name = name
@@ -94,7 +94,7 @@ package struct SyncNode: Sendable {
         if let adoptDictionaries {
             self.adoptDictionaries = adoptDictionaries
         } else {
-            self.adoptDictionaries = { (offered) throws(EventStoreError) in try log.adoptDictionaries(offered) }
+            self.adoptDictionaries = { (loaded) throws(EventStoreError) in try log.adoptDictionaries(loaded) }
         }
     }
 
@@ -127,8 +127,8 @@ package struct SyncNode: Sendable {
             storePeerEntries: { (entries) throws(EventStoreError) in
                 try writer.perform(PeerEntriesJob(entries), from: -3)
             }, forwarded: forwarded,
-            adoptDictionaries: { (offered) throws(EventStoreError) in
-                try writer.adoptDictionaries(offered, from: -5)
+            adoptDictionaries: { (loaded) throws(EventStoreError) in
+                try writer.adoptDictionaries(loaded, from: -5)
             })
     }
 
@@ -923,17 +923,16 @@ package final class SyncSession {
                 .protocolError, "the peer sent a dictionary frame this node did not ask for, or a second one")
         }
         askedForDictionary = false
+        // Loaded and tried here, on the session's thread: what a hostile peer sends costs
+        // the writer nothing.
         let offered = try DictionaryFrame.decode(frame.payload)
-        // Tried here first, on the session's thread: what a hostile peer sends costs the
-        // writer nothing. The writer checks it again as it stores it.
+        let loaded: LoadedDictionaries
         do {
-            _ = try offered.loaded(level: node.log.options.compressionLevel)
+            loaded = try offered.loaded(level: node.log.options.compressionLevel)
         } catch {
             throw SyncError(.protocolError, "the peer's dictionary frame: \(error.message)")
         }
-        report.dictionaryAdopted = try storage { () throws(EventStoreError) in
-            try node.adoptDictionaries(offered)
-        }
+        report.dictionaryAdopted = try storage { () throws(EventStoreError) in try node.adoptDictionaries(loaded) }
     }
 
     /// Puts the ids of the events this node holds as dead letters in its hello.

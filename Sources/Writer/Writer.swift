@@ -136,8 +136,8 @@ package final class Writer: Sendable {
 
     /// `EventLog.adoptDictionaries(_:)` on the writer, alone: a peer's dictionaries taken
     /// by a store that has none yet. Whether they were.
-    package func adoptDictionaries(_ offered: SharedDictionaries, from source: Int) throws(EventStoreError) -> Bool {
-        try performAlone(from: source) { [log] () throws(EventStoreError) in try log.adoptDictionaries(offered) }
+    package func adoptDictionaries(_ loaded: LoadedDictionaries, from source: Int) throws(EventStoreError) -> Bool {
+        try performAlone(from: source) { [log] () throws(EventStoreError) in try log.adoptDictionaries(loaded) }
     }
 
     private static let mismatch = EventStoreError(.corrupt, "the writer answered a job with another's output")

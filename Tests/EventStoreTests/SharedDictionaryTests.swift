@@ -38,7 +38,7 @@ struct SharedDictionaryTests {
         }
         #expect(try !target.log.hasDictionary())
         #expect(try target.log.currentDictionaries() == nil)
-        #expect(try target.log.adoptDictionaries(offered))
+        #expect(try target.log.adoptDictionaries(offered.loaded(level: 3)))
         #expect(try target.log.hasDictionary())
         #expect(try target.log.currentDictionaries() == offered)
         #expect(try target.log.statistics().dictionaryVersion == 1)
@@ -83,7 +83,8 @@ struct SharedDictionaryTests {
         }
         _ = try other.log.append(workload(seed: 34, count: 450, jobs: 100))
         let own = try #require(try other.log.currentDictionaries())
-        #expect(try !other.log.adoptDictionaries(try #require(try source.log.currentDictionaries())))
+        let theirs = try #require(try source.log.currentDictionaries())
+        #expect(try !other.log.adoptDictionaries(theirs.loaded(level: 3)))
         #expect(try other.log.currentDictionaries() == own)
         #expect(try other.log.statistics().dictionaryVersion == 1)
     }
@@ -106,8 +107,8 @@ struct SharedDictionaryTests {
             offered.records = SharedDictionaries.magic + [UInt8](repeating: 0xFF, count: 300)
         }
         let target = try TempStore()
-        do {
-            _ = try target.log.adoptDictionaries(offered)
+        do throws(EventStoreError) {
+            _ = try target.log.adoptDictionaries(offered.loaded(level: 3))
             Issue.record("\(kind) was taken")
         } catch {
             #expect(error.reason == .invalidParams, "\(error)")
@@ -116,6 +117,6 @@ struct SharedDictionaryTests {
         #expect(try !target.log.hasDictionary())
         #expect(try target.log.statistics().dictionaryVersion == 0)
         // The good one is still taken afterwards.
-        #expect(try target.log.adoptDictionaries(good))
+        #expect(try target.log.adoptDictionaries(good.loaded(level: 3)))
     }
 }

@@ -1,5 +1,3 @@
-import Synchronization
-
 /// A store's current compression dictionaries, as one node offers them to a peer that has
 /// none yet (sync's `dictionary` capability): the events' and, when it has one, the
 /// projection records'. A new node that takes them compresses from its first event on with
@@ -44,45 +42,49 @@ extension EventLog {
         }
     }
 
-    /// Takes a peer's dictionaries as this store's first, when it has none yet: stored under
-    /// the next versions and made current, as a training would (on the writer). They count
-    /// as trained at `dictionaryTrainingThreshold` events or the store's count, the larger:
-    /// the store trains its own once it has grown tenfold past that.
+    /// Takes a peer's dictionaries, loaded and tried (`SharedDictionaries.loaded(level:)`),
+    /// as this store's first, when it has none yet: stored under the next versions and
+    /// made current, as a training would (on the writer). They count as trained at
+    /// `dictionaryTrainingThreshold` events or the store's count, the larger: the store
+    /// trains its own once it has grown tenfold past that.
     ///
     /// - Returns: false when the store has a dictionary already (trained or taken since it
     ///   asked): nothing is changed.
-    /// - Throws: `invalid_params` for bytes that are not a zstd dictionary this node can use (over
-    ///   `SharedDictionaries.maxBytes`, without the dictionary's magic number, refused by
-    ///   zstd, or not giving back what it compressed); nothing is changed.
     @discardableResult
-    public func adoptDictionaries(_ offered: SharedDictionaries) throws(EventStoreError) -> Bool {
+    public func adoptDictionaries(_ loaded: LoadedDictionaries) throws(EventStoreError) -> Bool {
         try requireWriterThread()
-        let (events, records) = try offered.loaded(level: options.compressionLevel)
-        guard writer.withLock({ $0.dictionaryVersion }) == 0, try !hasDictionary() else { return false }
+        guard writer.withLock({ $0.dictionaryVersion }) == 0 else { return false }
         let count = try reading { txn in try txn.stat(tables.events).entries }
+        let offered = loaded.shared
         _ = try install(
             PreparedDictionary(
-                bytes: offered.events, dictionary: events,
+                bytes: offered.events, dictionary: loaded.events,
                 eventCount: max(count, options.dictionaryTrainingThreshold),
-                records: records.map { (bytes: offered.records!, dictionary: $0) }, eventSamples: 0,
-                recordSamples: 0))
+                records: offered.records.flatMap { bytes in loaded.records.map { (bytes: bytes, dictionary: $0) } },
+                eventSamples: 0, recordSamples: 0))
         return true
     }
+}
 
+/// A peer's dictionaries that zstd has loaded and that gave back what they compressed:
+/// only `SharedDictionaries.loaded(level:)` makes one, so a store takes none unchecked.
+public struct LoadedDictionaries: Sendable {
+    public let shared: SharedDictionaries
+    let events: CompressionDictionary
+    let records: CompressionDictionary?
 }
 
 extension SharedDictionaries {
-    /// Both dictionaries loaded into zstd at `level` and tried (what a node checks before
-    /// it takes them).
-    /// - Throws: `invalid_params`, saying what is wrong with which.
-    public func loaded(level: Int32) throws(EventStoreError) -> (
-        events: CompressionDictionary, records: CompressionDictionary?
-    ) {
+    /// Both dictionaries loaded into zstd at `level` and tried: what a node checks before
+    /// it takes them, on the session's thread, so that bytes a hostile peer sends cost the
+    /// writer nothing.
+    /// - Throws: `invalid_params`, saying what is wrong with which; `loaded` for nothing.
+    public func loaded(level: Int32) throws(EventStoreError) -> LoadedDictionaries {
         let events = try SharedDictionaries.checked(self.events, what: "events'", level: level)
         let records = try self.records.map { (bytes) throws(EventStoreError) in
             try SharedDictionaries.checked(bytes, what: "projection records'", level: level)
         }
-        return (events, records)
+        return LoadedDictionaries(shared: self, events: events, records: records)
     }
 
     /// A peer's dictionary, loaded and tried: it must compress and give back a sample event.
@@ -98,20 +100,19 @@ extension SharedDictionaries {
         guard bytes.starts(with: SharedDictionaries.magic), bytes.count > SharedDictionaries.magic.count + 4 else {
             throw EventStoreError(.invalidParams, "the \(what) dictionary offered is not a trained zstd dictionary")
         }
+        let dictionary: CompressionDictionary
+        let back: [UInt8]
         do {
-            let dictionary = try CompressionDictionary(bytes: bytes, level: level)
+            dictionary = try CompressionDictionary(bytes: bytes, level: level)
             let frame = try Compressor(level: level).compress(SharedDictionaries.probe, dictionary: dictionary)
-            let back = try Decompressor().decompress(
-                frame, dictionary: dictionary, maxSize: SharedDictionaries.probe.count)
-            guard back == SharedDictionaries.probe else {
-                throw EventStoreError(
-                    .invalidParams, "the \(what) dictionary offered does not give back what it compressed")
-            }
-            return dictionary
-        } catch let error as EventStoreError {
-            throw error
+            back = try Decompressor().decompress(frame, dictionary: dictionary, maxSize: SharedDictionaries.probe.count)
         } catch {
             throw EventStoreError(.invalidParams, "the \(what) dictionary offered cannot be used: \(error)")
         }
+        guard back == SharedDictionaries.probe else {
+            throw EventStoreError(
+                .invalidParams, "the \(what) dictionary offered does not give back what it compressed")
+        }
+        return dictionary
     }
 }
