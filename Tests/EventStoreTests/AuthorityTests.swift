@@ -209,6 +209,18 @@ struct AuthorityTests {
         guard case .decide(_, let accept, _) = decisions[0].body else { return }
         let state = try #require(try laptop.log.state(of: entity("job/6")))
         #expect(state.rejected.isEmpty == accept)
+
+        // A new node takes the proposal and both decisions in one batch, in the order hq
+        // stored them: the second decision finds the proposal stored by the same batch, not
+        // yet in the entity index, and the fold and the record come out as on the others.
+        let fresh = try TempStore()
+        var freshRules = try TypeRules(parsing: Self.types)
+        freshRules.localNode = "new"
+        fresh.log.typeRules = freshRules
+        _ = try fresh.log.ingest(try allStoredEvents(hq.log), from: "hq")
+        #expect(try fresh.log.statistics().digest == digests[0])
+        #expect(try fresh.log.ruleViolations().contains { $0.rule.contains("a second decision on proposal") })
+        try fresh.check()
     }
     @Test func proposalsHeldBeforeANodeBecameTheirAuthorityAreDecidedThen() throws {
         let (hq, laptop) = try Self.nodes()

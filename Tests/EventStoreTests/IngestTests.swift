@@ -217,6 +217,39 @@ struct IngestTests {
         #expect(try stateJSON(a.log, "job/1") == stateJSON(b.log, "job/1"))
         #expect(try a.log.statistics().digest == b.log.statistics().digest)
         try b.check()
+        // The same in one batch: what each event names was stored by the batch, and is not
+        // in the entity index until the batch's work is done.
+        let c = try TempStore()
+        _ = try c.log.ingest(try allStoredEvents(a.log).reversed())
+        #expect(try stateJSON(a.log, "job/1") == stateJSON(c.log, "job/1"))
+        #expect(try a.log.statistics().digest == c.log.statistics().digest)
+        try c.check()
+    }
+
+    @Test("an entity's events stored by several jobs of one commit fold as when stored apart")
+    func eventsOfOneEntityInSeveralJobsOfACommit() throws {
+        let a = try TempStore()
+        _ = try a.log.append(
+            inputs(
+                #"{"entity":"job/1","kind":"add","set":"s","element":"e"}"#,
+                #"{"entity":"job/1","kind":"remove","set":"s","element":"e"}"#,
+                #"{"entity":"job/1","kind":"edit","fields":{"x":1}}"#))
+        let events = try allStoredEvents(a.log)
+        let b = try TempStore()
+        // The remove first, alone; then a job with the add it names, and one more with the
+        // edit, and an append: each fold asks whether what its event names is held, none of
+        // it in the entity index until the commit's work is done.
+        let peer = IngestPeer(name: "a")
+        let jobs: [any WriteJob] = [1, 0, 2].map { IngestJob([ReplicatedEvent(id: nil, json: events[$0])], from: peer) }
+        let outcomes = try b.log.commit(
+            jobs + [AppendJob(try inputs(#"{"entity":"job/1","kind":"edit","fields":{"y":2}}"#))]
+        ).outcomes
+        #expect(outcomes.map { $0.output(as: IngestResult.self)?.ingested.count } == [1, 1, 1, nil])
+        #expect(outcomes.allSatisfy { (try? $0.get()) != nil })
+        _ = try a.log.ingest(try allStoredEvents(b.log))
+        #expect(try stateJSON(a.log, "job/1") == stateJSON(b.log, "job/1"))
+        #expect(try a.log.statistics().digest == b.log.statistics().digest)
+        try b.check()
     }
 }
 

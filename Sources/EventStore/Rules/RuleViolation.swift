@@ -103,9 +103,11 @@ extension WriteBatch {
         let slot = try slot(event.entity, txn: txn)
         guard touched[slot].state.pendingIndex(proposal) == nil else { return }
         let tables = log.tables
-        let held = try txn.withCursor(tables.entityIndex) { cursor in
-            try cursor.seekBoth(event.entity.bytes, proposal.bytes)?.value == proposal.bytes
-        }
+        let held =
+            try touched[slot].unindexed.contains(proposal)
+            || txn.withCursor(tables.entityIndex) { cursor in
+                try cursor.seekBoth(event.entity.bytes, proposal.bytes)?.value == proposal.bytes
+            }
         guard held else { return }
         let authority = rules.types[event.entity.type]?.authority.map { " (\($0))" } ?? ""
         try put(
