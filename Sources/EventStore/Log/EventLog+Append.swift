@@ -375,12 +375,7 @@ struct WriteBatch {
                     entries[end].id.append(to: &values)
                     end += 1
                 }
-                // Ids above the origin's greatest held one (nearly always) go in as appends,
-                // which leaves the index's pages full.
-                let last = try cursor.seekExact(origin.bytes) == nil ? nil : try cursor.lastDup()
-                let inOrder = last.map { ULID(bytes: $0.value).map { $0 < entries[start].id } ?? false } ?? true
-                try cursor.putMultiple(
-                    origin.bytes, values: values, elementSize: 16, flags: inOrder ? .appendDup : [])
+                try WriteBatch.putIDs(origin.bytes, values, first: entries[start].id, cursor: &cursor)
                 start = end
             }
         }
@@ -408,9 +403,8 @@ struct WriteBatch {
         }
     }
 
-    /// Puts `ids`, events of `entity`, into `entity_index` through `cursor`, and empties it.
-    /// Several go in one call (`MDB_MULTIPLE`), as appends when they follow the entity's
-    /// greatest held id (nearly always), which leaves the index's pages full.
+    /// Puts `ids`, events of `entity`, into `entity_index` through `cursor`, and empties it:
+    /// one alone with a plain put, several in one call (`putIDs`).
     static func putEntityIndex(_ entity: EntityKey, _ ids: inout [ULID], cursor: inout Cursor) throws {
         guard ids.count > 1 else {
             if let id = ids.first { try cursor.put(entity.bytes, id.bytes) }
@@ -421,10 +415,18 @@ struct WriteBatch {
         var values: [UInt8] = []
         values.reserveCapacity(16 * ids.count)
         for id in ids { id.append(to: &values) }
-        let last = try cursor.seekExact(entity.bytes) == nil ? nil : try cursor.lastDup()
-        let inOrder = last.map { ULID(bytes: $0.value).map { $0 < ids[0] } ?? false } ?? true
-        try cursor.putMultiple(entity.bytes, values: values, elementSize: 16, flags: inOrder ? .appendDup : [])
+        try putIDs(entity.bytes, values, first: ids[0], cursor: &cursor)
         ids.removeAll()
+    }
+
+    /// Puts `values`, ids in order (16 bytes each, the first `first`), under `key` of an id
+    /// index (dupsort, dupfixed) in one call (`MDB_MULTIPLE`): as appends when they follow
+    /// the key's greatest held id (nearly always), which leaves the index's pages full (a
+    /// split in the middle of a page left them half empty).
+    static func putIDs(_ key: [UInt8], _ values: [UInt8], first: ULID, cursor: inout Cursor) throws {
+        let last = try cursor.seekExact(key) == nil ? nil : try cursor.lastDup()
+        let inOrder = last.map { ULID(bytes: $0.value).map { $0 < first } ?? false } ?? true
+        try cursor.putMultiple(key, values: values, elementSize: 16, flags: inOrder ? .appendDup : [])
     }
 
     /// Puts `pendingRecords` into blocks of at most `EventBlocks.maxEvents` events and, with
