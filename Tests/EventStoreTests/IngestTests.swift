@@ -226,6 +226,28 @@ struct IngestTests {
         try c.check()
     }
 
+    @Test("one entity's thousand events in one batch are indexed, appended or taken in any order")
+    func oneEntitysEventsPastTheUnindexedBound() throws {
+        let a = try TempStore()
+        // Each remove names the add before it, so each fold asks whether that add is held.
+        var lines: [InputEvent] = []
+        for index in 0..<500 {
+            lines += try inputs(
+                #"{"entity":"job/1","kind":"add","set":"s","element":\#(index)}"#,
+                #"{"entity":"job/1","kind":"remove","set":"s","element":\#(index)}"#)
+        }
+        _ = try a.log.append(lines)
+        #expect(WriteBatch.maxUnindexed < lines.count)
+        #expect(try a.log.events(ofEntity: entity("job/1"), after: nil, limit: 2000).events.count == 1000)
+        try a.check()
+        let b = try TempStore()
+        var rng = SeededGenerator(seed: 5)
+        _ = try b.log.ingest(try allStoredEvents(a.log).shuffled(using: &rng))
+        #expect(try stateJSON(a.log, "job/1") == stateJSON(b.log, "job/1"))
+        #expect(try a.log.statistics().digest == b.log.statistics().digest)
+        try b.check()
+    }
+
     @Test("an entity's events stored by several jobs of one commit fold as when stored apart")
     func eventsOfOneEntityInSeveralJobsOfACommit() throws {
         let a = try TempStore()

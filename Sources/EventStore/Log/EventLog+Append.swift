@@ -148,7 +148,8 @@ struct WriteBatch {
         var startRev: UInt64 = 0
         /// The entity's events this batch stored that `entity_index` does not hold yet: put
         /// there together, one call for the entity, when the batch's work is done
-        /// (`writeEntityIndex`), or before a refold reads the entity's events.
+        /// (`writeEntityIndex`), before a refold reads the entity's events, or when they
+        /// come to `maxUnindexed`.
         var unindexed: [ULID] = []
     }
 
@@ -382,6 +383,12 @@ struct WriteBatch {
         originEntries.removeAll()
     }
 
+    /// The most ids an entity keeps unindexed: whether an id is held is asked of them one
+    /// by one (`fold`), for each id an event names that is not a head, so a batch of
+    /// thousands of one entity's events (an import, a sync's batches committed together)
+    /// puts them this many at a time and each question stays cheaper than a lookup.
+    static let maxUnindexed = 256
+
     /// Puts the `entity_index` entries of the events the batch wrote, one call for each
     /// entity, the entities in key order: once for the whole batch rather than once an event,
     /// which takes about 6 % of an append's instructions and a quarter of the index's bytes
@@ -584,6 +591,11 @@ struct WriteBatch {
         log.uncommitted.withLock { $0.keep(record, at: seq) }
         if touched[slot].unindexed.isEmpty { unindexedSlots.append(slot) }
         touched[slot].unindexed.append(event.id)
+        if touched[slot].unindexed.count == WriteBatch.maxUnindexed {
+            try txn.withCursor(tables.entityIndex) { cursor in
+                try WriteBatch.putEntityIndex(event.entity, &touched[slot].unindexed, cursor: &cursor)
+            }
+        }
         try recordBlobReferences(of: event, txn: &txn)
         originEntries.append((event.origin, event.id))
         // Every path that stores an event comes through here, so every stored event takes a
