@@ -214,16 +214,12 @@ struct IngestTests {
                 #"{"entity":"job/1","kind":"remove","set":"s","element":"e"}"#))
         // Newest first: every event names one that has not arrived yet.
         for event in try allStoredEvents(a.log).reversed() { _ = try b.log.ingest([event]) }
-        #expect(try stateJSON(a.log, "job/1") == stateJSON(b.log, "job/1"))
-        #expect(try a.log.statistics().digest == b.log.statistics().digest)
-        try b.check()
+        try expectSameState(b, as: a, entity: "job/1")
         // The same in one batch: what each event names was stored by the batch, and is not
         // in the entity index until the batch's work is done.
         let c = try TempStore()
         _ = try c.log.ingest(try allStoredEvents(a.log).reversed())
-        #expect(try stateJSON(a.log, "job/1") == stateJSON(c.log, "job/1"))
-        #expect(try a.log.statistics().digest == c.log.statistics().digest)
-        try c.check()
+        try expectSameState(c, as: a, entity: "job/1")
     }
 
     @Test("one entity's thousand events in one batch are indexed, appended or taken in any order")
@@ -243,9 +239,7 @@ struct IngestTests {
         let b = try TempStore()
         var rng = SeededGenerator(seed: 5)
         _ = try b.log.ingest(try allStoredEvents(a.log).shuffled(using: &rng))
-        #expect(try stateJSON(a.log, "job/1") == stateJSON(b.log, "job/1"))
-        #expect(try a.log.statistics().digest == b.log.statistics().digest)
-        try b.check()
+        try expectSameState(b, as: a, entity: "job/1")
     }
 
     @Test("an entity's events stored by several jobs of one commit fold as when stored apart")
@@ -269,9 +263,7 @@ struct IngestTests {
         #expect(outcomes.map { $0.output(as: IngestResult.self)?.ingested.count } == [1, 1, 1, nil])
         #expect(outcomes.allSatisfy { (try? $0.get()) != nil })
         _ = try a.log.ingest(try allStoredEvents(b.log))
-        #expect(try stateJSON(a.log, "job/1") == stateJSON(b.log, "job/1"))
-        #expect(try a.log.statistics().digest == b.log.statistics().digest)
-        try b.check()
+        try expectSameState(b, as: a, entity: "job/1")
     }
 }
 
@@ -331,4 +323,14 @@ struct ConvergenceTests {
         }
         for store in stores { try store.check() }
     }
+}
+
+/// `store` holds `entity` in the state `reference` does and the same digest, and is whole.
+private func expectSameState(
+    _ store: TempStore, as reference: TempStore, entity: String, sourceLocation: SourceLocation = #_sourceLocation
+) throws {
+    #expect(try stateJSON(reference.log, entity) == stateJSON(store.log, entity), sourceLocation: sourceLocation)
+    #expect(
+        try reference.log.statistics().digest == store.log.statistics().digest, sourceLocation: sourceLocation)
+    try store.check(sourceLocation: sourceLocation)
 }

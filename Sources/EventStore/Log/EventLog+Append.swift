@@ -409,6 +409,26 @@ struct WriteBatch {
         }
     }
 
+    /// Whether `entity` has the event `id`, asked inside a write: among the ids it stored
+    /// that the index does not hold yet (`unindexed`), or in `entity_index`.
+    static func isHeld(
+        _ id: ULID, of entity: EntityKey, unindexed: [ULID], tables: EventLog.Tables,
+        txn: borrowing WriteTransaction
+    ) throws -> Bool {
+        if unindexed.contains(id) { return true }
+        return try txn.withCursor(tables.entityIndex) { cursor in
+            try cursor.seekBoth(entity.bytes, id.bytes)?.value == id.bytes
+        }
+    }
+
+    /// Puts `ids`, events of `entity`, into `entity_index` with a cursor of its own, and
+    /// empties it.
+    static func putEntityIndex(
+        _ entity: EntityKey, _ ids: inout [ULID], tables: EventLog.Tables, txn: borrowing WriteTransaction
+    ) throws {
+        try txn.withCursor(tables.entityIndex) { cursor in try putEntityIndex(entity, &ids, cursor: &cursor) }
+    }
+
     /// Puts `ids`, events of `entity`, into `entity_index` through `cursor`, and empties it:
     /// one alone with a plain put, several in one call (`putIDs`).
     static func putEntityIndex(_ entity: EntityKey, _ ids: inout [ULID], cursor: inout Cursor) throws {
@@ -591,9 +611,7 @@ struct WriteBatch {
         if touched[slot].unindexed.isEmpty { unindexedSlots.append(slot) }
         touched[slot].unindexed.append(event.id)
         if touched[slot].unindexed.count == WriteBatch.maxUnindexed {
-            try txn.withCursor(tables.entityIndex) { cursor in
-                try WriteBatch.putEntityIndex(event.entity, &touched[slot].unindexed, cursor: &cursor)
-            }
+            try WriteBatch.putEntityIndex(event.entity, &touched[slot].unindexed, tables: tables, txn: txn)
         }
         try recordBlobReferences(of: event, txn: &txn)
         originEntries.append((event.origin, event.id))
@@ -712,11 +730,8 @@ struct WriteBatch {
         var isFoldedError: (any Error)?
         let unindexed = entry.unindexed
         let outcome = entry.state.apply(event) { id in
-            if unindexed.contains(id) { return true }
             do {
-                return try txn.withCursor(tables.entityIndex) { cursor in
-                    try cursor.seekBoth(event.entity.bytes, id.bytes)?.value == id.bytes
-                }
+                return try WriteBatch.isHeld(id, of: event.entity, unindexed: unindexed, tables: tables, txn: txn)
             } catch {
                 isFoldedError = error
                 return false
@@ -725,9 +740,7 @@ struct WriteBatch {
         if let isFoldedError { throw isFoldedError }
         if outcome == .needsRefold {
             // The refold reads the entity's events through the index: all of them first.
-            try txn.withCursor(tables.entityIndex) { cursor in
-                try WriteBatch.putEntityIndex(event.entity, &entry.unindexed, cursor: &cursor)
-            }
+            try WriteBatch.putEntityIndex(event.entity, &entry.unindexed, tables: tables, txn: txn)
             entry.state = try log.refold(event.entity, txn: txn)
         }
         switch event.body {

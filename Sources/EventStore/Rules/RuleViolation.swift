@@ -102,13 +102,10 @@ extension WriteBatch {
     {
         let slot = try slot(event.entity, txn: txn)
         guard touched[slot].state.pendingIndex(proposal) == nil else { return }
-        let tables = log.tables
-        let held =
-            try touched[slot].unindexed.contains(proposal)
-            || txn.withCursor(tables.entityIndex) { cursor in
-                try cursor.seekBoth(event.entity.bytes, proposal.bytes)?.value == proposal.bytes
-            }
-        guard held else { return }
+        guard
+            try WriteBatch.isHeld(
+                proposal, of: event.entity, unindexed: touched[slot].unindexed, tables: log.tables, txn: txn)
+        else { return }
         let authority = rules.types[event.entity.type]?.authority.map { " (\($0))" } ?? ""
         try put(
             RuleViolation(
