@@ -65,22 +65,19 @@ enum Zstd {
         throws(ZstdError)
     {
         let bound = try check(ZSTD_compressBound(input.count), "ZSTD_compressBound", hint: "the input is too large")
-        let start = out.count
-        // Room for the worst case, trimmed to the frame afterwards: zstd writes straight
-        // into the caller's array. An array of zeros is appended by one copy; appending a
-        // `repeatElement` walks it element by element, seconds for 16 MiB in a debug build.
-        out.append(contentsOf: [UInt8](repeating: 0, count: bound))
-        let result = out.withUnsafeMutableBytes { buffer in
-            input.withUnsafeBytes { input in
-                ZSTD_compress2(context, buffer.baseAddress! + start, bound, input.baseAddress, input.count)
+        // zstd writes straight into the array's spare capacity, room for the worst case; only
+        // the frame's bytes are counted in. Appending zeros to write over cost a temporary
+        // array of `bound` bytes, filled, copied and trimmed, for every frame.
+        var result = 0
+        out.append(addingCapacity: bound) { span in
+            span.withUnsafeMutableBufferPointer { buffer, initialized in
+                result = input.withUnsafeBytes { input in
+                    ZSTD_compress2(context, buffer.baseAddress, buffer.count, input.baseAddress, input.count)
+                }
+                if ZSTD_isError(result) == 0 { initialized = result }
             }
         }
-        guard ZSTD_isError(result) == 0 else {
-            out.removeSubrange(start...)
-            try check(result, "ZSTD_compress2", hint: "the input could not be compressed")
-            return
-        }
-        out.removeLast(bound - result)
+        try check(result, "ZSTD_compress2", hint: "the input could not be compressed")
     }
 
     // MARK: Dictionaries
