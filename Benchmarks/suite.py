@@ -26,6 +26,7 @@ import platform
 import re
 import shlex
 import shutil
+import statistics
 import socket
 import subprocess
 import sys
@@ -389,9 +390,7 @@ def alternate_with_ceiling(options, runner, workload, canonical):
             return None
         rounds.append((float(found[1]), rates[0]))
     shutil.rmtree(directory, ignore_errors=True)
-    ratios = sorted(append / limit * 100 for append, limit in rounds)
-    middle = len(ratios) // 2
-    value = ratios[middle] if len(ratios) % 2 else (ratios[middle - 1] + ratios[middle]) / 2
+    value = statistics.median(append / limit * 100 for append, limit in rounds)
     listed = ", ".join(f"{append:,.0f} / {limit:,.0f}" for append, limit in rounds)
     return {"name": "append / C ceiling, alternating processes", "value": value, "unit": "%",
             "note": f"median of {len(rounds)} rounds' ratios; evstore / C events/s: {listed}"}

@@ -101,9 +101,10 @@ struct WriteBatch {
     /// inside a write.
     var originEntries: [(origin: ULID, id: ULID)] = []
     /// The slots whose entities have events not yet in `entity_index` (`Touched.unindexed`),
-    /// in the order first written. Inside a write, the index is read for an entity only
-    /// together with its unindexed ids (`isFolded`, a second decision) or after they are put
-    /// (a refold).
+    /// in the order first written; a slot whose ids were put early (`maxUnindexed`, a
+    /// refold) comes again with its next event, and `writeEntityIndex` passes over it once
+    /// it is empty. Inside a write, the index is read for an entity only together with its
+    /// unindexed ids (`isHeld`: a fold, a second decision) or after they are put (a refold).
     var unindexedSlots: [Int] = []
     /// The events stored and not yet in a block, in seq order up to `seq`: compressed into
     /// blocks when the transaction's work is done (`writeBlocks`). A read inside the
